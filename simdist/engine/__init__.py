@@ -1,0 +1,1 @@
+"""The discrete-event core (simpy): ranks, process groups, collective matching, values."""

@@ -1,0 +1,355 @@
+"""The discrete-event core: ranks as simpy processes, collectives matched like real backends.
+
+Collectives are paired per process group by issue order (the per-group sequence number),
+exactly as Gloo and NCCL pair them: the engine never looks at what a collective *means*.
+When every member of a group has issued sequence number k, the backend rules decide what
+happens (`gloo_rules.classify_mismatch`): identical fingerprints complete normally;
+fingerprints that differ but that the backend would still pair complete with mixed values
+and a finding; others block forever (a hang) or abort a process (SIGABRT). A rank that has
+exited makes every unfinished collective that needs it fail at once on its peers
+("Connection closed by peer"), which is what a real peer sees.
+
+A hang is not a timer: it is the event queue running dry while some rank still waits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import simpy
+
+from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.report import Finding, RankError, TraceEntry
+
+
+class RankRaised(Exception):
+    """A simulated rank raised an exception (the rank's program ends with it)."""
+
+    def __init__(self, type_: str, message: str, category: str = "other"):
+        super().__init__(message)
+        self.error = RankError(type=type_, message=message, category=category)
+
+
+class CostLike(Protocol):
+    def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None) -> float: ...
+
+    def p2p_time(self, nbytes: int, src: int, dst: int) -> float: ...
+
+
+@dataclass
+class Call:
+    """One rank's part in a collective or p2p op."""
+
+    rank: int
+    op: str
+    payload: Payload
+    reduce_op: str | None
+    root: int | None
+    entry: TraceEntry
+    event: simpy.Event
+    t_issue: float
+
+
+@dataclass
+class Instance:
+    """Sequence number `seq` of one process group: the calls of its members so far."""
+
+    group: str
+    seq: int
+    members: list[int]
+    calls: dict[int, Call] = field(default_factory=dict)
+    matched: bool = False
+    finished: bool = False
+    stuck: bool = False  # the backend pairs them but never completes (mismatch hang)
+
+
+class Work:
+    """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
+
+    def __init__(self, engine: Engine, call: Call):
+        self._engine = engine
+        self.call = call
+
+    def wait(self) -> Generator[Any, Any, Payload]:
+        rs = self._engine.ranks[self.call.rank]
+        if self.call.event.triggered:
+            # already completed or failed: evaluate without blocking
+            if not self.call.event.ok:
+                raise self.call.event.value
+            return self.call.event.value
+        rs.waiting_on = self.call.entry
+        try:
+            result = yield self.call.event
+        finally:
+            rs.waiting_on = None
+        return result
+
+    @property
+    def done(self) -> bool:
+        return self.call.event.triggered
+
+
+@dataclass
+class RankState:
+    rank: int
+    alive: bool = True
+    finished: bool = False
+    waiting_on: TraceEntry | None = None
+    trace: list[TraceEntry] = field(default_factory=list)
+    process: simpy.Process | None = None
+    abort_error: RankError | None = None
+    phase: str = "init"
+    iteration: int | None = None
+
+
+class Engine:
+    """Holds the simpy environment, process groups and pending operations of one run."""
+
+    def __init__(self, world_size: int, groups: dict[str, list[int]], cost: CostLike, backend: str = "gloo"):
+        self.env = simpy.Environment()
+        self.world_size = world_size
+        self.groups = {name: sorted(r) for name, r in groups.items()}
+        self.cost = cost
+        self.backend = backend
+        self.ranks = [RankState(r) for r in range(world_size)]
+        self._next_seq: dict[tuple[str, int], int] = defaultdict(int)
+        self._instances: dict[tuple[str, int], Instance] = {}
+        self._open: dict[str, dict[int, Instance]] = defaultdict(dict)  # unfinished, per group
+        self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
+        self._sends: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
+        self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
+        self.findings: list[Finding] = []
+
+    # ------------------------------------------------------------------ issuing
+    def issue(
+        self,
+        rank: int,
+        op: str,
+        payload: Payload,
+        *,
+        group: str = "WORLD",
+        origin: str,
+        reduce_op: str | None = None,
+        root: int | None = None,
+        async_op: bool = False,
+    ) -> Work:
+        """Issue a collective from `rank`; returns at once (the caller waits on the Work)."""
+        rs = self.ranks[rank]
+        members = self.groups[group]
+        key = (group, rank)
+        self._next_seq[key] += 1
+        seq = self._next_seq[key]
+        entry = TraceEntry(
+            seq=seq,
+            op=op,
+            numel=payload.numel,
+            dtype=payload.dtype,
+            group=group,
+            group_size=len(members),
+            origin=origin,
+            reduce_op=reduce_op,
+            root=root,
+            async_op=async_op,
+            phase=rs.phase,
+            iteration=rs.iteration,
+            t_issue=self.env.now,
+        )
+        rs.trace.append(entry)
+        call = Call(rank, op, payload, reduce_op, root, entry, self.env.event(), self.env.now)
+        inst = self._instances.get((group, seq))
+        if inst is None:
+            inst = Instance(group, seq, members)
+            self._instances[(group, seq)] = inst
+            self._open[group][seq] = inst
+        inst.calls[rank] = call
+        gone = [m for m in members if not self.ranks[m].alive and m not in inst.calls]
+        if gone or any(not self.ranks[m].alive for m in inst.calls):
+            dead = gone[0] if gone else next(m for m in inst.calls if not self.ranks[m].alive)
+            self._fail_instance(inst, dead)
+        elif len(inst.calls) == len(members):
+            self._match(inst)
+        return Work(self, call)
+
+    def p2p(self, rank: int, op: str, payload: Payload, peer: int, *, tag: int, origin: str, group: str = "WORLD") -> Work:
+        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag)."""
+        rs = self.ranks[rank]
+        self._p2p_seq[(group, rank)] += 1
+        entry = TraceEntry(
+            seq=self._p2p_seq[(group, rank)],
+            op=op,
+            numel=payload.numel,
+            dtype=payload.dtype,
+            group=group,
+            group_size=len(self.groups[group]),
+            origin=origin,
+            peer=peer,
+            async_op=False,
+            phase=rs.phase,
+            iteration=rs.iteration,
+            t_issue=self.env.now,
+        )
+        rs.trace.append(entry)
+        call = Call(rank, op, payload, None, None, entry, self.env.event(), self.env.now)
+        src, dst = (rank, peer) if op == "send" else (peer, rank)
+        k = (src, dst, tag)
+        if not self.ranks[peer].alive:
+            self._fail_call(call, peer)
+            return Work(self, call)
+        mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
+        if theirs[k]:
+            other = theirs[k].popleft()
+            send, recv = (call, other) if op == "send" else (other, call)
+            self._match_p2p(send, recv)
+        else:
+            mine[k].append(call)
+        return Work(self, call)
+
+    # ------------------------------------------------------------------ matching
+    def _match(self, inst: Instance) -> None:
+        from simdist.engine import gloo_bridge
+
+        inst.matched = True
+        calls = [inst.calls[m] for m in inst.members]
+        verdict = gloo_bridge.classify(calls, len(inst.members))
+        if verdict.kind != "ok":
+            self.findings.append(gloo_bridge.finding(inst.group, inst.seq, calls, verdict))
+        if verdict.kind == "hang":
+            inst.stuck = True
+            return
+        if verdict.kind == "abort":
+            for r in verdict.aborting_ranks:
+                self.abort_rank(r, verdict.detail)
+            return
+        nbytes = max(c.payload.nbytes for c in calls)
+        op = calls[0].op
+        dur = self.cost.collective_time(op, nbytes, inst.members)
+        done = self.env.timeout(dur)
+        done.callbacks.append(lambda _ev, inst=inst: self._finish(inst))
+
+    def _finish(self, inst: Instance) -> None:
+        if inst.finished:
+            return
+        inst.finished = True
+        self._open[inst.group].pop(inst.seq, None)
+        results = collective_results([inst.calls[m] for m in inst.members])
+        for m in inst.members:
+            c = inst.calls[m]
+            c.entry.t_done = self.env.now
+            c.entry.completed = True
+            if not c.event.triggered:
+                c.event.succeed(results[m])
+
+    def _match_p2p(self, send: Call, recv: Call) -> None:
+        if send.payload.nbytes > recv.payload.nbytes:
+            self.findings.append(
+                Finding("p2p_size_mismatch", send.entry.group, send.entry.seq, [send.rank, recv.rank],
+                        f"rank {send.rank} sends {send.payload.nbytes} B but rank {recv.rank} receives {recv.payload.nbytes} B")
+            )
+        dur = self.cost.p2p_time(send.payload.nbytes, send.rank, recv.rank)
+
+        def finish(_ev: Any) -> None:
+            for c in (send, recv):
+                c.entry.t_done = self.env.now
+                c.entry.completed = True
+            if not send.event.triggered:
+                send.event.succeed(send.payload)
+            if not recv.event.triggered:
+                recv.event.succeed(send.payload.reinterpret(recv.payload.dtype))
+
+        self.env.timeout(dur).callbacks.append(finish)
+
+    # ------------------------------------------------------------------ failure
+    def _fail_call(self, call: Call, dead: int) -> None:
+        if call.event.triggered:
+            return
+        err = RankRaised(
+            "RuntimeError",
+            f"Connection closed by peer (rank {dead} has exited)",
+            "peer_lost",
+        )
+        call.entry.t_done = self.env.now
+        call.event.fail(err)
+        call.event.defused = True
+
+    def _fail_instance(self, inst: Instance, dead: int) -> None:
+        inst.finished = True
+        self._open[inst.group].pop(inst.seq, None)
+        for m, c in inst.calls.items():
+            if self.ranks[m].alive:
+                self._fail_call(c, dead)
+
+    def rank_gone(self, rank: int) -> None:
+        """`rank`'s process has ended: everything unfinished that needs it fails on its peers."""
+        rs = self.ranks[rank]
+        if not rs.alive:
+            return
+        rs.alive = False
+        for gname, members in self.groups.items():
+            if rank not in members:
+                continue
+            for inst in list(self._open[gname].values()):
+                self._fail_instance(inst, rank)
+        for queues in (self._sends, self._recvs):
+            for (src, dst, _tag), q in queues.items():
+                if rank in (src, dst):
+                    for c in list(q):
+                        if c.rank != rank:
+                            self._fail_call(c, rank)
+                            q.remove(c)
+
+    def abort_rank(self, rank: int, detail: str) -> None:
+        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once."""
+        rs = self.ranks[rank]
+        if not rs.alive:
+            return
+        rs.abort_error = RankError("SIGABRT", f"terminate called after throwing an instance of 'gloo::EnforceNotMet': {detail}", "gloo_abort")
+        if rs.process is not None and rs.process.is_alive:
+            rs.process.interrupt("abort")
+        self.rank_gone(rank)
+
+    # ------------------------------------------------------------------ queries
+    def blocked_entry(self, rank: int) -> TraceEntry | None:
+        return self.ranks[rank].waiting_on
+
+
+def collective_results(calls: list[Call]) -> dict[int, Payload]:
+    """What each rank's output holds after a matched collective, computed from every rank's input.
+
+    Each rank computes with its own view (its dtype, its reduce op, its root), which is
+    how a backend that pairs mismatched calls mixes their values.
+    """
+    out: dict[int, Payload] = {}
+    ranks = [c.rank for c in calls]
+    n = len(calls)
+    for c in calls:
+        dtype = c.payload.dtype
+        parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
+        op = c.op
+        if op == "all_reduce":
+            res = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+        elif op == "broadcast":
+            src = next((x for x in calls if x.rank == c.root), c)
+            res = Payload(src.payload.numel, src.payload.dtype, src.payload.values, src.payload.fill, src.payload.meta)
+            if res.dtype != dtype:
+                res = res.reinterpret(dtype)
+        elif op == "all_gather":
+            res = concat_payloads(parts, dtype)
+        elif op == "gather":
+            res = concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
+        elif op == "reduce":
+            res = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel) if c.rank == c.root else c.payload
+        elif op == "reduce_scatter":
+            full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+            res = chunk_payload(full, ranks.index(c.rank), n)
+        elif op == "scatter":
+            src = next((x for x in calls if x.rank == c.root), c)
+            res = chunk_payload(src.payload, ranks.index(c.rank), n)
+        elif op == "all_to_all":
+            res = concat_payloads([chunk_payload(p, ranks.index(c.rank), n) for p in parts], dtype)
+        else:  # barrier
+            res = Payload.unknown(0, dtype)
+        out[c.rank] = res
+    return out

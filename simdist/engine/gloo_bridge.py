@@ -1,0 +1,67 @@
+"""Connects the engine to the backend's pairing rules (`gloo_rules`), and names findings.
+
+The rules themselves (what Gloo does when ranks issue different collectives at the same
+sequence number) live in `gloo_rules`, derived from experiments on real Gloo. This module
+only converts engine calls into the rule's input and the verdict into a checker finding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simdist.engine import gloo_rules
+from simdist.report import Finding
+
+if TYPE_CHECKING:
+    from simdist.engine.core import Call
+
+
+def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
+    entries = [
+        gloo_rules.CollectiveCall(
+            rank=c.rank,
+            op=c.op,
+            numel=c.payload.numel,
+            dtype=c.payload.dtype,
+            reduce_op=c.reduce_op,
+            root=c.root,
+        )
+        for c in calls
+    ]
+    fps = {(e.op, e.numel, e.dtype, e.reduce_op, e.root) for e in entries}
+    if len(fps) == 1:
+        return gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
+    return gloo_rules.classify_mismatch(entries, group_size)
+
+
+def mismatch_kind(calls: list[Call]) -> str:
+    """The checker's name for the first field on which the ranks' calls disagree."""
+    first = calls[0]
+    for c in calls[1:]:
+        if c.op != first.op:
+            return "op_mismatch"
+    for c in calls[1:]:
+        if c.payload.numel != first.payload.numel:
+            return "size_mismatch"
+    for c in calls[1:]:
+        if c.payload.dtype != first.payload.dtype:
+            return "dtype_mismatch"
+    for c in calls[1:]:
+        if c.reduce_op != first.reduce_op:
+            return "reduce_op_mismatch"
+    return "root_mismatch"
+
+
+def finding(group: str, seq: int, calls: list[Call], verdict: gloo_rules.MismatchVerdict) -> Finding:
+    parts = "; ".join(
+        f"rank {c.rank}: {c.op}[{c.payload.numel}] {c.payload.dtype}"
+        + (f" {c.reduce_op}" if c.reduce_op else "")
+        + (f" root={c.root}" if c.root is not None and c.op in ("broadcast", "reduce", "gather", "scatter") else "")
+        + f" ({c.entry.origin})"
+        for c in calls
+    )
+    consequence = {"silent": "paired silently, values mixed", "hang": "blocks forever", "abort": "aborts"}[verdict.kind]
+    detail = f"#{seq} on {group} {consequence}: {parts}"
+    if verdict.detail:
+        detail += f" -- {verdict.detail}"
+    return Finding(kind=mismatch_kind(calls), group=group, seq=seq, ranks=[c.rank for c in calls], detail=detail)

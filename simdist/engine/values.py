@@ -1,0 +1,173 @@
+"""Simulated tensor payloads and the value semantics of collectives.
+
+A payload carries size and dtype always, and values only where they are cheap and useful:
+explicit elements for small tensors (<= `MAX_EXPLICIT` elements), or a single `fill`
+value when every element is equal (zeros, ones, a DDP gradient bucket of a chain model),
+which stays exact for any size under every elementwise reduction. Anything else carries
+no values (`None`), and results derived from it are unknown.
+
+Values matter for control flow, not just for reports: Join's exit loop stops when its
+count all-reduce returns 0, DDP's join hook skips the bucket shadows when the sync flag
+sums to 0. Mismatched collectives that the backend pairs anyway therefore mix values
+exactly as Gloo would, and the simulated control flow follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simdist.scenario import DTYPE_BYTES
+
+MAX_EXPLICIT = 64
+
+NP_DTYPES: dict[str, Any] = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": np.float32,  # numpy has no bfloat16; values are approximations
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+}
+
+
+@dataclass
+class Payload:
+    """A tensor as the simulator sees it."""
+
+    numel: int
+    dtype: str
+    values: np.ndarray | None = None  # explicit elements (numel <= MAX_EXPLICIT)
+    fill: float | None = None  # every element equals this
+    meta: Any = field(default=None, compare=False)  # opaque data a broadcast carries (e.g. bucket layout)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @classmethod
+    def full(cls, numel: int, dtype: str, value: float, meta: Any = None) -> Payload:
+        if numel <= MAX_EXPLICIT:
+            arr = np.full(numel, value, dtype=NP_DTYPES[dtype])
+            return cls(numel, dtype, values=arr, fill=float(arr[0]) if numel else None, meta=meta)
+        return cls(numel, dtype, fill=float(np.asarray(value, dtype=NP_DTYPES[dtype])), meta=meta)
+
+    @classmethod
+    def unknown(cls, numel: int, dtype: str, meta: Any = None) -> Payload:
+        return cls(numel, dtype, meta=meta)
+
+    @classmethod
+    def from_array(cls, arr: np.ndarray, dtype: str, meta: Any = None) -> Payload:
+        arr = np.asarray(arr, dtype=NP_DTYPES[dtype])
+        fill = float(arr[0]) if arr.size and np.all(arr == arr[0]) else None
+        return cls(int(arr.size), dtype, values=arr if arr.size <= MAX_EXPLICIT else None, fill=fill, meta=meta)
+
+    def array(self) -> np.ndarray | None:
+        """Explicit elements if known (materialising a fill for small tensors)."""
+        if self.values is not None:
+            return self.values
+        if self.fill is not None and self.numel <= MAX_EXPLICIT:
+            return np.full(self.numel, self.fill, dtype=NP_DTYPES[self.dtype])
+        return None
+
+    def item(self) -> float | None:
+        """The value of a one-element tensor (or of any uniform one)."""
+        if self.values is not None and self.values.size >= 1:
+            return _py(self.values[0])
+        return self.fill
+
+    def observed(self) -> Any:
+        """JSON-friendly value for reports: scalar for one element, list for small, None otherwise."""
+        arr = self.array()
+        if arr is None:
+            return None
+        if self.numel == 1:
+            return _py(arr[0])
+        return [_py(v) for v in arr]
+
+    def reinterpret(self, dtype: str) -> Payload:
+        """The same bytes read as another dtype (what a peer with a different dtype receives)."""
+        if dtype == self.dtype:
+            return self
+        n = self.nbytes // DTYPE_BYTES[dtype]
+        arr = self.array()
+        if arr is None:
+            return Payload.unknown(n, dtype)
+        raw = np.ascontiguousarray(arr).tobytes()
+        return Payload.from_array(np.frombuffer(raw[: n * DTYPE_BYTES[dtype]], dtype=NP_DTYPES[dtype]).copy(), dtype)
+
+
+def _py(v: Any) -> float | int | bool:
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    return float(v)
+
+
+_REDUCERS = {
+    "sum": np.add,
+    "product": np.multiply,
+    "min": np.minimum,
+    "max": np.maximum,
+    "band": np.bitwise_and,
+    "bor": np.bitwise_or,
+    "bxor": np.bitwise_xor,
+}
+
+
+def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Payload:
+    """Elementwise reduction of every rank's contribution, computed in `dtype`.
+
+    `avg` is sum then divide by the number of contributions (integer division for
+    integer dtypes, as torch does for integral AVG).
+    """
+    name = "sum" if op == "avg" else op
+    fn = _REDUCERS[name]
+    npdt = NP_DTYPES[dtype]
+    arrays = [p.array() for p in parts]
+    if all(a is not None for a in arrays) and numel <= MAX_EXPLICIT:
+        acc = np.asarray(arrays[0], dtype=npdt).copy()
+        for a in arrays[1:]:
+            acc = fn(acc, np.asarray(a, dtype=npdt)).astype(npdt)
+        if op == "avg":
+            acc = (acc // len(parts)) if np.issubdtype(npdt, np.integer) else (acc / len(parts)).astype(npdt)
+        return Payload.from_array(acc, dtype)
+    fills = [p.fill for p in parts]
+    if all(f is not None for f in fills):
+        acc_s = np.asarray(fills[0], dtype=npdt)
+        for f in fills[1:]:
+            acc_s = np.asarray(fn(acc_s, np.asarray(f, dtype=npdt)), dtype=npdt)
+        if op == "avg":
+            acc_s = acc_s // len(parts) if np.issubdtype(npdt, np.integer) else acc_s / len(parts)
+        return Payload.full(numel, dtype, float(acc_s))
+    return Payload.unknown(numel, dtype)
+
+
+def concat_payloads(parts: list[Payload], dtype: str) -> Payload:
+    """Concatenation in rank order (all_gather, gather)."""
+    numel = sum(p.numel for p in parts)
+    arrays = [p.array() for p in parts]
+    if numel <= MAX_EXPLICIT and all(a is not None for a in arrays):
+        return Payload.from_array(np.concatenate([np.asarray(a) for a in arrays]) if arrays else np.zeros(0), dtype)
+    fills = {p.fill for p in parts}
+    if len(fills) == 1 and None not in fills:
+        return Payload.full(numel, dtype, next(iter(fills)))  # type: ignore[arg-type]
+    return Payload.unknown(numel, dtype)
+
+
+def chunk_payload(p: Payload, index: int, chunks: int) -> Payload:
+    """The index-th of `chunks` equal slices (reduce_scatter output, scatter, all_to_all)."""
+    n = p.numel // chunks
+    arr = p.array()
+    if arr is not None:
+        return Payload.from_array(arr[index * n : (index + 1) * n], p.dtype)
+    if p.fill is not None:
+        return Payload.full(n, p.dtype, p.fill)
+    return Payload.unknown(n, p.dtype)

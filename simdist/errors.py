@@ -1,0 +1,13 @@
+"""Error types that the CLI turns into one-line messages and exit code 2."""
+
+
+class SimdistError(Exception):
+    """Base class: anything a user can cause and should read as one line."""
+
+
+class ScenarioError(SimdistError):
+    """A scenario (file or dict) is malformed or contradictory; the message names the field."""
+
+
+class HostError(SimdistError):
+    """The machine cannot host what was asked (e.g. world size, CUDA devices)."""

@@ -1,0 +1,100 @@
+"""Run a scenario in the simulator and turn what happened into a `Report`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from simdist.engine.core import CostLike, Engine, RankRaised
+from simdist.program import RankOutcome, RankProgram
+from simdist.report import RankError, RankResult, Report, overall_outcome
+from simdist.scenario import WORLD, Scenario
+
+
+class AlphaBeta:
+    """The simplest cost model: ring-like alpha-beta; used when no topology model is wired."""
+
+    def __init__(self, alpha: float = 50e-6, beta: float = 1 / 1e9):
+        self.alpha = alpha
+        self.beta = beta
+
+    def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None) -> float:
+        p = max(len(ranks), 1)
+        if p == 1:
+            return 0.0
+        factor = 2 * (p - 1) / p if op == "all_reduce" else (p - 1) / p
+        return 2 * (p - 1) * self.alpha + factor * nbytes * self.beta
+
+    def p2p_time(self, nbytes: int, src: int, dst: int) -> float:
+        return self.alpha + nbytes * self.beta
+
+
+def default_cost(scenario: Scenario) -> CostLike:
+    """The topology's cost model when available, otherwise plain alpha-beta."""
+    try:
+        from simdist.network.cost import CostModel
+    except ImportError:
+        return AlphaBeta()
+    return CostModel.from_scenario_topology(scenario.topology, scenario.world_size)
+
+
+def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
+    """Simulate every rank's program until all finish or nothing more can happen."""
+    groups = {WORLD: list(range(scenario.world_size))}
+    groups.update({g.name: list(g.ranks) for g in scenario.groups})
+    engine = Engine(scenario.world_size, groups, cost or default_cost(scenario), scenario.backend)
+    programs = [RankProgram(scenario, engine, r) for r in range(scenario.world_size)]
+    status: dict[int, str] = {}
+    errors: dict[int, RankError] = {}
+    end_time: dict[int, float] = {}
+
+    def proc(r: int) -> Generator[Any, Any, None]:
+        try:
+            yield from programs[r].run()
+            status[r] = "completed"
+        except RankRaised as e:
+            status[r] = "error"
+            errors[r] = e.error
+        except simpy.Interrupt:
+            status[r] = "aborted"
+        end_time[r] = engine.env.now
+        engine.ranks[r].finished = True
+        if status[r] != "completed" or scenario.on_finish == "exit":
+            engine.rank_gone(r)
+
+    for r in range(scenario.world_size):
+        engine.ranks[r].process = engine.env.process(proc(r))
+    engine.env.run()
+
+    results: list[RankResult] = []
+    for r in range(scenario.world_size):
+        out: RankOutcome = programs[r].out
+        rs = engine.ranks[r]
+        st = status.get(r, "hang")
+        err = errors.get(r)
+        if st == "aborted":
+            err = rs.abort_error
+        results.append(
+            RankResult(
+                rank=r,
+                status=st,  # type: ignore[arg-type]
+                inputs_processed=out.inputs_processed,
+                error=err,
+                observed=out.observed,
+                trace=rs.trace,
+                time=end_time.get(r, engine.env.now),
+                blocked_in=rs.waiting_on if st == "hang" else None,
+                warnings=out.warnings,
+            )
+        )
+    return Report(
+        scenario=scenario.name,
+        source="sim",
+        outcome=overall_outcome([r.status for r in results]),
+        ranks=results,
+        findings=engine.findings,
+        backend=scenario.backend,
+        world_size=scenario.world_size,
+    )

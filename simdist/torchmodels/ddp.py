@@ -1,0 +1,304 @@
+"""Model of `torch/nn/parallel/distributed.py` (DistributedDataParallel) and its C++ Reducer.
+
+What it issues, in torch 2.13's order:
+* construction: `_verify_param_shape_across_processes` (all_gather of the parameter count,
+  broadcast of 2 x sum(dims) int64 shape/stride metadata), `_sync_module_states`
+  (`_broadcast_coalesced` from rank 0 in 250 MiB buckets per dtype);
+* `_pre_forward`: Join heartbeat, `reducer._rebuild_buckets()` (two int32 broadcasts from
+  rank 0, once, when gradients were seen and buckets were never rebuilt), buffer sync,
+  and the backward-sync flag all-reduce when Join is enabled;
+* backward: one all-reduce per bucket in bucket order (one bucket in iteration 1 when
+  `find_unused_parameters=False`, since the initial limit is `sys.maxsize`; rebuilt
+  buckets in gradient-ready order after), then the local-used-map all-reduce with
+  `find_unused_parameters`;
+* `_DDPJoinHook.main_hook` / `post_hook` on a joined rank.
+
+Gradient values are modelled for the chain model the real backend builds (every used
+parameter's gradient is the input, 1.0, per backward), which is enough to show what
+`divide_by_initial_world_size` does to the averaged gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+from simdist.engine.core import RankRaised, Work
+from simdist.engine.values import Payload
+from simdist.scenario import Model
+from simdist.torchmodels.buckets import (
+    BROADCAST_BUCKET_SIZE,
+    DEFAULT_BUCKET_CAP_MB,
+    DEFAULT_FIRST_BUCKET_BYTES,
+    MAXSIZE,
+    MB,
+    compute_bucket_assignment_by_size,
+)
+from simdist.torchmodels.dist import Dist
+from simdist.torchmodels.join import Join, JoinHook, Joinable
+
+INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
+
+
+class DDPModel(Joinable):
+    kind = "ddp"
+
+    def __init__(self, dist: Dist, model: Model):
+        super().__init__(dist, "WORLD")
+        self.spec = model
+        self.numels = model.numels()
+        self.dims = model.dims()
+        self.dtype = model.dtype
+        self.buffer_numels = list(model.buffers)
+        self.used = [i not in set(model.unused_params) for i in range(len(self.numels))]
+        self.find_unused_parameters = model.find_unused_parameters
+        self.forward_sync_buffers = model.broadcast_buffers
+        self.init_sync_buffers = model.broadcast_buffers
+        is_default = model.bucket_cap_mb is None
+        cap_mb = DEFAULT_BUCKET_CAP_MB if model.bucket_cap_mb is None else model.bucket_cap_mb
+        self.bucket_bytes_cap = int(cap_mb * MB)
+        self.first_bucket_bytes_cap = DEFAULT_FIRST_BUCKET_BYTES if is_default else self.bucket_bytes_cap
+        # BucketCapacityConfig.compute_bucket_size_limits (static_graph=False)
+        if not self.find_unused_parameters:
+            limits = [MAXSIZE]
+        elif self.first_bucket_bytes_cap < self.bucket_bytes_cap:
+            limits = [self.first_bucket_bytes_cap, self.bucket_bytes_cap]
+        else:
+            limits = [self.bucket_bytes_cap]
+        initial = compute_bucket_assignment_by_size(self.numels, [self.dtype] * len(self.numels), limits)
+        self.buckets: list[list[int]] = list(reversed(initial))
+        self.has_rebuilt_bucket = False
+        self.rebuilt_params: list[int] = []
+        self.require_backward_grad_sync = True
+        self.require_forward_param_sync = True
+        self.divide_by_initial_world_size = True
+        self.expect_autograd_hooks = False
+        self.forward_work: Work | None = None
+        self.grad: list[float | None] = [None] * len(self.numels)  # local .grad (uniform value)
+        self.observed_grads: list[float | None] = []
+
+    # ------------------------------------------------------------------ construction
+    def construct(self) -> Generator[Any, Any, None]:
+        d = self.dist
+        # _verify_params_across_processes: all_gather the parameter count, then the metadata.
+        counts = yield from d.run("all_gather", Payload.full(1, "int64", len(self.numels)), origin="ddp.init.verify_params")
+        arr = counts.array()
+        if arr is not None and any(int(v) != len(self.numels) for v in arr):
+            raise RankRaised(
+                "RuntimeError",
+                f"DDP expects same model across all ranks, but Rank {d.rank} has {len(self.numels)} params, "
+                "while another rank has an inconsistent number of params.",
+                "model",
+            )
+        yield from d.broadcast(Payload.unknown(2 * sum(self.dims), "int64"), 0, origin="ddp.init.verify_params")
+        # _sync_module_states(src=0)
+        numels = self.numels + (self.buffer_numels if self.init_sync_buffers else [])
+        yield from self._broadcast_coalesced(numels, 0, "ddp.init.sync_module_states")
+
+    def _broadcast_coalesced(self, numels: list[int], root: int, origin: str) -> Generator[Any, Any, None]:
+        """c10d `broadcast_coalesced`: one broadcast per 250 MiB bucket (per dtype)."""
+        if not numels:
+            return
+        buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
+        works = [
+            self.dist.issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
+                            root=root, async_op=True)
+            for b in buckets
+        ]
+        for w in works:
+            yield from w.wait()
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, no_sync: bool = False) -> Generator[Any, Any, None]:
+        """`DDP.forward` = `_pre_forward` + module forward + `_post_forward` (inside `no_sync()` if asked)."""
+        if no_sync:
+            self.require_backward_grad_sync = False
+        try:
+            yield from self._pre_forward()
+            # _post_forward
+            if self.require_backward_grad_sync:
+                self.require_forward_param_sync = True
+                self.expect_autograd_hooks = True  # reducer.prepare_for_backward
+            else:
+                self.require_forward_param_sync = False
+        finally:
+            if no_sync:
+                self.require_backward_grad_sync = True
+
+    def _pre_forward(self) -> Generator[Any, Any, None]:
+        work = yield from Join.notify_join_context(self)
+        self.forward_work = work  # reducer._set_forward_pass_work_handle
+        yield from self._rebuild_buckets("ddp.pre_forward.rebuild_buckets")
+        if self._check_sync_bufs_pre_fwd():
+            yield from self._sync_buffers()
+        if self._join_config.enable:
+            self._check_global_requires_backward_grad_sync(is_joined_rank=False)
+
+    def _check_sync_bufs_pre_fwd(self) -> bool:
+        return self.require_forward_param_sync and self.forward_sync_buffers and len(self.buffer_numels) > 0
+
+    def _sync_buffers(self) -> Generator[Any, Any, None]:
+        if self._join_config.enable:
+            authoritative = yield from self._find_common_rank(self.dist.rank, True, "ddp.pre_forward.find_common_rank")
+        else:
+            authoritative = 0
+        yield from self._broadcast_coalesced(self.buffer_numels, authoritative, "ddp.pre_forward.sync_buffers")
+
+    def _find_common_rank(self, input_rank: int, rank_cond: bool, origin: str) -> Generator[Any, Any, int]:
+        res = yield from self.dist.all_reduce(
+            Payload.full(1, "int64", input_rank if rank_cond else -1), origin=origin, op="max"
+        )
+        v = res.item()
+        if v == -1:
+            raise RankRaised(
+                "ValueError",
+                "BUG! Expected rank_cond to be true for at least one process. "
+                "This indicates a bug in PyTorch, please report an issue.",
+                "model",
+            )
+        return int(v) if v is not None else 0
+
+    def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool, origin: str = "ddp.pre_forward.requires_grad_sync") -> Work:
+        value = 1.0 if (not is_joined_rank and self.require_backward_grad_sync) else 0.0
+        return self.dist.issue("all_reduce", Payload.full(1, "float32", value), origin=origin, async_op=True)
+
+    # ------------------------------------------------------------------ reducer
+    def _should_rebuild_buckets(self) -> bool:
+        return not self.find_unused_parameters and not self.has_rebuilt_bucket
+
+    def _rebuild_buckets(self, origin: str) -> Generator[Any, Any, bool]:
+        """`Reducer::rebuild_buckets` + `sync_bucket_indices` (rank 0's layout wins)."""
+        if not self._should_rebuild_buckets() or not self.rebuilt_params:
+            return False
+        order = self.rebuilt_params
+        mine = compute_bucket_assignment_by_size(
+            [self.numels[i] for i in order],
+            [self.dtype] * len(order),
+            [self.first_bucket_bytes_cap, self.bucket_bytes_cap],
+            tensor_indices=order,
+        )
+        got = yield from self.dist.broadcast(
+            Payload.unknown(len(order) + 1, "int32", meta=mine), 0, origin=origin
+        )
+        layout = got.meta if got.meta is not None else mine
+        yield from self.dist.broadcast(Payload.unknown(len(layout), "int32"), 0, origin=origin)
+        self.buckets = [list(b) for b in layout]
+        self.has_rebuilt_bucket = True
+        self.rebuilt_params = []
+        return True
+
+    def _bucket_payload(self, bucket: list[int], values: dict[int, float | None]) -> Payload:
+        numel = sum(self.numels[i] for i in bucket)
+        vals = {values.get(i) for i in bucket}
+        if len(vals) == 1 and None not in vals:
+            return Payload.full(numel, self.dtype, next(iter(vals)))  # type: ignore[arg-type]
+        return Payload.unknown(numel, self.dtype)
+
+    def backward(self) -> Generator[Any, Any, None]:
+        """`loss.backward()`: autograd hooks mark params ready; buckets all-reduce in order."""
+        if not self.expect_autograd_hooks:
+            # no_sync (or no prepared forward): gradients accumulate locally, no communication.
+            for i, used in enumerate(self.used):
+                if used:
+                    self.grad[i] = (self.grad[i] or 0.0) + INPUT_VALUE
+            self.observed_grads.append(self.grad[0])
+            return
+        self.expect_autograd_hooks = False
+        # Reducer::set_divide_factor, at the first ready gradient.
+        div = float(self.dist.world_size)
+        if self.forward_work is not None and not self.divide_by_initial_world_size:
+            hb = yield from self.forward_work.wait()
+            v = hb.item()
+            div = float(v) if v else div
+        self.forward_work = None
+        ready = [i for i in reversed(range(len(self.numels))) if self.used[i]]
+        if self.find_unused_parameters:
+            ready += [i for i in reversed(range(len(self.numels))) if not self.used[i]]
+        contrib: dict[int, float | None] = {}
+        for i in ready:
+            if self.used[i]:
+                self.grad[i] = (self.grad[i] or 0.0) + INPUT_VALUE
+                contrib[i] = self.grad[i] / div  # type: ignore[operator]
+            else:
+                contrib[i] = 0.0
+            if self._should_rebuild_buckets():
+                self.rebuilt_params.append(i)
+        works = [
+            (b, self.dist.issue("all_reduce", self._bucket_payload(b, contrib), origin="ddp.backward.bucket_allreduce",
+                                async_op=True))
+            for b in self.buckets
+        ]
+        unused_work = None
+        if self.find_unused_parameters:
+            used_map = Payload.from_array([1 if u else 0 for u in self.used], "int32") if len(self.used) <= 64 \
+                else Payload.unknown(len(self.used), "int32")
+            unused_work = self.dist.issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
+        for b, w in works:
+            res = yield from w.wait()
+            for i in b:
+                if self.used[i] or self.find_unused_parameters:
+                    self.grad[i] = res.fill if res.fill is not None else None
+        if unused_work is not None:
+            yield from unused_work.wait()
+        self.observed_grads.append(self.grad[0])
+
+    def zero_grad(self) -> None:
+        self.grad = [None] * len(self.numels)
+
+    # ------------------------------------------------------------------ join
+    def join_hook(self, **kwargs: Any) -> JoinHook:
+        self.divide_by_initial_world_size = bool(kwargs.get("divide_by_initial_world_size", True))
+        return _DDPJoinHook(self)
+
+    def _push_all_rebuilt_params(self) -> None:
+        if not self._should_rebuild_buckets() or self.rebuilt_params:
+            return
+        self.rebuilt_params = list(range(len(self.numels)))
+
+    def _sync_final_model(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
+        root = yield from self._find_common_rank(self.dist.rank, is_last_joiner, "ddp.post_hook.find_common_rank")
+        numels = self.numels + (self.buffer_numels if self.forward_sync_buffers else [])
+        yield from self._broadcast_coalesced(numels, root, "ddp.post_hook.broadcast_final_model")
+
+
+class _DDPJoinHook(JoinHook):
+    def __init__(self, ddp: DDPModel):
+        self.ddp = ddp
+
+    def main_hook(self) -> Generator[Any, Any, None]:
+        ddp = self.ddp
+        yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
+        # _check_and_sync_module_buffers
+        if ddp._check_sync_bufs_pre_fwd():
+            root = yield from ddp._find_common_rank(ddp.dist.rank, False, "ddp.join_hook.find_common_rank")
+            yield from ddp._broadcast_coalesced(ddp.buffer_numels, root, "ddp.join_hook.sync_buffers")
+        work = ddp._check_global_requires_backward_grad_sync(True, origin="ddp.join_hook.requires_grad_sync")
+        res = yield from work.wait()
+        should_sync_backwards = (res.item() or 0) != 0
+        ddp.require_forward_param_sync = should_sync_backwards
+        if not should_sync_backwards:
+            return
+        # _match_all_reduce_for_bwd_pass: zeros per bucket, all issued, then all waited
+        works = [
+            ddp.dist.issue("all_reduce", Payload.full(sum(ddp.numels[i] for i in b), ddp.dtype, 0.0),
+                           origin="ddp.join_hook.bucket_allreduce", async_op=True)
+            for b in ddp.buckets
+        ]
+        for w in works:
+            yield from w.wait()
+        if ddp.find_unused_parameters:
+            # _match_unused_params_allreduce: the local used map (zeros on a joined rank); not waited
+            ddp.dist.issue("all_reduce", Payload.full(len(ddp.numels), "int32", 0),
+                           origin="ddp.join_hook.unused_map_allreduce", async_op=True)
+        ddp._push_all_rebuilt_params()
+
+    def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
+        yield from self.ddp._sync_final_model(is_last_joiner)
+
+
+def chain_model_numel(model: Model) -> int:
+    return sum(model.numels())
+
+
+__all__ = ["DDPModel", "chain_model_numel", "math"]

@@ -1,0 +1,117 @@
+"""The custom joinables simdist bundles: the Join tutorial's `Counter` and torch's test
+`AllReducer` (test/distributed/algorithms/test_join.py), modelled call for call.
+
+Both use the default (world) group for their per-iteration all-reduces and broadcasts,
+exactly as the originals do, and their own process group only for `find_common_rank`
+and the Join heartbeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from simdist.engine.values import Payload
+from simdist.torchmodels.dist import Dist
+from simdist.torchmodels.join import Join, JoinHook, Joinable
+
+BEFORE_CONSTANT = 41
+AFTER_CONSTANT = 42
+
+
+def find_common_rank(j: Joinable, rank: int, to_consider: bool, origin: str) -> Generator[Any, Any, int]:
+    res = yield from j.dist.all_reduce(Payload.full(1, "int64", rank if to_consider else -1), origin=origin, op="max",
+                                       group=j.join_process_group)
+    return int(res.item() or 0)
+
+
+class Counter(Joinable):
+    """Counts inputs across ranks: `count` sums an all-reduce of ones per call."""
+
+    kind = "counter"
+
+    def __init__(self, dist: Dist, name: str, group: str = "WORLD"):
+        super().__init__(dist, group)
+        self.name = name
+        self.count = 0.0
+        self.max_count = 0.0
+
+    def call(self, num_allreduces: int | None = None) -> Generator[Any, Any, None]:
+        yield from Join.notify_join_context(self)
+        t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="counter.call.allreduce")
+        self.count += t.item() or 0.0
+
+    def join_hook(self, **kwargs: Any) -> JoinHook:
+        return _CounterJoinHook(self, bool(kwargs.get("sync_max_count", False)))
+
+    def observed(self) -> dict[str, Any]:
+        return {f"{self.name}.count": self.count, f"{self.name}.max_count": self.max_count}
+
+
+class _CounterJoinHook(JoinHook):
+    def __init__(self, counter: Counter, sync_max_count: bool):
+        self.counter = counter
+        self.sync_max_count = sync_max_count
+
+    def main_hook(self) -> Generator[Any, Any, None]:
+        yield from self.counter.dist.all_reduce(Payload.full(1, "float32", 0.0), origin="counter.main_hook.allreduce")
+
+    def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
+        if not self.sync_max_count:
+            return
+        c = self.counter
+        rank = c.dist.rank
+        common_rank = yield from find_common_rank(c, rank, is_last_joiner, "counter.post_hook.find_common_rank")
+        if rank == common_rank:
+            c.max_count = c.count
+        res = yield from c.dist.broadcast(Payload.full(1, "float32", c.max_count), common_rank,
+                                          origin="counter.post_hook.broadcast_max_count")
+        c.max_count = float(res.item() or 0.0)
+
+
+class AllReducer(Joinable):
+    """torch's test joinable: `num_allreduces` all-reduces of ones per call; returns their total."""
+
+    kind = "allreducer"
+
+    def __init__(self, dist: Dist, name: str, group: str = "WORLD"):
+        super().__init__(dist, group)
+        self.name = name
+        self.total = 0.0
+        self.post_hook_tensor = BEFORE_CONSTANT
+
+    def call(self, num_allreduces: int | None = None) -> Generator[Any, Any, None]:
+        yield from Join.notify_join_context(self)
+        for _ in range(1 if num_allreduces is None else num_allreduces):
+            t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="allreducer.call.allreduce")
+            self.total += t.item() or 0.0
+
+    def join_hook(self, **kwargs: Any) -> JoinHook:
+        return _AllReducerJoinHook(self, int(kwargs.get("num_allreduces", 1)), bool(kwargs.get("run_post_hooks", False)))
+
+    def observed(self) -> dict[str, Any]:
+        return {f"{self.name}.total": self.total, f"{self.name}.post_hook_tensor": self.post_hook_tensor}
+
+
+class _AllReducerJoinHook(JoinHook):
+    def __init__(self, allreducer: AllReducer, num_allreduces: int, run_post_hook: bool):
+        self.allreducer = allreducer
+        self.num_allreduces = num_allreduces
+        self.run_post_hook = run_post_hook
+
+    def main_hook(self) -> Generator[Any, Any, None]:
+        for _ in range(self.num_allreduces):
+            yield from self.allreducer.dist.all_reduce(Payload.full(1, "float32", 0.0),
+                                                       origin="allreducer.main_hook.allreduce")
+
+    def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
+        if not self.run_post_hook:
+            return
+        a = self.allreducer
+        rank = a.dist.rank
+        common_rank = yield from find_common_rank(a, rank, is_last_joiner, "allreducer.post_hook.find_common_rank")
+        if rank == common_rank:
+            a.post_hook_tensor = AFTER_CONSTANT
+        res = yield from a.dist.broadcast(Payload.full(1, "int64", a.post_hook_tensor), common_rank,
+                                          origin="allreducer.post_hook.broadcast")
+        a.post_hook_tensor = int(res.item() or 0)
