@@ -29,8 +29,12 @@ class RankRaised(Exception):
     """A simulated rank raised an exception (the rank's program ends with it)."""
 
     def __init__(self, type_: str, message: str, category: str = "other"):
-        super().__init__(message)
+        # all three in args: simpy re-creates a failed event's exception from its args
+        super().__init__(type_, message, category)
         self.error = RankError(type=type_, message=message, category=category)
+
+    def __str__(self) -> str:
+        return f"{self.error.type}: {self.error.message}"
 
 
 class CostLike(Protocol):
@@ -306,8 +310,14 @@ class Engine:
         if not rs.alive:
             return
         rs.abort_error = RankError("SIGABRT", f"terminate called after throwing an instance of 'gloo::EnforceNotMet': {detail}", "gloo_abort")
-        if rs.process is not None and rs.process.is_alive:
-            rs.process.interrupt("abort")
+        proc = rs.process
+
+        def interrupt(_ev: Any) -> None:
+            # deferred: the aborting rank may be the process that is running right now
+            if proc is not None and proc.is_alive:
+                proc.interrupt("abort")
+
+        self.env.timeout(0).callbacks.append(interrupt)
         self.rank_gone(rank)
 
     # ------------------------------------------------------------------ queries

@@ -1,0 +1,28 @@
+"""Collective algorithms as schedules with closed-form costs (see docs/cost-model.md)."""
+
+from simdist.collectives.algorithms import (
+    OPS,
+    REGISTRY,
+    Algorithm,
+    algorithms_for,
+    get,
+    make_schedule,
+    resolve,
+)
+from simdist.collectives.execute import run_times, run_values, schedule_time
+from simdist.collectives.schedule import Schedule, Transfer
+
+__all__ = [
+    "OPS",
+    "REGISTRY",
+    "Algorithm",
+    "Schedule",
+    "Transfer",
+    "algorithms_for",
+    "get",
+    "make_schedule",
+    "resolve",
+    "run_times",
+    "run_values",
+    "schedule_time",
+]
