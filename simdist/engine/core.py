@@ -126,6 +126,13 @@ class Engine:
         self._sends: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self.findings: list[Finding] = []
+        self._any_dead = False
+
+    def _dead_member(self, members: list[int]) -> int | None:
+        for m in members:
+            if not self.ranks[m].alive:
+                return m
+        return None
 
     # ------------------------------------------------------------------ issuing
     def issue(
@@ -169,9 +176,8 @@ class Engine:
             self._instances[(group, seq)] = inst
             self._open[group][seq] = inst
         inst.calls[rank] = call
-        gone = [m for m in members if not self.ranks[m].alive and m not in inst.calls]
-        if gone or any(not self.ranks[m].alive for m in inst.calls):
-            dead = gone[0] if gone else next(m for m in inst.calls if not self.ranks[m].alive)
+        dead = self._dead_member(members) if self._any_dead else None
+        if dead is not None:
             self._fail_instance(inst, dead)
         elif len(inst.calls) == len(members):
             self._match(inst)
@@ -291,6 +297,7 @@ class Engine:
         if not rs.alive:
             return
         rs.alive = False
+        self._any_dead = True
         for gname, members in self.groups.items():
             if rank not in members:
                 continue
@@ -329,37 +336,42 @@ def collective_results(calls: list[Call]) -> dict[int, Payload]:
     """What each rank's output holds after a matched collective, computed from every rank's input.
 
     Each rank computes with its own view (its dtype, its reduce op, its root), which is
-    how a backend that pairs mismatched calls mixes their values.
+    how a backend that pairs mismatched calls mixes their values. A well-formed
+    all_reduce/broadcast/all_gather gives every rank the same result, computed once.
     """
-    out: dict[int, Payload] = {}
     ranks = [c.rank for c in calls]
+    c0 = calls[0]
+    if c0.op in ("all_reduce", "broadcast", "all_gather") and all(
+        c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op and c.root == c0.root
+        for c in calls
+    ):
+        return dict.fromkeys(ranks, _result_for(c0, calls, ranks))
+    return {c.rank: _result_for(c, calls, ranks) for c in calls}
+
+
+def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
     n = len(calls)
-    for c in calls:
-        dtype = c.payload.dtype
-        parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
-        op = c.op
-        if op == "all_reduce":
-            res = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
-        elif op == "broadcast":
-            src = next((x for x in calls if x.rank == c.root), c)
-            res = Payload(src.payload.numel, src.payload.dtype, src.payload.values, src.payload.fill, src.payload.meta)
-            if res.dtype != dtype:
-                res = res.reinterpret(dtype)
-        elif op == "all_gather":
-            res = concat_payloads(parts, dtype)
-        elif op == "gather":
-            res = concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
-        elif op == "reduce":
-            res = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel) if c.rank == c.root else c.payload
-        elif op == "reduce_scatter":
-            full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
-            res = chunk_payload(full, ranks.index(c.rank), n)
-        elif op == "scatter":
-            src = next((x for x in calls if x.rank == c.root), c)
-            res = chunk_payload(src.payload, ranks.index(c.rank), n)
-        elif op == "all_to_all":
-            res = concat_payloads([chunk_payload(p, ranks.index(c.rank), n) for p in parts], dtype)
-        else:  # barrier
-            res = Payload.unknown(0, dtype)
-        out[c.rank] = res
-    return out
+    dtype = c.payload.dtype
+    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
+    op = c.op
+    if op == "all_reduce":
+        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+    if op == "broadcast":
+        src = next((x for x in calls if x.rank == c.root), c)
+        res = Payload(src.payload.numel, src.payload.dtype, src.payload.values, src.payload.fill, src.payload.meta)
+        return res.reinterpret(dtype) if res.dtype != dtype else res
+    if op == "all_gather":
+        return concat_payloads(parts, dtype)
+    if op == "gather":
+        return concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
+    if op == "reduce":
+        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel) if c.rank == c.root else c.payload
+    if op == "reduce_scatter":
+        full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+        return chunk_payload(full, ranks.index(c.rank), n)
+    if op == "scatter":
+        src = next((x for x in calls if x.rank == c.root), c)
+        return chunk_payload(src.payload, ranks.index(c.rank), n)
+    if op == "all_to_all":
+        return concat_payloads([chunk_payload(p, ranks.index(c.rank), n) for p in parts], dtype)
+    return Payload.unknown(0, dtype)  # barrier

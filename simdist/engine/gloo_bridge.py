@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from simdist.engine.core import Call
 
 
+_OK = gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
+
+
 def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
+    c0 = calls[0]
+    fp0 = (c0.op, c0.payload.numel, c0.payload.dtype, c0.reduce_op, c0.root)
+    if all((c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root) == fp0 for c in calls[1:]):
+        return _OK
     entries = [
         gloo_rules.CollectiveCall(
             rank=c.rank,
@@ -28,9 +35,6 @@ def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
         )
         for c in calls
     ]
-    fps = {(e.op, e.numel, e.dtype, e.reduce_op, e.root) for e in entries}
-    if len(fps) == 1:
-        return gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
     return gloo_rules.classify_mismatch(entries, group_size)
 
 

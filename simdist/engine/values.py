@@ -53,10 +53,8 @@ class Payload:
 
     @classmethod
     def full(cls, numel: int, dtype: str, value: float, meta: Any = None) -> Payload:
-        if numel <= MAX_EXPLICIT:
-            arr = np.full(numel, value, dtype=NP_DTYPES[dtype])
-            return cls(numel, dtype, values=arr, fill=float(arr[0]) if numel else None, meta=meta)
-        return cls(numel, dtype, fill=float(np.asarray(value, dtype=NP_DTYPES[dtype])), meta=meta)
+        """A uniform tensor: stored as its fill only (arrays are made on demand)."""
+        return cls(numel, dtype, fill=_cast(value, dtype), meta=meta)
 
     @classmethod
     def unknown(cls, numel: int, dtype: str, meta: Any = None) -> Payload:
@@ -80,6 +78,8 @@ class Payload:
         """The value of a one-element tensor (or of any uniform one)."""
         if self.values is not None and self.values.size >= 1:
             return _py(self.values[0])
+        if self.fill is not None and self.dtype in _INT_DTYPES:
+            return int(self.fill)
         return self.fill
 
     def observed(self) -> Any:
@@ -101,6 +101,29 @@ class Payload:
             return Payload.unknown(n, dtype)
         raw = np.ascontiguousarray(arr).tobytes()
         return Payload.from_array(np.frombuffer(raw[: n * DTYPE_BYTES[dtype]], dtype=NP_DTYPES[dtype]).copy(), dtype)
+
+
+def _cast(value: float, dtype: str) -> float:
+    """A Python scalar as `dtype` would hold it (ints truncate, bool is 0/1, float16/32 round)."""
+    if dtype in _INT_DTYPES:
+        return float(int(value))
+    if dtype == "bool":
+        return float(bool(value))
+    if dtype in ("float32", "float16"):
+        return float(np.asarray(value, dtype=NP_DTYPES[dtype]))
+    return float(value)
+
+
+_INT_DTYPES = {"int64", "int32", "int16", "int8", "uint8"}
+_PY_REDUCERS = {
+    "sum": lambda a, b: a + b,
+    "product": lambda a, b: a * b,
+    "min": min,
+    "max": max,
+    "band": lambda a, b: float(int(a) & int(b)),
+    "bor": lambda a, b: float(int(a) | int(b)),
+    "bxor": lambda a, b: float(int(a) ^ int(b)),
+}
 
 
 def _py(v: Any) -> float | int | bool:
@@ -129,6 +152,15 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     integer dtypes, as torch does for integral AVG).
     """
     name = "sum" if op == "avg" else op
+    if all(p.values is None and p.fill is not None for p in parts):
+        # uniform inputs (the common case: zeros, ones, DDP buckets): pure Python, exact for any size
+        py = _PY_REDUCERS[name]
+        acc = parts[0].fill
+        for p in parts[1:]:
+            acc = py(acc, p.fill)
+        if op == "avg":
+            acc = float(int(acc) // len(parts)) if dtype in _INT_DTYPES else acc / len(parts)
+        return Payload.full(numel, dtype, acc)  # type: ignore[arg-type]
     fn = _REDUCERS[name]
     npdt = NP_DTYPES[dtype]
     arrays = [p.array() for p in parts]

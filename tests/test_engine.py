@@ -1,0 +1,166 @@
+"""The engine: matching by issue order, value semantics, async handles, groups, p2p, hangs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.engine.core import Engine
+from simdist.engine.values import Payload
+from simdist.scenario import parse_scenario
+from simdist.sim import AlphaBeta, simulate
+
+
+def sim(d: dict):
+    return simulate(parse_scenario(d))
+
+
+def one_collective(world: int, **step) -> object:
+    return sim({"world_size": world, "inputs": {"counts": [1] * world},
+                "loop": [{"kind": "collective", "observe": "out", **step}]})
+
+
+@pytest.mark.parametrize(
+    "op,values,expected",
+    [
+        ("sum", [1, 2, 3], 6),
+        ("avg", [1, 2, 3], 2),
+        ("product", [2, 3, 4], 24),
+        ("min", [5, 2, 7], 2),
+        ("max", [5, 2, 7], 7),
+        ("band", [6, 3, 7], 2),
+        ("bor", [1, 2, 4], 7),
+        ("bxor", [1, 3, 7], 5),
+    ],
+)
+def test_reduce_op_values(op, values, expected):
+    dtype = "int64" if op in ("band", "bor", "bxor") else "float32"
+    # value "rank" gives 0, 1, 2: map to the wanted inputs via a per-rank step each
+    steps = [
+        {"kind": "collective", "op": "all_reduce", "reduce_op": op, "dtype": dtype, "value": v, "ranks": [r],
+         "observe": "out"}
+        for r, v in enumerate(values)
+    ]
+    rep = sim({"world_size": 3, "inputs": {"counts": [1, 1, 1]}, "loop": steps})
+    assert rep.outcome == "completed"
+    assert [r.observed["out"] for r in rep.ranks] == [[expected]] * 3
+
+
+def test_collectives_pair_by_issue_order_not_meaning():
+    # rank 0 issues all_reduce(rank) then all_reduce(10); rank 1 issues them the other way round.
+    steps = [
+        {"kind": "collective", "op": "all_reduce", "value": "rank", "ranks": [0], "observe": "a"},
+        {"kind": "collective", "op": "all_reduce", "value": 10, "ranks": [0, 1], "observe": "b"},
+        {"kind": "collective", "op": "all_reduce", "value": "rank", "ranks": [1], "observe": "a"},
+    ]
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": steps})
+    assert rep.outcome == "completed"
+    # first collective of each rank pairs: 0 (rank 0's rank) + 10 = 10
+    assert rep.ranks[0].observed == {"a": [10.0], "b": [11.0]}
+    assert rep.ranks[1].observed == {"b": [10.0], "a": [11.0]}
+    assert [e.seq for e in rep.ranks[0].trace] == [1, 2]
+
+
+def test_broadcast_gather_scatter_values():
+    rep = one_collective(3, op="broadcast", root=2, value="rank")
+    assert [r.observed["out"] for r in rep.ranks] == [[2.0]] * 3
+    rep = one_collective(3, op="all_gather", value="rank", numel=2)
+    assert rep.ranks[1].observed["out"] == [[0.0, 0.0, 1.0, 1.0, 2.0, 2.0]]
+    rep = one_collective(2, op="reduce_scatter", value="rank", numel=4)
+    assert [r.observed["out"] for r in rep.ranks] == [[[1.0, 1.0]], [[1.0, 1.0]]]
+    rep = one_collective(3, op="reduce", root=1, value=2)
+    assert rep.ranks[1].observed["out"] == [6.0] and rep.ranks[0].observed["out"] == [2.0]
+
+
+def test_async_handle_waited_at_end_of_iteration():
+    rep = sim({"world_size": 2, "inputs": {"counts": [2, 2]}, "loop": [
+        {"kind": "collective", "op": "all_reduce", "async": True, "wait": "end_of_iteration", "value": "iteration",
+         "observe": "it"},
+        {"kind": "compute", "seconds": 0.5},
+    ]})
+    assert rep.outcome == "completed"
+    assert rep.ranks[0].observed["it"] == [0.0, 2.0]
+    # the compute overlapped the async collective: each iteration takes ~0.5 s, not 0.5 + comm
+    assert rep.ranks[0].time == pytest.approx(1.0, rel=1e-3)
+    assert all(e.async_op for e in rep.ranks[0].trace)
+
+
+def test_async_work_handle_api():
+    eng = Engine(2, {"WORLD": [0, 1]}, AlphaBeta(alpha=1.0, beta=0.0))
+    got = {}
+
+    def prog(r):
+        w = eng.issue(r, "all_reduce", Payload.full(1, "float32", r + 1), origin="t", reduce_op="sum", async_op=True)
+        assert not w.done
+        res = yield from w.wait()
+        got[r] = (res.item(), eng.env.now)
+
+    for r in range(2):
+        eng.env.process(prog(r))
+    eng.env.run()
+    assert got == {0: (3.0, 2.0), 1: (3.0, 2.0)}  # 2(p-1) alpha = 2 s
+
+
+def test_subgroups_have_their_own_sequence_numbers():
+    rep = sim({
+        "world_size": 4, "inputs": {"counts": [1, 1, 1, 1]},
+        "groups": [{"name": "evens", "ranks": [0, 2]}, {"name": "odds", "ranks": [1, 3]}],
+        "loop": [
+            {"kind": "collective", "op": "all_reduce", "group": "evens", "ranks": [0, 2], "value": "rank",
+             "observe": "g"},
+            {"kind": "collective", "op": "all_reduce", "group": "odds", "ranks": [1, 3], "value": "rank",
+             "observe": "g"},
+            {"kind": "collective", "op": "all_reduce", "value": 1, "observe": "w"},
+        ],
+    })
+    assert rep.outcome == "completed"
+    assert [r.observed["g"] for r in rep.ranks] == [[2.0], [4.0], [2.0], [4.0]]
+    assert [(e.group, e.seq, e.group_size) for e in rep.ranks[1].trace] == [("odds", 1, 2), ("WORLD", 1, 4)]
+
+
+def test_p2p_matches_by_src_dst_tag_in_order():
+    rep = sim({"world_size": 3, "inputs": {"counts": [2, 2, 2]}, "loop": [
+        {"kind": "p2p", "src": 0, "dst": 2, "tag": 1, "value": "iteration", "observe": "from0"},
+        {"kind": "p2p", "src": 1, "dst": 2, "tag": 1, "value": 7, "observe": "from1"},
+    ]})
+    assert rep.outcome == "completed"
+    assert rep.ranks[2].observed == {"from0": [0.0, 1.0], "from1": [7.0, 7.0]}
+    assert [(e.op, e.peer) for e in rep.ranks[0].trace] == [("send", 2), ("send", 2)]
+
+
+def test_p2p_without_partner_hangs():
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "on_finish": "stay",
+               "loop": [{"kind": "p2p", "src": 0, "dst": 1, "ranks": [0]}]})
+    assert rep.outcome == "hang"
+    assert rep.ranks[0].status == "hang" and rep.ranks[0].blocked_in.op == "send"
+    assert rep.ranks[1].status == "completed"
+
+
+def test_hang_reports_blocked_ranks_and_collective():
+    rep = sim({"world_size": 3, "inputs": {"counts": [1, 2, 2]}, "on_finish": "stay",
+               "loop": [{"kind": "collective", "op": "all_reduce", "name": "step_sync"}]})
+    assert rep.outcome == "hang"
+    assert [r.status for r in rep.ranks] == ["completed", "hang", "hang"]
+    for r in rep.ranks[1:]:
+        assert r.blocked_in is not None and r.blocked_in.seq == 2 and r.blocked_in.origin == "user.step_sync"
+        assert r.inputs_processed == 1
+
+
+def test_exited_peer_fails_pending_collective_at_once():
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 2]}, "on_finish": "exit",
+               "loop": [{"kind": "collective", "op": "all_reduce"}]})
+    assert rep.outcome == "error"
+    assert rep.ranks[1].status == "error" and rep.ranks[1].error.category == "peer_lost"
+
+
+def test_large_payloads_carry_no_values_but_uniform_fill_survives():
+    rep = one_collective(2, op="all_reduce", numel=1000, value=1.5)
+    assert rep.ranks[0].observed["out"] == [None]
+    assert rep.ranks[0].trace[0].numel == 1000
+
+
+def test_simulated_time_uses_cost_model():
+    s = parse_scenario({"world_size": 2, "inputs": {"counts": [1, 1]},
+                        "loop": [{"kind": "collective", "op": "all_reduce", "numel": 1000}]})
+    rep = simulate(s, cost=AlphaBeta(alpha=1e-3, beta=1e-6))
+    # 2(p-1) alpha + 2(p-1)/p n beta = 2e-3 + 4000 B * 1e-6
+    assert rep.ranks[0].time == pytest.approx(2e-3 + 4000e-6)
