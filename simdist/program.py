@@ -27,7 +27,7 @@ from simdist.scenario import (
 from simdist.torchmodels.ddp import DDPModel
 from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable
-from simdist.torchmodels.joinables import AllReducer, Counter
+from simdist.torchmodels.registry import JOINABLE_KINDS
 from simdist.torchmodels.zero import ZeroModel
 
 OUT_NUMEL = {"reduce_scatter", "scatter"}  # output is numel / group size
@@ -85,8 +85,8 @@ class RankProgram:
         if s.optimizer is not None and s.optimizer.zero and s.model is not None:
             self.zero = ZeroModel(self.dist, s.model)
         for decl in s.joinables:
-            cls = Counter if decl.kind == "counter" else AllReducer
-            self.custom[decl.name] = cls(self.dist, decl.name, decl.group)
+            cls = JOINABLE_KINDS[decl.kind]
+            self.custom[decl.name] = cls(self.dist, decl.name, decl.group)  # type: ignore[call-arg]
         if s.join is not None:
             objs = [self._joinable(n) for n in s.join.joinables]
             self.join = Join(self.dist, objs, s.join.enabled, s.join.throw_on_early_termination, **s.join.kwargs)
@@ -134,7 +134,9 @@ class RankProgram:
 
     def _collect_observed(self) -> None:
         for j in self.custom.values():
-            self.out.observed.update(j.observed())  # type: ignore[attr-defined]
+            observed = getattr(j, "observed", None)
+            if observed is not None:
+                self.out.observed.update(observed())
         if self.ddp is not None and self.s.model is not None and self.s.model.observe_grad:
             self.out.observed["ddp.grad"] = list(self.ddp.observed_grads)
 

@@ -176,8 +176,16 @@ class JoinableDecl(_Strict):
     """A custom joinable: the tutorial `Counter` or torch's test `AllReducer`."""
 
     name: str
-    kind: Literal["counter", "allreducer"]
+    kind: str = Field(description="counter | allreducer | a kind registered with register_joinable")
     group: str = WORLD
+
+    @model_validator(mode="after")
+    def _known_kind(self) -> JoinableDecl:
+        from simdist.torchmodels.registry import JOINABLE_KINDS
+
+        if self.kind not in JOINABLE_KINDS:
+            raise ValueError(f"kind: unknown joinable kind '{self.kind}' (known: {', '.join(sorted(JOINABLE_KINDS))})")
+        return self
 
 
 class JoinBlock(_Strict):
