@@ -57,6 +57,8 @@ def print_report(report: Report, title: str | None = None) -> None:
             detail = f"{r.error.type}: {r.error.message}"
         elif r.blocked_in is not None:
             detail = f"blocked in {r.blocked_in.short()}"
+            if r.waiting_in is not None and r.waiting_in is not r.blocked_in and r.waiting_in.seq != r.blocked_in.seq:
+                detail += f"; waiting in {r.waiting_in.short()}"
         if r.observed:
             obs = ", ".join(f"{k}={_short(v)}" for k, v in r.observed.items())
             detail = f"{obs}; {detail}" if detail else obs

@@ -134,7 +134,11 @@ class RankResult:
     observed: dict[str, Any] = field(default_factory=dict)
     trace: list[TraceEntry] = field(default_factory=list)
     time: float = 0.0  # simulated seconds (sim) or wall seconds (real)
-    blocked_in: TraceEntry | None = None  # the collective a hung rank waits in
+    # A hung rank's oldest collective that never completed (what the Flight Recorder shows as
+    # last completed + 1): the root of the wait, compared between sim and real.
+    blocked_in: TraceEntry | None = None
+    # Where the rank's code is waiting (simulator only; may be a later collective than blocked_in).
+    waiting_in: TraceEntry | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -163,6 +167,7 @@ class Report:
             r["trace"] = [TraceEntry(**e) for e in r.get("trace", [])]
             r["error"] = RankError(**r["error"]) if r.get("error") else None
             r["blocked_in"] = TraceEntry(**r["blocked_in"]) if r.get("blocked_in") else None
+            r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})

@@ -76,6 +76,11 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
         err = errors.get(r)
         if st == "aborted":
             err = rs.abort_error
+        blocked = waiting = None
+        if st == "hang":
+            waiting = rs.waiting_on
+            pending = [e for e in rs.trace if not e.completed and e.t_done is None]
+            blocked = pending[0] if pending else waiting
         results.append(
             RankResult(
                 rank=r,
@@ -85,7 +90,8 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
                 observed=out.observed,
                 trace=rs.trace,
                 time=end_time.get(r, engine.env.now),
-                blocked_in=rs.waiting_on if st == "hang" else None,
+                blocked_in=blocked,
+                waiting_in=waiting,
                 warnings=out.warnings,
             )
         )

@@ -275,11 +275,9 @@ class Engine:
     def _fail_call(self, call: Call, dead: int) -> None:
         if call.event.triggered:
             return
-        err = RankRaised(
-            "RuntimeError",
-            f"Connection closed by peer (rank {dead} has exited)",
-            "peer_lost",
-        )
+        # Gloo's wording: a peer that exited closes its sockets; one killed by SIGABRT resets them
+        how = "reset" if self.ranks[dead].abort_error is not None else "closed"
+        err = RankRaised("RuntimeError", f"Connection {how} by peer (rank {dead} has exited)", "peer_lost")
         call.entry.t_done = self.env.now
         call.event.fail(err)
         call.event.defused = True
@@ -316,7 +314,7 @@ class Engine:
         rs = self.ranks[rank]
         if not rs.alive:
             return
-        rs.abort_error = RankError("SIGABRT", f"terminate called after throwing an instance of 'gloo::EnforceNotMet': {detail}", "gloo_abort")
+        rs.abort_error = RankError("gloo::EnforceNotMet", f"{detail} (std::terminate: SIGABRT)", "gloo_abort")
         proc = rs.process
 
         def interrupt(_ev: Any) -> None:
