@@ -70,6 +70,11 @@ class Instance:
     stuck: bool = False  # the backend pairs them but never completes (mismatch hang)
 
 
+def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEntry:
+    """Entry for an op a dead process would have issued: never recorded in any trace."""
+    return TraceEntry(seq=0, op=op, numel=payload.numel, dtype=payload.dtype, group=group, group_size=0, origin=origin)
+
+
 class Work:
     """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
 
@@ -150,6 +155,9 @@ class Engine:
         """Issue a collective from `rank`; returns at once (the caller waits on the Work)."""
         rs = self.ranks[rank]
         members = self.groups[group]
+        if not rs.alive:
+            return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
+                                   self.env.event(), self.env.now))
         key = (group, rank)
         self._next_seq[key] += 1
         seq = self._next_seq[key]
@@ -226,31 +234,51 @@ class Engine:
         verdict = gloo_bridge.classify(calls, len(inst.members))
         if verdict.kind != "ok":
             self.findings.append(gloo_bridge.finding(inst.group, inst.seq, calls, verdict))
-        if verdict.kind == "hang":
-            inst.stuck = True
+        if verdict.kind in ("ok", "silent"):
+            self._schedule_finish(inst, calls, inst.members)
             return
+        # hang / abort: the backend's per-rank outcome (a rank whose own messages all matched
+        # completes even though a peer blocks; see gloo_rules)
+        outcomes = verdict.rank_outcomes
+        done = [m for m in inst.members if outcomes.get(m) == "ok"]
+        inst.stuck = True
         if verdict.kind == "abort":
+            # the instance is settled here: ranks marked "hang" keep waiting even though the
+            # aborting rank dies, so keep it away from rank_gone's sweep
+            self._open[inst.group].pop(inst.seq, None)
+            for m in done:
+                self._complete_call(inst.calls[m], collective_results(calls)[m])
             for r in verdict.aborting_ranks:
                 self.abort_rank(r, verdict.detail)
+            dead = verdict.aborting_ranks[0] if verdict.aborting_ranks else inst.members[0]
+            for m in inst.members:
+                if outcomes.get(m) == "peer_error":
+                    self._fail_call(inst.calls[m], dead)
             return
-        nbytes = max(c.payload.nbytes for c in calls)
-        op = calls[0].op
-        dur = self.cost.collective_time(op, nbytes, inst.members)
-        done = self.env.timeout(dur)
-        done.callbacks.append(lambda _ev, inst=inst: self._finish(inst))
+        if done:
+            self._schedule_finish(inst, calls, done)
 
-    def _finish(self, inst: Instance) -> None:
+    def _schedule_finish(self, inst: Instance, calls: list[Call], ranks: list[int]) -> None:
+        nbytes = max(c.payload.nbytes for c in calls)
+        dur = self.cost.collective_time(calls[0].op, nbytes, inst.members)
+        ev = self.env.timeout(dur)
+        ev.callbacks.append(lambda _ev, inst=inst, ranks=ranks: self._finish(inst, ranks))
+
+    def _complete_call(self, c: Call, result: Payload) -> None:
+        c.entry.t_done = self.env.now
+        c.entry.completed = True
+        if not c.event.triggered:
+            c.event.succeed(result)
+
+    def _finish(self, inst: Instance, ranks: list[int]) -> None:
         if inst.finished:
             return
-        inst.finished = True
-        self._open[inst.group].pop(inst.seq, None)
         results = collective_results([inst.calls[m] for m in inst.members])
-        for m in inst.members:
-            c = inst.calls[m]
-            c.entry.t_done = self.env.now
-            c.entry.completed = True
-            if not c.event.triggered:
-                c.event.succeed(results[m])
+        for m in ranks:
+            self._complete_call(inst.calls[m], results[m])
+        if len(ranks) == len(inst.members):
+            inst.finished = True
+            self._open[inst.group].pop(inst.seq, None)
 
     def _match_p2p(self, send: Call, recv: Call) -> None:
         if send.payload.nbytes > recv.payload.nbytes:

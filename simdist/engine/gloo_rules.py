@@ -93,8 +93,9 @@ _MAX_SEGMENT_BYTES = 1024 * 1024
 class CollectiveCall:
     """One rank's call at a given per-group sequence position.
 
-    ``rank`` is the rank *within the group* (0..W-1). ``root`` is the broadcast/reduce
-    root (group rank) or, for ``send``/``recv``, the peer. ``numel`` is the number of
+    ``rank`` is the rank within the group (0..W-1) or the global rank (see
+    :func:`classify_mismatch`). ``root`` is the broadcast/reduce root or, for
+    ``send``/``recv``, the peer, in the same numbering. ``numel`` is the number of
     elements of the (input) tensor; for all_gather the per-rank input.
     """
 
@@ -131,6 +132,8 @@ class MismatchVerdict:
     detail: str = ""
     rank_outcomes: dict[int, RankOutcome] = field(default_factory=dict)
     modelled: bool = True
+    #: for each hanging rank, the operation its timeout error names ("recv"/"send" ...)
+    blocked_on: dict[int, str] = field(default_factory=dict)
 
     @property
     def hanging_ranks(self) -> list[int]:
@@ -337,8 +340,10 @@ class _Rank:
     aborted: bool = False
     peer_error: bool = False
     completions: dict = field(default_factory=dict)  # (buf, "send"/"recv") -> count
-    pending_peers: dict = field(default_factory=dict)  # peer -> number of unmatched ops
+    pending: dict = field(default_factory=dict)  # (buf, peer) -> number of unmatched ops
     abort_detail: str = ""
+    error_detail: str = ""
+    blocked_on: str = ""
 
 
 def _reduce_bytes(call: CollectiveCall, dst: list, dst_off: int, src: list, src_off: int, n: int):
@@ -411,7 +416,12 @@ def _encode(v, dtype: str) -> bytes:
         return struct.pack(fmt, math.copysign(math.inf, v))
 
 
-def _execute(calls: list[CollectiveCall], w: int, inputs: dict[int, list] | None):
+def _execute(
+    calls: list[CollectiveCall],
+    w: int,
+    inputs: dict[int, list] | None,
+    exited: frozenset[int] = frozenset(),
+):
     ranks: dict[int, _Rank] = {}
     for c in calls:
         prog, out_bytes, tmp_bytes = _program(c, w)
@@ -431,6 +441,7 @@ def _execute(calls: list[CollectiveCall], w: int, inputs: dict[int, list] | None
         bufs["out"] = out
         ranks[c.rank] = _Rank(call=c, prog=prog, bufs=bufs)
 
+    dead: set[int] = set(exited)  # processes that are gone (exited before, or aborted)
     sends: dict = {}  # (src, dst, slot) -> list of (buf, off, n), FIFO
     recvs: dict = {}  # (src, dst, slot) -> list of (buf, off, n), FIFO
 
@@ -444,17 +455,23 @@ def _execute(calls: list[CollectiveCall], w: int, inputs: dict[int, list] | None
         progress = False
         for r in sorted(ranks):
             st = ranks[r]
-            while not st.aborted and st.pc < len(st.prog):
+            while not (st.aborted or st.peer_error) and st.pc < len(st.prog):
                 step = st.prog[st.pc]
                 kind = step[0]
                 if kind in ("send", "recv"):
                     _, buf, peer, slot, off, n = step
+                    if peer in dead:
+                        # Pair::send/recv -> throwIfException(): the pair already saw EOF.
+                        st.peer_error = True
+                        st.error_detail = f"posts a {kind} to rank {peer}, which is gone"
+                        progress = True
+                        break
                     if peer not in ranks:
                         raise ValueError(f"rank {r} talks to rank {peer}, which has no entry")
                     key = (r, peer, slot) if kind == "send" else (peer, r, slot)
                     q = sends if kind == "send" else recvs
                     q.setdefault(key, []).append((buf, off, n))
-                    st.pending_peers[peer] = st.pending_peers.get(peer, 0) + 1
+                    st.pending[(buf, peer)] = st.pending.get((buf, peer), 0) + 1
                 elif kind in ("wait_send", "wait_recv"):
                     ck = (step[1], kind[5:])
                     if st.completions.get(ck, 0) <= 0:
@@ -465,42 +482,66 @@ def _execute(calls: list[CollectiveCall], w: int, inputs: dict[int, list] | None
                     _reduce_bytes(st.call, st.bufs["out"], dst_off, st.bufs[src_buf], src_off, n)
                 st.pc += 1
                 progress = True
-            if not st.aborted and st.pc >= len(st.prog):
+            if not (st.aborted or st.peer_error) and st.pc >= len(st.prog):
                 st.done = True
         newly_aborted: set = set()
         for key in sorted(set(sends) & set(recvs)):
             src, dst, _ = key
             rs, rd = ranks[src], ranks[dst]
             sq, rq = sends[key], recvs[key]
-            while sq and rq and not rd.aborted and dst not in newly_aborted:
+            while sq and rq:
                 sbuf, soff, sn = sq.pop(0)
                 rbuf, roff, rn = rq.pop(0)
                 progress = True
-                rs.pending_peers[dst] -= 1
-                rd.pending_peers[src] -= 1
+                rs.pending[(sbuf, dst)] -= 1
+                rd.pending[(rbuf, src)] -= 1
+                # The sender writes as soon as it has the receiver's RECV_READY: its send
+                # completes even if the receiver's I/O thread dies on this message.
                 rs.completions[(sbuf, "send")] = rs.completions.get((sbuf, "send"), 0) + 1
+                if dst in newly_aborted:
+                    continue
                 if sn > rn:
                     newly_aborted.add(dst)
-                    rd.abort_detail = (
-                        f"rank {dst} receives {sn} bytes from rank {src} into a {rn}-byte "
-                        f"receive ({_describe(rd.call)} vs {_describe(rs.call)}): "
-                        f"op.preamble.length <= op.nbytes. {sn} vs {rn}"
-                    )
-                    break
+                    if not rd.abort_detail:
+                        rd.abort_detail = (
+                            f"rank {dst} receives {sn} bytes from rank {src} into a {rn}-byte "
+                            f"receive ({_describe(rd.call)} vs {_describe(rs.call)}): "
+                            f"op.preamble.length <= op.nbytes. {sn} vs {rn}"
+                        )
+                    continue
                 if rd.bufs:
                     rd.bufs[rbuf][roff: roff + sn] = rs.bufs[sbuf][soff: soff + sn]
                 rd.completions[(rbuf, "recv")] = rd.completions.get((rbuf, "recv"), 0) + 1
         for r in newly_aborted:
             ranks[r].aborted = True
             ranks[r].done = False
+            dead.add(r)
+            # The process is gone: what it had posted but not matched never will be.
+            for key in list(sends):
+                if key[0] == r:
+                    sends[key] = []
+            for key in list(recvs):
+                if key[1] == r:
+                    recvs[key] = []
         if not progress:
             break
-    aborted = {r for r, s in ranks.items() if s.aborted}
-    for r, s in ranks.items():
-        if not s.done and not s.aborted and any(
-            s.pending_peers.get(a, 0) > 0 for a in aborted
-        ):
-            s.peer_error = True
+
+    # A rank blocked in waitSend/waitRecv on a buffer that still has an operation
+    # pending with a dead peer gets that pair's exception (Connection closed/reset by
+    # peer); a rank blocked on a buffer whose pending peers are alive (but stuck) times out.
+    for st in ranks.values():
+        if st.done or st.aborted or st.peer_error:
+            continue
+        step = st.prog[st.pc]
+        buf = step[1]
+        gone = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0 and p in dead)
+        if gone:
+            st.peer_error = True
+            st.error_detail = f"waits on an operation pending with rank {gone[0]}, which is gone"
+        else:
+            peers = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0)
+            what = "send" if step[0] == "wait_send" else "recv"
+            st.blocked_on = f"{what} (pending with rank(s) {peers})" if peers else what
     return ranks
 
 
@@ -518,19 +559,61 @@ def _signature(c: CollectiveCall, w: int) -> tuple:
     return (c.op, numel, dtype, red, root)
 
 
-def classify_mismatch(entries: list[CollectiveCall], world_size_of_group: int) -> MismatchVerdict:
+def _rank_maps(entries, w: int, exited) -> tuple[dict | None, dict | None]:
+    """If the calls use global ranks, map them to group ranks (ascending order, like
+    ``new_group``); returns (None, None) when they already are group ranks 0..W-1."""
+    got = [e.rank for e in entries]
+    members = sorted(set(got) | set(exited))
+    if len(set(got)) != len(got) or set(got) & set(exited) or len(members) != w:
+        raise ValueError(f"need exactly one entry per live member of a group of {w} "
+                         f"(exited: {sorted(exited)}), got ranks {sorted(got)}")
+    if members == list(range(w)):
+        return None, None
+    to_group = {r: g for g, r in enumerate(members)}
+    return to_group, {g: r for r, g in to_group.items()}
+
+
+def _remap(e: CollectiveCall, to_group: dict) -> CollectiveCall:
+    root = e.root
+    if root is not None:
+        if root not in to_group:
+            raise ValueError(f"rank {e.rank}: root/peer {root} is not a member of the group")
+        root = to_group[root]
+    return CollectiveCall(to_group[e.rank], e.op, e.numel, e.dtype, e.reduce_op, root)
+
+
+def classify_mismatch(
+    entries: list[CollectiveCall],
+    world_size_of_group: int,
+    *,
+    exited: frozenset[int] | set[int] = frozenset(),
+) -> MismatchVerdict:
     """Classify one per-group sequence position, given every member's call.
 
-    ``entries`` holds one call per group rank (ranks are group ranks 0..W-1).
+    ``entries`` holds one call per live group member. Ranks (and roots/peers) may be
+    group ranks 0..W-1 or global ranks; global ranks are mapped to group ranks in
+    ascending order (as ``new_group`` does) and the verdict uses the caller's numbering.
+    ``exited``
+    lists group ranks whose process is gone (exited, with or without
+    ``destroy_process_group``, or crashed) and which therefore issue nothing: a rank
+    that posts a message to one of them fails at once with ``Connection closed by
+    peer``; a rank that only waits on live-but-stuck peers times out.
     Returns a :class:`MismatchVerdict` (see the module docstring for the rule).
     """
     w = world_size_of_group
-    if len(entries) != w or sorted(e.rank for e in entries) != list(range(w)):
-        raise ValueError(f"need exactly one entry per group rank 0..{w - 1}, got "
-                         f"{sorted(e.rank for e in entries)}")
+    to_group, to_caller = _rank_maps(entries, w, exited)
+    if to_group is not None:
+        v = classify_mismatch([_remap(e, to_group) for e in entries], w,
+                              exited={to_group[r] for r in exited})
+        v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
+        v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
+        v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
+        v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
+        return v
+    exited = frozenset(exited)
     entries = sorted(entries, key=lambda e: e.rank)
     sigs = {_signature(e, w) for e in entries}
-    if len(sigs) == 1 and entries[0].op not in ("send", "recv"):
+    if not exited and len(sigs) == 1 and entries[0].op not in ("send", "recv"):
         return MismatchVerdict("ok", [], "identical calls", {e.rank: "ok" for e in entries})
 
     ops = {e.op for e in entries}
@@ -540,12 +623,12 @@ def classify_mismatch(entries: list[CollectiveCall], world_size_of_group: int) -
             detail = (f"different collectives {sorted(ops)} use different gloo slot prefixes: "
                       "no message can match, every rank blocks until the PG timeout")
         else:
-            detail = (f"{sorted(ops)[0]} with differing arguments is not modelled; "
-                      "conservatively a hang (PG timeout)")
+            detail = (f"{sorted(ops)[0]} with differing arguments (or exited ranks) is not "
+                      "modelled; conservatively a hang (PG timeout)")
         return MismatchVerdict("hang", [], detail, {e.rank: "hang" for e in entries},
                                modelled=False)
 
-    ranks = _execute(entries, w, None)
+    ranks = _execute(entries, w, None, exited)
     outcomes: dict[int, RankOutcome] = {}
     for r, s in ranks.items():
         if s.aborted:
@@ -556,12 +639,23 @@ def classify_mismatch(entries: list[CollectiveCall], world_size_of_group: int) -
             outcomes[r] = "peer_error"
         else:
             outcomes[r] = "hang"
+    blocked = {r: s.blocked_on for r, s in ranks.items() if outcomes[r] == "hang"}
     aborting = sorted(r for r, o in outcomes.items() if o == "abort")
     if aborting:
-        return MismatchVerdict("abort", aborting, ranks[aborting[0]].abort_detail, outcomes)
-    hanging = sorted(r for r, o in outcomes.items() if o == "hang")
+        return MismatchVerdict("abort", aborting, ranks[aborting[0]].abort_detail, outcomes,
+                               blocked_on=blocked)
+    hanging = sorted(blocked)
     if hanging:
-        return MismatchVerdict("hang", [], _hang_detail(entries, ranks, hanging), outcomes)
+        return MismatchVerdict("hang", [], _hang_detail(entries, ranks, hanging, exited),
+                               outcomes, blocked_on=blocked)
+    if exited:
+        errs = sorted(r for r, o in outcomes.items() if o == "peer_error")
+        if errs:
+            # No dedicated verdict kind: a peer-closed error is reported as "hang" with
+            # every affected rank marked peer_error (it raises at once, not after the timeout).
+            return MismatchVerdict("hang", [], f"ranks {errs} fail at once: "
+                                   f"{ranks[errs[0]].error_detail}", outcomes)
+        return MismatchVerdict("ok", [], "no live rank needs the exited ranks", outcomes)
     return MismatchVerdict("silent", [], _silent_detail(entries), outcomes)
 
 
@@ -576,18 +670,18 @@ def _describe(c: CollectiveCall) -> str:
     return s
 
 
-def _hang_detail(entries, ranks, hanging) -> str:
+def _hang_detail(entries, ranks, hanging, exited=frozenset()) -> str:
     ops = {e.op for e in entries}
     calls = ", ".join(_describe(e) for e in entries)
     if len(ops) > 1:
         why = "different collectives use different gloo slots, so nothing matches"
     else:
         why = "message schedules differ (count/order of per-peer messages)"
+    if exited:
+        why += f"; ranks {sorted(exited)} have exited"
     r = hanging[0]
-    st = ranks[r]
-    step = st.prog[st.pc] if st.pc < len(st.prog) else None
-    where = f"; rank {r} blocked at {step[0]}" if step else ""
-    return f"{calls}: {why}; ranks {hanging} block until the PG timeout{where}"
+    return (f"{calls}: {why}; ranks {hanging} block until the PG timeout "
+            f"(rank {r}: 'Timed out waiting <T>ms for {ranks[r].blocked_on.split()[0]} operation')")
 
 
 def _silent_detail(entries) -> str:
@@ -618,6 +712,11 @@ def mixed_result(
     everyone (all-gather). So different reduce ops give a per-segment patchwork.
     """
     w = world_size_of_group
+    to_group, to_caller = _rank_maps(entries, w, ())
+    if to_group is not None:
+        res = mixed_result([_remap(e, to_group) for e in entries], w,
+                           {to_group[r]: v for r, v in inputs.items()})
+        return {to_caller[g]: v for g, v in res.items()}
     ranks = _execute(sorted(entries, key=lambda e: e.rank), w, inputs)
     res: dict[int, list | None] = {}
     for r, s in ranks.items():
