@@ -1,0 +1,148 @@
+"""The wait-for graph of a run that did not complete, and its deadlock core.
+
+Nodes are ranks; an edge ``r -> m`` means "rank r cannot proceed until rank m does
+something": r is blocked in collective #s of group g and m has not issued #s (reason
+``missing``) or issued a different collective there (reason ``mismatch``), or r waits in a
+recv/send whose partner m never posted the matching op (reason ``p2p``).
+
+As MUST does, the graph is then cut down to the ranks that are *part of* the deadlock:
+among blocked ranks, the sink strongly connected components (no edge to another blocked
+component). A rank outside the core is blocked only because a core rank is; a non-blocked
+rank the core waits on (finished, exited) is reported as the *culprit*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from simdist.report import Report, TraceEntry
+from simdist.scenario import Scenario
+
+P2P_OPS = ("send", "recv")
+
+
+def collective_index(report: Report) -> list[dict[tuple[str, int], TraceEntry]]:
+    """Per rank: (group, seq) -> the collective entry (p2p excluded: it has its own counter)."""
+    return [{(e.group, e.seq): e for e in r.trace if e.op not in P2P_OPS} for r in report.ranks]
+
+
+def group_members(scenario: Scenario | None, report: Report, group: str) -> list[int]:
+    if scenario is not None:
+        try:
+            return scenario.group_ranks(group)
+        except KeyError:
+            pass
+    return list(range(report.world_size or len(report.ranks)))
+
+
+def _p2p_partner_posted(report: Report, rank: int, entry: TraceEntry) -> bool:
+    """Did the peer post the op that pairs with `rank`'s k-th send/recv to/from it (FIFO)?"""
+    peer = entry.peer
+    if peer is None or not 0 <= peer < len(report.ranks):
+        return False
+    mine = [e for e in report.ranks[rank].trace if e.op == entry.op and e.peer == peer]
+    k = next((i for i, e in enumerate(mine) if e is entry), len(mine) - 1)
+    want = "recv" if entry.op == "send" else "send"
+    theirs = [e for e in report.ranks[peer].trace if e.op == want and e.peer == rank]
+    return len(theirs) > k
+
+
+@dataclass
+class WaitFor:
+    """The graph plus what was derived from it."""
+
+    graph: nx.DiGraph
+    blocked: list[int]
+    core: list[list[int]] = field(default_factory=list)  # sink SCCs of the blocked subgraph
+    culprits: list[int] = field(default_factory=list)  # non-blocked ranks the core waits on
+
+    @property
+    def cycle(self) -> bool:
+        """True when some core component is a real cycle (ranks waiting on each other)."""
+        return any(len(c) > 1 or self.graph.has_edge(c[0], c[0]) for c in self.core)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": [{"rank": n, **{k: v for k, v in d.items() if k != "entry"}} for n, d in sorted(self.graph.nodes(data=True))],
+            "edges": [{"from": a, "to": b, **d} for a, b, d in sorted(self.graph.edges(data=True), key=lambda x: (x[0], x[1]))],
+            "blocked": self.blocked,
+            "core": self.core,
+            "culprits": self.culprits,
+        }
+
+
+def build_waitfor(report: Report, scenario: Scenario | None = None) -> WaitFor:
+    g = nx.DiGraph()
+    for r in report.ranks:
+        g.add_node(r.rank, status=r.status, inputs=r.inputs_processed,
+                   blocked_in=r.blocked_in.short() if r.blocked_in is not None else None, entry=r.blocked_in)
+    blocked = [r.rank for r in report.ranks if r.status == "hang" and r.blocked_in is not None]
+    index = collective_index(report) if blocked else []
+    for rank in blocked:
+        e = report.ranks[rank].blocked_in
+        assert e is not None
+        if e.op in P2P_OPS:
+            if e.peer is not None and e.peer in g and not _p2p_partner_posted(report, rank, e):
+                g.add_edge(rank, e.peer, reason="p2p", group=e.group, seq=e.seq, op=e.op)
+            continue
+        for m in group_members(scenario, report, e.group):
+            if m == rank:
+                continue
+            other = index[m].get((e.group, e.seq)) if m < len(index) else None
+            if other is None:
+                g.add_edge(rank, m, reason="missing", group=e.group, seq=e.seq, op=e.op)
+            elif other.fingerprint() != e.fingerprint():
+                g.add_edge(rank, m, reason="mismatch", group=e.group, seq=e.seq, op=e.op)
+    wf = WaitFor(graph=g, blocked=blocked)
+    if not blocked:
+        return wf
+    sub = g.subgraph(blocked)
+    cond = nx.condensation(sub)
+    core = []
+    for c in cond.nodes:
+        if cond.out_degree(c) == 0:
+            members = sorted(cond.nodes[c]["members"])
+            # a lone blocked rank with no edge at all waits on nothing we can name: keep it anyway
+            core.append(members)
+    wf.core = sorted(core)
+    core_ranks = {r for c in wf.core for r in c}
+    wf.culprits = sorted({b for a in core_ranks for b in g.successors(a) if b not in blocked})
+    return wf
+
+
+def draw_waitfor(wf: WaitFor, path: str | Path, title: str = "wait-for graph") -> Path:
+    """Write the graph as an image (PNG/SVG/PDF by suffix): core ranks red, culprits orange."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = wf.graph
+    core = {r for c in wf.core for r in c}
+    colours = []
+    for n in g.nodes:
+        if n in core:
+            colours.append("#e74c3c")
+        elif n in wf.culprits:
+            colours.append("#f39c12")
+        elif n in wf.blocked:
+            colours.append("#f5b7b1")
+        else:
+            colours.append("#abebc6")
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(g)), max(3, 1.0 * len(g))))
+    pos = nx.circular_layout(g) if len(g) > 2 else nx.spring_layout(g, seed=0)
+    labels = {n: f"{n}\n{d['status']}" for n, d in g.nodes(data=True)}
+    nx.draw_networkx(g, pos, ax=ax, node_color=colours, labels=labels, node_size=1400, font_size=8,
+                     arrows=True, arrowsize=18, connectionstyle="arc3,rad=0.12")
+    edge_labels = {(a, b): f"{d['reason']} #{d['seq']}" for a, b, d in g.edges(data=True)}
+    nx.draw_networkx_edge_labels(g, pos, edge_labels=edge_labels, font_size=7, ax=ax)
+    ax.set_title(title)
+    ax.axis("off")
+    p = Path(path)
+    fig.savefig(p, bbox_inches="tight")
+    plt.close(fig)
+    return p

@@ -1,0 +1,379 @@
+"""The fuzz loop: hypothesis drives the template, the simulator and checker judge each schedule.
+
+Property: the run completes, the engine found no (silent) mismatch, and the loop's
+semantic invariants hold (`simdist.check.classify`). Every failure class (root-cause kind +
+outcome) is a distinct hypothesis bug: each is shrunk separately, then a greedy pass drops
+ranks, steps and inputs while the same class still fails, and the result is written as a
+plain scenario file (stable name: a hash of its content) that replays bit for bit with
+`simdist run` and on the real backend with `simdist real` / `simdist compare`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Unsatisfiable
+
+from simdist.check.classify import check_run
+from simdist.check.explain import explain_verdict
+from simdist.errors import ScenarioError
+from simdist.fuzz.strategies import scenarios
+from simdist.fuzz.template import Template
+from simdist.scenario import Scenario, parse_scenario
+from simdist.sim import simulate
+
+
+class FuzzFailure(AssertionError):
+    """Raised by the property; one subclass per failure class so hypothesis shrinks each separately."""
+
+    key = ""
+
+
+_CLASSES: dict[str, type[FuzzFailure]] = {}
+
+
+def failure_class(key: str) -> type[FuzzFailure]:
+    cls = _CLASSES.get(key)
+    if cls is None:
+        cls = type("FuzzFailure_" + re.sub(r"\W", "_", key), (FuzzFailure,), {"key": key})
+        _CLASSES[key] = cls
+    return cls
+
+
+@dataclass
+class Outcome:
+    """What one schedule did, as much as the fuzzer keeps (the report itself is not cached)."""
+
+    failed: bool
+    key: str  # failure class: "<kind>/<outcome>"; "ok" when it passed
+    signature: str
+    summary: str
+
+
+@dataclass
+class Counterexample:
+    key: str
+    signature: str
+    summary: str
+    scenario: dict[str, Any]
+    path: str | None
+    found_at: int  # schedule number at which this class was first seen
+    world_size: int
+    counts: list[int]
+    steps: int
+    explanation: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FuzzResult:
+    template: str
+    source: str
+    seed: int
+    budget: int
+    examples: int = 0  # property evaluations (generation + shrinking), cache hits included
+    schedules: int = 0  # distinct schedules simulated and checked
+    failures: dict[str, int] = field(default_factory=dict)  # signature -> failing schedules
+    classes: dict[str, int] = field(default_factory=dict)  # class key -> first schedule number
+    counterexamples: list[Counterexample] = field(default_factory=list)
+    seconds: float = 0.0
+    first_failure_at: int | None = None  # generation example number of the first failure
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.counterexamples) or bool(self.failures)
+
+    @property
+    def rate(self) -> float:
+        return self.schedules / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["failed"] = self.failed
+        d["schedules_per_second"] = round(self.rate, 2)
+        d["distinct_failures"] = len(self.failures)
+        return d
+
+
+def canonical(d: dict[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+class Checker:
+    """Simulates and checks schedules, with a cache keyed by the concrete scenario."""
+
+    def __init__(self, template: Template):
+        self.template = template
+        self.cache: dict[str, Outcome] = {}
+        self.simulated = 0
+
+    def check(self, d: dict[str, Any], s: Scenario | None = None) -> Outcome | None:
+        """None when `d` is not a valid scenario."""
+        k = canonical(d)
+        hit = self.cache.get(k)
+        if hit is not None:
+            return hit
+        if s is None:
+            try:
+                s = parse_scenario(d, source=self.template.source)
+            except ScenarioError:
+                return None
+        report = simulate(s)
+        v = check_run(report, s, invariants=self.template.invariants)
+        self.simulated += 1
+        out = Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
+        self.cache[k] = out
+        return out
+
+
+# ---------------------------------------------------------------------------- greedy post-shrink
+def _drop_last_rank(d: dict[str, Any]) -> dict[str, Any] | None:
+    w = d.get("world_size")
+    if not isinstance(w, int) or w <= 1:
+        return None
+    gone = w - 1
+    n = copy.deepcopy(d)
+    n["world_size"] = gone
+    inp = n.get("inputs", {})
+    if isinstance(inp.get("counts"), list):
+        inp["counts"] = inp["counts"][:gone]
+    for g in n.get("groups", []):
+        g["ranks"] = [r for r in g.get("ranks", []) if r != gone]
+    n["groups"] = [g for g in n.get("groups", []) if g.get("ranks")]
+    for section in ("loop", "after"):
+        steps = []
+        for st in n.get(section, []):
+            if st.get("kind") == "p2p" and gone in (st.get("src"), st.get("dst")):
+                continue
+            if isinstance(st.get("ranks"), list):
+                st["ranks"] = [r for r in st["ranks"] if r != gone]
+                if not st["ranks"]:
+                    continue
+            steps.append(st)
+        n[section] = steps
+    return n
+
+
+def _candidates(d: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    r = _drop_last_rank(d)
+    if r is not None:
+        out.append(r)
+    counts = d.get("inputs", {}).get("counts")
+    if isinstance(counts, list):
+        for i, c in enumerate(counts):
+            for smaller in sorted({0, c // 2, c - 1}):
+                if 0 <= smaller < c:
+                    n = copy.deepcopy(d)
+                    n["inputs"]["counts"][i] = smaller
+                    out.append(n)
+    return out
+
+
+def greedy_shrink(d: dict[str, Any], key: str, checker: Checker, limit: int = 400,
+                  tick: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Drop ranks and inputs one at a time while the same failure class still fails.
+
+    Steps are not dropped here: hypothesis already drops the template's optional steps, and
+    a counterexample that stays an instance of its template still shows the family's bug."""
+    tried = 0
+    improved = True
+    while improved and tried < limit:
+        improved = False
+        for cand in _candidates(d):
+            tried += 1
+            if tick:
+                tick()
+            o = checker.check(cand)
+            if o is not None and o.key == key:
+                d = cand
+                improved = True
+                break
+            if tried >= limit:
+                break
+    return d
+
+
+# ---------------------------------------------------------------------------- counterexample files
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    """Compact, hand-editable TOML for a scenario dict (tables, [[loop]] steps, inline lists);
+    `tomli_w` checks it parses back to the same dict."""
+    lines: list[str] = []
+    tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
+    arrays = {k: v for k, v in doc.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
+    for k, v in doc.items():
+        if k not in tables and k not in arrays:
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in tables.items():
+        lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+    for k, v in arrays.items():
+        for item in v:
+            lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
+    text = "\n".join(lines) + "\n"
+    import tomllib
+
+    if tomllib.loads(text) != doc:  # pragma: no cover - fall back to the reference writer
+        return tomli_w.dumps(doc)
+    return text
+
+
+def write_counterexample(d: dict[str, Any], template: Template, seed: int, out_dir: Path,
+                         explanation: list[str], outcome: Outcome, report_expect: dict[str, Any]) -> Path:
+    body = {k: v for k, v in d.items() if k not in ("name", "description", "expect")}
+    digest = hashlib.sha256(canonical(body).encode()).hexdigest()[:10]
+    kind = outcome.key.split("/")[0].replace(":", "-")
+    stem = f"{template.name}-{kind}-{digest}"
+    doc: dict[str, Any] = {"name": stem,
+                           "description": f"Counterexample to template {template.name} ({template.source}) found by "
+                                          f"simdist fuzz --seed {seed}: {outcome.summary}"}
+    doc.update(body)
+    doc["expect"] = report_expect
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stem}.toml"
+    header = [
+        f"# simdist fuzz counterexample (seed {seed}) for template {template.source}",
+        f"# failure class: {outcome.key}",
+        "# shrunk by hypothesis (ranges low, choices first, optional steps dropped), then greedily (fewest ranks and inputs).",
+        "# Replay: simdist run THIS_FILE  (exit 0 = the failure reproduces: [expect] is the failing verdict);",
+        "#         simdist real THIS_FILE / simdist compare THIS_FILE on real torch.distributed processes.",
+        "#",
+        *[f"# {line}" for line in explanation],
+        "",
+    ]
+    path.write_text("\n".join(header) + "\n" + to_toml(doc))
+    return path
+
+
+# ---------------------------------------------------------------------------- the loop
+def fuzz_template(
+    template: Template,
+    *,
+    budget: int | None = None,
+    seed: int = 0,
+    out_dir: str | Path | None = "failures",
+    db_dir: str | Path | None = None,
+    use_db: bool = True,
+    shrink: bool = True,
+    on_example: Callable[[int, str], None] | None = None,
+) -> FuzzResult:
+    """Fuzz one template; returns counts and the written counterexamples (none when it holds)."""
+    budget = template.budget if budget is None else budget
+    res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget)
+    checker = Checker(template)
+    last_failing: dict[str, dict[str, Any]] = {}
+    counted: set[str] = set()
+    state = {"phase": "generate", "generated": 0}
+
+    def tick() -> None:
+        res.examples += 1
+        if on_example is not None:
+            on_example(res.examples, state["phase"])
+
+    db = None
+    if use_db:
+        db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
+        db = DirectoryBasedExampleDatabase(str(db_path))
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+
+    @settings(max_examples=budget, database=db, deadline=None, derandomize=False, phases=phases,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=True, verbosity=Verbosity.quiet,
+              print_blob=False)
+    @given(scenarios(template))
+    def prop(pair: tuple[dict[str, Any], Scenario]) -> None:
+        d, s = pair
+        if state["phase"] == "generate":
+            state["generated"] += 1
+        tick()
+        k = canonical(d)
+        new = k not in checker.cache
+        o = checker.check(d, s)
+        assert o is not None
+        if o.failed:
+            if new and k not in counted:
+                counted.add(k)
+                res.failures[o.signature] = res.failures.get(o.signature, 0) + 1
+            res.classes.setdefault(o.key, checker.simulated)
+            if res.first_failure_at is None:
+                res.first_failure_at = state["generated"]
+            state["phase"] = "shrink"
+            last_failing[o.key] = d
+            raise failure_class(o.key)(o.summary)
+
+    prop._hypothesis_internal_database_key = f"simdist-fuzz:{template.name}:{template.digest}".encode()  # type: ignore[attr-defined]
+    prop = hypothesis_seed(seed)(prop)
+    # hypothesis.seed() switches the example database off (it is meant for replaying one run);
+    # we want both a reproducible search and a database a rerun starts from, so put it back.
+    prop._hypothesis_internal_use_settings = settings(prop._hypothesis_internal_use_settings,  # type: ignore[attr-defined]
+                                                      database=db)
+    t0 = time.perf_counter()
+    raised: list[BaseException] = []
+    try:
+        prop()
+    except FuzzFailure as e:
+        raised = [e]
+    except Unsatisfiable:
+        raise ScenarioError(f"{template.source}: the template yields no valid scenario (every instance was rejected "
+                            "by the schema)") from None
+    except Exception as eg:  # an ExceptionGroup: several failure classes, each shrunk
+        if not hasattr(eg, "exceptions"):
+            raise
+        raised = list(eg.exceptions)
+    keys = []
+    for e in raised:
+        if isinstance(e, FuzzFailure) and e.key not in keys:
+            keys.append(e.key)
+        elif not isinstance(e, FuzzFailure):
+            raise e
+    state["phase"] = "post-shrink"
+    for key in keys:
+        d = last_failing[key]
+        if shrink:
+            d = greedy_shrink(d, key, checker, tick=tick)
+        s = parse_scenario(d, source=template.source)
+        report = simulate(s)
+        v = check_run(report, s, invariants=template.invariants)
+        o = Outcome(v.failed, f"{v.kind}/{v.outcome}", v.signature, v.summary)
+        expl = explain_verdict(report, s, v)
+        expect = {"outcome": report.outcome, "inputs_processed": [r.inputs_processed for r in report.ranks],
+                  "status": [r.status for r in report.ranks]}
+        path = None
+        if out_dir is not None:
+            path = str(write_counterexample(d, template, seed, Path(out_dir), expl, o, expect))
+        res.counterexamples.append(Counterexample(
+            key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
+            found_at=res.classes.get(key, 0), world_size=s.world_size, counts=s.counts(),
+            steps=len(s.loop) + len(s.after), explanation=expl))
+    res.schedules = checker.simulated
+    res.seconds = time.perf_counter() - t0
+    return res

@@ -1,0 +1,125 @@
+"""The checker: failure kinds, wait-for graph / deadlock core, and the explanations in words."""
+
+from __future__ import annotations
+
+import json
+
+from simdist.check.classify import check_run
+from simdist.check.explain import annotate_report, explain_report
+from simdist.check.waitfor import build_waitfor, draw_waitfor
+from simdist.scenario import load_scenario, parse_scenario
+from simdist.sim import simulate
+from tests.conftest import SCENARIOS, run_cli
+
+
+def _run(name: str):
+    s = load_scenario(SCENARIOS / f"{name}.toml")
+    r = simulate(s)
+    return s, r
+
+
+def test_no_join_hang_missing_rank_explained():
+    s, r = _run("no_join_hang")
+    v = annotate_report(r, s)
+    assert v.failed and v.kind == "hang" and r.outcome == "hang"
+    hang = [f for f in r.findings if f.kind == "hang"]
+    assert hang and hang[0].ranks == [0] and hang[0].seq == 11
+    text = "\n".join(r.notes)
+    assert "rank 1 waits in all_reduce #11 (DDP bucket 0, 8 B, group WORLD) issued at input 6" in text
+    assert "rank 0 finished its loop after its 5th input" in text
+    assert "hint (no Join)" in text
+    wf = v.waitfor
+    assert wf is not None and wf.core == [[1]] and wf.culprits == [0] and not wf.cycle
+
+
+def test_unshadowed_collective_is_a_deadlock_cycle():
+    s, r = _run("unshadowed_logging")
+    v = annotate_report(r, s)
+    assert v.kind == "size_mismatch"  # the engine's mismatch is the root cause
+    kinds = {f.kind for f in r.findings}
+    assert {"size_mismatch", "deadlock"} <= kinds
+    assert v.waitfor is not None and v.waitfor.core == [[0, 1]] and v.waitfor.cycle
+    text = "\n".join(r.notes)
+    assert "first drift apart at #16" in text and "user collective 'log_loss'" in text
+    assert "hint (unshadowed collective): loop[2] ('log_loss')" in text
+    # annotating twice adds nothing new
+    n = (len(r.findings), len(r.notes))
+    annotate_report(r, s)
+    assert (len(r.findings), len(r.notes)) == n
+
+
+def test_family_hints():
+    for name, hint in [("zero_before_ddp", "hint (ZeRO listed before DDP)"),
+                       ("subset_collective", "hint (collective on a subset of ranks)"),
+                       ("forward_collective_syncbn", "hint (forward-pass collective)"),
+                       ("join_disabled_uneven", "hint (Join(enable=False))")]:
+        s, r = _run(name)
+        lines = explain_report(r, s)
+        assert any(hint in x for x in lines), (name, lines)
+
+
+def test_peer_exited_and_abort():
+    s, r = _run("no_join_exit")
+    v = check_run(r, s)
+    assert v.kind == "peer_exited" and v.outcome == "error"
+    s, r = _run("forward_collective_syncbn")
+    v = check_run(r, s)
+    assert v.kind == "size_mismatch" and v.outcome == "error"
+    assert any(f.kind == "peer_exited" for f in v.findings)
+
+
+def test_op_mismatch_primary():
+    s, r = _run("subset_collective")
+    v = check_run(r, s)
+    assert v.kind == "op_mismatch" and v.signature.startswith("op_mismatch/hang/")
+
+
+def test_p2p_unmatched():
+    s = parse_scenario({"world_size": 2, "on_finish": "stay", "inputs": {"counts": [1, 1]},
+                        "loop": [{"kind": "p2p", "src": 0, "dst": 1, "ranks": [1]}]})
+    r = simulate(s)
+    v = annotate_report(r, s)
+    assert v.kind == "p2p_unmatched"
+    assert any("never posted the matching send" in n for n in r.notes)
+
+
+def test_correct_run_has_no_findings_or_notes():
+    s, r = _run("ddp_zero_join")
+    v = annotate_report(r, s)
+    assert not v.failed and v.kind == "ok" and r.notes == [] and r.findings == []
+
+
+def test_invariant_collective_counts():
+    # rank 0 issues an async all-reduce it never waits for: the run completes, but not cleanly
+    s = parse_scenario({"world_size": 2, "on_finish": "stay", "inputs": {"counts": [1, 1]},
+                        "loop": [{"kind": "collective", "op": "all_reduce", "async": True, "wait": "never",
+                                  "ranks": [0]}]})
+    r = simulate(s)
+    v = check_run(r, s)
+    assert r.outcome == "completed" and v.failed
+    assert v.kind.startswith("invariant:")
+    assert {f.kind for f in v.findings} >= {"invariant:collective_counts", "invariant:unfinished_collective"}
+
+
+def test_waitfor_graph_image(tmp_path):
+    s, r = _run("unshadowed_logging")
+    wf = build_waitfor(r, s)
+    p = draw_waitfor(wf, tmp_path / "wf.png")
+    assert p.exists() and p.stat().st_size > 1000
+    d = wf.to_dict()
+    assert {(e["from"], e["to"]) for e in d["edges"]} == {(0, 1), (1, 0)}
+
+
+def test_check_cli_json_and_graph(tmp_path):
+    png = tmp_path / "g.png"
+    p = run_cli("check", "scenarios/zero_before_ddp.toml", "--json", "--graph", str(png))
+    assert p.returncode == 1, p.stderr
+    d = json.loads(p.stdout)
+    assert d["verdict"]["kind"] == "size_mismatch" and d["verdict"]["waitfor"]["core"] == [[0, 1]]
+    assert any("ZeRO listed before DDP" in x for x in d["explanation"])
+    assert png.exists()
+    p = run_cli("check", "scenarios/ddp_join_uneven.toml")
+    assert p.returncode == 0
+    p = run_cli("run", "scenarios/no_join_hang.toml", "--json")
+    d = json.loads(p.stdout)
+    assert any(f["kind"] == "hang" for f in d["findings"]) and any("waits in" in n for n in d["notes"])
