@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import simpy
 
+from simdist.engine import gloo_bridge
 from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
 from simdist.report import Finding, RankError, TraceEntry
 
@@ -227,8 +228,6 @@ class Engine:
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:
-        from simdist.engine import gloo_bridge
-
         inst.matched = True
         calls = [inst.calls[m] for m in inst.members]
         verdict = gloo_bridge.classify(calls, len(inst.members))

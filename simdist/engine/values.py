@@ -14,6 +14,7 @@ exactly as Gloo would, and the simulated control flow follows.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,9 +110,14 @@ def _cast(value: float, dtype: str) -> float:
         return float(int(value))
     if dtype == "bool":
         return float(bool(value))
-    if dtype in ("float32", "float16"):
-        return float(np.asarray(value, dtype=NP_DTYPES[dtype]))
+    if dtype == "float32":
+        return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
+    if dtype == "float16":
+        return float(np.float16(value))
     return float(value)
+
+
+_F32 = struct.Struct("f")
 
 
 _INT_DTYPES = {"int64", "int32", "int16", "int8", "uint8"}
