@@ -57,7 +57,7 @@ ORIGINS: dict[str, str] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceEntry:
     """One collective (or p2p op) that reached a process group on one rank, in issue order.
 

@@ -44,7 +44,7 @@ class CostLike(Protocol):
     def p2p_time(self, nbytes: int, src: int, dst: int) -> float: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One rank's part in a collective or p2p op."""
 
@@ -58,7 +58,7 @@ class Call:
     t_issue: float
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     """Sequence number `seq` of one process group: the calls of its members so far."""
 

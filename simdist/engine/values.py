@@ -38,7 +38,7 @@ NP_DTYPES: dict[str, Any] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Payload:
     """A tensor as the simulator sees it."""
 

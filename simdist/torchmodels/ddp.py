@@ -20,7 +20,6 @@ parameter's gradient is the input, 1.0, per backward), which is enough to show w
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
 from typing import Any
 
@@ -190,9 +189,9 @@ class DDPModel(Joinable):
 
     def _bucket_payload(self, bucket: list[int], values: dict[int, float | None]) -> Payload:
         numel = sum(self.numels[i] for i in bucket)
-        vals = {values.get(i) for i in bucket}
-        if len(vals) == 1 and None not in vals:
-            return Payload.full(numel, self.dtype, next(iter(vals)))  # type: ignore[arg-type]
+        first = values.get(bucket[0])
+        if first is not None and all(values.get(i) == first for i in bucket):
+            return Payload.full(numel, self.dtype, first)
         return Payload.unknown(numel, self.dtype)
 
     def backward(self) -> Generator[Any, Any, None]:
@@ -296,9 +295,3 @@ class _DDPJoinHook(JoinHook):
     def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
         yield from self.ddp._sync_final_model(is_last_joiner)
 
-
-def chain_model_numel(model: Model) -> int:
-    return sum(model.numels())
-
-
-__all__ = ["DDPModel", "chain_model_numel", "math"]
