@@ -1,0 +1,405 @@
+"""nccl-tests-style collective sweeps on the real torch.distributed backend.
+
+Usage from Python::
+
+    from real_backend.bench import run_sweep, pow2_sizes
+    rows = run_sweep("all_reduce", world_size=2, sizes=pow2_sizes(1024, 64 << 20))
+
+Every rank is its own process (``python bench.py --worker CONFIG``) on 127.0.0.1; the
+parent reads rank 0's results line by line (JSON), drives the progress callback, and
+kills every child it started when the sweep ends, fails or times out.
+
+Method, per size (as nccl-tests' all_reduce_perf, with medians because this machine is
+small and shared):
+  * ``warmup`` untimed operations;
+  * the number of iterations per timed batch is chosen so a batch lasts about
+    ``target_batch_s`` (agreed across ranks: the maximum of the ranks' choices);
+  * ``repeats`` batches, each started after a barrier, timed with perf_counter; the
+    batch time / iters is one sample; a sample is the slowest rank's (MAX over ranks);
+  * we report the median sample (and min/max), algbw = S / t and busbw = algbw * factor
+    with S and the factor as in nccl-tests' PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
+
+
+def bus_factor(op: str, p: int) -> float:
+    """nccl-tests busbw factor (doc/PERFORMANCE.md)."""
+    if op == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
+def algbw_bytes(op: str, nbytes: int, p: int) -> int:
+    """S in algbw = S / t: the per-rank buffer, or the total array for all_gather."""
+    if op == "all_gather":
+        return nbytes * p  # nbytes = per-rank contribution
+    return nbytes
+
+
+@dataclass
+class BenchRow:
+    op: str
+    backend: str
+    world_size: int
+    nbytes: int  # per-rank input bytes (all_gather: per-rank contribution)
+    count: int  # elements (float32)
+    iters: int
+    repeats: int
+    time_s: float  # median over repeats of the per-op time (slowest rank)
+    min_s: float
+    max_s: float
+    algbw_gbps: float  # GB/s (1e9 bytes)
+    busbw_gbps: float
+    samples_s: list[float] = field(default_factory=list)  # per-batch mean op time (slowest rank)
+    sweep: str = ""
+    op_quantiles_s: list[float] = field(default_factory=list)  # p10/p25/p50 of single ops (slowest rank)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pow2_sizes(lo: int = 1024, hi: int = 64 << 20) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def midpoint_sizes(lo: int = 1024, hi: int = 64 << 20, align: int = 64) -> list[int]:
+    """Sizes between the powers of two (2^(k+1/2), 2^(k+1/4)·... alternating), never a power of two.
+
+    Used as held-out sizes: none of them is in a pow2 training sweep.
+    """
+    out = []
+    s = lo
+    k = 0
+    while s * 2 <= hi:
+        frac = (0.5, 0.25, 0.75)[k % 3]
+        v = int(round(s * 2**frac / align)) * align
+        if lo < v < hi and v not in out:
+            out.append(v)
+        s *= 2
+        k += 1
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_sweep(
+    op: str = "all_reduce",
+    world_size: int = 2,
+    sizes: list[int] | None = None,
+    backend: str = "gloo",
+    warmup: int = 5,
+    repeats: int = 11,
+    target_batch_s: float = 0.03,
+    min_iters: int = 5,
+    max_iters: int = 1000,
+    seed: int | None = None,
+    timeout_s: float = 600.0,
+    sweep: str = "",
+    pin: bool = False,
+    progress: Callable[[int, int, BenchRow], None] | None = None,
+) -> list[BenchRow]:
+    """Run one sweep in fresh processes and return one row per size (sorted by size).
+
+    ``seed`` shuffles the order in which sizes are measured (drift on a shared machine
+    then does not line up with size); None keeps ascending order. ``pin`` binds rank i
+    to CPU i mod ncpu.
+    """
+    if op not in BENCH_OPS:
+        raise ValueError(f"op: unknown op {op!r} (choose from {', '.join(BENCH_OPS)})")
+    if world_size < 1:
+        raise ValueError("ranks: world size must be >= 1")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend: unknown backend {backend!r} (choose from gloo, nccl)")
+    sizes = sorted(set(sizes or pow2_sizes()))
+    unit = 4 * (world_size if op in ("reduce_scatter", "all_to_all") else 1)
+    sizes = sorted({max(unit, (s // unit) * unit) for s in sizes}) if op != "barrier" else [0]
+    order = list(sizes)
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    cfg = {
+        "op": op,
+        "backend": backend,
+        "sizes": order,
+        "warmup": warmup,
+        "repeats": repeats,
+        "target_batch_s": target_batch_s,
+        "min_iters": min_iters,
+        "max_iters": max_iters,
+        "sweep": sweep,
+        "pin": pin,
+    }
+    port = _free_port()
+    procs: list[subprocess.Popen] = []
+    errs = []
+    rows: list[BenchRow] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for rank in range(world_size):
+            env = dict(os.environ)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+                MKL_NUM_THREADS="1",
+            )
+            err = tempfile.TemporaryFile()
+            errs.append(err)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
+                    env=env,
+                    stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+                    stderr=err,
+                    text=True,
+                )
+            )
+        assert procs[0].stdout is not None
+        for line in procs[0].stdout:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bench sweep exceeded {timeout_s:.0f} s")
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            row = BenchRow(**json.loads(line))
+            rows.append(row)
+            if progress is not None:
+                progress(len(rows), len(sizes), row)
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+        if bad:
+            r, rc = bad[0]
+            errs[r].seek(0)
+            tail = errs[r].read().decode(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"bench rank {r} exited with {rc}: {' | '.join(tail)}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - kill cannot fail on Linux
+                pass
+            if p.stdout is not None:
+                p.stdout.close()
+        for e in errs:
+            e.close()
+    return sorted(rows, key=lambda r: r.nbytes)
+
+
+def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
+    """Write rows as CSV (``.csv``) or JSON (anything else)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".csv":
+        with path.open("w", newline="") as f:
+            keys = [k for k in BenchRow.__dataclass_fields__ if k not in ("samples_s", "op_quantiles_s")]
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            for r in rows:
+                d = r.to_dict()
+                d.pop("samples_s")
+                d.pop("op_quantiles_s")
+                w.writerow(d)
+    else:
+        path.write_text(json.dumps([r.to_dict() for r in rows], indent=1))
+    return path
+
+
+def load_rows(path: str | Path) -> list[BenchRow]:
+    path = Path(path)
+    if path.suffix == ".csv":
+        with path.open() as f:
+            out = []
+            for d in csv.DictReader(f):
+                out.append(
+                    BenchRow(
+                        op=d["op"],
+                        backend=d["backend"],
+                        world_size=int(d["world_size"]),
+                        nbytes=int(d["nbytes"]),
+                        count=int(d["count"]),
+                        iters=int(d["iters"]),
+                        repeats=int(d["repeats"]),
+                        time_s=float(d["time_s"]),
+                        min_s=float(d["min_s"]),
+                        max_s=float(d["max_s"]),
+                        algbw_gbps=float(d["algbw_gbps"]),
+                        busbw_gbps=float(d["busbw_gbps"]),
+                        sweep=d.get("sweep", ""),
+                    )
+                )
+            return out
+    return [BenchRow(**d) for d in json.loads(path.read_text())]
+
+
+# --------------------------------------------------------------------------- worker side
+def _die_with_parent() -> None:  # pragma: no cover - child side
+    """Linux: get SIGKILL when the launching process dies, so no rank outlives a sweep."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
+    _die_with_parent()
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    op, backend = cfg["op"], cfg["backend"]
+    rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if cfg.get("pin") and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=p)
+    sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
+    try:
+        for nbytes in cfg["sizes"]:
+            count = max(1, nbytes // 4)
+            fn = _make_op(op, count, p, rank, device)
+            for _ in range(cfg["warmup"]):
+                fn()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                fn()
+            sync()
+            est = max((time.perf_counter() - t0) / 3, 1e-6)
+            iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
+            it_t = torch.tensor([float(iters)], device=device)
+            dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
+            iters = int(it_t.item())
+            samples = []
+            ops: list[float] = []
+            pc = time.perf_counter
+            for _ in range(cfg["repeats"]):
+                dist.barrier()
+                sync()
+                t0 = pc()
+                last = t0
+                for _ in range(iters):
+                    fn()
+                    if backend != "nccl":
+                        now = pc()
+                        ops.append(now - last)
+                        last = now
+                sync()
+                samples.append((pc() - t0) / iters)
+            st = torch.tensor(samples, dtype=torch.float64, device=device)
+            dist.all_reduce(st, op=dist.ReduceOp.MAX)
+            samples = [float(x) for x in st.cpu().tolist()]
+            ops.sort()
+            q = torch.tensor(
+                [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
+                dtype=torch.float64,
+                device=device,
+            )
+            dist.all_reduce(q, op=dist.ReduceOp.MAX)
+            op_q = [float(x) for x in q.cpu().tolist()] if ops else []
+            if rank == 0:
+                med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
+                s_bytes = algbw_bytes(op, nbytes, p)
+                algbw = s_bytes / med / 1e9 if med > 0 else 0.0
+                row = BenchRow(
+                    op=op,
+                    backend=backend,
+                    world_size=p,
+                    nbytes=nbytes,
+                    count=count,
+                    iters=iters,
+                    repeats=cfg["repeats"],
+                    time_s=med,
+                    min_s=min(samples),
+                    max_s=max(samples),
+                    algbw_gbps=algbw,
+                    busbw_gbps=algbw * bus_factor(op, p),
+                    samples_s=samples,
+                    sweep=cfg.get("sweep", ""),
+                    op_quantiles_s=op_q,
+                )
+                print(json.dumps(row.to_dict()), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _make_op(op: str, count: int, p: int, rank: int, device: str):  # pragma: no cover - child side
+    import torch
+    import torch.distributed as dist
+
+    if op == "all_reduce":
+        t = torch.zeros(count, device=device)
+        return lambda: dist.all_reduce(t)
+    if op == "broadcast":
+        t = torch.zeros(count, device=device)
+        return lambda: dist.broadcast(t, src=0)
+    if op == "reduce":
+        t = torch.zeros(count, device=device)
+        return lambda: dist.reduce(t, dst=0)
+    if op == "all_gather":
+        t = torch.zeros(count, device=device)
+        outs = [torch.zeros(count, device=device) for _ in range(p)]
+        return lambda: dist.all_gather(outs, t)
+    if op == "reduce_scatter":
+        inp = torch.zeros(count, device=device)
+        out = torch.zeros(count // p, device=device)
+        return lambda: dist.reduce_scatter_tensor(out, inp)
+    if op == "all_to_all":
+        inp = torch.zeros(count, device=device)
+        out = torch.zeros(count, device=device)
+        return lambda: dist.all_to_all_single(out, inp)
+    if op == "barrier":
+        return dist.barrier
+    raise ValueError(op)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _worker(json.loads(sys.argv[2]))
+    else:
+        print("usage: python -m real_backend.bench --worker CONFIG (internal); use `simdist bench`")
+        sys.exit(2)

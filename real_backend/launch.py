@@ -1,0 +1,423 @@
+"""Launch a scenario on real torch.distributed processes and turn their records into a Report.
+
+`run_real(scenario)` starts `world_size` worker processes on this host (env:// rendezvous on
+127.0.0.1 with a free port; Gloo on CPU, NCCL with one GPU per rank), watches them, and
+collects their per-rank results (``rank<r>.json``) from a work directory.
+
+* **Watchdog.** Each worker rewrites ``rank<r>.progress`` whenever its progress fingerprint
+  changes (step boundaries, Flight Recorder enqueue/complete counters; a rank in a
+  compute/sleep step or still starting counts as progressing). When no rank has made
+  progress for `timeout_s` (default: the scenario's, 10 s) the run hangs: every rank still
+  running its program is told ``hang`` on its stdin, records which collective it is
+  blocked in, and exits.
+* **Cleanup.** Workers run in their own sessions; whatever happens (a rank killed, an
+  exception here, Ctrl-C / SIGTERM) every worker is told to stop, then killed after a
+  grace period, and reaped. Workers also exit on their own when their stdin closes, so a
+  killed launcher leaves nothing behind. On Ctrl-C the partial report is written to
+  ``report.partial.json`` in the (kept) work directory and KeyboardInterrupt propagates.
+* **torchrun.** Without this launcher, run ``torchrun ... -m real_backend.worker SCENARIO
+  --out DIR`` on every node (each rank's watchdog then uses the c10d store) and
+  ``python -m real_backend.launch collect SCENARIO DIR`` to build the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from real_backend.record import FR_BUFFER_SIZE, FR_ENV
+from simdist.errors import HostError
+from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
+from simdist.scenario import Scenario
+
+MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch process
+STARTUP_LIMIT_S = 120.0  # longest a rank may spend importing torch and in the rendezvous
+GRACE_S = 5.0  # how long ranks get to write their records before they are killed
+POLL_S = 0.05
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class _Rank:
+    rank: int
+    proc: subprocess.Popen
+    log_path: Path
+    log: IO[bytes]
+    progress: str | None = None
+    iteration: int | None = None
+    starting: bool = True
+    ended_at: float | None = None
+    result_at: float | None = None
+    told: bool = False
+    killed_by_us: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tell(self, cmd: str) -> None:
+        if self.told or self.proc.poll() is not None:
+            return
+        self.told = True
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(cmd.encode() + b"\n")
+            self.proc.stdin.flush()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_host(scenario: Scenario) -> None:
+    """Raise HostError (one line) when this machine cannot run the scenario locally."""
+    w = scenario.world_size
+    if scenario.backend == "nccl":
+        try:
+            import torch
+        except ImportError as err:  # pragma: no cover - torch is a dependency
+            raise HostError(f"the real backend needs torch ({err})") from None
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n < w:
+            raise HostError(f"backend 'nccl' needs {w} CUDA devices (one per rank) on this host, found {n}")
+    elif w > MAX_LOCAL_WORLD_SIZE:
+        raise HostError(
+            f"world_size {w} is more than {MAX_LOCAL_WORLD_SIZE} CPU ranks on one host; run it under torchrun on several nodes"
+        )
+
+
+def run_real(
+    scenario: Scenario,
+    *,
+    timeout_s: float | None = None,
+    workdir: Path | None = None,
+    progress: bool = False,
+    kill_at: tuple[int, int] | None = None,
+) -> Report:
+    """Run `scenario` on real processes of this host and return their Report (source "real").
+
+    `timeout_s` overrides the scenario's watchdog timeout. `workdir` keeps the per-rank
+    results and logs there (default: a temporary directory, removed afterwards).
+    `progress` prints one line per event (rank ended, watchdog) to stderr. `kill_at =
+    (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
+    """
+    check_host(scenario)
+    timeout = float(scenario.timeout_s if timeout_s is None else timeout_s)
+    if timeout != scenario.timeout_s:
+        scenario = scenario.model_copy(update={"timeout_s": timeout})
+    own_dir = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="simdist-real-")) if workdir is None else Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    for stale in list(wd.glob("rank*.json")) + list(wd.glob("rank*.progress")):
+        stale.unlink()
+    keep = not own_dir
+    try:
+        report, interrupted = _run(scenario, wd, timeout, progress, kill_at)
+        if interrupted:
+            keep = True
+            (wd / "report.partial.json").write_text(report.to_json())
+            print(f"simdist: interrupted; partial report in {wd / 'report.partial.json'}", file=sys.stderr)
+            raise KeyboardInterrupt
+        if keep:
+            (wd / "report.json").write_text(report.to_json())
+        return report
+    finally:
+        if not keep:
+            shutil.rmtree(wd, ignore_errors=True)
+
+
+def _worker_env(scenario: Scenario, rank: int, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(scenario.world_size),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(scenario.world_size),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+    )
+    env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if scenario.backend == "gloo":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _run(
+    scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None
+) -> tuple[Report, bool]:
+    spec = wd / "scenario.json"
+    spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
+    port = _free_port()
+    interrupted = threading.Event()
+    restore: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            restore[sig] = signal.signal(sig, lambda *_: interrupted.set())
+    ranks: list[_Rank] = []
+    t_start = time.monotonic()
+    hang = False
+    fired_at: float | None = None
+    try:
+        for r in range(scenario.world_size):
+            log_path = wd / f"rank{r}.log"
+            log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "real_backend.worker", str(spec), "--out", str(wd), "--control", "stdin"],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_worker_env(scenario, r, port),
+                cwd=str(REPO_ROOT),
+                start_new_session=True,
+            )
+            ranks.append(_Rank(r, proc, log_path, log))
+        last_progress = time.monotonic()
+        while True:
+            now = time.monotonic()
+            for rk in ranks:
+                if rk.ended_at is None and rk.proc.poll() is not None:
+                    rk.ended_at = now
+                    last_progress = now
+                    if progress:
+                        print(
+                            f"[real] rank {rk.rank} ended (rc {rk.proc.returncode}) after {now - t_start:.1f} s",
+                            file=sys.stderr,
+                        )
+                if rk.result_at is None and (wd / f"rank{rk.rank}.json").exists():
+                    rk.result_at = now
+                    last_progress = now
+                doc = _read_json(wd / f"rank{rk.rank}.progress")
+                if doc is not None and doc.get("fp") != rk.progress:
+                    rk.progress = doc.get("fp")
+                    rk.iteration = doc.get("iteration")
+                    rk.starting = bool(doc.get("starting"))
+                    last_progress = now
+            if kill_at is not None:
+                victim = ranks[kill_at[0]]
+                if victim.iteration is not None and victim.iteration >= kill_at[1] and victim.proc.poll() is None:
+                    victim.killed_by_us = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(victim.proc.pid, signal.SIGKILL)
+                    kill_at = None
+            if all(rk.ended_at is not None for rk in ranks):
+                break
+            if interrupted.is_set():
+                for rk in ranks:
+                    rk.tell("interrupt")
+                break
+            if all(rk.result_at is not None or rk.ended_at is not None for rk in ranks):
+                for rk in ranks:  # every program is over: staying ranks may go
+                    rk.tell("release")
+            dead = any(rk.ended_at is not None and rk.result_at is None for rk in ranks)
+            starting = any(rk.starting and rk.ended_at is None for rk in ranks) and not dead
+            if starting and now - t_start < STARTUP_LIMIT_S:
+                last_progress = now
+            if now - last_progress > timeout:
+                hang, fired_at = True, now - t_start
+                if progress:
+                    print(f"[real] watchdog: no progress for {timeout:g} s", file=sys.stderr)
+                for rk in ranks:
+                    rk.tell("hang")
+                break
+            time.sleep(POLL_S)
+        _reap(ranks)
+    finally:
+        for rk in ranks:
+            if rk.proc.poll() is None:
+                rk.killed_by_us = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(rk.proc.pid, signal.SIGKILL)
+        for rk in ranks:
+            with contextlib.suppress(Exception):
+                rk.proc.wait(timeout=10)
+            with contextlib.suppress(Exception):
+                if rk.proc.stdin:
+                    rk.proc.stdin.close()
+            rk.log.close()
+        for sig, old in restore.items():
+            signal.signal(sig, old)
+    wall = time.monotonic() - t_start
+    report = collect(scenario, wd, ranks=ranks, hang=hang)
+    report.notes.append(f"real run: {scenario.world_size} ranks on {scenario.backend}, wall {wall:.2f} s")
+    if hang:
+        blocked = [r.rank for r in report.ranks if r.status == "hang"]
+        report.notes.append(
+            f"watchdog fired after {fired_at:.2f} s: no progress for {timeout:g} s; blocked ranks {blocked}"
+        )
+    return report, interrupted.is_set()
+
+
+def _reap(ranks: list[_Rank]) -> None:
+    """Give ranks GRACE_S to write their records and exit; kill the rest."""
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(rk.proc.poll() is None for rk in ranks):
+        time.sleep(POLL_S)
+    for rk in ranks:
+        if rk.proc.poll() is None:
+            rk.killed_by_us = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(rk.proc.pid, signal.SIGKILL)
+    now = time.monotonic()
+    for rk in ranks:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            rk.proc.wait(timeout=10)
+        if rk.ended_at is None:
+            rk.ended_at = now
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+_WHAT = re.compile(r"what\(\):\s*(.*)")
+_THROWN = re.compile(r"terminate called after throwing an instance of '([^']+)'")
+
+
+def _abort_details(log_text: str) -> tuple[str, str] | None:
+    """(exception type, what() line) from a rank's log after std::terminate."""
+    m = _WHAT.search(log_text)
+    if not m:
+        return None
+    t = _THROWN.search(log_text)
+    return (t.group(1) if t else "std::terminate", m.group(1).strip())
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _result_from_doc(doc: dict[str, Any]) -> RankResult:
+    return RankResult(
+        rank=int(doc["rank"]),
+        status=doc["status"],
+        inputs_processed=int(doc.get("inputs_processed", 0)),
+        error=RankError(**doc["error"]) if doc.get("error") else None,
+        observed=doc.get("observed", {}),
+        trace=[TraceEntry(**e) for e in doc.get("trace", [])],
+        time=float(doc.get("time", 0.0)),
+        blocked_in=TraceEntry(**doc["blocked_in"]) if doc.get("blocked_in") else None,
+        waiting_in=TraceEntry(**doc["waiting_in"]) if doc.get("waiting_in") else None,
+        warnings=list(doc.get("warnings", [])),
+    )
+
+
+def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, hang: bool = False) -> Report:
+    """Build the Report from the per-rank result files in `wd` (and, when this launcher ran
+    them, the processes' exit statuses and logs)."""
+    results: list[RankResult] = []
+    notes: list[str] = []
+    by_rank = {rk.rank: rk for rk in ranks or []}
+    for r in range(scenario.world_size):
+        doc = _read_json(wd / f"rank{r}.json")
+        rk = by_rank.get(r)
+        rc = rk.proc.returncode if rk is not None else None
+        log_text = ""
+        log_path = rk.log_path if rk is not None else wd / f"rank{r}.log"
+        with contextlib.suppress(OSError):
+            log_text = log_path.read_text(errors="replace")
+        if doc is not None:
+            res = _result_from_doc(doc)
+        else:
+            # No record: the rank died before writing one (signal), or never started.
+            res = RankResult(rank=r, status="aborted")
+            if rk is not None:
+                prog = _read_json(wd / f"rank{r}.progress") or {}
+                res.inputs_processed = max(0, int(prog.get("iteration") or 0))
+            if rc is not None and rc < 0:
+                res.error = RankError("Signal", f"killed by {_signal_name(-rc)}", "killed")
+            elif hang and rk is not None and rk.killed_by_us:
+                res.status = "hang"
+                res.error = None
+                notes.append(f"rank {r}: did not answer the watchdog, killed; no record")
+            else:
+                res.error = RankError("ExitCode", f"ended with exit code {rc} without a record", "other")
+        if rc is not None and rc < 0 and -rc == signal.SIGABRT:
+            details = _abort_details(log_text)
+            res.status = "aborted"
+            if details is not None:
+                res.error = RankError(details[0], details[1], "gloo_abort")
+            elif res.error is None or res.error.category != "gloo_abort":
+                res.error = RankError("Signal", "killed by SIGABRT", "killed")
+        elif rc is not None and rc < 0 and doc is not None and res.status not in ("hang",):
+            # killed after writing a record (e.g. while staying): keep the record's status
+            notes.append(f"rank {r}: process ended by {_signal_name(-rc)} after writing its record")
+        results.append(res)
+    # Which peer a rank lost: the ranks whose process had ended before its error was recorded.
+    if ranks:
+        for res in results:
+            if res.error is not None and res.error.category == "peer_lost":
+                t_err = by_rank[res.rank].result_at or float("inf")
+                gone = [
+                    rk.rank for rk in ranks if rk.rank != res.rank and rk.ended_at is not None and rk.ended_at <= t_err
+                ]
+                if not gone:  # ended in the same polling interval
+                    gone = [
+                        rk.rank
+                        for rk in ranks
+                        if rk.rank != res.rank
+                        and rk.result_at is not None
+                        and rk.result_at <= t_err
+                        and results[rk.rank].status != "hang"
+                    ]
+                notes.append(f"rank {res.rank}: lost peer(s) {gone}")
+    for res in results:
+        if res.status == "aborted" and res.error is not None and res.error.category == "killed":
+            notes.append(f"rank {res.rank}: {res.error.message}")
+    return Report(
+        scenario=scenario.name,
+        source="real",
+        outcome=overall_outcome([r.status for r in results]),
+        ranks=results,
+        backend=scenario.backend,
+        world_size=scenario.world_size,
+        notes=notes,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m real_backend.launch run SCENARIO`` / ``collect SCENARIO DIR``."""
+    from real_backend.worker import load_any
+
+    ap = argparse.ArgumentParser(prog="python -m real_backend.launch")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run_p = sub.add_parser("run", help="run a scenario on local processes")
+    run_p.add_argument("scenario")
+    run_p.add_argument("--timeout", type=float, default=None)
+    run_p.add_argument("--workdir", type=Path, default=None)
+    col_p = sub.add_parser("collect", help="build the report from a torchrun output directory")
+    col_p.add_argument("scenario")
+    col_p.add_argument("dir", type=Path)
+    args = ap.parse_args(argv)
+    scenario = load_any(args.scenario)
+    if args.cmd == "run":
+        report = run_real(scenario, timeout_s=args.timeout, workdir=args.workdir, progress=True)
+    else:
+        report = collect(scenario, args.dir)
+    print(report.to_json())
+    return 0 if report.outcome == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Diff a simulated Report against a real one, rank by rank (pure: no torch, no processes).
+
+Per rank, in this order:
+
+* the collective trace, entry by entry on `TraceEntry.key()` (op, numel, dtype, group,
+  group size, origin); the first diverging entry is reported with both sides;
+* status and inputs processed;
+* the error: its category, and for Python-level errors raised by Join or the models
+  (categories `join_early_termination` and `model`) also the exception type and the
+  normalised first line of the message (`report.normalise_message`); backend errors
+  (peer lost, Gloo abort, timeout, signals) carry addresses and ports, so only their
+  category is compared;
+* observed values: same names, equal values (numbers within a small tolerance, lists
+  element by element, None only equals None);
+* for ranks that hang on both sides, the key of the collective they are blocked in.
+
+Plus the run-level outcome and world size. `Comparison.agree` is True when nothing differs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simdist.report import RankError, RankResult, Report, TraceEntry, normalise_message
+
+REL_TOL = 1e-5
+ABS_TOL = 1e-6
+# Error categories whose message comes from Python code (Join, DDP, ZeRO) and is compared.
+MESSAGE_CATEGORIES = frozenset({"join_early_termination", "model"})
+
+
+@dataclass
+class Difference:
+    """One disagreement; `rank` is None for run-level fields."""
+
+    field: str  # outcome | world_size | ranks | trace | status | inputs_processed | error | observed | blocked_in
+    rank: int | None
+    sim: Any
+    real: Any
+    detail: str
+    index: int | None = None  # trace: position (0-based) of the first diverging entry
+
+
+@dataclass
+class RankComparison:
+    rank: int
+    differences: list[Difference] = field(default_factory=list)
+    sim_collectives: int = 0
+    real_collectives: int = 0
+
+    @property
+    def agree(self) -> bool:
+        return not self.differences
+
+
+@dataclass
+class Comparison:
+    scenario: str
+    agree: bool
+    differences: list[Difference]
+    ranks: list[RankComparison]
+    sim_outcome: str
+    real_outcome: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for r, rc in zip(d["ranks"], self.ranks, strict=True):
+            r["agree"] = rc.agree
+        return d
+
+
+def _entry_summary(e: TraceEntry | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "seq": e.seq,
+        "op": e.op,
+        "numel": e.numel,
+        "dtype": e.dtype,
+        "group": e.group,
+        "group_size": e.group_size,
+        "origin": e.origin,
+    }
+
+
+def _short(e: TraceEntry | None) -> str:
+    return "(nothing)" if e is None else e.short()
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Observed-value equality: numbers within tolerance (bools as numbers), lists element-wise."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        if not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))) or len(a) != len(b):
+            return False
+        return all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        fa, fb = float(a), float(b)
+        if math.isnan(fa) or math.isnan(fb):
+            return math.isnan(fa) and math.isnan(fb)
+        return math.isclose(fa, fb, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return a == b
+
+
+def _compare_trace(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry]) -> None:
+    n = min(len(sim), len(real))
+    idx = next((i for i in range(n) if sim[i].key() != real[i].key()), None)
+    if idx is None and len(sim) != len(real):
+        idx = n
+    if idx is None:
+        return
+    s = sim[idx] if idx < len(sim) else None
+    r = real[idx] if idx < len(real) else None
+    rc.differences.append(
+        Difference(
+            "trace",
+            rc.rank,
+            _entry_summary(s),
+            _entry_summary(r),
+            f"collective {idx + 1} differs (sim {len(sim)}, real {len(real)} in all): sim {_short(s)} | real {_short(r)}",
+            index=idx,
+        )
+    )
+
+
+def _error_view(e: RankError | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    view: dict[str, Any] = {"category": e.category}
+    if e.category in MESSAGE_CATEGORIES:
+        view["type"] = e.type
+        view["message"] = normalise_message(e.message)
+    return view
+
+
+def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
+    rc = RankComparison(sim.rank, sim_collectives=len(sim.trace), real_collectives=len(real.trace))
+    _compare_trace(rc, sim.trace, real.trace)
+    if sim.status != real.status:
+        rc.differences.append(
+            Difference("status", sim.rank, sim.status, real.status, f"status: sim {sim.status}, real {real.status}")
+        )
+    if sim.inputs_processed != real.inputs_processed:
+        rc.differences.append(
+            Difference(
+                "inputs_processed",
+                sim.rank,
+                sim.inputs_processed,
+                real.inputs_processed,
+                f"inputs processed: sim {sim.inputs_processed}, real {real.inputs_processed}",
+            )
+        )
+    se, re_ = _error_view(sim.error), _error_view(real.error)
+    if se != re_:
+        rc.differences.append(
+            Difference(
+                "error",
+                sim.rank,
+                se,
+                re_,
+                f"error: sim {_error_text(sim.error)} | real {_error_text(real.error)}",
+            )
+        )
+    for name in sorted(set(sim.observed) | set(real.observed)):
+        sv, rv = sim.observed.get(name, _MISSING), real.observed.get(name, _MISSING)
+        if sv is _MISSING or rv is _MISSING or not values_equal(sv, rv):
+            rc.differences.append(
+                Difference(
+                    "observed",
+                    sim.rank,
+                    None if sv is _MISSING else sv,
+                    None if rv is _MISSING else rv,
+                    f"observed {name}: sim {_fmt(sv)}, real {_fmt(rv)}",
+                )
+            )
+    if sim.status == "hang" and real.status == "hang":
+        sk = sim.blocked_in.key() if sim.blocked_in else None
+        rk = real.blocked_in.key() if real.blocked_in else None
+        if sk != rk:
+            rc.differences.append(
+                Difference(
+                    "blocked_in",
+                    sim.rank,
+                    _entry_summary(sim.blocked_in),
+                    _entry_summary(real.blocked_in),
+                    f"blocked in: sim {_short(sim.blocked_in)} | real {_short(real.blocked_in)}",
+                )
+            )
+    return rc
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+_MISSING = _Missing()
+
+
+def _fmt(v: Any) -> str:
+    return repr(v)
+
+
+def _error_text(e: RankError | None) -> str:
+    if e is None:
+        return "none"
+    first = e.message.strip().splitlines()[0] if e.message.strip() else ""
+    return f"[{e.category}] {e.type}: {first[:160]}"
+
+
+def compare_reports(sim: Report, real: Report) -> Comparison:
+    """Field-by-field comparison of a simulated and a real report of the same scenario."""
+    diffs: list[Difference] = []
+    if sim.outcome != real.outcome:
+        diffs.append(
+            Difference("outcome", None, sim.outcome, real.outcome, f"outcome: sim {sim.outcome}, real {real.outcome}")
+        )
+    if sim.world_size and real.world_size and sim.world_size != real.world_size:
+        diffs.append(
+            Difference(
+                "world_size",
+                None,
+                sim.world_size,
+                real.world_size,
+                f"world size: sim {sim.world_size}, real {real.world_size}",
+            )
+        )
+    sim_by = {r.rank: r for r in sim.ranks}
+    real_by = {r.rank: r for r in real.ranks}
+    ranks: list[RankComparison] = []
+    for rank in sorted(set(sim_by) | set(real_by)):
+        if rank not in sim_by or rank not in real_by:
+            diffs.append(
+                Difference(
+                    "ranks",
+                    rank,
+                    rank in sim_by,
+                    rank in real_by,
+                    f"rank {rank} only in the {'sim' if rank in sim_by else 'real'} report",
+                )
+            )
+            continue
+        rc = _compare_rank(sim_by[rank], real_by[rank])
+        ranks.append(rc)
+        diffs.extend(rc.differences)
+    return Comparison(
+        scenario=real.scenario or sim.scenario,
+        agree=not diffs,
+        differences=diffs,
+        ranks=ranks,
+        sim_outcome=sim.outcome,
+        real_outcome=real.outcome,
+    )
+
+
+def format_comparison(c: Comparison) -> str:
+    """Human-readable per-rank diff (one summary line when everything agrees)."""
+    head = (
+        f"{c.scenario}: sim and real agree (outcome {c.real_outcome})"
+        if c.agree
+        else f"{c.scenario}: sim and real DIFFER (outcome sim {c.sim_outcome}, real {c.real_outcome})"
+    )
+    lines = [head]
+    for d in c.differences:
+        if d.rank is None:
+            lines.append(f"  {d.detail}")
+    for rc in c.ranks:
+        mark = "agree" if rc.agree else "differ"
+        lines.append(f"  rank {rc.rank}: {mark} ({rc.sim_collectives} sim / {rc.real_collectives} real collectives)")
+        for d in rc.differences:
+            if d.field == "trace":
+                lines.append(f"    first diverging collective: #{(d.index or 0) + 1} in issue order")
+                lines.append(f"      sim : {_entry_line(d.sim)}")
+                lines.append(f"      real: {_entry_line(d.real)}")
+            else:
+                lines.append(f"    {d.detail}")
+    for d in c.differences:
+        if d.field == "ranks":
+            lines.append(f"  {d.detail}")
+    return "\n".join(lines)
+
+
+def _entry_line(s: dict[str, Any] | None) -> str:
+    if s is None:
+        return "(none: the trace ends here)"
+    return (
+        f"seq {s['seq']} {s['op']}[{s['numel']}] {s['dtype']} group={s['group']}/{s['group_size']} origin={s['origin']}"
+    )

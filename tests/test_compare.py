@@ -1,0 +1,134 @@
+"""simdist.compare: the sim-vs-real diff (pure; no processes)."""
+
+from __future__ import annotations
+
+import copy
+
+from simdist.compare import compare_reports, format_comparison, values_equal
+from simdist.report import RankError, RankResult, Report, TraceEntry
+
+
+def _entry(seq: int, op: str = "all_reduce", numel: int = 1, origin: str = "user.loop[0]", **kw) -> TraceEntry:
+    return TraceEntry(
+        seq=seq, op=op, numel=numel, dtype=kw.pop("dtype", "float32"), group="WORLD", group_size=2, origin=origin, **kw
+    )
+
+
+def _report(source: str = "sim") -> Report:
+    ranks = [
+        RankResult(
+            rank=0,
+            status="completed",
+            inputs_processed=2,
+            observed={"sum": [1.0, 1.0]},
+            trace=[_entry(1), _entry(2)],
+            time=0.1,
+        ),
+        RankResult(
+            rank=1,
+            status="hang",
+            inputs_processed=2,
+            observed={"sum": [1.0, 1.0]},
+            trace=[_entry(1), _entry(2), _entry(3)],
+            blocked_in=_entry(3),
+            time=0.2,
+        ),
+    ]
+    return Report(scenario="t", source=source, outcome="hang", ranks=ranks, world_size=2)
+
+
+def test_identical_reports_agree_even_with_different_timings():
+    sim, real = _report("sim"), _report("real")
+    for r in real.ranks:  # wall times, completion flags and t_issue are not compared
+        r.time = 5.0
+        for e in r.trace:
+            e.t_issue, e.t_done, e.completed = 3.0, 3.1, True
+    c = compare_reports(sim, real)
+    assert c.agree
+    assert c.differences == []
+    assert [rc.agree for rc in c.ranks] == [True, True]
+    assert "agree" in format_comparison(c).splitlines()[0]
+
+
+def test_first_diverging_collective_is_reported_with_both_sides():
+    sim, real = _report(), _report("real")
+    real.ranks[1].trace[1] = _entry(2, op="broadcast", numel=3, dtype="int32", origin="ddp.pre_forward.rebuild_buckets")
+    real.ranks[1].trace.append(_entry(4))
+    c = compare_reports(sim, real)
+    assert not c.agree
+    (d,) = c.differences
+    assert (d.field, d.rank, d.index) == ("trace", 1, 1)
+    assert d.sim["op"] == "all_reduce" and d.real["op"] == "broadcast"
+    assert d.real["origin"] == "ddp.pre_forward.rebuild_buckets" and d.real["dtype"] == "int32"
+    text = format_comparison(c)
+    assert "DIFFER" in text and "#2" in text and "rebuild_buckets" in text
+
+
+def test_shorter_trace_diverges_at_its_end():
+    sim, real = _report(), _report("real")
+    del real.ranks[0].trace[1]
+    c = compare_reports(sim, real)
+    (d,) = c.differences
+    assert d.index == 1 and d.real is None and d.sim["seq"] == 2
+    assert "the trace ends here" in format_comparison(c)
+
+
+def test_status_inputs_outcome_and_blocked_in():
+    sim, real = _report(), _report("real")
+    real.ranks[1].blocked_in = _entry(3, origin="user.other")
+    real.ranks[0].inputs_processed = 1
+    c = compare_reports(sim, real)
+    assert {(d.field, d.rank) for d in c.differences} == {("blocked_in", 1), ("inputs_processed", 0)}
+    real2 = _report("real")
+    real2.ranks[1].status = "error"
+    real2.outcome = "error"
+    c2 = compare_reports(sim, real2)
+    assert {(d.field, d.rank) for d in c2.differences} == {("outcome", None), ("status", 1)}
+
+
+def test_errors_compare_category_and_python_messages_normalised():
+    sim, real = _report(), _report("real")
+    sim.ranks[0].error = RankError("RuntimeError", "Rank 0 exhausted all inputs.", "join_early_termination")
+    real.ranks[0].error = RankError("RuntimeError", "Rank 0 exhausted all inputs.\nmore text", "join_early_termination")
+    # Backend errors: only the category (addresses and ports differ).
+    sim.ranks[1].error = RankError("RuntimeError", "Connection closed by peer", "peer_lost")
+    real.ranks[1].error = RankError(
+        "RuntimeError", "[pair.cc:553] Connection reset by peer [127.0.0.1]:1234", "peer_lost"
+    )
+    assert compare_reports(sim, real).agree
+    real.ranks[0].error = RankError(
+        "RuntimeError", "Detected at least one rank that exhausted inputs.", "join_early_termination"
+    )
+    c = compare_reports(sim, real)
+    (d,) = c.differences
+    assert d.field == "error" and d.rank == 0
+    real.ranks[0].error = RankError("RuntimeError", "Rank 0 exhausted all inputs.", "join_early_termination")
+    real.ranks[1].error = RankError("RuntimeError", "Timed out waiting 1000ms", "timeout")
+    (d,) = compare_reports(sim, real).differences
+    assert d.field == "error" and d.rank == 1 and d.sim == {"category": "peer_lost"}
+
+
+def test_observed_values_tolerance_and_shapes():
+    assert values_equal(1.0, 1)
+    assert values_equal(10.0, 10.0 + 1e-9)
+    assert not values_equal(10.0, 10.1)
+    assert values_equal([0.0, 1.0], [0, 1])
+    assert not values_equal([0.0, 1.0], [0.0])
+    assert not values_equal(None, 0.0)
+    assert values_equal(None, None)
+    assert values_equal(True, 1)
+    sim, real = _report(), _report("real")
+    real.ranks[0].observed = {"sum": [1.0, 2.0], "extra": 3}
+    c = compare_reports(sim, real)
+    names = sorted(d.detail.split(":")[0] for d in c.differences)
+    assert names == ["observed extra", "observed sum"]
+
+
+def test_missing_rank_and_to_dict():
+    sim, real = _report(), copy.deepcopy(_report("real"))
+    real.ranks = real.ranks[:1]
+    c = compare_reports(sim, real)
+    assert not c.agree
+    assert any(d.field == "ranks" and d.rank == 1 for d in c.differences)
+    d = c.to_dict()
+    assert d["agree"] is False and d["ranks"][0]["agree"] is True
