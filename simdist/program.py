@@ -176,6 +176,12 @@ class RankProgram:
 
     def _collective(self, st: CollectiveStep, section: str, k: int, i: int | None,
                     pending: list[tuple[Work, str | None]]) -> Generator[Any, Any, None]:
+        if self.rank not in self.engine.groups[st.group]:
+            # torch: _warn_not_in_group, and the call returns without communicating
+            self.out.warnings.append(
+                f"Running {st.op} on global rank {self.rank} which does not belong to the given group."
+            )
+            return
         value = _fill_value(st.value, self.rank, i)
         numel = 0 if st.op == "barrier" else st.numel
         payload = Payload.full(numel, st.dtype, value)

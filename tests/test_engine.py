@@ -164,3 +164,22 @@ def test_simulated_time_uses_cost_model():
     rep = simulate(s, cost=AlphaBeta(alpha=1e-3, beta=1e-6))
     # 2(p-1) alpha + 2(p-1)/p n beta = 2e-3 + 4000 B * 1e-6
     assert rep.ranks[0].time == pytest.approx(2e-3 + 4000e-6)
+
+
+def test_non_member_skips_group_collective_with_torch_warning():
+    rep = sim({"world_size": 3, "inputs": {"counts": [1, 1, 1]}, "groups": [{"name": "g", "ranks": [0, 1]}],
+               "loop": [{"kind": "collective", "op": "all_reduce", "group": "g", "value": 1, "observe": "x"}]})
+    assert rep.outcome == "completed"
+    assert rep.ranks[2].trace == [] and "x" not in rep.ranks[2].observed
+    assert "does not belong to the given group" in rep.ranks[2].warnings[0]
+    assert rep.ranks[0].observed["x"] == [2.0]
+
+
+def test_abort_lets_the_rank_whose_messages_matched_complete():
+    # int64[1] (8 B) against float32[1] (4 B): the float rank aborts, the int64 rank completes (real Gloo)
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": [
+        {"kind": "collective", "op": "all_reduce", "dtype": "int64", "ranks": [0]},
+        {"kind": "collective", "op": "all_reduce", "dtype": "float32", "ranks": [1]}]})
+    assert [r.status for r in rep.ranks] == ["completed", "aborted"]
+    assert rep.ranks[1].error.category == "gloo_abort"
+    assert rep.findings[0].kind == "dtype_mismatch"
