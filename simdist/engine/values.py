@@ -1,9 +1,10 @@
 """Simulated tensor payloads and the value semantics of collectives.
 
 A payload carries size and dtype always, and values only where they are cheap and useful:
-explicit elements for small tensors (<= `MAX_EXPLICIT` elements), or a single `fill`
-value when every element is equal (zeros, ones, a DDP gradient bucket of a chain model),
-which stays exact for any size under every elementwise reduction. Anything else carries
+explicit elements for small tensors (<= `MAX_EXPLICIT` elements), a single `fill` value
+when every element is equal (zeros, ones), or `segments`: runs of equal values (a DDP
+gradient bucket is one run per parameter). Fills and segments stay exact for any size
+under every elementwise reduction. Anything else carries
 no values (`None`), and results derived from it are unknown.
 
 Values matter for control flow, not just for reports: Join's exit loop stops when its
@@ -46,6 +47,7 @@ class Payload:
     dtype: str
     values: np.ndarray | None = None  # explicit elements (numel <= MAX_EXPLICIT)
     fill: float | None = None  # every element equals this
+    segments: tuple[tuple[int, float], ...] | None = None  # (length, value) runs, when not uniform
     meta: Any = field(default=None, compare=False)  # opaque data a broadcast carries (e.g. bucket layout)
 
     @property
@@ -56,6 +58,31 @@ class Payload:
     def full(cls, numel: int, dtype: str, value: float, meta: Any = None) -> Payload:
         """A uniform tensor: stored as its fill only (arrays are made on demand)."""
         return cls(numel, dtype, fill=_cast(value, dtype), meta=meta)
+
+    @classmethod
+    def runs(cls, runs: list[tuple[int, float]], dtype: str) -> Payload:
+        """A tensor made of runs of equal values (e.g. a gradient bucket, one run per parameter)."""
+        runs = [(n, _cast(v, dtype)) for n, v in runs if n > 0]
+        numel = sum(n for n, _ in runs)
+        if len({v for _, v in runs}) <= 1:
+            return cls.full(numel, dtype, runs[0][1] if runs else 0.0)
+        return cls(numel, dtype, segments=tuple(runs))
+
+    def run_values(self) -> list[tuple[int, float]] | None:
+        """The tensor as (length, value) runs of equal values, if its values are known."""
+        if self.values is not None:
+            out: list[tuple[int, float]] = []
+            for v in self.values.tolist():
+                if out and out[-1][1] == v:
+                    out[-1] = (out[-1][0] + 1, v)
+                else:
+                    out.append((1, float(v)))
+            return out
+        if self.fill is not None:
+            return [(self.numel, self.fill)]
+        if self.segments is not None:
+            return list(self.segments)
+        return None
 
     @classmethod
     def unknown(cls, numel: int, dtype: str, meta: Any = None) -> Payload:
@@ -73,12 +100,16 @@ class Payload:
             return self.values
         if self.fill is not None and self.numel <= MAX_EXPLICIT:
             return np.full(self.numel, self.fill, dtype=NP_DTYPES[self.dtype])
+        if self.segments is not None and self.numel <= MAX_EXPLICIT:
+            return np.concatenate([np.full(n, v, dtype=NP_DTYPES[self.dtype]) for n, v in self.segments])
         return None
 
     def item(self) -> float | None:
         """The value of a one-element tensor (or of any uniform one)."""
         if self.values is not None and self.values.size >= 1:
             return _py(self.values[0])
+        if self.segments is not None:
+            return self.segments[0][1]
         if self.fill is not None and self.dtype in _INT_DTYPES:
             return int(self.fill)
         return self.fill
@@ -177,6 +208,19 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
         if op == "avg":
             acc = (acc // len(parts)) if np.issubdtype(npdt, np.integer) else (acc / len(parts)).astype(npdt)
         return Payload.from_array(acc, dtype)
+    runs = [p.run_values() for p in parts]
+    if all(r is not None for r in runs) and len({tuple(n for n, _ in r) for r in runs}) == 1:  # type: ignore[union-attr]
+        # same run layout on every rank (DDP buckets): reduce run by run
+        py = _PY_REDUCERS[name]
+        out = []
+        for k, (n, v) in enumerate(runs[0]):  # type: ignore[index]
+            acc = v
+            for r in runs[1:]:
+                acc = py(acc, r[k][1])  # type: ignore[index]
+            if op == "avg":
+                acc = float(int(acc) // len(parts)) if dtype in _INT_DTYPES else acc / len(parts)
+            out.append((n, acc))
+        return Payload.runs(out, dtype)
     fills = [p.fill for p in parts]
     if all(f is not None for f in fills):
         acc_s = np.asarray(fills[0], dtype=npdt)

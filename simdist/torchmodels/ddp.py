@@ -188,11 +188,10 @@ class DDPModel(Joinable):
         return True
 
     def _bucket_payload(self, bucket: list[int], values: dict[int, float | None]) -> Payload:
-        numel = sum(self.numels[i] for i in bucket)
-        first = values.get(bucket[0])
-        if first is not None and all(values.get(i) == first for i in bucket):
-            return Payload.full(numel, self.dtype, first)
-        return Payload.unknown(numel, self.dtype)
+        """The flattened bucket: one run per parameter, in the bucket's layout order."""
+        if any(values.get(i) is None for i in bucket):
+            return Payload.unknown(sum(self.numels[i] for i in bucket), self.dtype)
+        return Payload.runs([(self.numels[i], values[i]) for i in bucket], self.dtype)  # type: ignore[misc]
 
     def backward(self) -> Generator[Any, Any, None]:
         """`loss.backward()`: autograd hooks mark params ready; buckets all-reduce in order."""
@@ -235,9 +234,10 @@ class DDPModel(Joinable):
             unused_work = self.dist.issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for b, w in works:
             res = yield from w.wait()
-            for i in b:
-                if self.used[i] or self.find_unused_parameters:
-                    self.grad[i] = res.fill if res.fill is not None else None
+            per_param = _split_runs(res.run_values(), [self.numels[i] for i in b])
+            for k, i in enumerate(b):
+                if self.used[i]:  # an unused parameter's .grad is left untouched (None)
+                    self.grad[i] = per_param[k] if per_param is not None else None
         if unused_work is not None:
             yield from unused_work.wait()
         self.observed_grads.append(self.grad[0])
@@ -259,6 +259,27 @@ class DDPModel(Joinable):
         root = yield from self._find_common_rank(self.dist.rank, is_last_joiner, "ddp.post_hook.find_common_rank")
         numels = self.numels + (self.buffer_numels if self.forward_sync_buffers else [])
         yield from self._broadcast_coalesced(numels, root, "ddp.post_hook.broadcast_final_model")
+
+
+def _split_runs(runs: list[tuple[int, float]] | None, sizes: list[int]) -> list[float | None] | None:
+    """Per-parameter values of a reduced bucket, when each parameter's slice is uniform."""
+    if runs is None:
+        return None
+    out: list[float | None] = []
+    k, left = 0, runs[0][0] if runs else 0
+    for n in sizes:
+        vals = set()
+        need = n
+        while need > 0 and k < len(runs):
+            take = min(need, left)
+            vals.add(runs[k][1])
+            need -= take
+            left -= take
+            if left == 0:
+                k += 1
+                left = runs[k][0] if k < len(runs) else 0
+        out.append(vals.pop() if len(vals) == 1 else None)
+    return out
 
 
 class _DDPJoinHook(JoinHook):
