@@ -87,6 +87,22 @@ def _explain(report: Report, scenario: Scenario) -> None:
         out.print(line, highlight=False, soft_wrap=True)
 
 
+def _report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
+    """Print the report (table or JSON) and exit 0/1 on the scenario's expectations or outcome."""
+    failures = check_expectations(report, s.expect)
+    if json_:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        print_report(report)
+        for f in failures:
+            out.print(f"[red]expectation not met[/red] {f}", highlight=False, soft_wrap=True)
+        if s.expect is not None and not failures:
+            out.print("[green]all expectations met[/green]")
+    if s.expect is not None:
+        raise typer.Exit(1 if failures else 0)
+    raise typer.Exit(0 if report.outcome == "completed" else 1)
+
+
 @app.command()
 def run(
     scenario: ScenarioArg,
@@ -107,18 +123,7 @@ def run(
         pass
     if trace_out is not None:
         write_chrome_trace(report, trace_out)
-    failures = check_expectations(report, s.expect)
-    if json_:
-        sys.stdout.write(report.to_json() + "\n")
-    else:
-        print_report(report)
-        for f in failures:
-            out.print(f"[red]expectation not met[/red] {f}", highlight=False, soft_wrap=True)
-        if s.expect is not None and not failures:
-            out.print("[green]all expectations met[/green]")
-    if s.expect is not None:
-        raise typer.Exit(1 if failures else 0)
-    raise typer.Exit(0 if report.outcome == "completed" else 1)
+    _report_and_exit(report, s, json_)
 
 
 @app.command()
@@ -136,16 +141,7 @@ def real(
     except SimdistError as e:
         _fail_input(str(e))
         raise
-    failures = check_expectations(report, s.expect)
-    if json_:
-        sys.stdout.write(report.to_json() + "\n")
-    else:
-        print_report(report)
-        for f in failures:
-            out.print(f"[red]expectation not met[/red] {f}", highlight=False, soft_wrap=True)
-    if s.expect is not None:
-        raise typer.Exit(1 if failures else 0)
-    raise typer.Exit(0 if report.outcome == "completed" else 1)
+    _report_and_exit(report, s, json_)
 
 
 @app.command()

@@ -99,9 +99,7 @@ class RankProgram:
                 for k, step in enumerate(s.loop):
                     if step.applies(self.rank, i):
                         yield from self._step(step, "loop", k, i, pending)
-                for work, observe in pending:
-                    res = yield from work.wait()
-                    self._observe(observe, res)
+                yield from self._wait_all(pending)
                 self.out.inputs_processed += 1
         except RankRaised as e:
             exc = e
@@ -119,6 +117,10 @@ class RankProgram:
         for k, step in enumerate(s.after):
             if step.applies(self.rank, None):
                 yield from self._step(step, "after", k, None, pending)
+        yield from self._wait_all(pending)
+
+    def _wait_all(self, pending: list[tuple[Work, str | None]]) -> Generator[Any, Any, None]:
+        """Wait on the iteration's deferred handles, in issue order, recording what they observe."""
         for work, observe in pending:
             res = yield from work.wait()
             self._observe(observe, res)

@@ -13,10 +13,10 @@ See docs/scenarios.md for the full reference with a worked example.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simdist.errors import ScenarioError
@@ -531,18 +531,22 @@ def parse_scenario(data: dict[str, Any], source: str = "<dict>") -> Scenario:
         raise ScenarioError(f"{source}: {err}") from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a TOML scenario file."""
+def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:
+    """A TOML file as a dict, or a one-line ScenarioError (unreadable file, bad TOML)."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as err:
-        raise ScenarioError(f"{p}: cannot read scenario file ({err.strerror})") from None
+        raise ScenarioError(f"{p}: cannot read {what} file ({err.strerror})") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(f"{p}: not valid TOML ({err})") from None
-    return parse_scenario(data, source=str(p))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a TOML scenario file."""
+    return parse_scenario(read_toml(path), source=str(path))
 
 
 def scenario_to_dict(s: Scenario) -> dict[str, Any]:

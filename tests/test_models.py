@@ -230,3 +230,14 @@ def test_custom_joinable_python_api():
     assert rep.outcome == "completed"
     # iteration 1: 1 + 2 = 3; then rank 0 shadows with zeros: rank 1 adds 2 twice
     assert rep.ranks[1].observed["t.total"] == 7.0 and rep.ranks[0].observed["t.total"] == 3.0
+
+
+def test_rebuilt_layout_comes_from_rank_0_even_with_no_inputs():
+    # rank 0's rebuilt params come from _push_all_rebuilt_params (registration order): with a
+    # 16-byte cap that is one bucket [0, 1]; rank 1's own ready order would give [[1], [0]].
+    rep = ddp([0, 2], params=[3, 5], bucket_cap_mb=1.6e-05)
+    assert rep.outcome == "completed" and not rep.findings
+    sizes = [e.numel for e in rep.ranks[1].trace if e.origin == "ddp.backward.bucket_allreduce"]
+    assert sizes == [8, 8]
+    rebuild = [e.numel for e in rep.ranks[1].trace if e.origin == "ddp.pre_forward.rebuild_buckets"]
+    assert rebuild == [3, 1]

@@ -14,6 +14,7 @@ A hang is not a timer: it is the event queue running dry while some rank still w
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -383,7 +384,7 @@ def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
         return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
     if op == "broadcast":
         src = next((x for x in calls if x.rank == c.root), c)
-        res = Payload(src.payload.numel, src.payload.dtype, src.payload.values, src.payload.fill, src.payload.meta)
+        res = dataclasses.replace(src.payload)  # the root's tensor, meta (e.g. bucket layout) included
         return res.reinterpret(dtype) if res.dtype != dtype else res
     if op == "all_gather":
         return concat_payloads(parts, dtype)

@@ -30,10 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import tomllib
-
 from simdist.errors import ScenarioError
-from simdist.scenario import Scenario, parse_scenario
+from simdist.scenario import Scenario, parse_scenario, read_toml
 
 MARKERS = ("range", "choice", "each", "subset")
 FUZZ_KEYS = {"budget": int, "invariants": bool, "expect": str, "description": str}
@@ -247,13 +245,6 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
 
 def load_template(path: str | Path) -> Template:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise ScenarioError(f"{p}: cannot read template file ({err.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{p}: not valid TOML ({err})") from None
+    data = read_toml(p, "template")
     name = data.get("name") if isinstance(data.get("name"), str) else p.stem
     return parse_template(data, source=str(p), name=name)
