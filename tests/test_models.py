@@ -13,7 +13,7 @@ from simdist.engine.values import Payload
 from simdist.scenario import parse_scenario
 from simdist.sim import simulate
 from simdist.torchmodels.buckets import compute_bucket_assignment_by_size
-from simdist.torchmodels.join import Join, JoinHook, Joinable
+from simdist.torchmodels.join import Join, Joinable, JoinHook
 from simdist.torchmodels.registry import JOINABLE_KINDS, register_joinable
 from simdist.torchmodels.zero import partition_parameters
 
