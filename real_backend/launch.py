@@ -139,9 +139,19 @@ def run_real(
             shutil.rmtree(wd, ignore_errors=True)
 
 
+def _host_store(port: int, world_size: int) -> Any:
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=300))
+
+
 def _worker_env(scenario: Scenario, rank: int, port: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
+        SIMDIST_HOSTED_STORE="1",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         WORLD_SIZE=str(scenario.world_size),
@@ -164,6 +174,9 @@ def _run(
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
     port = _free_port()
+    # The rendezvous store lives here, not in rank 0: a rank that finishes (and exits) early
+    # must not take the store down while its peers are still setting up.
+    _store = _host_store(port, scenario.world_size)  # kept alive for the whole run
     interrupted = threading.Event()
     restore: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():

@@ -139,6 +139,18 @@ class Worker:
                 return
             time.sleep(PROGRESS_PERIOD_S)
 
+    def _setup_barrier(self) -> None:
+        """Store-only barrier (invisible to the Flight Recorder): nobody starts the loop, and so
+        nobody can finish and exit, before every rank has built its objects. Without it a rank
+        with nothing to do may exit while a peer is still constructing, which makes real runs
+        nondeterministic. Gives up after a while (a rank that failed in setup never arrives)."""
+        if self.store is None:
+            return
+        with contextlib.suppress(Exception):
+            if int(self.store.add("simdist/setup_done", 1)) >= self.world_size:
+                self.store.set("simdist/all_set_up", "1")
+            self.store.wait(["simdist/all_set_up"], datetime.timedelta(seconds=min(self.s.timeout_s, 30)))
+
     def _announce_end(self) -> None:
         if self.store is not None:
             with contextlib.suppress(Exception):
@@ -322,9 +334,14 @@ class Worker:
         kw: dict[str, Any] = {}
         if s.backend == "nccl":
             kw["device_id"] = self.device
+        if os.environ.get("SIMDIST_HOSTED_STORE"):
+            # local launch: the launcher hosts the store (see launch._host_store)
+            kw["store"] = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world_size,
+                                        is_master=False, timeout=datetime.timedelta(seconds=self.pg_timeout_s))
+        else:
+            kw["init_method"] = "env://"
         dist.init_process_group(
             backend=s.backend,
-            init_method="env://",
             rank=self.rank,
             world_size=self.world_size,
             timeout=datetime.timedelta(seconds=self.pg_timeout_s),
@@ -336,7 +353,8 @@ class Worker:
         world = dist.group.WORLD
         self._name_pg(world, "WORLD")
         for g in s.groups:
-            pg = dist.new_group(g.ranks, group_desc=g.name)
+            # new_group does not inherit init_process_group's timeout (30 min default otherwise)
+            pg = dist.new_group(g.ranks, group_desc=g.name, timeout=datetime.timedelta(seconds=self.pg_timeout_s))
             if self.rank in g.ranks:
                 self.groups[g.name] = pg
                 self._name_pg(pg, g.name)
@@ -376,6 +394,7 @@ class Worker:
             pg = world if j.group == "WORLD" else self.groups.get(j.group, world)
             self.joinables[j.name] = (Counter if j.kind == "counter" else AllReducer)(self.device, pg)
 
+        self._setup_barrier()
         if s.join is not None:
             objs = [self._joinable(n) for n in s.join.joinables]
             ctx: Any = Join(

@@ -68,14 +68,11 @@ class RankProgram:
         self.zero: ZeroModel | None = None
         self.custom: dict[str, Joinable] = {}
         self.join: Join | None = None
+        self.loss_pending = False  # a forward's loss waiting for its backward
 
     # ------------------------------------------------------------------ top level
     def run(self) -> Generator[Any, Any, None]:
-        s, rs = self.s, self.engine.ranks[self.rank]
-        try:
-            yield from self._run(s, rs)
-        finally:
-            self._collect_observed()
+        yield from self._run(self.s, self.engine.ranks[self.rank])
 
     def _run(self, s: Scenario, rs: Any) -> Generator[Any, Any, None]:
         rs.phase = "init"
@@ -100,6 +97,7 @@ class RankProgram:
                     if step.applies(self.rank, i):
                         yield from self._step(step, "loop", k, i, pending)
                 yield from self._wait_all(pending)
+                self.loss_pending = False  # a loss is not carried into the next iteration
                 self.out.inputs_processed += 1
         except RankRaised as e:
             exc = e
@@ -134,7 +132,8 @@ class RankProgram:
             return self.zero
         return self.custom[name]
 
-    def _collect_observed(self) -> None:
+    def collect_observed(self) -> None:
+        """Joinables' and DDP's values as they stand now (also for a rank that hung)."""
         for j in self.custom.values():
             observed = getattr(j, "observed", None)
             if observed is not None:
@@ -155,8 +154,14 @@ class RankProgram:
         elif isinstance(step, ForwardStep):
             assert self.ddp is not None
             yield from self.ddp.forward(step.no_sync)
+            self.loss_pending = True
         elif isinstance(step, BackwardStep):
             assert self.ddp is not None
+            if not self.loss_pending:
+                # the real loop has no loss to backward (torch would refuse a graph freed by
+                # the previous backward): the worker raises this, so the model does too
+                raise RankRaised("RuntimeError", f"{section}[{k}]: backward without a forward earlier in this iteration")
+            self.loss_pending = False
             yield from self.ddp.backward()
         elif isinstance(step, OptimizerStep):
             if self.zero is not None:

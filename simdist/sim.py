@@ -69,6 +69,8 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
     engine.env.run()
 
     results: list[RankResult] = []
+    for p in programs:
+        p.collect_observed()
     for r in range(scenario.world_size):
         out: RankOutcome = programs[r].out
         rs = engine.ranks[r]
