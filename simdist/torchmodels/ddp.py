@@ -35,7 +35,7 @@ from simdist.torchmodels.buckets import (
     compute_bucket_assignment_by_size,
 )
 from simdist.torchmodels.dist import Dist
-from simdist.torchmodels.join import Join, JoinHook, Joinable
+from simdist.torchmodels.join import Join, Joinable, JoinHook
 
 INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
 

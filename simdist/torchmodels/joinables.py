@@ -13,7 +13,7 @@ from typing import Any
 
 from simdist.engine.values import Payload
 from simdist.torchmodels.dist import Dist
-from simdist.torchmodels.join import Join, JoinHook, Joinable
+from simdist.torchmodels.join import Join, Joinable, JoinHook
 
 BEFORE_CONSTANT = 41
 AFTER_CONSTANT = 42

@@ -16,7 +16,7 @@ from typing import Any
 from simdist.engine.values import Payload
 from simdist.scenario import Model
 from simdist.torchmodels.dist import Dist
-from simdist.torchmodels.join import Join, JoinHook, Joinable
+from simdist.torchmodels.join import Join, Joinable, JoinHook
 
 
 def partition_parameters(numels: list[int], world_size: int) -> list[list[int]]:
