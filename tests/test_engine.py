@@ -183,3 +183,12 @@ def test_abort_lets_the_rank_whose_messages_matched_complete():
     assert [r.status for r in rep.ranks] == ["completed", "aborted"]
     assert rep.ranks[1].error.category == "gloo_abort"
     assert rep.findings[0].kind == "dtype_mismatch"
+
+
+def test_half_completed_size_mismatch_has_unknown_values():
+    # 1 vs 4 floats: on Gloo the smaller rank completes with wrong values, the larger blocks
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "on_finish": "stay", "loop": [
+        {"kind": "collective", "op": "all_reduce", "numel": 1, "ranks": [0], "observe": "x"},
+        {"kind": "collective", "op": "all_reduce", "numel": 4, "ranks": [1], "observe": "x"}]})
+    assert rep.outcome == "hang"
+    assert rep.findings and rep.findings[0].kind == "size_mismatch"

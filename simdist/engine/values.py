@@ -189,6 +189,10 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     integer dtypes, as torch does for integral AVG).
     """
     name = "sum" if op == "avg" else op
+    if any(p.numel != numel for p in parts):
+        # ranks disagree on the size (a mismatch the backend half-completes): the elementwise
+        # result is not defined here; gloo_rules.mixed_result has the byte-level story
+        return Payload.unknown(numel, dtype)
     if all(p.values is None and p.fill is not None for p in parts):
         # uniform inputs (the common case: zeros, ones, DDP buckets): pure Python, exact for any size
         py = _PY_REDUCERS[name]
