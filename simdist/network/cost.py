@@ -56,7 +56,9 @@ class CostModel:
         self.algorithms: dict[str, str | None] = {}
         for op, algo in (algorithms or {}).items():
             if op not in OPS:
-                raise ScenarioError(f"topology.algorithms.{op}: unknown collective '{op}' (choose from {', '.join(OPS)})")
+                raise ScenarioError(
+                    f"topology.algorithms.{op}: unknown collective '{op}' (choose from {', '.join(OPS)})"
+                )
             self.algorithms[op] = resolve(op, algo, f"topology.algorithms.{op}")
         self.profile = profile
         self._closed: dict[tuple[str, str, int], tuple[float, float]] = {}
@@ -72,7 +74,21 @@ class CostModel:
             net = _copy_net(cached_preset(topo.preset, world_size))
         else:
             net = scenario_network(topo, world_size)
-        return cls(net, alpha=topo.alpha, beta=topo.beta, gamma=topo.gamma, algorithms=dict(topo.algorithms), profile=profile)
+        # An optional `topology.profile` (path to a calibrated profile JSON written by
+        # `simdist compare-timing --save-profile`), if the scenario model has that field.
+        prof_path = getattr(topo, "profile", None)
+        if profile is None and prof_path:
+            from simdist.calibrate import Profile
+
+            try:
+                profile = Profile.load(prof_path)
+            except (OSError, ValueError, KeyError) as e:
+                raise ScenarioError(
+                    f"topology.profile: cannot read calibrated profile '{prof_path}' ({type(e).__name__})"
+                ) from None
+        return cls(
+            net, alpha=topo.alpha, beta=topo.beta, gamma=topo.gamma, algorithms=dict(topo.algorithms), profile=profile
+        )
 
     @classmethod
     def from_params(cls, world_size: int, alpha: float, beta: float, gamma: float, **kw) -> CostModel:
@@ -103,7 +119,9 @@ class CostModel:
             self._auto[key] = a
         return a
 
-    def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None, root: int | None = None) -> float:
+    def collective_time(
+        self, op: str, nbytes: int, ranks: list[int], algo: str | None = None, root: int | None = None
+    ) -> float:
         """Seconds for one collective over these global ranks, without contention."""
         p = len(ranks)
         if p <= 1:

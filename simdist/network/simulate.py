@@ -116,7 +116,9 @@ def simulate(
     return results
 
 
-def _launch(env, links: LinkSet, gamma: float, s: Schedule, req: CollectiveRequest, ci: int, res: CollectiveResult, record: bool):
+def _launch(
+    env, links: LinkSet, gamma: float, s: Schedule, req: CollectiveRequest, ci: int, res: CollectiveResult, record: bool
+):
     ranks = req.ranks
     start_ev = env.timeout(req.start)
     last = [start_ev for _ in range(s.p)]
@@ -129,7 +131,9 @@ def _launch(env, links: LinkSet, gamma: float, s: Schedule, req: CollectiveReque
         if t.reduce and nbytes and gamma > 0:
             yield env.timeout(nbytes * gamma)
         if record:
-            res.transfers.append(TransferRecord(ci, k, phase, ranks[t.src], ranks[t.dst], nbytes, t.reduce, begin, env.now))
+            res.transfers.append(
+                TransferRecord(ci, k, phase, ranks[t.src], ranks[t.dst], nbytes, t.reduce, begin, env.now)
+            )
 
     for k, step in enumerate(s.steps):
         phase = s.phases[k] if k < len(s.phases) else ""

@@ -56,7 +56,7 @@ class Network:
                 r = ()
             else:
                 path = _shortest(self.graph, a, b)
-                r = tuple(zip(path[:-1], path[1:]))
+                r = tuple(zip(path[:-1], path[1:], strict=False))
             self._routes[key] = r
         return r
 
@@ -82,7 +82,7 @@ class Network:
 
 
 def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return all(abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+    return all(abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30) for x, y in zip(a, b, strict=False))
 
 
 def _pair_cost(net: Network, src: int, dst: int) -> tuple[float, float]:
