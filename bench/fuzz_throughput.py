@@ -1,11 +1,12 @@
 """Fuzz throughput: schedules checked per second on an 8-rank, up-to-100-iteration DDP (3 buckets)
 + ZeroRedundancyOptimizer template under Join (a correct loop, so nothing stops the search early).
 
-    python bench/fuzz_throughput.py [--budget 50] [--seed 0] [--profile]
+    python bench/fuzz_throughput.py [--budget 50] [--seed 0] [--profile] [--no-compress | --compress-only]
 
-Prints schedules/s for the whole fuzz loop (hypothesis + simulate + check), the share of
-time spent in the simulator, and with --profile the functions where the time goes.
-Target: >= 100 schedules/s.
+Prints schedules/s for the whole fuzz loop (hypothesis + simulate + check), with schedule
+compression (the default, simdist/fuzz/compress.py) and with --no-compress, the ratio of
+the two, how many schedules were compressed, and with --profile the functions where the
+time goes. Target: >= 100 schedules/s.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="profile the fuzz loop and print the top functions")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--no-compress", action="store_true", help="only measure the fuzzer without schedule compression")
+    mode.add_argument("--compress-only", action="store_true", help="only measure the fuzzer with schedule compression")
     args = ap.parse_args()
     t = parse_template(TEMPLATE, source="bench")
 
@@ -55,21 +59,35 @@ def main() -> None:
     print(f"one schedule, 8 ranks x 100 inputs: simulate {t_sim * 1e3:.1f} ms ({n_coll} rank-collectives, "
           f"{t_sim / max(n_coll, 1) * 1e6:.1f} us each), check {t_chk * 1e3:.1f} ms")
 
-    prof = cProfile.Profile() if args.profile else None
-    if prof:
-        prof.enable()
-    t0 = time.perf_counter()
-    res = fuzz_template(t, budget=args.budget, seed=args.seed, out_dir=None, use_db=False)
-    wall = time.perf_counter() - t0
-    if prof:
-        prof.disable()
-    print(f"fuzz: {res.schedules} schedules in {wall:.2f} s = {res.schedules / wall:.1f} schedules/s "
-          f"(target 100/s); failures: {len(res.failures)}")
-    if prof:
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
-        print(buf.getvalue())
-
+    modes = [("compressed", True), ("--no-compress", False)]
+    if args.no_compress:
+        modes = modes[1:]
+    elif args.compress_only:
+        modes = modes[:1]
+    rates: dict[str, float] = {}
+    for label, compress in modes:
+        prof = cProfile.Profile() if args.profile else None
+        if prof:
+            prof.enable()
+        t0 = time.perf_counter()
+        res = fuzz_template(t, budget=args.budget, seed=args.seed, out_dir=None, use_db=False, compress=compress)
+        wall = time.perf_counter() - t0
+        if prof:
+            prof.disable()
+        rates[label] = res.schedules / wall
+        extra = ""
+        if compress:
+            extra = (f"; {res.compressed} compressed, {res.resimulated} re-simulated in full, iterations simulated "
+                     f"{res.iterations_run} of {res.iterations_full} "
+                     f"({res.iterations_full / max(res.iterations_run, 1):.1f}x fewer)")
+        print(f"fuzz {label}: {res.schedules} schedules in {wall:.2f} s = {rates[label]:.1f} schedules/s "
+              f"(target 100/s); failures: {len(res.failures)}{extra}")
+        if prof:
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+            print(buf.getvalue())
+    if len(rates) == 2:
+        print(f"compression speed-up: {rates['compressed'] / rates['--no-compress']:.1f}x")
 
 if __name__ == "__main__":
     main()

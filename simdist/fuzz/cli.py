@@ -36,6 +36,9 @@ def fuzz(
     db: Annotated[Path | None, typer.Option("--db", help="example database folder (default: OUT/.examples)")] = None,
     no_db: Annotated[bool, typer.Option("--no-db", help="do not read or write the example database")] = False,
     no_shrink: Annotated[bool, typer.Option("--no-shrink", help="report the first failure found, unshrunk")] = False,
+    no_compress: Annotated[bool, typer.Option("--no-compress",
+                                              help="simulate every schedule in full (default: judge passes on the "
+                                                   "schedule with the steady middle of each input gap removed)")] = False,
     json_: Annotated[bool, typer.Option("--json", help="print a machine-readable summary")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
@@ -70,7 +73,7 @@ def fuzz(
 
             try:
                 r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
-                                  shrink=not no_shrink, on_example=on_example)
+                                  shrink=not no_shrink, on_example=on_example, compress=not no_compress)
             except SimdistError as e:
                 _fail_input(str(e))
                 raise

@@ -29,6 +29,8 @@ from hypothesis.errors import Unsatisfiable
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
 from simdist.errors import ScenarioError
+from simdist.fuzz.compress import passes_compressed
+from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.strategies import scenarios
 from simdist.fuzz.template import Template
 from simdist.scenario import Scenario, parse_scenario
@@ -89,6 +91,11 @@ class FuzzResult:
     counterexamples: list[Counterexample] = field(default_factory=list)
     seconds: float = 0.0
     first_failure_at: int | None = None  # generation example number of the first failure
+    compress: bool = True  # schedules judged on their compressed form (simdist.fuzz.compress)
+    compressed: int = 0  # schedules that were compressed
+    resimulated: int = 0  # compressed schedules re-simulated in full (failed, or ranks out of step)
+    iterations_full: int = 0  # sum of the schedules' largest input counts
+    iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
 
     @property
     def failed(self) -> bool:
@@ -113,12 +120,28 @@ def canonical(d: dict[str, Any]) -> str:
 
 
 class Checker:
-    """Simulates and checks schedules, with a cache keyed by the concrete scenario."""
+    """Simulates and checks schedules, with a cache keyed by the concrete scenario.
 
-    def __init__(self, template: Template):
+    With `compress` (the default) a schedule is first judged on its compressed form
+    (`simdist.fuzz.compress`: the steady middle of every gap between distinct input counts
+    removed). A pass of a run whose ranks stayed in step is final; anything else (a failure,
+    or ranks out of step) is re-simulated in full, so every failure class, signature and
+    summary the fuzzer reports, shrinks on and writes is the full schedule's own.
+    """
+
+    def __init__(self, template: Template, compress: bool = True):
         self.template = template
+        self.compress = compress
         self.cache: dict[str, Outcome] = {}
         self.simulated = 0
+        self.compressed = 0  # schedules judged on a compressed run
+        self.resimulated = 0  # of those, re-simulated in full (failed, or ranks out of step)
+        self.iterations_full = 0  # sum over schedules of the full schedule's max input count
+        self.iterations_run = 0  # ... and of the max input count actually simulated
+
+    def _judge(self, s: Scenario) -> Outcome:
+        v = check_run(simulate(s), s, invariants=self.template.invariants)
+        return Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
 
     def check(self, d: dict[str, Any], s: Scenario | None = None) -> Outcome | None:
         """None when `d` is not a valid scenario."""
@@ -131,10 +154,22 @@ class Checker:
                 s = parse_scenario(d, source=self.template.source)
             except ScenarioError:
                 return None
-        report = simulate(s)
-        v = check_run(report, s, invariants=self.template.invariants)
+        full = max(s.counts(), default=0)
+        self.iterations_full += full
+        p = compress_plan(s) if self.compress else None
+        if p is not None and p.compressed:
+            self.compressed += 1
+            self.iterations_run += max(p.compressed_counts, default=0)
+            if passes_compressed(s, p, invariants=self.template.invariants):
+                out = Outcome(False, "ok", "ok", "no failure")
+            else:  # failed, or ranks out of step: judge the full schedule (exact class, signature, summary)
+                self.resimulated += 1
+                self.iterations_run += full
+                out = self._judge(s)
+        else:
+            self.iterations_run += full
+            out = self._judge(s)
         self.simulated += 1
-        out = Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
         self.cache[k] = out
         return out
 
@@ -286,11 +321,14 @@ def fuzz_template(
     use_db: bool = True,
     shrink: bool = True,
     on_example: Callable[[int, str], None] | None = None,
+    compress: bool = True,
 ) -> FuzzResult:
-    """Fuzz one template; returns counts and the written counterexamples (none when it holds)."""
+    """Fuzz one template; returns counts and the written counterexamples (none when it holds).
+
+    `compress=False` simulates every schedule in full (see `Checker`)."""
     budget = template.budget if budget is None else budget
-    res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget)
-    checker = Checker(template)
+    res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress)
+    checker = Checker(template, compress=compress)
     last_failing: dict[str, dict[str, Any]] = {}
     counted: set[str] = set()
     state = {"phase": "generate", "generated": 0}
@@ -375,5 +413,9 @@ def fuzz_template(
             found_at=res.classes.get(key, 0), world_size=s.world_size, counts=s.counts(),
             steps=len(s.loop) + len(s.after), explanation=expl))
     res.schedules = checker.simulated
+    res.compressed = checker.compressed
+    res.resimulated = checker.resimulated
+    res.iterations_full = checker.iterations_full
+    res.iterations_run = checker.iterations_run
     res.seconds = time.perf_counter() - t0
     return res

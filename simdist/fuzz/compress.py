@@ -1,0 +1,253 @@
+"""Schedule compression: judge a long uneven-input schedule by simulating a shorter one.
+
+In a Join loop the iterations between two consecutive distinct per-rank input counts (a
+*gap*: the set of ranks that have run out of inputs is constant) are periodic in the
+iteration index ``i`` once warm-up is over. A live rank's iteration depends on ``i`` only
+through its steps' conditions: with ``P = lcm(every)`` and ``T`` the largest ``below`` /
+``from_iteration`` threshold, the steps iteration ``i >= T`` runs depend on ``i mod P``
+alone. The rest of a rank's state either settles once (DDP rebuilds its buckets at the
+first forward after a synchronised backward; a joined rank pushes and rebuilds in its first
+two shadow passes) or is rewritten every period (DDP's sync flags, Join's
+``is_last_joiner``). A joined rank's shadow pass does not depend on ``i`` at all. Ranks
+never look ahead: nothing a rank does at iteration ``i`` depends on how many inputs it has
+left. So once a gap has reached its steady state, removing ``k * P`` iterations from it
+(and from the count of every rank whose count lies beyond it) leaves a schedule whose
+ranks go through the same states in the same order, only fewer times: the same outcome,
+the same per-rank status and error, the same kinds of findings, and per-rank
+``inputs_processed`` shifted by the iterations removed before the point the rank reached.
+
+Only values are not preserved (a Counter's count, observed all-reduce results, the
+simulated time), and none of them steers control flow in the models or enters the
+checker's verdict, except where excluded below.
+
+Conditions (``plan(scenario).reason`` says which one failed; no compression then):
+
+* no ``p2p`` step in the loop (FIFO matching across iterations is not reasoned about);
+* no loop step with ``value = "iteration"`` (its payload then depends on ``i``);
+* no loop step that observes ``counter.max_count`` / ``allreducer.post_hook_tensor`` (the
+  checker compares those observed values across ranks);
+* no async loop collective with ``wait = "never"`` (nothing then keeps the ranks in step,
+  so their skew in simulated time grows with the number of iterations);
+* only the bundled joinable kinds (``counter``, ``allreducer``; ``ddp``, ``zero``);
+* ``P = lcm(every) <= MAX_PERIOD`` (12).
+
+What is kept: every iteration ``i < W = T + 3P + 1`` (warm-up: thresholds passed, DDP
+buckets rebuilt, flags periodic), and in every gap ``[v, v')`` its first ``J`` iterations
+(``J = P`` when every rank that joins at ``v`` already ran ``W`` live iterations, else
+``3P``: it may still have to push and rebuild its buckets in its shadow passes, which run
+at least once a period), so each gap's own transient is simulated and no two distinct counts
+merge. From the steady part of each gap the largest multiple of ``P`` is removed.
+
+Checked on the compressed run (`untrusted`): the static conditions make each rank's own
+behaviour periodic, not the pairing of collectives across ranks, so a compressed run only
+stands for the full one when every collective paired calls of one origin or a live call
+with the join hook's shadow of it (`misaligned`), and no rank ran past a cut while another
+was stuck before it. The fuzzer (`simdist.fuzz.runner.Checker`) goes further and uses
+only compressed *passes*; everything else is simulated in full.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simdist.report import Report
+from simdist.scenario import CollectiveStep, Inputs, P2PStep, Scenario
+
+MAX_PERIOD = 12
+WARM_PERIODS, WARM_EXTRA = 3, 1  # warm-up W = T + WARM_PERIODS * P + WARM_EXTRA
+UNSETTLED_PERIODS = 3  # kept at a gap's start when its joiners ran fewer than W iterations
+# observed values the checker compares across ranks (simdist.check.classify.invariant_findings)
+_CHECKED_OBSERVED = ("counter.max_count", "allreducer.post_hook_tensor")
+_KNOWN_JOINABLES = ("counter", "allreducer")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a scenario is compressed: which iterations of the full schedule are removed."""
+
+    counts: tuple[int, ...]  # the full schedule's per-rank input counts
+    period: int = 1
+    threshold: int = 0
+    # (first removed iteration, number removed) in the full schedule's iteration index, ascending
+    segments: tuple[tuple[int, int], ...] = ()
+    reason: str = ""  # why nothing is removed ("" when the conditions hold)
+    compressed_counts: tuple[int, ...] = field(default=())
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.segments)
+
+    def removed(self) -> list[int]:
+        """Per-rank number of iterations removed (those of every segment below its count)."""
+        return [sum(n for a, n in self.segments if a + n <= c) for c in self.counts]
+
+    def cuts(self) -> list[int]:
+        """Where each segment was removed, as an iteration index of the compressed schedule."""
+        out, shift = [], 0
+        for a, length in self.segments:
+            out.append(a - shift)
+            shift += length
+        return out
+
+    def full_inputs_processed(self, n: int) -> int:
+        """A rank that completed `n` iterations of the compressed schedule completed this many of the full one.
+
+        A segment counts once the rank got past it: it completed the compressed iteration that
+        follows the segment, or the segment ends its gap (its end is an input count) and the rank
+        reached that count (it completed it, or stopped in the next gap's first iteration)."""
+        shift = 0
+        for a, length in self.segments:
+            at = a - shift  # the segment's position in the compressed schedule
+            if n > at or (n == at and a + length in self.counts):
+                shift += length
+            else:
+                break
+        return n + shift
+
+
+def _lcm(xs: list[int]) -> int:
+    out = 1
+    for x in xs:
+        out = out * x // math.gcd(out, x)
+    return out
+
+
+def plan(s: Scenario) -> Plan:
+    """Decide what can be removed from `s` without changing its verdict (see the module docstring)."""
+    counts = tuple(s.counts())
+    no = Plan(counts=counts, compressed_counts=counts)
+
+    def refuse(why: str) -> Plan:
+        return Plan(counts=counts, compressed_counts=counts, reason=why)
+
+    for k, st in enumerate(s.loop):
+        if isinstance(st, P2PStep):
+            return refuse(f"loop[{k}] is a p2p step")
+        if isinstance(st, CollectiveStep):
+            if st.value == "iteration":
+                return refuse(f"loop[{k}] sends value = \"iteration\"")
+            if st.observe in _CHECKED_OBSERVED:
+                return refuse(f"loop[{k}] observes {st.observe}, which the checker compares")
+            if st.async_op and st.wait == "never":
+                return refuse(f"loop[{k}] is never waited")
+    for j in s.joinables:
+        if j.kind not in _KNOWN_JOINABLES:
+            return refuse(f"joinable {j.name} has kind {j.kind}")
+    period = _lcm([st.every for st in s.loop if st.every is not None])
+    if period > MAX_PERIOD:
+        return refuse(f"period {period} > {MAX_PERIOD}")
+    thresholds = [x for st in s.loop for x in (st.below, st.from_iteration) if x is not None]
+    threshold = max(thresholds, default=0)
+    warm = threshold + WARM_PERIODS * period + WARM_EXTRA
+    values = sorted(set(counts) | {0})
+    segments: list[tuple[int, int]] = []
+    for v, nxt in zip(values, values[1:], strict=False):
+        # ranks joining at v (count == v): settled when they ran `warm` live iterations
+        joiners_settled = v >= warm if v > 0 else 0 not in counts
+        keep = period if joiners_settled else UNSETTLED_PERIODS * period
+        start = max(v + keep, warm)
+        k = (nxt - start) // period
+        if k >= 1:
+            segments.append((start, k * period))
+    if not segments:
+        return no
+    p = Plan(counts=counts, period=period, threshold=threshold, segments=tuple(segments))
+    removed = p.removed()
+    return Plan(counts=counts, period=period, threshold=threshold, segments=tuple(segments),
+                compressed_counts=tuple(c - r for c, r in zip(counts, removed, strict=True)))
+
+
+# Collectives a joined rank's shadow pass issues to match a live rank's (Join's heartbeat
+# count, the join hooks' shadow all-reduces and broadcasts): the only origins that may meet
+# in one collective of an aligned run.
+SHADOW_PAIRS: tuple[frozenset[str], ...] = tuple(frozenset(x) for x in (
+    ("join.notify_join_context.heartbeat", "join.exit.count_nonjoined"),
+    ("ddp.pre_forward.rebuild_buckets", "ddp.join_hook.rebuild_buckets"),
+    ("ddp.pre_forward.find_common_rank", "ddp.join_hook.find_common_rank"),
+    ("ddp.pre_forward.sync_buffers", "ddp.join_hook.sync_buffers"),
+    ("ddp.pre_forward.requires_grad_sync", "ddp.join_hook.requires_grad_sync"),
+    ("ddp.backward.bucket_allreduce", "ddp.join_hook.bucket_allreduce"),
+    ("ddp.backward.unused_map_allreduce", "ddp.join_hook.unused_map_allreduce"),
+    ("zero.step.broadcast_shard", "zero.join_hook.broadcast_shard"),
+    ("counter.call.allreduce", "counter.main_hook.allreduce"),
+    ("allreducer.call.allreduce", "allreducer.main_hook.allreduce"),
+))
+
+
+def misaligned(report: Report) -> str:
+    """Why `report`'s ranks are out of step ("" when they are not).
+
+    The static conditions make every rank's own behaviour periodic, but not the pairing of
+    collectives across ranks: a joined rank whose shadow pass issues more (or fewer)
+    collectives than a live iteration slides against the live ranks, one collective further
+    each iteration, and then what the run does depends on the length of the gap (even when
+    every pair happens to have equal fingerprints, so no finding shows it). A run in which
+    every collective pairs calls of one origin, or a live rank's call with the shadow call
+    that the join hooks issue for it (`SHADOW_PAIRS`), is in step."""
+    origins: dict[tuple[str, int], set[str]] = {}
+    for r in report.ranks:
+        for e in r.trace:
+            if e.op in ("send", "recv"):
+                continue
+            origins.setdefault((e.group, e.seq), set()).add(e.origin)
+    for (group, seq), o in origins.items():
+        if len(o) > 1 and not any(o <= pair for pair in SHADOW_PAIRS):
+            return f"#{seq} on {group} pairs {', '.join(sorted(o))}"
+    return ""
+
+
+def untrusted(p: Plan, report: Report) -> str:
+    """Why the compressed run `report` of plan `p` may not stand for the full one ("" when it may).
+
+    Its ranks must be in step (`misaligned`), and if some rank got stuck inside its loop,
+    at compressed iteration x (the first such), no rank may have reached the first cut after
+    x, nor may x be a cut itself: the periodicity argument holds for the system as a whole,
+    so a rank that runs ahead of a stuck one past a cut could, in the full schedule, have
+    stopped inside the removed iterations instead. A passing run has no stuck rank."""
+    why = misaligned(report)
+    if why:
+        return why
+    cuts = p.cuts()
+    counts = p.compressed_counts
+    stuck = [r.inputs_processed for r in report.ranks
+             if r.status != "completed" and r.inputs_processed < counts[r.rank]]
+    if not stuck:
+        return ""
+    x = min(stuck)
+    if x in cuts:
+        return f"a rank stopped at a cut (compressed iteration {x})"
+    after = [c for c in cuts if c > x]
+    if after and any(r.inputs_processed >= after[0] for r in report.ranks):
+        return f"a rank stopped at compressed iteration {x} while another reached the cut at {after[0]}"
+    return ""
+
+
+def apply(s: Scenario, p: Plan) -> Scenario:
+    """The compressed scenario of plan `p` (explicit per-rank counts; everything else unchanged)."""
+    if not p.compressed:
+        return s
+    return s.model_copy(update={"inputs": Inputs(counts=list(p.compressed_counts))})
+
+
+def compress(s: Scenario) -> tuple[Scenario, list[int]]:
+    """(compressed scenario, per-rank number of iterations removed); `s` itself when nothing can be removed."""
+    p = plan(s)
+    return apply(s, p), p.removed()
+
+
+def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True) -> bool:
+    """True when the compressed schedule of plan `p` passes the fuzz property and may stand for
+    the full one (`untrusted`), so the full schedule `s` passes too; False means "unknown:
+    simulate `s` in full"."""
+    from simdist.check.classify import check_run
+    from simdist.sim import simulate
+
+    if not p.compressed:
+        return False
+    c = apply(s, p)
+    report = simulate(c)
+    if untrusted(p, report):
+        return False
+    return not check_run(report, c, invariants=invariants).failed
+
