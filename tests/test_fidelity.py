@@ -15,6 +15,7 @@ from simdist.sim import simulate
 
 from .conftest import SCENARIOS
 
+
 def _leftover(workdir) -> list[int]:
     """PIDs of live processes whose command line mentions this run's work directory."""
     import os
@@ -47,3 +48,30 @@ def test_simulator_agrees_with_real_gloo(path, tmp_path):
     assert cmp.agree, format_comparison(cmp)
     # the real run also meets the scenario's own expectations
     assert check_expectations(real, s.expect) == []
+
+
+def _sweep_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fidelity_sweep", SCENARIOS.parent / "bench" / "fidelity_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("k", range(4))
+def test_random_scenario_agrees_with_real_gloo(k, tmp_path):
+    """A few of bench/fidelity_sweep.py's random scenarios (fixed seed); the sweep runs many."""
+    import random
+
+    from real_backend.launch import run_real
+    from simdist.scenario import parse_scenario
+
+    rng = random.Random(1000)
+    for _ in range(k + 1):
+        d = _sweep_module().random_scenario(rng, f"ci_random_{k}")
+    s = parse_scenario(d)
+    cmp = compare_reports(simulate(s), run_real(s, workdir=tmp_path / "wd"))
+    assert cmp.agree, format_comparison(cmp)
+    assert _leftover(tmp_path / "wd") == []
