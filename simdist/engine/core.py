@@ -161,35 +161,24 @@ class Engine:
             return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
                                    self.env.event(), self.env.now))
         key = (group, rank)
-        self._next_seq[key] += 1
-        seq = self._next_seq[key]
-        entry = TraceEntry(
-            seq=seq,
-            op=op,
-            numel=payload.numel,
-            dtype=payload.dtype,
-            group=group,
-            group_size=len(members),
-            origin=origin,
-            reduce_op=reduce_op,
-            root=root,
-            async_op=async_op,
-            phase=rs.phase,
-            iteration=rs.iteration,
-            t_issue=self.env.now,
-        )
+        seq = self._next_seq[key] = self._next_seq[key] + 1
+        now = self.env._now
+        # positional: this is the engine's hottest line (see TraceEntry for the field order)
+        entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
+                           None, async_op, rs.phase, rs.iteration, now)
         rs.trace.append(entry)
-        call = Call(rank, op, payload, reduce_op, root, entry, self.env.event(), self.env.now)
-        inst = self._instances.get((group, seq))
+        call = Call(rank, op, payload, reduce_op, root, entry, simpy.Event(self.env), now)
+        ikey = (group, seq)
+        inst = self._instances.get(ikey)
         if inst is None:
-            inst = Instance(group, seq, members)
-            self._instances[(group, seq)] = inst
+            inst = self._instances[ikey] = Instance(group, seq, members)
             self._open[group][seq] = inst
-        inst.calls[rank] = call
-        dead = self._dead_member(members) if self._any_dead else None
-        if dead is not None:
+        calls = inst.calls
+        calls[rank] = call
+        if self._any_dead and (dead := self._dead_member(members)) is not None:
             self._fail_instance(inst, dead)
-        elif len(inst.calls) == len(members):
+        elif len(calls) == len(members):
+            del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
         return Work(self, call)
 

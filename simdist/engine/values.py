@@ -15,6 +15,7 @@ exactly as Gloo would, and the simulated control flow follows.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,11 @@ class Payload:
 
     @classmethod
     def full(cls, numel: int, dtype: str, value: float, meta: Any = None) -> Payload:
-        """A uniform tensor: stored as its fill only (arrays are made on demand)."""
+        """A uniform tensor: stored as its fill only (arrays are made on demand).
+
+        Payloads are never mutated, so the common ones (ones, zeros, ranks) are shared."""
+        if meta is None:
+            return _full_cached(numel, dtype, value)
         return cls(numel, dtype, fill=_cast(value, dtype), meta=meta)
 
     @classmethod
@@ -86,6 +91,8 @@ class Payload:
 
     @classmethod
     def unknown(cls, numel: int, dtype: str, meta: Any = None) -> Payload:
+        if meta is None:
+            return _unknown_cached(numel, dtype)
         return cls(numel, dtype, meta=meta)
 
     @classmethod
@@ -133,6 +140,16 @@ class Payload:
             return Payload.unknown(n, dtype)
         raw = np.ascontiguousarray(arr).tobytes()
         return Payload.from_array(np.frombuffer(raw[: n * DTYPE_BYTES[dtype]], dtype=NP_DTYPES[dtype]).copy(), dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _full_cached(numel: int, dtype: str, value: float) -> Payload:
+    return Payload(numel, dtype, fill=_cast(value, dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _unknown_cached(numel: int, dtype: str) -> Payload:
+    return Payload(numel, dtype)
 
 
 def _cast(value: float, dtype: str) -> float:
