@@ -84,6 +84,8 @@ class Topology(_Strict):
     alpha: float | None = Field(default=None, ge=0)
     beta: float | None = Field(default=None, ge=0)
     gamma: float | None = Field(default=None, ge=0)
+    # A calibrated timing profile (JSON from `simdist compare-timing --save-profile`).
+    profile: str | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Topology:
