@@ -105,10 +105,17 @@ def values_equal(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _compare_trace(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry]) -> None:
+def _compare_trace(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry], aborted: bool = False) -> None:
+    """First position where the traces differ, if any.
+
+    For a rank that Gloo aborted on both sides, the simulated trace must be an exact prefix
+    of the real one: after the I/O thread hits the failed size check, the rank's main thread
+    keeps enqueuing async collectives until SIGABRT lands, and how many it manages is a race
+    in the real system (seen: 5 and 8 in two real runs of one scenario), not a model property.
+    """
     n = min(len(sim), len(real))
     idx = next((i for i in range(n) if sim[i].key() != real[i].key()), None)
-    if idx is None and len(sim) != len(real):
+    if idx is None and len(sim) != len(real) and not (aborted and len(real) > len(sim)):
         idx = n
     if idx is None:
         return
@@ -138,7 +145,7 @@ def _error_view(e: RankError | None) -> dict[str, Any] | None:
 
 def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
     rc = RankComparison(sim.rank, sim_collectives=len(sim.trace), real_collectives=len(real.trace))
-    _compare_trace(rc, sim.trace, real.trace)
+    _compare_trace(rc, sim.trace, real.trace, aborted=sim.status == real.status == "aborted")
     if sim.status != real.status:
         rc.differences.append(
             Difference("status", sim.rank, sim.status, real.status, f"status: sim {sim.status}, real {real.status}")
