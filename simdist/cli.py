@@ -126,44 +126,38 @@ def run(
     _report_and_exit(report, s, json_)
 
 
-@app.command()
-def real(
-    scenario: ScenarioArg,
-    json_: JsonOpt = False,
-    timeout: Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")] = None,
-) -> None:
-    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
+TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
+
+
+def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
+    """The real run, with a machine that cannot host it (HostError) as bad input (exit 2)."""
     from real_backend.launch import run_real
 
-    s = _load(scenario)
     try:
-        report = run_real(s, timeout_s=timeout, progress=not json_)
+        return run_real(s, timeout_s=timeout, progress=not quiet)
     except SimdistError as e:
         _fail_input(str(e))
         raise
-    _report_and_exit(report, s, json_)
 
 
 @app.command()
-def compare(
-    scenario: ScenarioArg,
-    json_: JsonOpt = False,
-    timeout: Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")] = None,
-) -> None:
+def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
+    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
+    s = _load(scenario)
+    _report_and_exit(_run_real(s, timeout, json_), s, json_)
+
+
+@app.command()
+def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """Run SCENARIO in the simulator and for real, and diff them rank by rank."""
     import json
 
-    from real_backend.launch import run_real
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
     s = _load(scenario)
     sim_report = simulate(s)
-    try:
-        real_report = run_real(s, timeout_s=timeout, progress=not json_)
-    except SimdistError as e:
-        _fail_input(str(e))
-        raise
+    real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
         from dataclasses import asdict
