@@ -135,9 +135,12 @@ class Engine:
         self.findings: list[Finding] = []
         self._any_dead = False
 
-    def _dead_member(self, members: list[int]) -> int | None:
+    def _dead_member(self, members: list[int], posted: dict[int, Call]) -> int | None:
+        """A member whose process is gone and whose part in this collective cannot come:
+        it never posted it, or it died abruptly (see rank_gone)."""
         for m in members:
-            if not self.ranks[m].alive:
+            rs = self.ranks[m]
+            if not rs.alive and (m not in posted or rs.abort_error is not None):
                 return m
         return None
 
@@ -175,7 +178,7 @@ class Engine:
             self._open[group][seq] = inst
         calls = inst.calls
         calls[rank] = call
-        if self._any_dead and (dead := self._dead_member(members)) is not None:
+        if self._any_dead and (dead := self._dead_member(members, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == len(members):
             del self._instances[ikey]  # complete: no late caller can look it up again
@@ -306,8 +309,15 @@ class Engine:
             if self.ranks[m].alive:
                 self._fail_call(c, dead)
 
-    def rank_gone(self, rank: int) -> None:
-        """`rank`'s process has ended: everything unfinished that needs it fails on its peers."""
+    def rank_gone(self, rank: int, abrupt: bool = False) -> None:
+        """`rank`'s process has ended: everything unfinished that needs it fails on its peers.
+
+        A process that ends normally or by an exception takes milliseconds or more to unwind
+        (record, tear down), far longer than its peers need to post their side, so on Gloo the
+        collectives it had already posted (async ones included) still complete: they stay
+        matchable here. Collectives it never posted, and ones that can never complete, fail
+        on its peers at once. An abrupt death (SIGABRT) cuts everything off.
+        """
         rs = self.ranks[rank]
         if not rs.alive:
             return
@@ -317,6 +327,8 @@ class Engine:
             if rank not in members:
                 continue
             for inst in list(self._open[gname].values()):
+                if not abrupt and not inst.stuck and rank in inst.calls:
+                    continue  # posted before the exit: peers can still complete it
                 self._fail_instance(inst, rank)
         for queues in (self._sends, self._recvs):
             for (src, dst, _tag), q in queues.items():
@@ -340,7 +352,7 @@ class Engine:
                 proc.interrupt("abort")
 
         self.env.timeout(0).callbacks.append(interrupt)
-        self.rank_gone(rank)
+        self.rank_gone(rank, abrupt=True)
 
     # ------------------------------------------------------------------ queries
     def blocked_entry(self, rank: int) -> TraceEntry | None:
