@@ -92,30 +92,12 @@ class PiecewiseFit:
 
 
 def fit_affine(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Minimise sum(((a + b*x) - y) / y)^2 with a, b >= 0. Returns (a, b, sse)."""
-    w = [1.0 / (y * y) for y in ys]
-    sw = sum(w)
-    sx = sum(wi * x for wi, x in zip(w, xs, strict=False))
-    sy = sum(wi * y for wi, y in zip(w, ys, strict=False))
-    sxx = sum(wi * x * x for wi, x in zip(w, xs, strict=False))
-    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys, strict=False))
-    det = sw * sxx - sx * sx
-    cands = []
-    if det > 0:
-        b = (sw * sxy - sx * sy) / det
-        a = (sy - b * sx) / sw
-        if a >= 0 and b >= 0:
-            cands.append((a, b))
-    cands.append((sy / sw, 0.0))  # constant
-    if sxx > 0:
-        cands.append((0.0, sxy / sxx))  # through the origin
-    best = None
-    for a, b in cands:
-        sse = sum(((a + b * x) - y) ** 2 / (y * y) for x, y in zip(xs, ys, strict=False))
-        if best is None or sse < best[2]:
-            best = (a, b, sse)
-    assert best is not None
-    return best
+    """Minimise sum(((a + b*x) - y) / y)^2 with a, b >= 0. Returns (a, b, sse).
+
+    Relative error is weighted least squares with weights 1/y^2 (see `_wls`)."""
+    a, b = _wls(xs, ys, [1.0 / (y * y) for y in ys])
+    sse = sum(((a + b * x) - y) ** 2 / (y * y) for x, y in zip(xs, ys, strict=False))
+    return a, b, sse
 
 
 def fit_piecewise(
