@@ -67,6 +67,8 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
     for r in range(scenario.world_size):
         engine.ranks[r].process = engine.env.process(proc(r))
     engine.env.run()
+    while engine.settle_absent():  # nothing can happen any more: finish what Gloo would
+        engine.env.run()
 
     results: list[RankResult] = []
     for p in programs:

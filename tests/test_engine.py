@@ -192,3 +192,15 @@ def test_half_completed_size_mismatch_has_unknown_values():
         {"kind": "collective", "op": "all_reduce", "numel": 4, "ranks": [1], "observe": "x"}]})
     assert rep.outcome == "hang"
     assert rep.findings and rep.findings[0].kind == "size_mismatch"
+
+
+def test_broadcast_rank_fed_by_root_completes_though_a_sibling_never_posts():
+    # Gloo's binomial broadcast, 4 ranks, root 0: rank 2 receives from the root and finishes
+    # even though rank 1 (alive, done with its loop) never posts; ranks 0 and 3 block.
+    rep = sim({"world_size": 4, "inputs": {"counts": [1, 0, 1, 1]}, "on_finish": "stay", "loop": [
+        {"kind": "collective", "op": "broadcast", "root": 0, "value": 7, "observe": "b"},
+        {"kind": "collective", "op": "all_reduce", "name": "next"}]})
+    assert [r.status for r in rep.ranks] == ["hang", "completed", "hang", "hang"]
+    assert rep.ranks[2].observed["b"] == [7.0]
+    assert rep.ranks[2].blocked_in.origin == "user.next"
+    assert rep.ranks[0].blocked_in.op == rep.ranks[3].blocked_in.op == "broadcast"

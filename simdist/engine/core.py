@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import simpy
 
-from simdist.engine import gloo_bridge
+from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
 from simdist.report import Finding, RankError, TraceEntry
 
@@ -353,6 +353,37 @@ class Engine:
 
         self.env.timeout(0).callbacks.append(interrupt)
         self.rank_gone(rank, abrupt=True)
+
+    # ------------------------------------------------------------------ quiescence
+    def settle_absent(self) -> bool:
+        """Called when nothing more can happen: complete what Gloo completes without the absent.
+
+        A collective that some live member will now never post is not all-or-nothing on Gloo:
+        a rank whose own messages only involve members that did post completes (in a
+        broadcast tree, a rank fed by the root finishes even if a sibling never shows up).
+        The absent rank is judged as posting a different kind of collective (a separate Gloo
+        slot, so it exchanges nothing). Returns whether any rank could go on.
+        """
+        progressed = False
+        for opens in self._open.values():
+            for inst in list(opens.values()):
+                if inst.matched or inst.finished or not inst.calls:
+                    continue
+                missing = [m for m in inst.members if m not in inst.calls]
+                if not missing or any(not self.ranks[m].alive for m in missing):
+                    continue
+                entries = [gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op,
+                                                     c.root) for c in inst.calls.values()]
+                entries += [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
+                verdict = gloo_rules.classify_mismatch(entries, len(inst.members))
+                for m, call in inst.calls.items():
+                    if verdict.rank_outcomes.get(m) == "ok" and not call.event.triggered:
+                        src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
+                        result = dataclasses.replace(src.payload) if src is not None else \
+                            Payload.unknown(call.payload.numel, call.payload.dtype)
+                        self._complete_call(call, result)
+                        progressed = True
+        return progressed
 
     # ------------------------------------------------------------------ queries
     def blocked_entry(self, rank: int) -> TraceEntry | None:
