@@ -15,10 +15,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simdist.check.explain import annotate_report
 from simdist.errors import SimdistError
 from simdist.expect import check_expectations
+from simdist.fuzz.cli import register as register_fuzz
 from simdist.report import Report
 from simdist.scenario import Scenario, load_scenario
+from simdist.timing_cli import register as register_timing
 
 app = typer.Typer(
     add_completion=False,
@@ -78,15 +81,6 @@ def _short(v: Any) -> str:
     return str(v)
 
 
-def _explain(report: Report, scenario: Scenario) -> None:
-    try:
-        from simdist.check.explain import explain_report
-    except ImportError:
-        return
-    for line in explain_report(report, scenario):
-        out.print(line, highlight=False, soft_wrap=True)
-
-
 def _report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
     """Print the report (table or JSON) and exit 0/1 on the scenario's expectations or outcome."""
     failures = check_expectations(report, s.expect)
@@ -115,12 +109,7 @@ def run(
 
     s = _load(scenario)
     report = simulate(s)
-    try:
-        from simdist.check.explain import annotate_report
-
-        annotate_report(report, s)
-    except ImportError:
-        pass
+    annotate_report(report, s)
     if trace_out is not None:
         write_chrome_trace(report, trace_out)
     _report_and_exit(report, s, json_)
@@ -169,23 +158,8 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     raise typer.Exit(0 if cmp.agree else 1)
 
 
-def _register_optional() -> None:
-    """Commands whose modules are optional pieces (timing, fuzzing)."""
-    try:
-        from simdist.timing_cli import register as register_timing
-
-        register_timing(app)
-    except ImportError:
-        pass
-    try:
-        from simdist.fuzz.cli import register as register_fuzz
-
-        register_fuzz(app)
-    except ImportError:
-        pass
-
-
-_register_optional()
+register_timing(app)  # bench, compare-timing, explain
+register_fuzz(app)  # fuzz, check
 
 
 def main() -> None:

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
+from simdist.compare import values_equal
 from simdist.report import Report
 from simdist.scenario import Expect
-
-
-def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return math.isclose(float(a), float(b), rel_tol=1e-5, abs_tol=1e-6)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def check_expectations(report: Report, expect: Expect | None) -> list[str]:
@@ -43,6 +33,6 @@ def check_expectations(report: Report, expect: Expect | None) -> list[str]:
     for name, per_rank in expect.observed.items():
         for r, want in enumerate(per_rank):
             got_v = report.ranks[r].observed.get(name)
-            if not _close(got_v, want):
+            if not values_equal(got_v, want):
                 failures.append(f"observed.{name}[{r}]: expected {want!r}, got {got_v!r}")
     return failures

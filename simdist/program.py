@@ -30,8 +30,6 @@ from simdist.torchmodels.join import Join, Joinable
 from simdist.torchmodels.registry import JOINABLE_KINDS
 from simdist.torchmodels.zero import ZeroModel
 
-OUT_NUMEL = {"reduce_scatter", "scatter"}  # output is numel / group size
-
 
 @dataclass
 class RankOutcome:

@@ -157,7 +157,7 @@ class Report:
         return asdict(self)
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=_json_default)
+        return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Report:
@@ -171,12 +171,6 @@ class Report:
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, float) and (o != o):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def overall_outcome(statuses: list[str]) -> Outcome:

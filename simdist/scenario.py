@@ -527,10 +527,8 @@ def parse_scenario(data: dict[str, Any], source: str = "<dict>") -> Scenario:
     """Validate a dict into a Scenario, raising ScenarioError with a one-line message."""
     try:
         return Scenario.model_validate(data)
-    except ValidationError as err:
+    except ValidationError as err:  # _cross_validate's _FieldError arrives wrapped in it
         raise ScenarioError(f"{source}: {_format_validation_error(err)}") from None
-    except _FieldError as err:
-        raise ScenarioError(f"{source}: {err}") from None
 
 
 def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:

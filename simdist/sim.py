@@ -8,13 +8,14 @@ from typing import Any
 import simpy
 
 from simdist.engine.core import CostLike, Engine, RankRaised
+from simdist.network.cost import CostModel
 from simdist.program import RankOutcome, RankProgram
 from simdist.report import RankError, RankResult, Report, overall_outcome
 from simdist.scenario import WORLD, Scenario
 
 
 class AlphaBeta:
-    """The simplest cost model: ring-like alpha-beta; used when no topology model is wired."""
+    """The simplest cost model (ring-like alpha-beta): a fixed, easy-to-check clock for tests."""
 
     def __init__(self, alpha: float = 50e-6, beta: float = 1 / 1e9):
         self.alpha = alpha
@@ -32,11 +33,7 @@ class AlphaBeta:
 
 
 def default_cost(scenario: Scenario) -> CostLike:
-    """The topology's cost model when available, otherwise plain alpha-beta."""
-    try:
-        from simdist.network.cost import CostModel
-    except ImportError:
-        return AlphaBeta()
+    """The scenario topology's cost model (docs/cost-model.md)."""
     return CostModel.from_scenario_topology(scenario.topology, scenario.world_size)
 
 
@@ -60,7 +57,6 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
         except simpy.Interrupt:
             status[r] = "aborted"
         end_time[r] = engine.env.now
-        engine.ranks[r].finished = True
         if status[r] != "completed" or scenario.on_finish == "exit":
             engine.rank_gone(r)
 

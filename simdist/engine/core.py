@@ -56,7 +56,6 @@ class Call:
     root: int | None
     entry: TraceEntry
     event: simpy.Event
-    t_issue: float
 
 
 @dataclass(slots=True)
@@ -107,7 +106,6 @@ class Work:
 class RankState:
     rank: int
     alive: bool = True
-    finished: bool = False
     waiting_on: TraceEntry | None = None
     trace: list[TraceEntry] = field(default_factory=list)
     process: simpy.Process | None = None
@@ -162,7 +160,7 @@ class Engine:
         members = self.groups[group]
         if not rs.alive:
             return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
-                                   self.env.event(), self.env.now))
+                                   self.env.event()))
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
@@ -170,7 +168,7 @@ class Engine:
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
         rs.trace.append(entry)
-        call = Call(rank, op, payload, reduce_op, root, entry, simpy.Event(self.env), now)
+        call = Call(rank, op, payload, reduce_op, root, entry, simpy.Event(self.env))
         ikey = (group, seq)
         inst = self._instances.get(ikey)
         if inst is None:
@@ -204,7 +202,7 @@ class Engine:
             t_issue=self.env.now,
         )
         rs.trace.append(entry)
-        call = Call(rank, op, payload, None, None, entry, self.env.event(), self.env.now)
+        call = Call(rank, op, payload, None, None, entry, self.env.event())
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (src, dst, tag)
         if not self.ranks[peer].alive:
@@ -372,8 +370,7 @@ class Engine:
                 missing = [m for m in inst.members if m not in inst.calls]
                 if not missing or any(not self.ranks[m].alive for m in missing):
                     continue
-                entries = [gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op,
-                                                     c.root) for c in inst.calls.values()]
+                entries = gloo_bridge.rule_calls(list(inst.calls.values()))
                 entries += [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
                 verdict = gloo_rules.classify_mismatch(entries, len(inst.members))
                 for m, call in inst.calls.items():
@@ -385,9 +382,6 @@ class Engine:
                         progressed = True
         return progressed
 
-    # ------------------------------------------------------------------ queries
-    def blocked_entry(self, rank: int) -> TraceEntry | None:
-        return self.ranks[rank].waiting_on
 
 
 def collective_results(calls: list[Call]) -> dict[int, Payload]:

@@ -24,18 +24,13 @@ def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
     fp0 = (c0.op, c0.payload.numel, c0.payload.dtype, c0.reduce_op, c0.root)
     if all((c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root) == fp0 for c in calls[1:]):
         return _OK
-    entries = [
-        gloo_rules.CollectiveCall(
-            rank=c.rank,
-            op=c.op,
-            numel=c.payload.numel,
-            dtype=c.payload.dtype,
-            reduce_op=c.reduce_op,
-            root=c.root,
-        )
-        for c in calls
-    ]
-    return gloo_rules.classify_mismatch(entries, group_size)
+    return gloo_rules.classify_mismatch(rule_calls(calls), group_size)
+
+
+def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
+    """Engine calls as the rule's input."""
+    return [gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root)
+            for c in calls]
 
 
 def mismatch_kind(calls: list[Call]) -> str:
