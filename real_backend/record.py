@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simdist.report import RankError, TraceEntry
+from simdist.vocab import REDUCING_OPS as _REDUCING
+from simdist.vocab import ROOTED_OPS as _ROOTED
 
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER_SIZE = "20000"
@@ -68,8 +70,6 @@ _ASYNC = {
 # Async work torch issues and does not wait on where it is issued (non-joined ranks): the
 # heartbeat is waited only by the reducer when divide_by_initial_world_size=False.
 FIRE_AND_FORGET = {"join.notify_join_context.heartbeat", "ddp.pre_forward.requires_grad_sync"}
-_REDUCING = {"all_reduce", "reduce", "reduce_scatter"}
-_ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 
 
 def dump_fr() -> dict[str, Any]:

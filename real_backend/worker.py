@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV, Marks, P2PRecord, StepWindow
+from simdist.vocab import reduce_op_of, root_of
 
 EXIT_OK, EXIT_ERROR, EXIT_HANG = 0, 1, 3
 PROGRESS_PERIOD_S = 0.1
@@ -546,8 +547,8 @@ class Worker:
             op,
             st.numel,
             st.dtype,
-            st.reduce_op if op in ("all_reduce", "reduce", "reduce_scatter") else None,
-            st.root if op in ("broadcast", "reduce", "gather", "scatter") else None,
+            reduce_op_of(op, st.reduce_op),
+            root_of(op, st.root),
             a,
             st.wait,
         )

@@ -29,6 +29,7 @@ from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable
 from simdist.torchmodels.registry import JOINABLE_KINDS
 from simdist.torchmodels.zero import ZeroModel
+from simdist.vocab import reduce_op_of, root_of
 
 
 @dataclass
@@ -190,8 +191,8 @@ class RankProgram:
         value = _fill_value(st.value, self.rank, i)
         numel = 0 if st.op == "barrier" else st.numel
         payload = Payload.full(numel, st.dtype, value)
-        root = st.root if st.op in ("broadcast", "reduce", "gather", "scatter") else None
-        reduce_op = st.reduce_op if st.op in ("all_reduce", "reduce", "reduce_scatter") else None
+        root = root_of(st.op, st.root)
+        reduce_op = reduce_op_of(st.op, st.reduce_op)
         work = self.dist.issue(st.op, payload, origin=step_origin(st, section, k), group=st.group,
                                reduce_op=reduce_op, root=root, async_op=st.async_op)
         if st.async_op and st.wait == "never":

@@ -5,7 +5,7 @@ diff (see `simdist.compare`). The JSON form (`Report.to_json`) is documented in
 docs/report.md and is what `simdist run --json` and `simdist real --json` print.
 
 Origin labels (`TraceEntry.origin`) name the component and code path that issued a
-collective. They are defined in `ORIGINS` below and derived on the real backend from the
+collective. They are declared in `simdist.vocab.ORIGINS` and derived on the real backend from the
 Flight Recorder's Python frames, so the vocabulary must stay value-free (a label never
 depends on a tensor's contents, which the recorder cannot see).
 """
@@ -17,44 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Status = Literal["completed", "error", "hang", "aborted"]
-Outcome = Literal["completed", "hang", "error"]
-
-# Every origin label either side may emit. `user.<name>` labels (raw collective and p2p
-# steps) are added per scenario: the step's `name`, or `step<index>` in its section, e.g.
-# `user.loop[3]` / `user.after[0]`.
-ORIGINS: dict[str, str] = {
-    "ddp.init.verify_params": "DDP constructor: _verify_param_shape_across_processes (all_gather + broadcast)",
-    "ddp.init.sync_module_states": "DDP constructor: _sync_module_states broadcast from rank 0",
-    "join.notify_join_context.heartbeat": "Join.notify_join_context: async all-reduce of ones (first joinable only)",
-    "join.notify_join_context.throw_check": "Join.notify_join_context: all-reduce of zeros (throw_on_early_termination)",
-    "join.exit.count_nonjoined": "Join.__exit__: all-reduce of zeros counting non-joined ranks",
-    "join.exit.notify_terminate": "Join.__exit__: all-reduce of ones before raising (throw_on_early_termination)",
-    "ddp.pre_forward.rebuild_buckets": "DDP _pre_forward: reducer._rebuild_buckets broadcasts (2nd iteration)",
-    "ddp.pre_forward.find_common_rank": "DDP _pre_forward: buffer sync authoritative rank (all-reduce MAX)",
-    "ddp.pre_forward.sync_buffers": "DDP _pre_forward: buffer broadcast",
-    "ddp.pre_forward.requires_grad_sync": "DDP _pre_forward: backward-sync flag all-reduce (Join enabled)",
-    "ddp.backward.bucket_allreduce": "DDP reducer: gradient bucket all-reduce",
-    "ddp.backward.unused_map_allreduce": "DDP reducer: local-used map all-reduce (find_unused_parameters)",
-    "ddp.join_hook.rebuild_buckets": "DDP join hook: reducer._rebuild_buckets broadcasts",
-    "ddp.join_hook.find_common_rank": "DDP join hook: buffer sync authoritative rank",
-    "ddp.join_hook.sync_buffers": "DDP join hook: buffer broadcast",
-    "ddp.join_hook.requires_grad_sync": "DDP join hook: backward-sync flag all-reduce (zeros)",
-    "ddp.join_hook.bucket_allreduce": "DDP join hook: shadow gradient bucket all-reduce (zeros)",
-    "ddp.join_hook.unused_map_allreduce": "DDP join hook: shadow local-used map all-reduce",
-    "ddp.post_hook.find_common_rank": "DDP join post hook: last joiner (all-reduce MAX)",
-    "ddp.post_hook.broadcast_final_model": "DDP join post hook: final model broadcast from the last joiner",
-    "zero.step.broadcast_shard": "ZeroRedundancyOptimizer.step: broadcast of each rank's parameter shard",
-    "zero.join_hook.broadcast_shard": "ZeRO join hook: step() shadowing the shard broadcasts",
-    "counter.call.allreduce": "Counter.__call__: all-reduce of ones",
-    "counter.main_hook.allreduce": "Counter join hook: shadow all-reduce of zeros",
-    "counter.post_hook.find_common_rank": "Counter post hook: last joiner (all-reduce MAX)",
-    "counter.post_hook.broadcast_max_count": "Counter post hook: broadcast of max_count",
-    "allreducer.call.allreduce": "AllReducer.__call__: all-reduce of ones",
-    "allreducer.main_hook.allreduce": "AllReducer join hook: shadow all-reduce of zeros",
-    "allreducer.post_hook.find_common_rank": "AllReducer post hook (run_post_hooks): last joiner (all-reduce MAX)",
-    "allreducer.post_hook.broadcast": "AllReducer post hook (run_post_hooks): broadcast of post_hook_tensor",
-}
+from simdist.vocab import ROOTED_OPS, Outcome, Status
 
 
 @dataclass(slots=True)
@@ -94,7 +57,7 @@ class TraceEntry:
         return (self.op, self.numel, self.dtype, self.group, self.group_size, self.origin)
 
     def short(self) -> str:
-        extra = f" root={self.root}" if self.root is not None and self.op in ("broadcast", "reduce", "gather", "scatter") else ""
+        extra = f" root={self.root}" if self.root is not None and self.op in ROOTED_OPS else ""
         if self.peer is not None:
             extra = f" peer={self.peer}"
         return f"#{self.seq} {self.op}[{self.numel}] {self.dtype}{extra} group={self.group} ({self.origin})"

@@ -20,34 +20,7 @@ import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simdist.errors import ScenarioError
-
-# torch dtype names accepted in scenarios (torch.<name>) and their element sizes in bytes.
-DTYPE_BYTES: dict[str, int] = {
-    "float32": 4,
-    "float64": 8,
-    "float16": 2,
-    "bfloat16": 2,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-}
-Dtype = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
-ReduceOp = Literal["sum", "avg", "product", "min", "max", "band", "bor", "bxor"]
-CollectiveOp = Literal[
-    "all_reduce",
-    "broadcast",
-    "all_gather",
-    "reduce_scatter",
-    "reduce",
-    "gather",
-    "scatter",
-    "all_to_all",
-    "barrier",
-]
-WORLD = "WORLD"
+from simdist.vocab import BITWISE_REDUCE_OPS, ROOTED_OPS, WORLD, CollectiveOp, Dtype, ReduceOp
 
 
 class _Strict(BaseModel):
@@ -450,13 +423,13 @@ def _cross_validate(s: Scenario) -> None:
                 if st.group not in names:
                     raise _FieldError(f"{loc}.group", f"unknown group '{st.group}'")
                 members = s.group_ranks(st.group)
-                if st.op in ("broadcast", "reduce", "gather", "scatter") and st.root not in members:
+                if st.op in ROOTED_OPS and st.root not in members:
                     raise _FieldError(f"{loc}.root", f"rank {st.root} is not in group '{st.group}'")
                 if st.ranks is not None and not set(st.ranks) <= set(members):
                     raise _FieldError(f"{loc}.ranks", f"ranks {st.ranks} are not all in group '{st.group}'")
                 if st.op in ("reduce_scatter", "scatter", "all_to_all") and st.numel % len(members):
                     raise _FieldError(f"{loc}.numel", f"{st.op} needs numel divisible by the group size {len(members)}")
-                if st.reduce_op in ("band", "bor", "bxor") and st.dtype.startswith(("float", "bfloat")):
+                if st.reduce_op in BITWISE_REDUCE_OPS and st.dtype.startswith(("float", "bfloat")):
                     raise _FieldError(f"{loc}.reduce_op", f"{st.reduce_op} needs an integer dtype, not {st.dtype}")
                 if not st.async_op and st.wait != "now":
                     raise _FieldError(f"{loc}.wait", "only async collectives can wait later")

@@ -15,7 +15,7 @@ def run_cli(*args: str, timeout: float = 120):
     """Run the real `simdist` CLI in a subprocess (as users do) and return the CompletedProcess."""
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "simdist.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "simdist", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
 
 

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from simdist import calibrate as cal
+from simdist.cli.timing import app
 from simdist.collectives import REGISTRY
 from simdist.network import CostModel
-from simdist.timing_cli import app
 
 MB = 1 << 20
 runner = CliRunner()

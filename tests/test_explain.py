@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from simdist.timing_cli import app, explain, register
+from simdist.cli.timing import app, explain, register
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parent.parent / "docs"

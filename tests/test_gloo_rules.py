@@ -12,11 +12,11 @@ import math
 import pytest
 
 from simdist.engine.gloo_rules import (
-    DTYPE_BYTES,
     CollectiveCall,
     classify_mismatch,
     mixed_result,
 )
+from simdist.vocab import dtype_bytes
 
 
 def AR(rank, numel=1, dtype="float32", op="SUM"):
@@ -257,8 +257,8 @@ def test_unmodelled_ops_are_conservative():
 
 
 def test_dtype_bytes():
-    assert DTYPE_BYTES["float32"] == 4 and DTYPE_BYTES["int64"] == 8
-    assert DTYPE_BYTES["bfloat16"] == 2 and DTYPE_BYTES["bool"] == 1
+    assert dtype_bytes("float32") == 4 and dtype_bytes("int64") == 8 and dtype_bytes("long") == 8
+    assert dtype_bytes("bfloat16") == 2 and dtype_bytes("bool") == 1 and dtype_bytes("complex64") == 8
 
 
 def test_identical_reduce_op_case_insensitive_and_ok():

@@ -23,15 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from simdist.check.waitfor import P2P_OPS, WaitFor, build_waitfor, collective_index, group_members
+from simdist.check.waitfor import WaitFor, build_waitfor, collective_index, group_members
 from simdist.report import Finding, Report, TraceEntry
 from simdist.scenario import Scenario
+from simdist.vocab import MISMATCH_KINDS, P2P_OPS
 
-ENGINE_MISMATCH = ("op_mismatch", "size_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch",
-                   "p2p_size_mismatch")
 # Which finding names the root cause when several are present (first wins).
-PRIORITY = (*ENGINE_MISMATCH, "p2p_unmatched", "deadlock", "hang", "peer_exited", "rank_error")
-CHECKER_KINDS = ("hang", "p2p_unmatched", "deadlock", "peer_exited", "rank_error")
+PRIORITY = (*MISMATCH_KINDS, "p2p_unmatched", "deadlock", "hang", "peer_exited", "rank_error")
 
 
 @dataclass

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 
-from simdist.check.classify import CHECKER_KINDS, Verdict, check_run, failing_entry, invariant_findings, run_findings
+from simdist.check.classify import Verdict, check_run, failing_entry, invariant_findings, run_findings
 from simdist.check.waitfor import P2P_OPS, WaitFor, collective_index, group_members
-from simdist.report import ORIGINS, Finding, Report, TraceEntry
-from simdist.scenario import DTYPE_BYTES, CollectiveStep, ForwardStep, Scenario
+from simdist.report import Finding, Report, TraceEntry
+from simdist.scenario import CollectiveStep, ForwardStep, Scenario
+from simdist.vocab import CHECKER_KINDS, DTYPE_BYTES, MISMATCH_KINDS, ORIGINS, ROOTED_OPS
 
 _CONSEQUENCE = re.compile(r"(blocks forever|aborts|paired silently, values mixed)")
 
@@ -113,7 +114,7 @@ def describe(report: Report, rank: int, e: TraceEntry) -> str:
         size = fmt_bytes(e.numel * DTYPE_BYTES.get(e.dtype, 4))
         return f"{e.op} {peer} ({origin_phrase(report, rank, e)}, {size}) {where(report, rank, e)}"
     size = fmt_bytes(e.numel * DTYPE_BYTES.get(e.dtype, 4))
-    extra = f", root {e.root}" if e.root is not None and e.op in ("broadcast", "reduce", "gather", "scatter") else ""
+    extra = f", root {e.root}" if e.root is not None and e.op in ROOTED_OPS else ""
     extra += f", {e.reduce_op}" if e.reduce_op not in (None, "sum") else ""
     dt = f" {e.dtype}" if e.dtype != "float32" else ""
     return f"{e.op} #{e.seq} ({origin_phrase(report, rank, e)}, {size}{dt}{extra}, group {e.group}) {where(report, rank, e)}"
@@ -297,8 +298,7 @@ def explain_verdict(report: Report, scenario: Scenario, verdict: Verdict) -> lis
             if e is not None and e.group not in groups and e.op not in P2P_OPS:
                 groups.append(e.group)
     for f in verdict.findings:
-        if f.kind in ("op_mismatch", "size_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch",
-                      "p2p_size_mismatch"):
+        if f.kind in MISMATCH_KINDS:
             m = _CONSEQUENCE.search(f.detail)
             index = collective_index(report)
             parts = []

@@ -21,8 +21,7 @@ import networkx as nx
 
 from simdist.report import Report, TraceEntry
 from simdist.scenario import Scenario
-
-P2P_OPS = ("send", "recv")
+from simdist.vocab import P2P_OPS
 
 
 def collective_index(report: Report) -> list[dict[tuple[str, int], TraceEntry]]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from simdist.engine import gloo_rules
 from simdist.report import Finding
+from simdist.vocab import ROOTED_OPS
 
 if TYPE_CHECKING:
     from simdist.engine.core import Call
@@ -55,7 +56,7 @@ def finding(group: str, seq: int, calls: list[Call], verdict: gloo_rules.Mismatc
     parts = "; ".join(
         f"rank {c.rank}: {c.op}[{c.payload.numel}] {c.payload.dtype}"
         + (f" {c.reduce_op}" if c.reduce_op else "")
-        + (f" root={c.root}" if c.root is not None and c.op in ("broadcast", "reduce", "gather", "scatter") else "")
+        + (f" root={c.root}" if c.root is not None and c.op in ROOTED_OPS else "")
         + f" ({c.entry.origin})"
         for c in calls
     )

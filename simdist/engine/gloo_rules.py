@@ -50,8 +50,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Literal
 
+from simdist.vocab import P2P_OPS, REDUCING_OPS, ROOTED_OPS, dtype_bytes
+
 __all__ = [
-    "DTYPE_BYTES",
     "CollectiveCall",
     "MismatchVerdict",
     "classify_mismatch",
@@ -59,28 +60,6 @@ __all__ = [
     "MODELLED_OPS",
 ]
 
-#: Element size in bytes of torch dtypes (torch names, without the ``torch.`` prefix).
-DTYPE_BYTES: dict[str, int] = {
-    "bool": 1,
-    "uint8": 1,
-    "int8": 1,
-    "int16": 2,
-    "int32": 4,
-    "int64": 8,
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "complex64": 8,  # all_reduce views complex as real: 2 x float32 elements
-    "complex128": 16,
-    # common aliases
-    "float": 4,
-    "double": 8,
-    "half": 2,
-    "long": 8,
-    "int": 4,
-    "short": 2,
-}
 
 #: Ops whose gloo message schedule is re-executed here.
 MODELLED_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "send", "recv"})
@@ -150,7 +129,7 @@ class MismatchVerdict:
 
 def _esize(dtype: str) -> int:
     try:
-        return DTYPE_BYTES[dtype.removeprefix("torch.")]
+        return dtype_bytes(dtype.removeprefix("torch."))
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}") from None
 
@@ -552,10 +531,10 @@ def _norm_dtype(d: str) -> str:
 
 def _signature(c: CollectiveCall, w: int) -> tuple:
     """Fields that matter for a matched call (reduce_op matters for values only)."""
-    root = c.root if c.op in ("broadcast", "reduce", "gather", "scatter", "send", "recv") else None
+    root = c.root if c.op in ROOTED_OPS or c.op in P2P_OPS else None
     numel = 0 if c.op == "barrier" else c.numel
     dtype = None if c.op == "barrier" else _norm_dtype(c.dtype)
-    red = (c.reduce_op or "SUM").upper() if c.op in ("all_reduce", "reduce", "reduce_scatter") else None
+    red = (c.reduce_op or "SUM").upper() if c.op in REDUCING_OPS else None
     return (c.op, numel, dtype, red, root)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from simdist.scenario import DTYPE_BYTES
+from simdist.vocab import DTYPE_BYTES
 
 MAX_EXPLICIT = 64
 

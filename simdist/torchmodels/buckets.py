@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from simdist.scenario import DTYPE_BYTES
+from simdist.vocab import DTYPE_BYTES
 
 MB = 1024 * 1024
 DEFAULT_BUCKET_CAP_MB = 25

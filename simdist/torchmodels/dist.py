@@ -7,6 +7,7 @@ from typing import Any
 
 from simdist.engine.core import Engine, Work
 from simdist.engine.values import Payload
+from simdist.vocab import reduce_op_of
 
 
 class Dist:
@@ -31,8 +32,7 @@ class Dist:
         root: int | None = None,
         async_op: bool = False,
     ) -> Work:
-        if op in ("all_reduce", "reduce", "reduce_scatter") and reduce_op is None:
-            reduce_op = "sum"
+        reduce_op = reduce_op_of(op, reduce_op)
         return self.engine.issue(
             self.rank, op, t, group=group, origin=origin, reduce_op=reduce_op, root=root, async_op=async_op
         )

@@ -16,12 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from simdist.check.explain import annotate_report
+from simdist.cli.fuzz import register as register_fuzz
+from simdist.cli.timing import register as register_timing
 from simdist.errors import SimdistError
 from simdist.expect import check_expectations
-from simdist.fuzz.cli import register as register_fuzz
 from simdist.report import Report
 from simdist.scenario import Scenario, load_scenario
-from simdist.timing_cli import register as register_timing
 
 app = typer.Typer(
     add_completion=False,

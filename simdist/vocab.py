@@ -1,0 +1,176 @@
+"""The names simdist's simulator, real backend, checker and cost model share, defined once.
+
+Every other module imports these instead of spelling its own set: which ops are rooted
+or reducing, what each backend supports, dtype sizes, finding kinds, origin labels,
+joinable kinds, run statuses. A name that is not declared here is a bug (a test checks
+that the simulator and the real recorder emit only declared origins and finding kinds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# --------------------------------------------------------------------------- process groups
+WORLD = "WORLD"
+
+# --------------------------------------------------------------------------- ops
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What one torch.distributed operation is, as far as matching and costing care.
+
+    `rooted`: has a root rank (broadcast src, reduce/gather dst, scatter src), which must
+    agree across ranks. `reducing`: takes a ReduceOp. `p2p`: point-to-point (paired by
+    peer and tag, not by the group's collective sequence). `backends`: where torch 2.13
+    implements it for CPU (gloo) or CUDA (nccl) tensors.
+    """
+
+    name: str
+    rooted: bool = False
+    reducing: bool = False
+    p2p: bool = False
+    backends: frozenset[str] = frozenset({"gloo", "nccl"})
+
+
+_OPS = (
+    OpInfo("all_reduce", reducing=True),
+    OpInfo("broadcast", rooted=True),
+    OpInfo("all_gather"),
+    OpInfo("reduce_scatter", reducing=True),
+    OpInfo("reduce", rooted=True, reducing=True),
+    OpInfo("gather", rooted=True),
+    OpInfo("scatter", rooted=True),
+    OpInfo("all_to_all"),
+    OpInfo("barrier"),
+    OpInfo("send", p2p=True),
+    OpInfo("recv", p2p=True),
+)
+OPS: dict[str, OpInfo] = {o.name: o for o in _OPS}
+COLLECTIVE_OPS: tuple[str, ...] = tuple(o.name for o in _OPS if not o.p2p)
+P2P_OPS: frozenset[str] = frozenset(o.name for o in _OPS if o.p2p)
+ROOTED_OPS: frozenset[str] = frozenset(o.name for o in _OPS if o.rooted)
+REDUCING_OPS: frozenset[str] = frozenset(o.name for o in _OPS if o.reducing)
+
+CollectiveOp = Literal[
+    "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "all_to_all", "barrier"
+]
+ReduceOp = Literal["sum", "avg", "product", "min", "max", "band", "bor", "bxor"]
+REDUCE_OPS: tuple[str, ...] = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
+BITWISE_REDUCE_OPS: frozenset[str] = frozenset({"band", "bor", "bxor"})
+
+
+def root_of(op: str, root: int | None) -> int | None:
+    """The root as it matters for `op` (None for ops that have none)."""
+    return root if op in ROOTED_OPS else None
+
+
+def reduce_op_of(op: str, reduce_op: str | None) -> str | None:
+    """The reduce op as it matters for `op` (None for ops that take none; sum by default)."""
+    return (reduce_op or "sum") if op in REDUCING_OPS else None
+
+
+# --------------------------------------------------------------------------- dtypes
+# Element size in bytes of the torch dtypes scenarios may name (torch.<name>).
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+# Further names the Gloo rules and recorders meet (complex views, torch's short aliases).
+DTYPE_ALIASES: dict[str, str] = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+}
+EXTRA_DTYPE_BYTES: dict[str, int] = {"complex64": 8, "complex128": 16}
+INT_DTYPES: frozenset[str] = frozenset({"int64", "int32", "int16", "int8", "uint8"})
+FLOAT_DTYPES: frozenset[str] = frozenset({"float32", "float64", "float16", "bfloat16"})
+Dtype = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Element size of a dtype name, aliases and complex types included (KeyError if unknown)."""
+    name = DTYPE_ALIASES.get(dtype, dtype)
+    return DTYPE_BYTES[name] if name in DTYPE_BYTES else EXTRA_DTYPE_BYTES[name]
+
+
+# --------------------------------------------------------------------------- run results
+Status = Literal["completed", "error", "hang", "aborted"]
+Outcome = Literal["completed", "hang", "error"]
+STATUSES: tuple[str, ...] = ("completed", "error", "hang", "aborted")
+OUTCOMES: tuple[str, ...] = ("completed", "hang", "error")
+PHASES: tuple[str, ...] = ("init", "loop", "join_exit", "after")
+# RankError.category: a stable class of failure shared by both sides.
+ERROR_CATEGORIES: tuple[str, ...] = (
+    "join_early_termination", "peer_lost", "gloo_abort", "timeout", "model", "killed", "other",
+)
+
+# --------------------------------------------------------------------------- findings
+# The first field on which ranks' calls at one sequence number disagree (the engine's).
+MISMATCH_KINDS: tuple[str, ...] = (
+    "op_mismatch", "size_mismatch", "dtype_mismatch", "reduce_op_mismatch", "root_mismatch", "p2p_size_mismatch",
+)
+# What only the finished run shows (the checker's).
+CHECKER_KINDS: tuple[str, ...] = ("hang", "p2p_unmatched", "deadlock", "peer_exited", "rank_error")
+FINDING_KINDS: tuple[str, ...] = MISMATCH_KINDS + CHECKER_KINDS
+
+# --------------------------------------------------------------------------- joinables
+# Built-in joinable kinds. "ddp" and "zero" are the scenario's model and optimizer; the rest
+# are declared in [[joinables]]. Custom kinds are added through the joinable registry.
+MODEL_JOINABLES: tuple[str, ...] = ("ddp", "zero")
+BUNDLED_JOINABLES: tuple[str, ...] = ("counter", "allreducer")
+
+# --------------------------------------------------------------------------- origins
+# Every origin label either side may emit for a collective that torch components issue.
+# Labels of the user's own calls belong to the `user.` family: `user.<step name>` or
+# `user.<section>[<index>]` for scenario steps (see `is_declared_origin`).
+USER_ORIGIN_PREFIX = "user."
+ORIGINS: dict[str, str] = {
+    "ddp.init.verify_params": "DDP constructor: _verify_param_shape_across_processes (all_gather + broadcast)",
+    "ddp.init.sync_module_states": "DDP constructor: _sync_module_states broadcast from rank 0",
+    "join.notify_join_context.heartbeat": "Join.notify_join_context: async all-reduce of ones (first joinable only)",
+    "join.notify_join_context.throw_check": "Join.notify_join_context: all-reduce of zeros (throw_on_early_termination)",
+    "join.exit.count_nonjoined": "Join.__exit__: all-reduce of zeros counting non-joined ranks",
+    "join.exit.notify_terminate": "Join.__exit__: all-reduce of ones before raising (throw_on_early_termination)",
+    "ddp.pre_forward.rebuild_buckets": "DDP _pre_forward: reducer._rebuild_buckets broadcasts (2nd iteration)",
+    "ddp.pre_forward.find_common_rank": "DDP _pre_forward: buffer sync authoritative rank (all-reduce MAX)",
+    "ddp.pre_forward.sync_buffers": "DDP _pre_forward: buffer broadcast",
+    "ddp.pre_forward.requires_grad_sync": "DDP _pre_forward: backward-sync flag all-reduce (Join enabled)",
+    "ddp.backward.bucket_allreduce": "DDP reducer: gradient bucket all-reduce",
+    "ddp.backward.unused_map_allreduce": "DDP reducer: local-used map all-reduce (find_unused_parameters)",
+    "ddp.join_hook.rebuild_buckets": "DDP join hook: reducer._rebuild_buckets broadcasts",
+    "ddp.join_hook.find_common_rank": "DDP join hook: buffer sync authoritative rank",
+    "ddp.join_hook.sync_buffers": "DDP join hook: buffer broadcast",
+    "ddp.join_hook.requires_grad_sync": "DDP join hook: backward-sync flag all-reduce (zeros)",
+    "ddp.join_hook.bucket_allreduce": "DDP join hook: shadow gradient bucket all-reduce (zeros)",
+    "ddp.join_hook.unused_map_allreduce": "DDP join hook: shadow local-used map all-reduce",
+    "ddp.post_hook.find_common_rank": "DDP join post hook: last joiner (all-reduce MAX)",
+    "ddp.post_hook.broadcast_final_model": "DDP join post hook: final model broadcast from the last joiner",
+    "zero.step.broadcast_shard": "ZeroRedundancyOptimizer.step: broadcast of each rank's parameter shard",
+    "zero.join_hook.broadcast_shard": "ZeRO join hook: step() shadowing the shard broadcasts",
+    "counter.call.allreduce": "Counter.__call__: all-reduce of ones",
+    "counter.main_hook.allreduce": "Counter join hook: shadow all-reduce of zeros",
+    "counter.post_hook.find_common_rank": "Counter post hook: last joiner (all-reduce MAX)",
+    "counter.post_hook.broadcast_max_count": "Counter post hook: broadcast of max_count",
+    "allreducer.call.allreduce": "AllReducer.__call__: all-reduce of ones",
+    "allreducer.main_hook.allreduce": "AllReducer join hook: shadow all-reduce of zeros",
+    "allreducer.post_hook.find_common_rank": "AllReducer post hook (run_post_hooks): last joiner (all-reduce MAX)",
+    "allreducer.post_hook.broadcast": "AllReducer post hook (run_post_hooks): broadcast of post_hook_tensor",
+}
+
+
+def is_declared_origin(origin: str) -> bool:
+    """Whether `origin` is a label of `ORIGINS` or of the `user.` family."""
+    return origin in ORIGINS or (origin.startswith(USER_ORIGIN_PREFIX) and len(origin) > len(USER_ORIGIN_PREFIX))
