@@ -1,7 +1,6 @@
 """Collective algorithms as schedules with closed-form costs (see docs/cost-model.md)."""
 
 from simdist.collectives.algorithms import (
-    OPS,
     REGISTRY,
     Algorithm,
     algorithms_for,
@@ -13,7 +12,6 @@ from simdist.collectives.execute import run_times, run_values, schedule_time
 from simdist.collectives.schedule import Schedule, Transfer
 
 __all__ = [
-    "OPS",
     "REGISTRY",
     "Algorithm",
     "Schedule",
