@@ -2,8 +2,9 @@
 
 Usage from Python::
 
-    from real_backend.bench import run_sweep, pow2_sizes
-    rows = run_sweep("all_reduce", world_size=2, sizes=pow2_sizes(1024, 64 << 20))
+    from real_backend.bench import run_sweep
+    from simdist.timing.sweeps import geometric_sizes
+    rows = run_sweep("all_reduce", world_size=2, sizes=geometric_sizes(1024, 64 << 20))
 
 Every rank is its own process (``python bench.py --worker CONFIG``) on 127.0.0.1; the
 parent reads rank 0's results line by line (JSON), drives the progress callback, and
@@ -17,7 +18,8 @@ small and shared):
   * ``repeats`` batches, each started after a barrier, timed with perf_counter; the
     batch time / iters is one sample; a sample is the slowest rank's (MAX over ranks);
   * we report the median sample (and min/max), algbw = S / t and busbw = algbw * factor
-    with S and the factor as in nccl-tests' PERFORMANCE.md.
+    with S and the factor as in nccl-tests' PERFORMANCE.md (`simdist.timing.sweeps`,
+    shared with the simulator's explanations).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import math
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,23 +39,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from simdist.timing.sweeps import algbw_bytes, bus_factor, geometric_sizes
+
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
-
-
-def bus_factor(op: str, p: int) -> float:
-    """nccl-tests busbw factor (doc/PERFORMANCE.md)."""
-    if op == "all_reduce":
-        return 2.0 * (p - 1) / p
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return 1.0
-
-
-def algbw_bytes(op: str, nbytes: int, p: int) -> int:
-    """S in algbw = S / t: the per-rank buffer, or the total array for all_gather."""
-    if op == "all_gather":
-        return nbytes * p  # nbytes = per-rank contribution
-    return nbytes
 
 
 @dataclass
@@ -77,38 +66,14 @@ class BenchRow:
         return asdict(self)
 
 
-def pow2_sizes(lo: int = 1024, hi: int = 64 << 20) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 2
-    return out
-
-
-def midpoint_sizes(lo: int = 1024, hi: int = 64 << 20, align: int = 64) -> list[int]:
-    """Sizes between the powers of two (2^(k+1/2), 2^(k+1/4)·... alternating), never a power of two.
-
-    Used as held-out sizes: none of them is in a pow2 training sweep.
-    """
-    out = []
-    s = lo
-    k = 0
-    while s * 2 <= hi:
-        frac = (0.5, 0.25, 0.75)[k % 3]
-        v = int(round(s * 2**frac / align)) * align
-        if lo < v < hi and v not in out:
-            out.append(v)
-        s *= 2
-        k += 1
-    return out
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
+# Over 80 lines because it still starts, watches and ends its own rank processes; that part
+# goes to the shared local launcher (issue 11), which leaves only the sweep here.
 def run_sweep(
     op: str = "all_reduce",
     world_size: int = 2,
@@ -137,7 +102,7 @@ def run_sweep(
         raise ValueError("ranks: world size must be >= 1")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend: unknown backend {backend!r} (choose from gloo, nccl)")
-    sizes = sorted(set(sizes or pow2_sizes()))
+    sizes = sorted(set(sizes or geometric_sizes()))
     unit = 4 * (world_size if op in ("reduce_scatter", "all_to_all") else 1)
     sizes = sorted({max(unit, (s // unit) * unit) for s in sizes}) if op != "barrier" else [0]
     order = list(sizes)
@@ -236,33 +201,6 @@ def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
     return path
 
 
-def load_rows(path: str | Path) -> list[BenchRow]:
-    path = Path(path)
-    if path.suffix == ".csv":
-        with path.open() as f:
-            out = []
-            for d in csv.DictReader(f):
-                out.append(
-                    BenchRow(
-                        op=d["op"],
-                        backend=d["backend"],
-                        world_size=int(d["world_size"]),
-                        nbytes=int(d["nbytes"]),
-                        count=int(d["count"]),
-                        iters=int(d["iters"]),
-                        repeats=int(d["repeats"]),
-                        time_s=float(d["time_s"]),
-                        min_s=float(d["min_s"]),
-                        max_s=float(d["max_s"]),
-                        algbw_gbps=float(d["algbw_gbps"]),
-                        busbw_gbps=float(d["busbw_gbps"]),
-                        sweep=d.get("sweep", ""),
-                    )
-                )
-            return out
-    return [BenchRow(**d) for d in json.loads(path.read_text())]
-
-
 # --------------------------------------------------------------------------- worker side
 def _die_with_parent() -> None:  # pragma: no cover - child side
     """Linux: get SIGKILL when the launching process dies, so no rank outlives a sweep."""
@@ -296,47 +234,9 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         for nbytes in cfg["sizes"]:
             count = max(1, nbytes // 4)
             fn = _make_op(op, count, p, rank, device)
-            for _ in range(cfg["warmup"]):
-                fn()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(3):
-                fn()
-            sync()
-            est = max((time.perf_counter() - t0) / 3, 1e-6)
-            iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
-            it_t = torch.tensor([float(iters)], device=device)
-            dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
-            iters = int(it_t.item())
-            samples = []
-            ops: list[float] = []
-            pc = time.perf_counter
-            for _ in range(cfg["repeats"]):
-                dist.barrier()
-                sync()
-                t0 = pc()
-                last = t0
-                for _ in range(iters):
-                    fn()
-                    if backend != "nccl":
-                        now = pc()
-                        ops.append(now - last)
-                        last = now
-                sync()
-                samples.append((pc() - t0) / iters)
-            st = torch.tensor(samples, dtype=torch.float64, device=device)
-            dist.all_reduce(st, op=dist.ReduceOp.MAX)
-            samples = [float(x) for x in st.cpu().tolist()]
-            ops.sort()
-            q = torch.tensor(
-                [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
-                dtype=torch.float64,
-                device=device,
-            )
-            dist.all_reduce(q, op=dist.ReduceOp.MAX)
-            op_q = [float(x) for x in q.cpu().tolist()] if ops else []
+            iters, samples, op_q = _time_op(fn, cfg, backend, device, sync)
             if rank == 0:
-                med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
+                med = statistics.median(samples)
                 s_bytes = algbw_bytes(op, nbytes, p)
                 algbw = s_bytes / med / 1e9 if med > 0 else 0.0
                 row = BenchRow(
@@ -361,10 +261,52 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         dist.destroy_process_group()
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+def _time_op(fn, cfg: dict, backend: str, device: str, sync) -> tuple[int, list[float], list[float]]:  # pragma: no cover
+    """Warm up, agree on the iterations per batch, time `repeats` batches after a barrier.
+    Returns (iters, batch means, p10/p25/p50 of single operations), each the slowest rank's."""
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(cfg["warmup"]):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    sync()
+    est = max((time.perf_counter() - t0) / 3, 1e-6)
+    iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
+    it_t = torch.tensor([float(iters)], device=device)
+    dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
+    iters = int(it_t.item())
+    samples = []
+    ops: list[float] = []
+    pc = time.perf_counter
+    for _ in range(cfg["repeats"]):
+        dist.barrier()
+        sync()
+        t0 = pc()
+        last = t0
+        for _ in range(iters):
+            fn()
+            if backend != "nccl":
+                now = pc()
+                ops.append(now - last)
+                last = now
+        sync()
+        samples.append((pc() - t0) / iters)
+    st = torch.tensor(samples, dtype=torch.float64, device=device)
+    dist.all_reduce(st, op=dist.ReduceOp.MAX)
+    samples = [float(x) for x in st.cpu().tolist()]
+    ops.sort()
+    q = torch.tensor(
+        [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(q, op=dist.ReduceOp.MAX)
+    op_q = [float(x) for x in q.cpu().tolist()] if ops else []
+    return iters, samples, op_q
 
 
 def _make_op(op: str, count: int, p: int, rank: int, device: str):  # pragma: no cover - child side

@@ -1,4 +1,6 @@
-"""Collective algorithms as schedules with closed-form costs (see docs/cost-model.md)."""
+"""Collective algorithms: schedules built from a few patterns (`generators`), registered with
+closed-form costs (`algorithms`), and what ProcessGroupGloo runs per op (`gloo`); see
+docs/cost-model.md."""
 
 from simdist.collectives.algorithms import (
     REGISTRY,

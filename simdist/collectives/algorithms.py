@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simdist.collectives import generators as g
+import simdist.collectives.generators as g
 from simdist.collectives.schedule import Schedule, ceil_log2, pow2_floor
 from simdist.errors import ScenarioError
 from simdist.vocab import COLLECTIVE_OPS

@@ -52,9 +52,8 @@ from functools import partial
 from typing import Literal
 
 from simdist.collectives.gloo import PROGRAM_OPS, MessageProgram, message_program
-from simdist.engine import gloo_transport as transport
 from simdist.engine.gloo_bytes import UNDEF, average, decode_all, encode, real_dtype, reduce_into
-from simdist.engine.gloo_transport import RankRun
+from simdist.engine.gloo_transport import RankRun, run_programs
 from simdist.vocab import P2P_OPS, REDUCING_OPS, ROOTED_OPS, dtype_bytes
 
 __all__ = [
@@ -166,7 +165,7 @@ def _execute(
             run.bufs = {"zero": [], "tmp": [UNDEF] * prog.tmp_bytes, "out": _initial_out(c, prog, inputs, dtype)}
             run.reduce = partial(_reduce, dtype=dtype, op=op)
         ranks[c.rank] = run
-    transport.run(ranks, exited)
+    run_programs(ranks, exited)
     return ranks
 
 

@@ -59,7 +59,7 @@ class _Wire:
     dead: set = field(default_factory=set)  # processes that are gone (exited before, or aborted)
 
 
-def run(ranks: dict[int, RankRun], exited: frozenset[int] = frozenset()) -> None:
+def run_programs(ranks: dict[int, RankRun], exited: frozenset[int] = frozenset()) -> None:
     """Run every program to completion or to where it blocks for good (in place)."""
     wire = _Wire(dead=set(exited))
     while True:
