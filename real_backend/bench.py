@@ -30,7 +30,6 @@ import math
 import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,8 +71,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-# Over 80 lines because it still starts, watches and ends its own rank processes; that part
-# goes to the shared local launcher (issue 11), which leaves only the sweep here.
 def run_sweep(
     op: str = "all_reduce",
     world_size: int = 2,
@@ -234,9 +231,47 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         for nbytes in cfg["sizes"]:
             count = max(1, nbytes // 4)
             fn = _make_op(op, count, p, rank, device)
-            iters, samples, op_q = _time_op(fn, cfg, backend, device, sync)
+            for _ in range(cfg["warmup"]):
+                fn()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                fn()
+            sync()
+            est = max((time.perf_counter() - t0) / 3, 1e-6)
+            iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
+            it_t = torch.tensor([float(iters)], device=device)
+            dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
+            iters = int(it_t.item())
+            samples = []
+            ops: list[float] = []
+            pc = time.perf_counter
+            for _ in range(cfg["repeats"]):
+                dist.barrier()
+                sync()
+                t0 = pc()
+                last = t0
+                for _ in range(iters):
+                    fn()
+                    if backend != "nccl":
+                        now = pc()
+                        ops.append(now - last)
+                        last = now
+                sync()
+                samples.append((pc() - t0) / iters)
+            st = torch.tensor(samples, dtype=torch.float64, device=device)
+            dist.all_reduce(st, op=dist.ReduceOp.MAX)
+            samples = [float(x) for x in st.cpu().tolist()]
+            ops.sort()
+            q = torch.tensor(
+                [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
+                dtype=torch.float64,
+                device=device,
+            )
+            dist.all_reduce(q, op=dist.ReduceOp.MAX)
+            op_q = [float(x) for x in q.cpu().tolist()] if ops else []
             if rank == 0:
-                med = statistics.median(samples)
+                med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
                 s_bytes = algbw_bytes(op, nbytes, p)
                 algbw = s_bytes / med / 1e9 if med > 0 else 0.0
                 row = BenchRow(
@@ -261,52 +296,10 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         dist.destroy_process_group()
 
 
-def _time_op(fn, cfg: dict, backend: str, device: str, sync) -> tuple[int, list[float], list[float]]:  # pragma: no cover
-    """Warm up, agree on the iterations per batch, time `repeats` batches after a barrier.
-    Returns (iters, batch means, p10/p25/p50 of single operations), each the slowest rank's."""
-    import torch
-    import torch.distributed as dist
-
-    for _ in range(cfg["warmup"]):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn()
-    sync()
-    est = max((time.perf_counter() - t0) / 3, 1e-6)
-    iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
-    it_t = torch.tensor([float(iters)], device=device)
-    dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
-    iters = int(it_t.item())
-    samples = []
-    ops: list[float] = []
-    pc = time.perf_counter
-    for _ in range(cfg["repeats"]):
-        dist.barrier()
-        sync()
-        t0 = pc()
-        last = t0
-        for _ in range(iters):
-            fn()
-            if backend != "nccl":
-                now = pc()
-                ops.append(now - last)
-                last = now
-        sync()
-        samples.append((pc() - t0) / iters)
-    st = torch.tensor(samples, dtype=torch.float64, device=device)
-    dist.all_reduce(st, op=dist.ReduceOp.MAX)
-    samples = [float(x) for x in st.cpu().tolist()]
-    ops.sort()
-    q = torch.tensor(
-        [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
-        dtype=torch.float64,
-        device=device,
-    )
-    dist.all_reduce(q, op=dist.ReduceOp.MAX)
-    op_q = [float(x) for x in q.cpu().tolist()] if ops else []
-    return iters, samples, op_q
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def _make_op(op: str, count: int, p: int, rank: int, device: str):  # pragma: no cover - child side
