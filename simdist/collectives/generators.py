@@ -236,9 +236,13 @@ def ag_recursive_doubling(p: int, count: int, root: int = 0) -> Schedule:
     blocks = [(i * count, count) for i in range(p)]
     _fold_in(s, f, lambda e: same(blocks[e]), False)
     _doubling(s, f, lambda v_lo, v_hi: span(blocks, *f.block_range(v_lo, v_hi)))
-    _fold_out(
-        s, f, lambda e: tuple(pc for pc in (same(span(blocks, 0, e))[0], same(span(blocks, e + 1, p))[0]) if pc[2] > 0)
-    )
+
+    def all_but_own(e: int) -> tuple[Piece, ...]:
+        """What extra rank e lacks at the end: every block but its own."""
+        before, after = same(span(blocks, 0, e))[0], same(span(blocks, e + 1, p))[0]
+        return tuple(pc for pc in (before, after) if pc[2] > 0)
+
+    _fold_out(s, f, all_but_own)
     return s
 
 

@@ -163,14 +163,10 @@ def _execute(
         if inputs is not None:
             dtype, op = real_dtype(c.dtype), (c.reduce_op or "SUM").upper()
             run.bufs = {"zero": [], "tmp": [UNDEF] * prog.tmp_bytes, "out": _initial_out(c, prog, inputs, dtype)}
-            run.reduce = partial(_reduce, dtype=dtype, op=op)
+            run.reduce = partial(reduce_into, dtype=dtype, op=op)
         ranks[c.rank] = run
     run_programs(ranks, exited)
     return ranks
-
-
-def _reduce(dst: list, dst_off: int, src: list, src_off: int, n: int, *, dtype: str, op: str) -> None:
-    reduce_into(dst, dst_off, src, src_off, n, dtype, op)
 
 
 def _initial_out(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], dtype: str) -> list:
