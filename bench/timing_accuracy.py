@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simdist import calibrate as cal  # noqa: E402
+from real_backend.bench import run_sweep  # noqa: E402
+from simdist.timing import experiments, plots  # noqa: E402
 
 TARGETS = {2: 0.10, 4: 0.20}
 
@@ -32,14 +33,14 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=11)
-    ap.add_argument("--stat", default="auto", choices=cal.STAT_CHOICES)
+    ap.add_argument("--stat", default="auto", choices=experiments.STAT_CHOICES)
     ap.add_argument("--min-bytes", type=int, default=1024)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("out/timing"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    gamma = cal.measure_gamma()
+    gamma = experiments.measure_gamma()
     print(f"reduction cost (float32 add, 1 thread): gamma = {gamma * 1e9:.3f} ns/B ({1 / gamma / 1e9:.2f} GB/s)")
     ok = True
     summary = []
@@ -52,7 +53,7 @@ def main() -> int:
                 last[0] = time.time()
                 print(f"  p={p}: {i}/{n} sizes measured", flush=True)
 
-        res = cal.run_compare(
+        res = experiments.run_compare(
             "gloo",
             p,
             "all_reduce",
@@ -63,12 +64,13 @@ def main() -> int:
             stat=args.stat,
             seed=args.seed,
             gamma=gamma,
+            run_sweep=run_sweep,
             progress=progress,
         )
         target = TARGETS.get(p, 0.20)
         res["max_error"] = target
         res["ok"] = res["median_abs_error"] <= target
-        res["plot"] = str(cal.plot_compare(res, args.out / f"compare-gloo-p{p}.png"))
+        res["plot"] = str(plots.plot_compare(res, args.out / f"compare-gloo-p{p}.png"))
         (args.out / f"compare-gloo-p{p}.json").write_text(json.dumps(res, indent=1))
         print(
             f"\nGloo all_reduce, world size {p} ({res['sweeps']} calibration + {res['sweeps']} held-out sweeps, statistic {res['stat']}, {time.time() - t0:.0f} s)"

@@ -2,8 +2,9 @@
 
 Usage from Python::
 
-    from real_backend.bench import run_sweep, pow2_sizes
-    rows = run_sweep("all_reduce", world_size=2, sizes=pow2_sizes(1024, 64 << 20))
+    from real_backend.bench import run_sweep
+    from simdist.timing.sweeps import geometric_sizes
+    rows = run_sweep("all_reduce", world_size=2, sizes=geometric_sizes(1024, 64 << 20))
 
 Every rank is its own process (``python bench.py --worker CONFIG``) on 127.0.0.1; the
 parent reads rank 0's results line by line (JSON), drives the progress callback, and
@@ -17,7 +18,8 @@ small and shared):
   * ``repeats`` batches, each started after a barrier, timed with perf_counter; the
     batch time / iters is one sample; a sample is the slowest rank's (MAX over ranks);
   * we report the median sample (and min/max), algbw = S / t and busbw = algbw * factor
-    with S and the factor as in nccl-tests' PERFORMANCE.md.
+    with S and the factor as in nccl-tests' PERFORMANCE.md (`simdist.timing.sweeps`,
+    shared with the simulator's explanations).
 """
 
 from __future__ import annotations
@@ -36,23 +38,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from simdist.timing.sweeps import algbw_bytes, bus_factor, geometric_sizes
+
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
-
-
-def bus_factor(op: str, p: int) -> float:
-    """nccl-tests busbw factor (doc/PERFORMANCE.md)."""
-    if op == "all_reduce":
-        return 2.0 * (p - 1) / p
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return 1.0
-
-
-def algbw_bytes(op: str, nbytes: int, p: int) -> int:
-    """S in algbw = S / t: the per-rank buffer, or the total array for all_gather."""
-    if op == "all_gather":
-        return nbytes * p  # nbytes = per-rank contribution
-    return nbytes
 
 
 @dataclass
@@ -75,32 +63,6 @@ class BenchRow:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def pow2_sizes(lo: int = 1024, hi: int = 64 << 20) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 2
-    return out
-
-
-def midpoint_sizes(lo: int = 1024, hi: int = 64 << 20, align: int = 64) -> list[int]:
-    """Sizes between the powers of two (2^(k+1/2), 2^(k+1/4)·... alternating), never a power of two.
-
-    Used as held-out sizes: none of them is in a pow2 training sweep.
-    """
-    out = []
-    s = lo
-    k = 0
-    while s * 2 <= hi:
-        frac = (0.5, 0.25, 0.75)[k % 3]
-        v = int(round(s * 2**frac / align)) * align
-        if lo < v < hi and v not in out:
-            out.append(v)
-        s *= 2
-        k += 1
-    return out
 
 
 def _free_port() -> int:
@@ -137,7 +99,7 @@ def run_sweep(
         raise ValueError("ranks: world size must be >= 1")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend: unknown backend {backend!r} (choose from gloo, nccl)")
-    sizes = sorted(set(sizes or pow2_sizes()))
+    sizes = sorted(set(sizes or geometric_sizes()))
     unit = 4 * (world_size if op in ("reduce_scatter", "all_to_all") else 1)
     sizes = sorted({max(unit, (s // unit) * unit) for s in sizes}) if op != "barrier" else [0]
     order = list(sizes)
@@ -234,33 +196,6 @@ def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
     else:
         path.write_text(json.dumps([r.to_dict() for r in rows], indent=1))
     return path
-
-
-def load_rows(path: str | Path) -> list[BenchRow]:
-    path = Path(path)
-    if path.suffix == ".csv":
-        with path.open() as f:
-            out = []
-            for d in csv.DictReader(f):
-                out.append(
-                    BenchRow(
-                        op=d["op"],
-                        backend=d["backend"],
-                        world_size=int(d["world_size"]),
-                        nbytes=int(d["nbytes"]),
-                        count=int(d["count"]),
-                        iters=int(d["iters"]),
-                        repeats=int(d["repeats"]),
-                        time_s=float(d["time_s"]),
-                        min_s=float(d["min_s"]),
-                        max_s=float(d["max_s"]),
-                        algbw_gbps=float(d["algbw_gbps"]),
-                        busbw_gbps=float(d["busbw_gbps"]),
-                        sweep=d.get("sweep", ""),
-                    )
-                )
-            return out
-    return [BenchRow(**d) for d in json.loads(path.read_text())]
 
 
 # --------------------------------------------------------------------------- worker side

@@ -11,3 +11,8 @@ class ScenarioError(SimdistError):
 
 class HostError(SimdistError):
     """The machine cannot host what was asked (e.g. world size, CUDA devices)."""
+
+
+class InputError(SimdistError):
+    """An argument (a command-line option, or the same argument of an API call) is out of
+    range; the message names it."""

@@ -9,30 +9,22 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from simdist import calibrate as cal
+from real_backend import bench as b
 from simdist.cli.timing import app
 from simdist.collectives import REGISTRY
 from simdist.network import CostModel
+from simdist.network.profile import Profile
+from simdist.timing import experiments, fit, plots
+from simdist.timing.sweeps import geometric_sizes, midpoint_sizes
 
 MB = 1 << 20
 runner = CliRunner()
 
 
-def test_gloo_ring_segments_follow_allreduce_cc():
-    # numSegments = roundUp(max(ceil(n / 1 MiB), 2p), p); segmentBytes = ceil(n / numSegments)
-    assert cal.gloo_ring_segments(MB, 2) == (4, MB // 4)
-    assert cal.gloo_ring_segments(4 * MB, 2) == (4, MB)
-    assert cal.gloo_ring_segments(64 * MB, 2) == (64, MB)
-    assert cal.gloo_ring_segments(64 * MB, 4) == (64, MB)
-    assert cal.gloo_ring_segments(5 * MB, 4) == (8, 5 * MB // 8)
-    assert cal.gloo_ring_messages(MB, 2) == 2 * (4 - 2)
-    assert cal.gloo_thresholds(2) == [4 * MB]
-
-
 def test_fit_affine_recovers_line():
     xs = [2.0**k for k in range(10, 27)]
     ys = [3e-4 + 2e-9 * x for x in xs]
-    a, b, sse = cal.fit_affine(xs, ys)
+    a, b, sse = fit.fit_affine(xs, ys)
     assert a == pytest.approx(3e-4, rel=1e-6) and b == pytest.approx(2e-9, rel=1e-6) and sse < 1e-12
 
 
@@ -41,7 +33,7 @@ def test_fit_algorithm_recovers_alpha_beta():
     ring = REGISTRY[("all_reduce", "ring")]
     xs = [2.0**k for k in range(10, 27)]
     ys = [ring.time(p, x, alpha, beta, gamma) for x in xs]
-    f = cal.fit_algorithm("all_reduce", "ring", p, xs, ys, gamma)
+    f = fit.fit_algorithm("all_reduce", "ring", p, xs, ys, gamma)
     assert f.alpha == pytest.approx(alpha, rel=1e-6) and f.beta == pytest.approx(beta, rel=1e-6)
 
 
@@ -58,7 +50,7 @@ def test_piecewise_recovers_regimes_and_predicts_held_out():
     xs = [1024 * 2**k for k in range(17)]
     rng = random.Random(1)
     ys = [_gloo_like(x) * (1 + rng.uniform(-0.02, 0.02)) for x in xs]
-    pw = cal.fit_piecewise(xs, ys, hints=[4 * MB])
+    pw = fit.fit_piecewise(xs, ys, hints=[4 * MB])
     assert 2 <= len(pw.segments) <= 4
     held = [int(1024 * 2 ** (k + 0.5)) for k in range(16)]
     errs = [abs(pw.predict(x) - _gloo_like(x)) / _gloo_like(x) for x in held]
@@ -69,17 +61,17 @@ def test_piecewise_recovers_regimes_and_predicts_held_out():
 
 def test_piecewise_single_line_stays_single():
     xs = [1024 * 2**k for k in range(17)]
-    pw = cal.fit_piecewise(xs, [1e-4 + 1e-9 * x for x in xs])
+    pw = fit.fit_piecewise(xs, [1e-4 + 1e-9 * x for x in xs])
     assert len(pw.segments) == 1
 
 
 def test_profile_round_trip_and_cost_model(tmp_path):
     xs = [1024 * 2**k for k in range(17)]
-    entry = cal.calibrate("all_reduce", 2, xs, [_gloo_like(x) for x in xs], gamma=1e-10)
-    prof = cal.Profile()
+    entry = fit.calibrate("all_reduce", 2, xs, [_gloo_like(x) for x in xs], gamma=1e-10)
+    prof = Profile()
     prof.add(entry)
     path = prof.save(tmp_path / "prof.json")
-    back = cal.Profile.load(path)
+    back = Profile.load(path)
     assert back.predict("all_reduce", 3 * MB, 2) == pytest.approx(prof.predict("all_reduce", 3 * MB, 2))
     assert back.predict("all_reduce", MB, 8) is None
     cm = CostModel.from_params(2, 1e-5, 1e-9, 1e-10, profile=back)
@@ -90,7 +82,6 @@ def test_profile_round_trip_and_cost_model(tmp_path):
 
 
 def _fake_rows(sizes, f, sweep, noise, seed):
-    b = cal._bench()
     rng = random.Random(seed)
     rows = []
     for n in sizes:
@@ -120,9 +111,8 @@ def _fake_rows(sizes, f, sweep, noise, seed):
 
 
 def _raw_file(tmp_path, f=_gloo_like):
-    b = cal._bench()
-    train = [_fake_rows(b.pow2_sizes(1024, 64 * MB), f, "train0", 0.03, 1)]
-    test = [_fake_rows(b.midpoint_sizes(1024, 64 * MB), f, "test0", 0.03, 2)]
+    train = [_fake_rows(geometric_sizes(1024, 64 * MB), f, "train0", 0.03, 1)]
+    test = [_fake_rows(midpoint_sizes(1024, 64 * MB), f, "test0", 0.03, 2)]
     path = tmp_path / "raw.json"
     path.write_text(
         json.dumps(
@@ -139,9 +129,8 @@ def _raw_file(tmp_path, f=_gloo_like):
 
 
 def test_held_out_sizes_are_not_fitted():
-    b = cal._bench()
-    assert not set(b.pow2_sizes(1024, 64 * MB)) & set(b.midpoint_sizes(1024, 64 * MB))
-    assert len(b.midpoint_sizes(1024, 64 * MB)) >= 15
+    assert not set(geometric_sizes(1024, 64 * MB)) & set(midpoint_sizes(1024, 64 * MB))
+    assert len(midpoint_sizes(1024, 64 * MB)) >= 15
 
 
 def test_compare_timing_from_saved_measurements(tmp_path):
@@ -166,7 +155,7 @@ def test_compare_timing_from_saved_measurements(tmp_path):
     assert 0 <= d["median_abs_error"] < 0.05
     assert len(d["sizes"]) >= 15 and {"nbytes", "measured_s", "simulated_s", "rel_error"} <= set(d["sizes"][0])
     assert plot.exists() and plot.stat().st_size > 10_000
-    assert cal.Profile.load(tmp_path / "p.json").predict("all_reduce", MB, 2) is not None
+    assert Profile.load(tmp_path / "p.json").predict("all_reduce", MB, 2) is not None
     # the table form names the numbers
     r = runner.invoke(app, ["compare-timing", "--load", str(raw), "--plot", str(plot)])
     assert r.exit_code == 0 and "median |error|" in r.output and "worst" in r.output
@@ -192,12 +181,11 @@ def test_compare_timing_exit_codes(tmp_path):
 
 def test_compare_figure_content(tmp_path):
     raw = _raw_file(tmp_path)
-    b = cal._bench()
     d = json.loads(raw.read_text())["raw"]
     train = [[b.BenchRow(**x) for x in s] for s in d["train"]]
     test = [[b.BenchRow(**x) for x in s] for s in d["test"]]
-    res = cal.evaluate(train, test, "op_p25", "all_reduce", 2, 1e-10)
-    fig = cal.compare_figure(res)
+    res = experiments.evaluate(train, test, "op_p25", "all_reduce", 2, 1e-10)
+    fig = plots.compare_figure(res)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -208,13 +196,12 @@ def test_compare_figure_content(tmp_path):
 
 
 def test_measure_gamma_is_plausible():
-    g = cal.measure_gamma(sizes=(1 << 16, 1 << 18, 1 << 20), repeats=3)
+    g = experiments.measure_gamma(sizes=(1 << 16, 1 << 18, 1 << 20), repeats=3)
     assert 1e-12 < g < 1e-8  # between 0.1 and 1000 GB/s
 
 
 def test_real_gloo_bench_small():
     """A tiny real sweep: 2 Gloo ranks on 127.0.0.1, two sizes, every process ends."""
-    b = cal._bench()
     rows = b.run_sweep(
         "all_reduce", 2, [1024, 65536], "gloo", warmup=2, repeats=3, target_batch_s=0.005, max_iters=20, timeout_s=60
     )
@@ -228,16 +215,15 @@ def test_fit_model_prefers_simple_models_on_noisy_lines():
     xs = [1024 * 2**k for k in range(17)]
     rng = random.Random(3)
     ys = [(4e-4 + 1e-9 * x) * (1 + rng.uniform(-0.05, 0.05)) for x in xs]
-    fit, kind = cal.fit_model(xs, ys, hints=[4 * MB])
+    _, kind = fit.fit_model(xs, ys, hints=[4 * MB])
     assert kind in ("hinge0", "hinge1")
     ys2 = [_gloo_like(x) for x in xs]
-    fit2, kind2 = cal.fit_model(xs, ys2, hints=[4 * MB])
+    fit2, kind2 = fit.fit_model(xs, ys2, hints=[4 * MB])
     assert kind2 != "hinge0" and fit2.sse < 1e-3
 
 
 def test_choose_stat_uses_calibration_repeatability():
-    b = cal._bench()
-    sizes = b.pow2_sizes(1024, 1 * MB)
+    sizes = geometric_sizes(1024, 1 * MB)
     rows = []
     for s in range(3):
         sweep = []
@@ -249,5 +235,5 @@ def test_choose_stat_uses_calibration_repeatability():
                 )
             )
         rows.append(sweep)
-    assert cal.choose_stat(rows) == "median"  # the batch median is the steady one here
-    assert cal.choose_stat(rows[:1]) == "op_p10"
+    assert experiments.choose_stat(rows) == "median"  # the batch median is the steady one here
+    assert experiments.choose_stat(rows[:1]) == "op_p10"

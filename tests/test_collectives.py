@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simdist.collectives import REGISTRY, algorithms_for, make_schedule, resolve, run_values, schedule_time
+from simdist.collectives import REGISTRY, algorithms_for, gloo, make_schedule, resolve, run_values, schedule_time
 from simdist.collectives.execute import expected_outputs, knowledge, run_times
 from simdist.errors import ScenarioError
+from simdist.vocab import ROOTED_OPS
 
-ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 ALL = sorted(REGISTRY)
 PS = range(2, 10)
 ALPHA, BETA, GAMMA = 7e-6, 1.3e-9, 0.4e-9
@@ -24,7 +24,7 @@ def _count(op: str, p: int) -> int:
 
 
 def _roots(op: str, p: int) -> list[int]:
-    return [0, p - 1, p // 2] if op in ROOTED else [0]
+    return [0, p - 1, p // 2] if op in ROOTED_OPS else [0]
 
 
 def _inputs(p: int, count: int, seed: int) -> list[np.ndarray]:
@@ -154,3 +154,28 @@ def test_every_op_has_algorithms():
         "scatter",
     ):
         assert algorithms_for(op)
+
+
+def test_gloo_ring_segments_follow_allreduce_cc():
+    MB = 1 << 20
+    # numSegments = roundUp(max(ceil(n / 1 MiB), 2p), p); segmentBytes = ceil(n / numSegments)
+    assert gloo.ring_segments(MB, 2) == (4, MB // 4)
+    assert gloo.ring_segments(4 * MB, 2) == (4, MB)
+    assert gloo.ring_segments(64 * MB, 2) == (64, MB)
+    assert gloo.ring_segments(64 * MB, 4) == (64, MB)
+    assert gloo.ring_segments(5 * MB, 4) == (8, 5 * MB // 8)
+    assert gloo.ring_messages(MB, 2) == 2 * (4 - 2)
+    assert gloo.segment_thresholds(2) == [4 * MB]
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("nbytes", [1 << 20, (5 << 20) + 12, 64 << 20])
+def test_gloo_ring_program_sends_what_the_segment_arithmetic_says(p, nbytes):
+    """The message programs (Gloo rules) and the segment count (calibration) are one model."""
+    num, seg = gloo.ring_segments(nbytes, p)
+    for rank in range(p):
+        prog = gloo.ring_allreduce(rank, p, nbytes // 4, 4)
+        sends = [s for s in prog.steps if s[0] == "send"]
+        assert len(sends) == gloo.ring_messages(nbytes, p)
+        assert max(s[5] for s in sends) == seg and prog.tmp_bytes == 2 * seg
+        assert {s[2] for s in sends} == {(rank - 1) % p}

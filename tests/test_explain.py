@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from simdist.cli.timing import app, explain, register
+from simdist.cli.timing import app, register
+from simdist.timing.explain import Alternative, Explanation, Step, explain
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -43,15 +44,21 @@ def test_explain_ring_all_reduce_top_level():
 
 def test_explain_numbers_are_consistent():
     info = explain("all_reduce", "ring", 4, 1 << 20)
-    assert abs(info["time_s"] - sum(info["breakdown_s"].values())) < 1e-15
-    assert abs(info["simulated_s"] - info["time_s"]) < 1e-12
-    assert len(info["steps"]) == 6 and abs(info["steps"][-1]["end_s"] - info["time_s"]) < 1e-12
-    assert info["bytes_on_wire"] == 2 * 3 * (1 << 20)
+    assert isinstance(info, Explanation) and all(isinstance(s, Step) for s in info.steps)
+    split = info.breakdown_s
+    assert abs(info.time_s - (split.latency + split.bandwidth + split.reduction)) < 1e-15
+    assert abs(info.simulated_s - info.time_s) < 1e-12
+    assert len(info.steps) == 6 and abs(info.steps[-1].end_s - info.time_s) < 1e-12
+    assert info.bytes_on_wire == 2 * 3 * (1 << 20)
+    # the timeline data: every transfer of the simulation, ending when the collective does
+    assert len(info.simulation.transfers) == info.messages
+    assert max(t.end for t in info.simulation.transfers) == info.simulation.finish
     # the crossover really is where the faster algorithm changes
     from simdist.collectives import REGISTRY
 
-    cx = info["others"]["recursive_doubling"]["crossover_bytes"]
-    a, b, g = info["alpha_s"], info["beta_s_per_byte"], info["gamma_s_per_byte"]
+    assert isinstance(info.others["recursive_doubling"], Alternative)
+    cx = info.others["recursive_doubling"].crossover_bytes
+    a, b, g = info.alpha_s, info.beta_s_per_byte, info.gamma_s_per_byte
     ring, rd = REGISTRY[("all_reduce", "ring")], REGISTRY[("all_reduce", "recursive_doubling")]
     assert ring.time(4, cx * 0.9, a, b, g) > rd.time(4, cx * 0.9, a, b, g)
     assert ring.time(4, cx * 1.1, a, b, g) < rd.time(4, cx * 1.1, a, b, g)
@@ -87,10 +94,10 @@ def test_explain_json_and_trace(tmp_path):
 
 def test_explain_auto_and_overrides():
     info = explain("all_reduce", "auto", 16, 8, alpha_us=100, bandwidth_gbps=1, gamma_gbps=10)
-    assert info["algo"] == "recursive_doubling"
+    assert info.algo == "recursive_doubling"
     info = explain("all_reduce", "auto", 16, 256 << 20, alpha_us=100, bandwidth_gbps=1, gamma_gbps=10)
-    assert info["algo"] in ("ring", "rabenseifner")
-    assert info["breakdown_s"]["bandwidth"] > info["breakdown_s"]["latency"]
+    assert info.algo in ("ring", "rabenseifner")
+    assert info.breakdown_s.bandwidth > info.breakdown_s.latency
 
 
 def test_explain_every_op():

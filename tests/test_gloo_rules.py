@@ -84,6 +84,8 @@ OBSERVED = [
     ("ag_numel_1_vs_2", [AG(0, 1), AG(1, 2)], 2, "abort", {0: "abort", 1: "ok"}),
     ("ag_numel_2_vs_1", [AG(0, 2), AG(1, 1)], 2, "abort", {0: "ok", 1: "abort"}),
     ("ag_f32_vs_i32", [AG(0, 1), AG(1, 1, "int32")], 2, "silent", {0: "ok", 1: "ok"}),
+    # an empty all_gather returns at once (observed with a two-process script, not the probe)
+    ("ag_numel_0_vs_1", [AG(0, 0), AG(1, 1)], 2, "hang", {0: "ok", 1: "hang"}),
     # world size 3
     ("w3_ar_numel_r0_2", [AR(0, 2), AR(1), AR(2)], 3, "hang",
      {0: "hang", 1: "hang", 2: "hang"}),
@@ -133,6 +135,7 @@ TIMEOUT_OP = [
     ("ar_numel_1_vs_2", [AR(0, 1), AR(1, 2)], 2, {0: "send", 1: "send"}),
     ("ar_numel_1_vs_4", [AR(0, 1), AR(1, 4)], 2, {1: "recv"}),
     ("ar_vs_allgather", [AR(0), AG(1)], 2, {0: "recv", 1: "send"}),
+    ("ag_numel_0_vs_1", [AG(0, 0), AG(1, 1)], 2, {1: "send"}),
     ("w3_ar_vs_bc_r1", [AR(0), BC(1), AR(2)], 3, {0: "recv", 1: "recv", 2: "send"}),
     ("w4_ar_numel_r1_8_vs_4", [AR(0, 4), AR(1, 8), AR(2, 4), AR(3, 4)], 4, {1: "send"}),
 ]

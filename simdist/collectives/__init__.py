@@ -1,7 +1,8 @@
-"""Collective algorithms as schedules with closed-form costs (see docs/cost-model.md)."""
+"""Collective algorithms: schedules built from a few patterns (`generators`), registered with
+closed-form costs (`algorithms`), and what ProcessGroupGloo runs per op (`gloo`); see
+docs/cost-model.md."""
 
 from simdist.collectives.algorithms import (
-    OPS,
     REGISTRY,
     Algorithm,
     algorithms_for,
@@ -13,7 +14,6 @@ from simdist.collectives.execute import run_times, run_values, schedule_time
 from simdist.collectives.schedule import Schedule, Transfer
 
 __all__ = [
-    "OPS",
     "REGISTRY",
     "Algorithm",
     "Schedule",

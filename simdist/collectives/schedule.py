@@ -117,9 +117,6 @@ class Fold:
         """Real ranks whose data virtual rank v carries, ascending."""
         return [2 * v, 2 * v + 1] if v < self.r else [v + self.r]
 
-    def first_block(self, v: int) -> int:
-        return self.reals(v)[0]
-
     def block_range(self, v_lo: int, v_hi: int) -> tuple[int, int]:
         """Per-real-rank block indices [lo, hi) owned by virtual ranks v_lo..v_hi-1."""
         if v_hi <= v_lo:

@@ -33,8 +33,10 @@ see docs/gloo-mismatch.md and bench/gloo_mismatch_probe.py):
    arguments (numel, element size, root, group size). This module re-executes the
    gloo algorithms that ProcessGroupGloo uses on CPU (ring all_reduce with
    ``2*W``-or-more segments and 1 MiB max segment, binomial-tree broadcast, ring
-   all_gather with half-chunks, dissemination barrier) as message programs, matches
-   them as in (2), and reports the result. Same schedule + same bytes = "silent"
+   all_gather with half-chunks, dissemination barrier) as message programs
+   (`simdist.collectives.gloo`), matches them as in (2) (`gloo_transport`, on raw
+   bytes from `gloo_bytes` when values are asked for), and reports the result.
+   Same schedule + same bytes = "silent"
    (values mixed: each rank reduces the bytes it receives as *its own* dtype with
    *its own* reduce op, see :func:`mixed_result`).
 
@@ -45,11 +47,13 @@ arguments is reported conservatively as "hang" with a detail saying it is unmode
 
 from __future__ import annotations
 
-import math
-import struct
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
+from simdist.collectives.gloo import PROGRAM_OPS, MessageProgram, message_program
+from simdist.engine.gloo_bytes import UNDEF, average, decode_all, encode, real_dtype, reduce_into
+from simdist.engine.gloo_transport import RankRun, run_programs
 from simdist.vocab import P2P_OPS, REDUCING_OPS, ROOTED_OPS, dtype_bytes
 
 __all__ = [
@@ -62,10 +66,7 @@ __all__ = [
 
 
 #: Ops whose gloo message schedule is re-executed here.
-MODELLED_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "send", "recv"})
-
-# gloo::AllreduceOptionsImpl::kMaxSegmentSize (gloo/allreduce.h)
-_MAX_SEGMENT_BYTES = 1024 * 1024
+MODELLED_OPS = PROGRAM_OPS
 
 
 @dataclass(frozen=True)
@@ -142,257 +143,10 @@ def _elements(c: CollectiveCall) -> tuple[int, int]:
     return c.numel, _esize(d)
 
 
-# ---------------------------------------------------------------------------------------
-# Message programs
-# ---------------------------------------------------------------------------------------
-# A program is a list of steps executed in order by one rank:
-#   ("send", buf, peer, slot, offset, nbytes)   post a send (non-blocking)
-#   ("recv", buf, peer, slot, offset, nbytes)   post a receive (non-blocking)
-#   ("wait_send", buf) / ("wait_recv", buf)     block until one more completion on buf
-#   ("reduce", dst_off, src_buf, src_off, nbytes)  out[dst] = op(out[dst], src[...])
-# Buffers: "out" (the tensor), "tmp" (all_reduce scratch, uninitialised), "zero".
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
-
-
-def _ring_allreduce(r: int, w: int, elements: int, e: int) -> tuple[list, int]:
-    """gloo/allreduce.cc ``ring()`` as a message program; returns (program, tmp bytes)."""
-    total = elements * e
-    if elements == 0 or w == 1:
-        return [], 0
-    slot = "all_reduce"
-    recv_rank = (r + 1) % w
-    send_rank = (r - 1) % w
-    max_seg = e * max(1, _MAX_SEGMENT_BYTES // e)
-    nseg = _round_up(max(-(-total // max_seg), w * 2), w)
-    per_rank = nseg // w
-    seg = _round_up(-(-total // nseg), e)
-    seg_off = (0, seg)
-    prog: list = []
-
-    def rs(i):
-        so = (((r + 1) * per_rank + i) * seg) % (nseg * seg)
-        ro = (((r + 2) * per_rank + i) * seg) % (nseg * seg)
-        return so, ro, min(seg, total - so), min(seg, total - ro)
-
-    n_iter = nseg - per_rank + 2
-    for i in range(n_iter):
-        if i >= 2:
-            _, pro, psl, prl = rs(i - 2)
-            if prl > 0:
-                prog.append(("wait_recv", "tmp"))
-                prog.append(("reduce", pro, "tmp", seg_off[i & 1], prl))
-            if psl > 0:
-                prog.append(("wait_send", "out"))
-        if i < nseg - per_rank:
-            so, ro, sl, rl = rs(i)
-            if rl > 0:
-                prog.append(("recv", "tmp", recv_rank, slot, seg_off[i & 1], rl))
-            if sl > 0:
-                prog.append(("send", "out", send_rank, slot, so, sl))
-
-    def ag(i):
-        so = ((r * per_rank + i) * seg) % (nseg * seg)
-        ro = (((r + 1) * per_rank + i) * seg) % (nseg * seg)
-        return so, ro, min(seg, total - so), min(seg, total - ro)
-
-    for i in range(n_iter):
-        if i >= 2:
-            _, _, psl, prl = ag(i - 2)
-            if prl > 0:
-                prog.append(("wait_recv", "out"))
-            if psl > 0:
-                prog.append(("wait_send", "out"))
-        if i < nseg - per_rank:
-            so, ro, sl, rl = ag(i)
-            if rl > 0:
-                prog.append(("recv", "out", recv_rank, slot, ro, rl))
-            if sl > 0:
-                prog.append(("send", "out", send_rank, slot, so, sl))
-    return prog, 2 * seg
-
-
-def _broadcast(r: int, w: int, nbytes: int, root: int) -> list:
-    """gloo/broadcast.cc: binomial tree rooted at ``root`` (virtual rank 0)."""
-    slot = "broadcast"
-    if w == 1:
-        return []
-    vrank = (r + w - root) % w
-    dim = max(1, math.ceil(math.log2(w)))
-    mask = (1 << dim) - 1
-    prog: list = []
-    nsends = 0
-    for i in range(dim):
-        mask ^= 1 << i
-        if vrank & mask:
-            continue
-        vpeer = vrank ^ (1 << i)
-        if vpeer >= w:
-            continue
-        peer = (vpeer + root) % w
-        if (vrank & (1 << i)) == 0:
-            prog.append(("send", "out", peer, slot, 0, nbytes))
-            nsends += 1
-        else:
-            prog.append(("recv", "out", peer, slot, 0, nbytes))
-            prog.append(("wait_recv", "out"))
-    prog += [("wait_send", "out")] * nsends
-    return prog
-
-
-def _allgather(r: int, w: int, in_bytes: int) -> list:
-    """gloo/allgather.cc: ring (to r+1, from r-1), each rank's block sent in two halves."""
-    slot = "all_gather"
-    if w == 1:
-        return []
-    out_bytes = in_bytes * w
-    recv_rank = (r - 1) % w
-    send_rank = (r + 1) % w
-    cs = (in_bytes // 2, in_bytes - in_bytes // 2)
-    co = (0, cs[0])
-    prog: list = []
-    for i in range((w - 1) * 2):
-        s_seg = w + r - i // 2
-        r_seg = s_seg - 1
-        so = (s_seg * in_bytes + co[i & 1]) % out_bytes
-        ro = (r_seg * in_bytes + co[i & 1]) % out_bytes
-        size = cs[i & 1]
-        if i >= 2:
-            prog += [("wait_send", "out"), ("wait_recv", "out")]
-        prog.append(("send", "out", send_rank, slot, so, size))
-        prog.append(("recv", "out", recv_rank, slot, ro, size))
-    prog += [("wait_send", "out"), ("wait_recv", "out")] * 2
-    return prog
-
-
-def _barrier(r: int, w: int) -> list:
-    """gloo/barrier.cc: dissemination barrier with zero-byte messages."""
-    slot = "barrier"
-    prog: list = []
-    d = 1
-    while d < w:
-        prog.append(("recv", "zero", (r - d) % w, slot, 0, 0))
-        prog.append(("send", "zero", (r + d) % w, slot, 0, 0))
-        prog.append(("wait_recv", "zero"))
-        prog.append(("wait_send", "zero"))
-        d <<= 1
-    return prog
-
-
-def _program(c: CollectiveCall, w: int) -> tuple[list, int, int]:
-    """(program, out buffer bytes, tmp bytes) for one call."""
+def _program(c: CollectiveCall, w: int) -> MessageProgram:
+    """The gloo message program of one rank's call."""
     elements, e = _elements(c) if c.op != "barrier" else (0, 1)
-    nbytes = elements * e
-    if c.op == "all_reduce":
-        prog, tmp = _ring_allreduce(c.rank, w, elements, e)
-        return prog, nbytes, tmp
-    if c.op == "broadcast":
-        root = 0 if c.root is None else c.root
-        return _broadcast(c.rank, w, nbytes, root), nbytes, 0
-    if c.op == "all_gather":
-        return _allgather(c.rank, w, nbytes), nbytes * w, 0
-    if c.op == "barrier":
-        return _barrier(c.rank, w), 0, 0
-    if c.op == "send":
-        return [("send", "out", c.root, "p2p", 0, nbytes), ("wait_send", "out")], nbytes, 0
-    if c.op == "recv":
-        return [("recv", "out", c.root, "p2p", 0, nbytes), ("wait_recv", "out")], nbytes, 0
-    raise NotImplementedError(c.op)
-
-
-# ---------------------------------------------------------------------------------------
-# Execution: FIFO matching per (src, dst, slot), blocking waits
-# ---------------------------------------------------------------------------------------
-
-_UNDEF = None  # an undefined byte (uninitialised gloo scratch memory)
-
-
-@dataclass
-class _Rank:
-    call: CollectiveCall
-    prog: list
-    bufs: dict
-    pc: int = 0
-    done: bool = False
-    aborted: bool = False
-    peer_error: bool = False
-    completions: dict = field(default_factory=dict)  # (buf, "send"/"recv") -> count
-    pending: dict = field(default_factory=dict)  # (buf, peer) -> number of unmatched ops
-    abort_detail: str = ""
-    error_detail: str = ""
-    blocked_on: str = ""
-
-
-def _reduce_bytes(call: CollectiveCall, dst: list, dst_off: int, src: list, src_off: int, n: int):
-    """Element-wise ``dst = op(dst, src)`` in this rank's dtype and reduce op."""
-    elements, e = _elements(call)
-    dtype = call.dtype.removeprefix("torch.")
-    if dtype in ("complex64", "complex128"):
-        dtype = "float32" if dtype == "complex64" else "float64"
-    op = (call.reduce_op or "SUM").upper()
-    for k in range(0, n - n % e, e):
-        a = dst[dst_off + k: dst_off + k + e]
-        b = src[src_off + k: src_off + k + e]
-        if any(x is _UNDEF for x in a) or any(x is _UNDEF for x in b):
-            dst[dst_off + k: dst_off + k + e] = [_UNDEF] * e
-            continue
-        va, vb = _decode(bytes(a), dtype), _decode(bytes(b), dtype)
-        dst[dst_off + k: dst_off + k + e] = list(_encode(_apply(op, va, vb, dtype), dtype))
-
-
-def _apply(op: str, a, b, dtype: str):
-    if op in ("SUM", "AVG"):
-        return a + b
-    if op == "PRODUCT":
-        return a * b
-    if op == "MIN":
-        return min(a, b) if not _isnan(a) else a
-    if op == "MAX":
-        return max(a, b) if not _isnan(a) else a
-    if op == "BAND":
-        return int(a) & int(b)
-    if op == "BOR":
-        return int(a) | int(b)
-    if op == "BXOR":
-        return int(a) ^ int(b)
-    raise ValueError(f"unknown reduce op {op}")
-
-
-def _isnan(x) -> bool:
-    return isinstance(x, float) and x != x
-
-
-_FMT = {"float32": "<f", "float64": "<d", "float16": "<e", "int64": "<q", "int32": "<i",
-        "int16": "<h", "int8": "<b", "uint8": "<B", "bool": "<?",
-        "float": "<f", "double": "<d", "half": "<e", "long": "<q", "int": "<i", "short": "<h"}
-
-
-def _decode(b: bytes, dtype: str):
-    if dtype == "bfloat16":
-        return struct.unpack("<f", b"\x00\x00" + b)[0]
-    if dtype == "bool":
-        return b[0] != 0
-    return struct.unpack(_FMT[dtype], b)[0]
-
-
-def _encode(v, dtype: str) -> bytes:
-    if dtype == "bfloat16":
-        return struct.pack("<f", float(v))[2:]  # truncation (round-to-nearest in torch)
-    if dtype == "bool":
-        return bytes([1 if v else 0])
-    fmt = _FMT[dtype]
-    if fmt[1] in "qihbB":
-        bits = struct.calcsize(fmt) * 8
-        v = int(v) & ((1 << bits) - 1)
-        if fmt[1] != "B" and v >= 1 << (bits - 1):
-            v -= 1 << bits
-        return struct.pack(fmt, v)
-    try:
-        return struct.pack(fmt, float(v))
-    except OverflowError:
-        return struct.pack(fmt, math.copysign(math.inf, v))
+    return message_program(c.op, c.rank, w, elements, e, c.root)
 
 
 def _execute(
@@ -400,140 +154,41 @@ def _execute(
     w: int,
     inputs: dict[int, list] | None,
     exited: frozenset[int] = frozenset(),
-):
-    ranks: dict[int, _Rank] = {}
+) -> dict[int, RankRun]:
+    """Run the calls' programs on gloo's transport; with `inputs`, on real bytes."""
+    ranks: dict[int, RankRun] = {}
     for c in calls:
-        prog, out_bytes, tmp_bytes = _program(c, w)
-        if inputs is None:  # outcome only: no byte-level data (keeps huge buckets cheap)
-            ranks[c.rank] = _Rank(call=c, prog=prog, bufs={})
-            continue
-        bufs = {"zero": [], "tmp": [_UNDEF] * tmp_bytes}
-        out = [0] * out_bytes
-        if c.rank in inputs:
-            raw = b"".join(_encode(v, _norm_dtype(c.dtype)) for v in inputs[c.rank])
-            if c.op == "all_gather":
-                out = [_UNDEF] * out_bytes
-                n = len(raw)
-                out[c.rank * n: (c.rank + 1) * n] = list(raw)
-            else:
-                out = list(raw)[:out_bytes] + [0] * max(0, out_bytes - len(raw))
-        bufs["out"] = out
-        ranks[c.rank] = _Rank(call=c, prog=prog, bufs=bufs)
-
-    dead: set[int] = set(exited)  # processes that are gone (exited before, or aborted)
-    sends: dict = {}  # (src, dst, slot) -> list of (buf, off, n), FIFO
-    recvs: dict = {}  # (src, dst, slot) -> list of (buf, off, n), FIFO
-
-    # Rounds: (A) every live rank runs until it blocks in a wait, posting sends/recvs;
-    # (B) all posted pairs are matched "simultaneously". A receiver that gets an
-    # oversized message aborts, but only after the round: sends it had already posted
-    # are still delivered (both ranks' I/O threads work concurrently, e.g. 1000 vs 1001
-    # elements aborts *both* ranks), and the sender's send completes (the bytes were
-    # written to the socket).
-    while True:
-        progress = False
-        for r in sorted(ranks):
-            st = ranks[r]
-            while not (st.aborted or st.peer_error) and st.pc < len(st.prog):
-                step = st.prog[st.pc]
-                kind = step[0]
-                if kind in ("send", "recv"):
-                    _, buf, peer, slot, off, n = step
-                    if peer in dead:
-                        # Pair::send/recv -> throwIfException(): the pair already saw EOF.
-                        st.peer_error = True
-                        st.error_detail = f"posts a {kind} to rank {peer}, which is gone"
-                        progress = True
-                        break
-                    if peer not in ranks:
-                        raise ValueError(f"rank {r} talks to rank {peer}, which has no entry")
-                    key = (r, peer, slot) if kind == "send" else (peer, r, slot)
-                    q = sends if kind == "send" else recvs
-                    q.setdefault(key, []).append((buf, off, n))
-                    st.pending[(buf, peer)] = st.pending.get((buf, peer), 0) + 1
-                elif kind in ("wait_send", "wait_recv"):
-                    ck = (step[1], kind[5:])
-                    if st.completions.get(ck, 0) <= 0:
-                        break
-                    st.completions[ck] -= 1
-                elif kind == "reduce" and st.bufs:
-                    _, dst_off, src_buf, src_off, n = step
-                    _reduce_bytes(st.call, st.bufs["out"], dst_off, st.bufs[src_buf], src_off, n)
-                st.pc += 1
-                progress = True
-            if not (st.aborted or st.peer_error) and st.pc >= len(st.prog):
-                st.done = True
-        newly_aborted: set = set()
-        for key in sorted(set(sends) & set(recvs)):
-            src, dst, _ = key
-            rs, rd = ranks[src], ranks[dst]
-            sq, rq = sends[key], recvs[key]
-            while sq and rq:
-                sbuf, soff, sn = sq.pop(0)
-                rbuf, roff, rn = rq.pop(0)
-                progress = True
-                rs.pending[(sbuf, dst)] -= 1
-                rd.pending[(rbuf, src)] -= 1
-                # The sender writes as soon as it has the receiver's RECV_READY: its send
-                # completes even if the receiver's I/O thread dies on this message.
-                rs.completions[(sbuf, "send")] = rs.completions.get((sbuf, "send"), 0) + 1
-                if dst in newly_aborted:
-                    continue
-                if sn > rn:
-                    newly_aborted.add(dst)
-                    if not rd.abort_detail:
-                        rd.abort_detail = (
-                            f"rank {dst} receives {sn} bytes from rank {src} into a {rn}-byte "
-                            f"receive ({_describe(rd.call)} vs {_describe(rs.call)}): "
-                            f"op.preamble.length <= op.nbytes. {sn} vs {rn}"
-                        )
-                    continue
-                if rd.bufs:
-                    rd.bufs[rbuf][roff: roff + sn] = rs.bufs[sbuf][soff: soff + sn]
-                rd.completions[(rbuf, "recv")] = rd.completions.get((rbuf, "recv"), 0) + 1
-        for r in newly_aborted:
-            ranks[r].aborted = True
-            ranks[r].done = False
-            dead.add(r)
-            # The process is gone: what it had posted but not matched never will be.
-            for key in list(sends):
-                if key[0] == r:
-                    sends[key] = []
-            for key in list(recvs):
-                if key[1] == r:
-                    recvs[key] = []
-        if not progress:
-            break
-
-    # A rank blocked in waitSend/waitRecv on a buffer that still has an operation
-    # pending with a dead peer gets that pair's exception (Connection closed/reset by
-    # peer); a rank blocked on a buffer whose pending peers are alive (but stuck) times out.
-    for st in ranks.values():
-        if st.done or st.aborted or st.peer_error:
-            continue
-        step = st.prog[st.pc]
-        buf = step[1]
-        gone = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0 and p in dead)
-        if gone:
-            st.peer_error = True
-            st.error_detail = f"waits on an operation pending with rank {gone[0]}, which is gone"
-        else:
-            peers = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0)
-            what = "send" if step[0] == "wait_send" else "recv"
-            st.blocked_on = f"{what} (pending with rank(s) {peers})" if peers else what
+        prog = _program(c, w)
+        run = RankRun(c.rank, prog.steps, {}, _describe(c))
+        if inputs is not None:
+            dtype, op = real_dtype(c.dtype), (c.reduce_op or "SUM").upper()
+            run.bufs = {"zero": [], "tmp": [UNDEF] * prog.tmp_bytes, "out": _initial_out(c, prog, inputs, dtype)}
+            run.reduce = partial(reduce_into, dtype=dtype, op=op)
+        ranks[c.rank] = run
+    run_programs(ranks, exited)
     return ranks
 
 
-def _norm_dtype(d: str) -> str:
-    d = d.removeprefix("torch.")
-    return {"complex64": "float32", "complex128": "float64"}.get(d, d)
+def _initial_out(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], dtype: str) -> list:
+    """The output buffer's bytes before the collective: the input (all_gather: at the
+    rank's own block, the rest undefined), zero where the rank gave no input."""
+    out_bytes = prog.out_bytes
+    if c.rank not in inputs:
+        return [0] * out_bytes
+    raw = b"".join(encode(v, dtype) for v in inputs[c.rank])
+    if c.op == "all_gather":
+        out = [UNDEF] * out_bytes
+        n = len(raw)
+        out[c.rank * n: (c.rank + 1) * n] = list(raw)
+        return out
+    return list(raw)[:out_bytes] + [0] * max(0, out_bytes - len(raw))
 
 
 def _signature(c: CollectiveCall, w: int) -> tuple:
     """Fields that matter for a matched call (reduce_op matters for values only)."""
     root = c.root if c.op in ROOTED_OPS or c.op in P2P_OPS else None
     numel = 0 if c.op == "barrier" else c.numel
-    dtype = None if c.op == "barrier" else _norm_dtype(c.dtype)
+    dtype = None if c.op == "barrier" else real_dtype(c.dtype)
     red = (c.reduce_op or "SUM").upper() if c.op in REDUCING_OPS else None
     return (c.op, numel, dtype, red, root)
 
@@ -697,25 +352,16 @@ def mixed_result(
                            {to_group[r]: v for r, v in inputs.items()})
         return {to_caller[g]: v for g, v in res.items()}
     ranks = _execute(sorted(entries, key=lambda e: e.rank), w, inputs)
+    calls = {e.rank: e for e in entries}
     res: dict[int, list | None] = {}
     for r, s in ranks.items():
         if not s.done:
             res[r] = None
             continue
-        dtype = _norm_dtype(s.call.dtype)
-        e = _esize(dtype)
-        out = s.bufs["out"]
-        vals: list = []
-        for k in range(0, len(out) - len(out) % e, e):
-            chunk = out[k: k + e]
-            vals.append(None if any(x is _UNDEF for x in chunk) else _decode(bytes(chunk), dtype))
-        if s.call.op == "all_reduce" and (s.call.reduce_op or "").upper() == "AVG":
-            vals = [None if v is None else _avg(v, w, dtype) for v in vals]
+        c = calls[r]
+        dtype = real_dtype(c.dtype)
+        vals = decode_all(s.bufs["out"], dtype)
+        if c.op == "all_reduce" and (c.reduce_op or "").upper() == "AVG":
+            vals = [None if v is None else average(v, w, dtype) for v in vals]
         res[r] = vals
     return res
-
-
-def _avg(v, w: int, dtype: str):
-    if dtype.startswith("int") or dtype in ("long", "int", "short", "uint8"):
-        return int(v / w)
-    return _decode(_encode(v / w, dtype), dtype)

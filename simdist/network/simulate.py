@@ -19,7 +19,7 @@ from pathlib import Path
 
 import simpy
 
-from simdist.collectives.algorithms import make_schedule
+from simdist.collectives.algorithms import algorithms_for, make_schedule, resolve
 from simdist.collectives.schedule import Schedule, Transfer
 from simdist.errors import ScenarioError
 from simdist.network.links import LinkSet
@@ -82,8 +82,6 @@ def simulate(
     `cost_model` (a `simdist.network.cost.CostModel`) picks algorithms for requests with
     algo None; without one, None means the first registered algorithm for the op.
     """
-    from simdist.collectives.algorithms import algorithms_for, resolve
-
     env = simpy.Environment()
     links = LinkSet(env, network)
     gamma = network.gamma

@@ -1,0 +1,190 @@
+"""What ProcessGroupGloo runs per op (torch 2.13 on CPU, gloo's ``gloo/*.cc``), once.
+
+One model of Gloo's algorithms, used by:
+  * the mismatch rules (`simdist.engine.gloo_rules`), which pair these per-rank message
+    programs the way Gloo's tcp transport does, to tell what mismatched calls do;
+  * calibration (`simdist.timing.fit`), whose piecewise fit snaps a regime change to the
+    size where the ring all_reduce's segment structure changes (`segment_thresholds`).
+
+Gloo's broadcast, barrier and all_gather are the binomial tree, dissemination and ring of
+`simdist.collectives.generators`, so their programs are built from those schedules; what
+is Gloo's own is *how* a rank posts and waits (sends posted ahead, two messages in flight,
+all_gather blocks sent in halves). The ring all_reduce is Gloo's segmented, pipelined ring
+(``allreduce.cc`` ``ring()``), which no textbook schedule describes.
+
+A message program is one rank's list of steps, executed in order:
+  ``("send", buf, peer, slot, offset, nbytes)``  post a send (non-blocking)
+  ``("recv", buf, peer, slot, offset, nbytes)``  post a receive (non-blocking)
+  ``("wait_send", buf)`` / ``("wait_recv", buf)``  block until one more completion on buf
+  ``("reduce", dst_offset, src_buf, src_offset, nbytes)``  out[dst] = op(out[dst], src[...])
+Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce scratch, uninitialised), ``"zero"``.
+The slot is the op's name: gloo derives every collective's message slot from a per-op
+prefix and the call's tag, so different ops never exchange a byte; p2p uses ``"p2p"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simdist.collectives.algorithms import make_schedule
+from simdist.collectives.schedule import Transfer
+
+# gloo::AllreduceOptionsImpl::kMaxSegmentSize (gloo/allreduce.h)
+MAX_SEGMENT_BYTES = 1 << 20
+
+#: Ops whose message program is known (the others are not modelled at message level).
+PROGRAM_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "send", "recv"})
+
+
+@dataclass(frozen=True)
+class MessageProgram:
+    """One rank's message program and the buffers it needs (bytes)."""
+
+    steps: list[tuple]
+    out_bytes: int
+    tmp_bytes: int = 0
+
+
+# --------------------------------------------------------------------------- ring all_reduce
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def ring_segments(nbytes: int, p: int, elem: int = 4) -> tuple[int, int]:
+    """(numSegments, segmentBytes) of gloo's ring all_reduce (gloo/allreduce.cc):
+    numSegments = roundUp(max(ceil(n / maxSegment), 2p), p), segmentBytes =
+    roundUp(ceil(n / numSegments), elem), maxSegment = 1 MiB rounded down to elements."""
+    max_seg = elem * max(1, MAX_SEGMENT_BYTES // elem)
+    num = _round_up(max(-(-nbytes // max_seg), 2 * p), p)
+    seg = _round_up(max(-(-nbytes // num), 1), elem)
+    return num, seg
+
+
+def ring_messages(nbytes: int, p: int) -> int:
+    """Messages each rank sends in gloo's ring all_reduce: reduce-scatter + all-gather."""
+    num, _ = ring_segments(nbytes, p)
+    return 2 * (num - num // p)
+
+
+def segment_thresholds(p: int) -> list[int]:
+    """Sizes where gloo's ring changes structure: above 2p MiB segments stop growing."""
+    return [2 * p * MAX_SEGMENT_BYTES]
+
+
+def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgram:
+    """gloo/allreduce.cc ``ring()``: receive from rank + 1, send to rank - 1; each rank
+    reduces its own segments (reduce-scatter), then passes finished segments on
+    (all-gather); a step waits for the messages of two steps before (two in flight)."""
+    total = elements * elem
+    if elements == 0 or p == 1:
+        return MessageProgram([], total)
+    nseg, seg = ring_segments(total, p, elem)
+    per_rank = nseg // p
+    recv_from, send_to = (rank + 1) % p, (rank - 1) % p
+    tmp_off = (0, seg)
+    prog: list[tuple] = []
+
+    def chunk(first: int, i: int) -> tuple[int, int]:
+        off = ((first * per_rank + i) * seg) % (nseg * seg)
+        return off, min(seg, total - off)
+
+    n_iter = nseg - per_rank + 2
+    for i in range(n_iter):  # reduce-scatter: send segment of rank+1, receive that of rank+2
+        if i >= 2:
+            ro, rl = chunk(rank + 2, i - 2)
+            if rl > 0:
+                prog += [("wait_recv", "tmp"), ("reduce", ro, "tmp", tmp_off[i & 1], rl)]
+            if chunk(rank + 1, i - 2)[1] > 0:
+                prog.append(("wait_send", "out"))
+        if i < nseg - per_rank:
+            (so, sl), (_, rl) = chunk(rank + 1, i), chunk(rank + 2, i)
+            if rl > 0:
+                prog.append(("recv", "tmp", recv_from, "all_reduce", tmp_off[i & 1], rl))
+            if sl > 0:
+                prog.append(("send", "out", send_to, "all_reduce", so, sl))
+    for i in range(n_iter):  # all-gather: send own finished segments, receive rank+1's
+        if i >= 2:
+            if chunk(rank + 1, i - 2)[1] > 0:
+                prog.append(("wait_recv", "out"))
+            if chunk(rank, i - 2)[1] > 0:
+                prog.append(("wait_send", "out"))
+        if i < nseg - per_rank:
+            (so, sl), (ro, rl) = chunk(rank, i), chunk(rank + 1, i)
+            if rl > 0:
+                prog.append(("recv", "out", recv_from, "all_reduce", ro, rl))
+            if sl > 0:
+                prog.append(("send", "out", send_to, "all_reduce", so, sl))
+    return MessageProgram(prog, total, 2 * seg)
+
+
+# --------------------------------------------------------------------------- tree, ring, dissemination
+def _sent(step: list[Transfer], rank: int) -> Transfer:
+    return next(t for t in step if t.src == rank)
+
+
+def _received(step: list[Transfer], rank: int) -> Transfer:
+    return next(t for t in step if t.dst == rank)
+
+
+def broadcast(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:
+    """gloo/broadcast.cc: the high-bit binomial tree from the root; a rank posts its sends
+    without waiting and waits for them at the end, and waits for its receive at once."""
+    prog: list[tuple] = []
+    sends = 0
+    for step in make_schedule("broadcast", "tree", p, nbytes, root).steps:
+        for t in step:
+            if t.src == rank:
+                prog.append(("send", "out", t.dst, "broadcast", 0, nbytes))
+                sends += 1
+            elif t.dst == rank:
+                prog += [("recv", "out", t.src, "broadcast", 0, nbytes), ("wait_recv", "out")]
+    return MessageProgram(prog + [("wait_send", "out")] * sends, nbytes)
+
+
+def allgather(rank: int, p: int, in_bytes: int) -> MessageProgram:
+    """gloo/allgather.cc: the ring all_gather (to rank + 1, from rank - 1), each block
+    sent in two halves, with the two messages before the current one in flight. An
+    empty input sends nothing: on torch 2.13 such a call returns at once, even when a
+    peer's input is not empty (that peer then blocks)."""
+    if p == 1 or in_bytes == 0:
+        return MessageProgram([], in_bytes * p)
+    halves = (in_bytes // 2, in_bytes - in_bytes // 2)
+    starts = (0, halves[0])
+    steps = make_schedule("all_gather", "ring", p, in_bytes).steps
+    prog: list[tuple] = []
+    for i in range(2 * len(steps)):
+        h = i & 1
+        out, inc = _sent(steps[i // 2], rank), _received(steps[i // 2], rank)
+        if i >= 2:
+            prog += [("wait_send", "out"), ("wait_recv", "out")]
+        prog.append(("send", "out", out.dst, "all_gather", out.pieces[0][0] + starts[h], halves[h]))
+        prog.append(("recv", "out", inc.src, "all_gather", inc.pieces[0][1] + starts[h], halves[h]))
+    prog += [("wait_send", "out"), ("wait_recv", "out")] * 2
+    return MessageProgram(prog, in_bytes * p)
+
+
+def barrier(rank: int, p: int) -> MessageProgram:
+    """gloo/barrier.cc: the dissemination barrier, zero-byte messages, one round at a time."""
+    prog: list[tuple] = []
+    for step in make_schedule("barrier", "dissemination", p, 0).steps:
+        src, dst = _received(step, rank).src, _sent(step, rank).dst
+        prog += [("recv", "zero", src, "barrier", 0, 0), ("send", "zero", dst, "barrier", 0, 0)]
+        prog += [("wait_recv", "zero"), ("wait_send", "zero")]
+    return MessageProgram(prog, 0)
+
+
+def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None) -> MessageProgram:
+    """The program of one rank's call (`root`: the broadcast root, or the send/recv peer)."""
+    nbytes = elements * elem
+    if op == "all_reduce":
+        return ring_allreduce(rank, p, elements, elem)
+    if op == "broadcast":
+        return broadcast(rank, p, nbytes, 0 if root is None else root)
+    if op == "all_gather":
+        return allgather(rank, p, nbytes)
+    if op == "barrier":
+        return barrier(rank, p)
+    if op in ("send", "recv"):
+        wait = "wait_send" if op == "send" else "wait_recv"
+        return MessageProgram([(op, "out", root, "p2p", 0, nbytes), (wait, "out")], nbytes)
+    raise NotImplementedError(op)

@@ -1,0 +1,58 @@
+"""What a size sweep measures and how its times are reported (nccl-tests conventions).
+
+Shared by the real backend's sweeps (`real_backend.bench`, which measures) and by the
+cost model's explanations (`simdist.timing.explain`, which predicts), so a simulated
+busbw and a measured one mean the same thing.
+"""
+
+from __future__ import annotations
+
+
+def geometric_sizes(lo: int = 1024, hi: int = 64 << 20, factor: int = 2) -> list[int]:
+    """lo, lo*factor, ... up to hi (nccl-tests' -b, -e, -f)."""
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def midpoint_sizes(lo: int = 1024, hi: int = 64 << 20, align: int = 64) -> list[int]:
+    """Sizes between the powers of two (2^(k+1/2), 2^(k+1/4)·... alternating), never a power of two.
+
+    Used as held-out sizes: none of them is in a pow2 training sweep.
+    """
+    out = []
+    s = lo
+    k = 0
+    while s * 2 <= hi:
+        frac = (0.5, 0.25, 0.75)[k % 3]
+        v = int(round(s * 2**frac / align)) * align
+        if lo < v < hi and v not in out:
+            out.append(v)
+        s *= 2
+        k += 1
+    return out
+
+
+def bus_factor(op: str, p: int) -> float:
+    """nccl-tests busbw factor (doc/PERFORMANCE.md)."""
+    if op == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
+def algbw_bytes(op: str, nbytes: int, p: int) -> int:
+    """S in algbw = S / t: the per-rank buffer, or the total array for all_gather."""
+    if op == "all_gather":
+        return nbytes * p  # nbytes = per-rank contribution
+    return nbytes
+
+
+def busbw_gbps(op: str, nbytes: int, p: int, t: float) -> float | None:
+    """Bus bandwidth (GB/s) of one operation taking t seconds; None where it means nothing."""
+    if t <= 0 or op == "barrier":
+        return None
+    return algbw_bytes(op, nbytes, p) / t / 1e9 * bus_factor(op, p)
