@@ -8,37 +8,16 @@ Mount into the main CLI with ``register(app)`` (commands at top level) or
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from simdist.cli.console import BadInput, err, fail, parse_size
 from simdist.errors import SimdistError
 
 app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True)
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-class BadInput(SimdistError):
-    """A command-line value is wrong; the message names the option."""
-
-
-def parse_size(text: str | int, field: str = "bytes") -> int:
-    """'1048576', '1M', '1MiB', '64KiB', '2g' -> bytes (binary multiples)."""
-    if isinstance(text, int):
-        v = text
-    else:
-        m = _SIZE.match(str(text))
-        if not m:
-            raise BadInput(f"{field}: cannot read size {text!r} (e.g. 4096, 64K, 1MiB)")
-        mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-        v = int(float(m.group(1)) * mult)
-    if v < 0:
-        raise BadInput(f"{field}: must be >= 0")
-    return v
+_fail = fail  # shared: one line "error: ...", then the exit code (2 unless said)
 
 
 def _human(n: float) -> str:
@@ -57,15 +36,8 @@ def _fmt_t(t: float) -> str:
     return f"{t * 1e6:.2f} us"
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
-
-
 def _console():
-    from rich.console import Console
-
-    return Console(stderr=True)
+    return err
 
 
 # =========================================================================== bench
@@ -582,11 +554,3 @@ def register(target: typer.Typer) -> None:
 
 
 register(app)
-
-
-def main() -> None:  # pragma: no cover
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
