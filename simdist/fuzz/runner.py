@@ -80,6 +80,8 @@ class Counterexample:
 
 @dataclass
 class FuzzResult:
+    """One template's search: how much was tried, the distinct failures, the counterexamples."""
+
     template: str
     source: str
     seed: int
