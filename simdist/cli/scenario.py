@@ -61,7 +61,7 @@ def _short(v: Any) -> str:
     return str(v)
 
 
-def _report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
+def report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
     """Print the report (table or JSON) and exit 0/1 on the scenario's expectations or outcome."""
     from simdist.expect import check_expectations
 
@@ -92,7 +92,7 @@ def run(
     annotate_report(report, s)
     if trace_out is not None:
         write_chrome_trace(report, trace_out)
-    _report_and_exit(report, s, json_)
+    report_and_exit(report, s, json_)
 
 
 def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
@@ -106,7 +106,7 @@ def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
 def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
     s = _load(scenario)
-    _report_and_exit(_run_real(s, timeout, json_), s, json_)
+    report_and_exit(_run_real(s, timeout, json_), s, json_)
 
 
 def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
