@@ -16,30 +16,30 @@ Usage::
     python bench/gloo_mismatch_probe.py --list
     python bench/gloo_mismatch_probe.py --check         # also compare with gloo_rules
 
-Every process started is in its own session and is killed (SIGKILL to its process
-group) if it is still alive when its case ends; ``ps`` should show nothing left.
+Processes are started by `simdist.procs` (each in its own session; SIGKILL to every process
+group when its case ends; a worker dies with the probe); ``ps`` should show nothing left.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+from simdist.procs import LOOPBACK_IFNAME, LocalProcesses, die_with_parent
 
 PG_TIMEOUT_S = 4.0
 LINGER_S = 5.0  # a rank that raised waits this long before exiting, so peers see the mismatch itself
 CASE_WALL_S = 40.0
 
 
-# ---------------------------------------------------------------------------------------
-# Cases
-# ---------------------------------------------------------------------------------------
+# -------------------- Cases -------------------------------------------------------------
 
 
 def AR(numel=1, dtype="float32", op="SUM", **kw):
@@ -132,18 +132,13 @@ CASES = [
     case("w3_sub12_ar_f32x2_vs_i64", 3, [IDLE, AR(2, group=True), AR(1, "int64", group=True)],
          group=[1, 2]),
     # --- exits -----------------------------------------------------------------------
-    two([dict(op="sleep", s=1.0), AR(1)], dict(op="exit_destroy"), "exit_destroy_then_peer_ar",
-        followup=False),
-    two(AR(1), [dict(op="sleep", s=1.0), dict(op="exit_destroy")], "peer_blocked_then_exit_destroy",
-        followup=False),
-    two([dict(op="sleep", s=1.0), AR(1)], dict(op="exit_nodestroy"), "exit_nodestroy_then_peer_ar",
-        followup=False),
+    two([dict(op="sleep", s=1.0), AR(1)], dict(op="exit_destroy"), "exit_destroy_then_peer_ar", followup=False),
+    two(AR(1), [dict(op="sleep", s=1.0), dict(op="exit_destroy")], "peer_blocked_then_exit_destroy", followup=False),
+    two([dict(op="sleep", s=1.0), AR(1)], dict(op="exit_nodestroy"), "exit_nodestroy_then_peer_ar", followup=False),
     two(AR(1), [dict(op="sleep", s=1.0), dict(op="exit_nodestroy")], "peer_blocked_then_exit_nodestroy",
         followup=False),
-    two(AR(1), [dict(op="sleep", s=1.0), dict(op="exit_hard")], "peer_blocked_then_os_exit",
-        followup=False),
-    two([dict(op="sleep", s=1.0), BC(1, root=1)], dict(op="exit_destroy"), "exit_destroy_then_peer_bc",
-        followup=False),
+    two(AR(1), [dict(op="sleep", s=1.0), dict(op="exit_hard")], "peer_blocked_then_os_exit", followup=False),
+    two([dict(op="sleep", s=1.0), BC(1, root=1)], dict(op="exit_destroy"), "exit_destroy_then_peer_bc", followup=False),
     case("w4_r3_exit_destroy_then_ar", 4,
          [[dict(op="sleep", s=1.0), AR(1)], [dict(op="sleep", s=1.0), AR(1)],
           [dict(op="sleep", s=1.0), AR(1)], dict(op="exit_destroy")], followup=False),
@@ -153,9 +148,7 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------------------------------
-# Worker
-# ---------------------------------------------------------------------------------------
+# -------------------- Worker ------------------------------------------------------------
 
 
 def _emit(rec):
@@ -171,6 +164,7 @@ def _values(t, small=16):
 
 
 def worker(spec):
+    die_with_parent()
     import datetime
 
     import torch
@@ -190,9 +184,6 @@ def worker(spec):
     ops = list(spec["ops"])
     if spec["followup"] and ops and all(o["op"] in COLLECTIVE_OPS for o in ops):
         ops.append(dict(AR(1, followup=True), group=ops[0].get("group", False)))
-
-    def red(name):
-        return getattr(dist.ReduceOp, name)
 
     for i, o in enumerate(ops):
         kind = o["op"]
@@ -224,22 +215,7 @@ def worker(spec):
         rec = {"ev": "op", "i": i, "op": kind, "numel": n, "dtype": o.get("dtype"),
                "followup": bool(o.get("followup"))}
         try:
-            if kind == "all_reduce":
-                dist.all_reduce(t, op=red(o["reduce_op"]), group=g)
-            elif kind == "broadcast":
-                dist.broadcast(t, src=o["root"], group=g)
-            elif kind == "all_gather":
-                ws = dist.get_world_size(g)
-                out_list = [torch.full((n,), -1, dtype=dtype) for _ in range(ws)]
-                dist.all_gather(out_list, t, group=g)
-            elif kind == "barrier":
-                dist.barrier(group=g)
-            elif kind == "recv":
-                dist.recv(t, src=o["peer"])
-            elif kind == "send":
-                dist.send(t, dst=o["peer"])
-            else:
-                raise ValueError(kind)
+            out_list = _issue(o, t, g)
             rec.update(ok=True)
         except Exception as e:  # noqa: BLE001 - we record whatever the backend raises
             msg = str(e).strip().splitlines()
@@ -261,12 +237,35 @@ def worker(spec):
     os._exit(0)
 
 
+def _issue(o, t, g):
+    """Issue op `o` on tensor `t` in group `g`; all_gather's output list, else None."""
+    import torch
+    import torch.distributed as dist
+
+    kind = o["op"]
+    if kind == "all_reduce":
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, o["reduce_op"]), group=g)
+    elif kind == "broadcast":
+        dist.broadcast(t, src=o["root"], group=g)
+    elif kind == "all_gather":
+        out_list = [torch.full((t.numel(),), -1, dtype=t.dtype) for _ in range(dist.get_world_size(g))]
+        dist.all_gather(out_list, t, group=g)
+        return out_list
+    elif kind == "barrier":
+        dist.barrier(group=g)
+    elif kind == "recv":
+        dist.recv(t, src=o["peer"])
+    elif kind == "send":
+        dist.send(t, dst=o["peer"])
+    else:
+        raise ValueError(kind)
+    return None
+
+
 COLLECTIVE_OPS = {"all_reduce", "broadcast", "all_gather", "barrier"}
 
 
-# ---------------------------------------------------------------------------------------
-# Parent
-# ---------------------------------------------------------------------------------------
+# -------------------- Parent ------------------------------------------------------------
 
 _WHAT = re.compile(r"what\(\):\s*(.*)")
 
@@ -278,50 +277,32 @@ def _short_what(line):
 
 
 def run_case(c, pg_timeout=PG_TIMEOUT_S, linger=LINGER_S):
-    tmp = tempfile.mkdtemp(prefix="gloo_probe_")
-    store = os.path.join(tmp, "store")
-    procs = []
-    for r in range(c["world"]):
-        spec = dict(rank=r, world=c["world"], store=store, ops=c["ops"][r], group=c["group"],
-                    followup=c["followup"], pg_timeout=pg_timeout, linger=linger)
-        out = open(os.path.join(tmp, f"r{r}.out"), "w")
-        err = open(os.path.join(tmp, f"r{r}.err"), "w")
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-                             stdout=out, stderr=err, start_new_session=True)
-        procs.append((p, out, err))
-    start = time.time()
-    exit_t = [None] * len(procs)
-    while time.time() - start < CASE_WALL_S:
-        for r, (p, _, _) in enumerate(procs):
-            if exit_t[r] is None and p.poll() is not None:
-                exit_t[r] = time.time()
-        if all(t is not None for t in exit_t):
-            break
-        time.sleep(0.02)
-    for p, out, err in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        else:  # the leader is gone; make sure nothing it forked survives
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        out.close()
-        err.close()
-    ranks = []
-    for r, (p, _, _) in enumerate(procs):
-        with open(os.path.join(tmp, f"r{r}.out")) as f:
-            recs = [json.loads(ln[4:]) for ln in f if ln.startswith("@@R ")]
-        with open(os.path.join(tmp, f"r{r}.err")) as f:
-            err_txt = f.read()
-        ranks.append(_summarise(r, p.returncode, exit_t[r], recs, err_txt))
-    for fn in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, fn))
-    os.rmdir(tmp)
+    with tempfile.TemporaryDirectory(prefix="gloo_probe_") as tmp, LocalProcesses() as procs, \
+            contextlib.ExitStack() as files:
+        store = os.path.join(tmp, "store")
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME))
+        for r in range(c["world"]):
+            spec = dict(rank=r, world=c["world"], store=store, ops=c["ops"][r], group=c["group"],
+                        followup=c["followup"], pg_timeout=pg_timeout, linger=linger)
+            out = files.enter_context(open(os.path.join(tmp, f"r{r}.out"), "w"))
+            err = files.enter_context(open(os.path.join(tmp, f"r{r}.err"), "w"))
+            procs.start([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], env=env,
+                        stdout=out, stderr=err)
+        start = time.monotonic()
+        while time.monotonic() - start < CASE_WALL_S and not procs.all_ended():
+            procs.poll()
+            time.sleep(0.02)
+        procs.poll()
+        procs.close()  # SIGKILL whatever is left (and anything a rank forked), reap
+        wall = time.time() - time.monotonic()  # the workers stamp their records with time.time()
+        ranks = []
+        for r, p in enumerate(procs.procs):
+            with open(os.path.join(tmp, f"r{r}.out")) as f:
+                recs = [json.loads(ln[4:]) for ln in f if ln.startswith("@@R ")]
+            with open(os.path.join(tmp, f"r{r}.err")) as f:
+                err_txt = f.read()
+            exit_t = None if p.ended_at is None else p.ended_at + wall
+            ranks.append(_summarise(r, p.returncode, exit_t, recs, err_txt))
     return dict(name=c["name"], world=c["world"], group=c["group"], ops=c["ops"], ranks=ranks)
 
 
@@ -399,7 +380,6 @@ def fmt_rank(s):
 def check_against_rule(res):
     """Compare one case's observed outcomes with simdist.engine.gloo_rules; returns a list
     of disagreements (empty when the rule predicts every rank's outcome)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from simdist.engine.gloo_rules import CollectiveCall, classify_mismatch
 
     members = res["group"] or list(range(res["world"]))

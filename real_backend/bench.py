@@ -6,9 +6,10 @@ Usage from Python::
     from simdist.timing.sweeps import geometric_sizes
     rows = run_sweep("all_reduce", world_size=2, sizes=geometric_sizes(1024, 64 << 20))
 
-Every rank is its own process (``python bench.py --worker CONFIG``) on 127.0.0.1; the
-parent reads rank 0's results line by line (JSON), drives the progress callback, and
-kills every child it started when the sweep ends, fails or times out.
+Every rank is its own process (``python -m real_backend.bench --worker CONFIG``, started
+by `simdist.procs`; rendezvous at a store the parent hosts on 127.0.0.1 only); the parent
+reads rank 0's results line by line (JSON), drives the progress callback, and kills every
+child it started when the sweep ends, fails or times out.
 
 Method, per size (as nccl-tests' all_reduce_perf, with medians because this machine is
 small and shared):
@@ -24,12 +25,13 @@ small and shared):
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime
 import json
 import math
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from simdist.procs import LocalProcesses, die_with_parent, loopback_store, rank_env, read_lines, with_pythonpath
 from simdist.timing.sweeps import algbw_bytes, bus_factor, geometric_sizes
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 
@@ -65,10 +70,6 @@ class BenchRow:
         return asdict(self)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_sweep(
@@ -93,6 +94,42 @@ def run_sweep(
     then does not line up with size); None keeps ascending order. ``pin`` binds rank i
     to CPU i mod ncpu.
     """
+    cfg = _sweep_config(op, world_size, sizes, backend, seed, warmup=warmup, repeats=repeats,
+                        target_batch_s=target_batch_s, min_iters=min_iters, max_iters=max_iters, sweep=sweep, pin=pin)
+    n_sizes = len(cfg["sizes"])
+    store = loopback_store(world_size, timeout_s)  # rendezvous; the ranks connect to it
+    rows: list[BenchRow] = []
+    deadline = time.monotonic() + timeout_s
+    with LocalProcesses() as procs, contextlib.ExitStack() as files:
+        errs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(world_size)]
+        for rank in range(world_size):
+            env = with_pythonpath(rank_env(rank, world_size, store.port), REPO_ROOT)
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+            procs.start([sys.executable, "-m", "real_backend.bench", "--worker", json.dumps(cfg)], env=env,
+                        cwd=REPO_ROOT, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, stderr=errs[rank])
+        lead = procs.procs[0].popen
+        assert lead.stdout is not None
+        try:
+            for line in read_lines(lead.stdout, deadline):
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                rows.append(BenchRow(**json.loads(line)))
+                if progress is not None:
+                    progress(len(rows), n_sizes, rows[-1])
+        except TimeoutError:
+            raise TimeoutError(f"bench sweep exceeded {timeout_s:.0f} s") from None
+        for p in procs.procs:
+            p.popen.wait(timeout=max(1.0, deadline - time.monotonic()))
+        _raise_for_failed_rank([p.returncode for p in procs.procs], errs)
+    del store
+    return sorted(rows, key=lambda r: r.nbytes)
+
+
+def _sweep_config(op: str, world_size: int, sizes: list[int] | None, backend: str, seed: int | None,
+                  **knobs: object) -> dict:
+    """Validate a sweep and the config every rank gets (sizes rounded to the op's unit,
+    shuffled by `seed`)."""
     if op not in BENCH_OPS:
         raise ValueError(f"op: unknown op {op!r} (choose from {', '.join(BENCH_OPS)})")
     if world_size < 1:
@@ -105,78 +142,17 @@ def run_sweep(
     order = list(sizes)
     if seed is not None:
         random.Random(seed).shuffle(order)
-    cfg = {
-        "op": op,
-        "backend": backend,
-        "sizes": order,
-        "warmup": warmup,
-        "repeats": repeats,
-        "target_batch_s": target_batch_s,
-        "min_iters": min_iters,
-        "max_iters": max_iters,
-        "sweep": sweep,
-        "pin": pin,
-    }
-    port = _free_port()
-    procs: list[subprocess.Popen] = []
-    errs = []
-    rows: list[BenchRow] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        for rank in range(world_size):
-            env = dict(os.environ)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world_size),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS="1",
-                MKL_NUM_THREADS="1",
-            )
-            err = tempfile.TemporaryFile()
-            errs.append(err)
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
-                    env=env,
-                    stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-                    stderr=err,
-                    text=True,
-                )
-            )
-        assert procs[0].stdout is not None
-        for line in procs[0].stdout:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bench sweep exceeded {timeout_s:.0f} s")
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            row = BenchRow(**json.loads(line))
-            rows.append(row)
-            if progress is not None:
-                progress(len(rows), len(sizes), row)
-        for p in procs:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
-        if bad:
-            r, rc = bad[0]
-            errs[r].seek(0)
-            tail = errs[r].read().decode(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"bench rank {r} exited with {rc}: {' | '.join(tail)}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - kill cannot fail on Linux
-                pass
-            if p.stdout is not None:
-                p.stdout.close()
-        for e in errs:
-            e.close()
-    return sorted(rows, key=lambda r: r.nbytes)
+    return {"op": op, "backend": backend, "sizes": order, **knobs}
+
+
+def _raise_for_failed_rank(returncodes: list[int | None], errs: list) -> None:
+    """RuntimeError naming the first rank that failed, with the tail of its stderr."""
+    bad = [(r, rc) for r, rc in enumerate(returncodes) if rc != 0]
+    if bad:
+        r, rc = bad[0]
+        errs[r].seek(0)
+        tail = errs[r].read().decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"bench rank {r} exited with {rc}: {' | '.join(tail)}")
 
 
 def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
@@ -199,24 +175,13 @@ def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------- worker side
-def _die_with_parent() -> None:  # pragma: no cover - child side
-    """Linux: get SIGKILL when the launching process dies, so no rank outlives a sweep."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
-    _die_with_parent()
+    die_with_parent()
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    op, backend = cfg["op"], cfg["backend"]
+    backend = cfg["backend"]
     rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if cfg.get("pin") and hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
@@ -225,75 +190,75 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
     if backend == "nccl":
         device = f"cuda:{rank % torch.cuda.device_count()}"
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=p)
-    sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
+    # the parent hosts the store on 127.0.0.1 (simdist.procs.loopback_store)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p, is_master=False,
+                          timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(backend, rank=rank, world_size=p, store=store)
     try:
         for nbytes in cfg["sizes"]:
-            count = max(1, nbytes // 4)
-            fn = _make_op(op, count, p, rank, device)
-            for _ in range(cfg["warmup"]):
-                fn()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(3):
-                fn()
-            sync()
-            est = max((time.perf_counter() - t0) / 3, 1e-6)
-            iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
-            it_t = torch.tensor([float(iters)], device=device)
-            dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
-            iters = int(it_t.item())
-            samples = []
-            ops: list[float] = []
-            pc = time.perf_counter
-            for _ in range(cfg["repeats"]):
-                dist.barrier()
-                sync()
-                t0 = pc()
-                last = t0
-                for _ in range(iters):
-                    fn()
-                    if backend != "nccl":
-                        now = pc()
-                        ops.append(now - last)
-                        last = now
-                sync()
-                samples.append((pc() - t0) / iters)
-            st = torch.tensor(samples, dtype=torch.float64, device=device)
-            dist.all_reduce(st, op=dist.ReduceOp.MAX)
-            samples = [float(x) for x in st.cpu().tolist()]
-            ops.sort()
-            q = torch.tensor(
-                [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
-                dtype=torch.float64,
-                device=device,
-            )
-            dist.all_reduce(q, op=dist.ReduceOp.MAX)
-            op_q = [float(x) for x in q.cpu().tolist()] if ops else []
-            if rank == 0:
-                med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
-                s_bytes = algbw_bytes(op, nbytes, p)
-                algbw = s_bytes / med / 1e9 if med > 0 else 0.0
-                row = BenchRow(
-                    op=op,
-                    backend=backend,
-                    world_size=p,
-                    nbytes=nbytes,
-                    count=count,
-                    iters=iters,
-                    repeats=cfg["repeats"],
-                    time_s=med,
-                    min_s=min(samples),
-                    max_s=max(samples),
-                    algbw_gbps=algbw,
-                    busbw_gbps=algbw * bus_factor(op, p),
-                    samples_s=samples,
-                    sweep=cfg.get("sweep", ""),
-                    op_quantiles_s=op_q,
-                )
+            row = _measure(cfg, nbytes, rank, p, device)
+            if row is not None:
                 print(json.dumps(row.to_dict()), flush=True)
     finally:
         dist.destroy_process_group()
+
+
+def _measure(cfg: dict, nbytes: int, rank: int, p: int, device: str) -> BenchRow | None:  # pragma: no cover - child side
+    """Time one size on every rank; rank 0 gets the row (slowest rank's times), others None."""
+    import torch
+    import torch.distributed as dist
+
+    op, backend = cfg["op"], cfg["backend"]
+    sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
+    count = max(1, nbytes // 4)
+    fn = _make_op(op, count, p, rank, device)
+    for _ in range(cfg["warmup"]):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    sync()
+    est = max((time.perf_counter() - t0) / 3, 1e-6)
+    iters = min(cfg["max_iters"], max(cfg["min_iters"], math.ceil(cfg["target_batch_s"] / est)))
+    it_t = torch.tensor([float(iters)], device=device)
+    dist.all_reduce(it_t, op=dist.ReduceOp.MAX)
+    iters = int(it_t.item())
+    samples = []
+    ops: list[float] = []
+    pc = time.perf_counter
+    for _ in range(cfg["repeats"]):
+        dist.barrier()
+        sync()
+        t0 = pc()
+        last = t0
+        for _ in range(iters):
+            fn()
+            if backend != "nccl":
+                now = pc()
+                ops.append(now - last)
+                last = now
+        sync()
+        samples.append((pc() - t0) / iters)
+    st = torch.tensor(samples, dtype=torch.float64, device=device)
+    dist.all_reduce(st, op=dist.ReduceOp.MAX)
+    samples = [float(x) for x in st.cpu().tolist()]
+    ops.sort()
+    q = torch.tensor(
+        [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(q, op=dist.ReduceOp.MAX)
+    op_q = [float(x) for x in q.cpu().tolist()] if ops else []
+    if rank != 0:
+        return None
+    med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
+    algbw = algbw_bytes(op, nbytes, p) / med / 1e9 if med > 0 else 0.0
+    return BenchRow(op=op, backend=backend, world_size=p, nbytes=nbytes, count=count, iters=iters,
+                    repeats=cfg["repeats"], time_s=med, min_s=min(samples), max_s=max(samples), algbw_gbps=algbw,
+                    busbw_gbps=algbw * bus_factor(op, p), samples_s=samples, sweep=cfg.get("sweep", ""),
+                    op_quantiles_s=op_q)
 
 
 def _median(xs: list[float]) -> float:

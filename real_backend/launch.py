@@ -1,8 +1,10 @@
 """Launch a scenario on real torch.distributed processes and turn their records into a Report.
 
-`run_real(scenario)` starts `world_size` worker processes on this host (env:// rendezvous on
-127.0.0.1 with a free port; Gloo on CPU, NCCL with one GPU per rank), watches them, and
-collects their per-rank results (``rank<r>.json``) from a work directory.
+`run_real(scenario)` starts `world_size` worker processes on this host (rendezvous at a
+store this launcher hosts on 127.0.0.1 only; Gloo on CPU over the loopback interface, NCCL
+with one GPU per rank), watches them, and collects their per-rank results
+(``rank<r>.json``) from a work directory. Processes, store, signals and the watchdog's
+clock come from `simdist.procs`, the launcher every local rank process goes through.
 
 * **Watchdog.** Each worker rewrites ``rank<r>.progress`` whenever its progress fingerprint
   changes (step boundaries, Flight Recorder enqueue/complete counters; a rank in a
@@ -29,18 +31,26 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 from simdist.errors import HostError
+from simdist.procs import (
+    LocalProcess,
+    LocalProcesses,
+    Watchdog,
+    interrupt_event,
+    loopback_store,
+    rank_env,
+    with_pythonpath,
+)
 from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
 from simdist.scenario import Scenario
 
@@ -53,33 +63,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class _Rank:
+    """One worker process and what the watchdog knows of it."""
+
     rank: int
-    proc: subprocess.Popen
+    proc: LocalProcess
     log_path: Path
-    log: IO[bytes]
-    progress: str | None = None
+    progress: str | None = None  # the worker's last progress fingerprint
     iteration: int | None = None
     starting: bool = True
-    ended_at: float | None = None
-    result_at: float | None = None
+    result_at: float | None = None  # when its rank<r>.json appeared
     told: bool = False
-    killed_by_us: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def tell(self, cmd: str) -> None:
-        if self.told or self.proc.poll() is not None:
-            return
-        self.told = True
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(cmd.encode() + b"\n")
-            self.proc.stdin.flush()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        """Send one control line (hang, release, interrupt); a worker acts on the first only."""
+        if not self.told and self.proc.alive():
+            self.told = True
+            self.proc.tell(cmd)
 
 
 def check_host(scenario: Scenario) -> None:
@@ -139,32 +138,10 @@ def run_real(
             shutil.rmtree(wd, ignore_errors=True)
 
 
-def _host_store(port: int, world_size: int) -> Any:
-    import datetime
-
-    import torch.distributed as dist
-
-    return dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=300))
-
-
 def _worker_env(scenario: Scenario, rank: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        SIMDIST_HOSTED_STORE="1",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        WORLD_SIZE=str(scenario.world_size),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(scenario.world_size),
-        PYTHONUNBUFFERED="1",
-        PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-    )
+    env = with_pythonpath(rank_env(rank, scenario.world_size, port), REPO_ROOT)
+    env["SIMDIST_HOSTED_STORE"] = "1"  # the worker connects to our store (see _run)
     env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
-    env.setdefault("OMP_NUM_THREADS", "1")
-    if scenario.backend == "gloo":
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
@@ -173,99 +150,26 @@ def _run(
 ) -> tuple[Report, bool]:
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
-    port = _free_port()
     # The rendezvous store lives here, not in rank 0: a rank that finishes (and exits) early
     # must not take the store down while its peers are still setting up.
-    _store = _host_store(port, scenario.world_size)  # kept alive for the whole run
-    interrupted = threading.Event()
-    restore: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            restore[sig] = signal.signal(sig, lambda *_: interrupted.set())
-    ranks: list[_Rank] = []
-    t_start = time.monotonic()
-    hang = False
-    fired_at: float | None = None
-    try:
+    store = loopback_store(scenario.world_size)  # kept alive for the whole run
+    dog = Watchdog(timeout, STARTUP_LIMIT_S)
+    with interrupt_event() as interrupted, contextlib.ExitStack() as logs, LocalProcesses() as procs:
+        ranks = []
         for r in range(scenario.world_size):
             log_path = wd / f"rank{r}.log"
-            log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
-            proc = subprocess.Popen(
+            log: IO[bytes] = logs.enter_context(open(log_path, "wb"))  # noqa: SIM115 - the stack closes it
+            proc = procs.start(
                 [sys.executable, "-m", "real_backend.worker", str(spec), "--out", str(wd), "--control", "stdin"],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=_worker_env(scenario, r, port),
-                cwd=str(REPO_ROOT),
-                start_new_session=True,
+                env=_worker_env(scenario, r, store.port), cwd=REPO_ROOT,
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             )
-            ranks.append(_Rank(r, proc, log_path, log))
-        last_progress = time.monotonic()
-        while True:
-            now = time.monotonic()
-            for rk in ranks:
-                if rk.ended_at is None and rk.proc.poll() is not None:
-                    rk.ended_at = now
-                    last_progress = now
-                    if progress:
-                        print(
-                            f"[real] rank {rk.rank} ended (rc {rk.proc.returncode}) after {now - t_start:.1f} s",
-                            file=sys.stderr,
-                        )
-                if rk.result_at is None and (wd / f"rank{rk.rank}.json").exists():
-                    rk.result_at = now
-                    last_progress = now
-                doc = _read_json(wd / f"rank{rk.rank}.progress")
-                if doc is not None and doc.get("fp") != rk.progress:
-                    rk.progress = doc.get("fp")
-                    rk.iteration = doc.get("iteration")
-                    rk.starting = bool(doc.get("starting"))
-                    last_progress = now
-            if kill_at is not None:
-                victim = ranks[kill_at[0]]
-                if victim.iteration is not None and victim.iteration >= kill_at[1] and victim.proc.poll() is None:
-                    victim.killed_by_us = True
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(victim.proc.pid, signal.SIGKILL)
-                    kill_at = None
-            if all(rk.ended_at is not None for rk in ranks):
-                break
-            if interrupted.is_set():
-                for rk in ranks:
-                    rk.tell("interrupt")
-                break
-            if all(rk.result_at is not None or rk.ended_at is not None for rk in ranks):
-                for rk in ranks:  # every program is over: staying ranks may go
-                    rk.tell("release")
-            dead = any(rk.ended_at is not None and rk.result_at is None for rk in ranks)
-            starting = any(rk.starting and rk.ended_at is None for rk in ranks) and not dead
-            if starting and now - t_start < STARTUP_LIMIT_S:
-                last_progress = now
-            if now - last_progress > timeout:
-                hang, fired_at = True, now - t_start
-                if progress:
-                    print(f"[real] watchdog: no progress for {timeout:g} s", file=sys.stderr)
-                for rk in ranks:
-                    rk.tell("hang")
-                break
-            time.sleep(POLL_S)
-        _reap(ranks)
-    finally:
-        for rk in ranks:
-            if rk.proc.poll() is None:
-                rk.killed_by_us = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(rk.proc.pid, signal.SIGKILL)
-        for rk in ranks:
-            with contextlib.suppress(Exception):
-                rk.proc.wait(timeout=10)
-            with contextlib.suppress(Exception):
-                if rk.proc.stdin:
-                    rk.proc.stdin.close()
-            rk.log.close()
-        for sig, old in restore.items():
-            signal.signal(sig, old)
-    wall = time.monotonic() - t_start
+            ranks.append(_Rank(r, proc, log_path))
+        fired_at = _watch(ranks, procs, wd, dog, progress, kill_at, interrupted)
+        procs.reap(GRACE_S)
+    del store
+    hang = fired_at is not None
+    wall = time.monotonic() - dog.started
     report = collect(scenario, wd, ranks=ranks, hang=hang)
     report.notes.append(f"real run: {scenario.world_size} ranks on {scenario.backend}, wall {wall:.2f} s")
     if hang:
@@ -276,22 +180,66 @@ def _run(
     return report, interrupted.is_set()
 
 
-def _reap(ranks: list[_Rank]) -> None:
-    """Give ranks GRACE_S to write their records and exit; kill the rest."""
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and any(rk.proc.poll() is None for rk in ranks):
+def _watch(ranks: list[_Rank], procs: LocalProcesses, wd: Path, dog: Watchdog, progress: bool,
+           kill_at: tuple[int, int] | None, interrupted: threading.Event) -> float | None:
+    """Poll the ranks until all ended, Ctrl-C, or the watchdog fired (then: seconds after start)."""
+    while True:
+        now = time.monotonic()
+        if _observe(ranks, procs, wd, now, dog.started, progress):
+            dog.progressed(now)
+        if kill_at is not None and _kill_at(ranks, kill_at):
+            kill_at = None
+        if all(rk.proc.ended_at is not None for rk in ranks):
+            return None
+        if interrupted.is_set():
+            for rk in ranks:
+                rk.tell("interrupt")
+            return None
+        if all(rk.result_at is not None or rk.proc.ended_at is not None for rk in ranks):
+            for rk in ranks:  # every program is over: staying ranks may go
+                rk.tell("release")
+        dead = any(rk.proc.ended_at is not None and rk.result_at is None for rk in ranks)
+        starting = any(rk.starting and rk.proc.ended_at is None for rk in ranks) and not dead
+        if dog.fired(now, starting=starting):
+            if progress:
+                print(f"[real] watchdog: no progress for {dog.timeout_s:g} s", file=sys.stderr)
+            for rk in ranks:
+                rk.tell("hang")
+            return now - dog.started
         time.sleep(POLL_S)
+
+
+def _observe(ranks: list[_Rank], procs: LocalProcesses, wd: Path, now: float, t_start: float,
+             progress: bool) -> bool:
+    """Update each rank from its process and files; True when any rank made progress."""
+    moved = False
+    for p in procs.poll(now):
+        moved = True
+        if progress:
+            rk = next(rk for rk in ranks if rk.proc is p)
+            print(f"[real] rank {rk.rank} ended (rc {p.returncode}) after {now - t_start:.1f} s", file=sys.stderr)
     for rk in ranks:
-        if rk.proc.poll() is None:
-            rk.killed_by_us = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rk.proc.pid, signal.SIGKILL)
-    now = time.monotonic()
-    for rk in ranks:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            rk.proc.wait(timeout=10)
-        if rk.ended_at is None:
-            rk.ended_at = now
+        if rk.result_at is None and (wd / f"rank{rk.rank}.json").exists():
+            rk.result_at = now
+            moved = True
+        doc = _read_json(wd / f"rank{rk.rank}.progress")
+        if doc is not None and doc.get("fp") != rk.progress:
+            rk.progress = doc.get("fp")
+            rk.iteration = doc.get("iteration")
+            rk.starting = bool(doc.get("starting"))
+            moved = True
+    return moved
+
+
+def _kill_at(ranks: list[_Rank], kill_at: tuple[int, int]) -> bool:
+    """Tests: SIGKILL rank kill_at[0] once it is in iteration kill_at[1]; True when done."""
+    victim = ranks[kill_at[0]]
+    if victim.iteration is None or victim.iteration < kill_at[1] or not victim.proc.alive():
+        return False
+    victim.proc.killed_by_us = True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(victim.proc.pid, signal.SIGKILL)
+    return True
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -360,7 +308,7 @@ def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, h
                 res.inputs_processed = max(0, int(prog.get("iteration") or 0))
             if rc is not None and rc < 0:
                 res.error = RankError("Signal", f"killed by {_signal_name(-rc)}", "killed")
-            elif hang and rk is not None and rk.killed_by_us:
+            elif hang and rk is not None and rk.proc.killed_by_us:
                 res.status = "hang"
                 res.error = None
                 notes.append(f"rank {r}: did not answer the watchdog, killed; no record")
@@ -383,7 +331,7 @@ def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, h
             if res.error is not None and res.error.category == "peer_lost":
                 t_err = by_rank[res.rank].result_at or float("inf")
                 gone = [
-                    rk.rank for rk in ranks if rk.rank != res.rank and rk.ended_at is not None and rk.ended_at <= t_err
+                    rk.rank for rk in ranks if rk.rank != res.rank and rk.proc.ended_at is not None and rk.proc.ended_at <= t_err
                 ]
                 if not gone:  # ended in the same polling interval
                     gone = [

@@ -57,6 +57,8 @@ class RankComparison:
 
 @dataclass
 class Comparison:
+    """Sim against real for one scenario: `agree`, run-level and per-rank differences."""
+
     scenario: str
     agree: bool
     differences: list[Difference]

@@ -90,6 +90,8 @@ class Finding:
 
 @dataclass
 class RankResult:
+    """What one rank did: status, inputs processed, error, observed values, its collectives."""
+
     rank: int
     status: Status
     inputs_processed: int = 0
@@ -107,6 +109,9 @@ class RankResult:
 
 @dataclass
 class Report:
+    """What a run returns, simulated (source "sim") or real ("real"): the same type on both
+    sides, so that checking, comparison, traces and JSON (docs/report.md) work on either."""
+
     scenario: str
     source: Literal["sim", "real"]
     outcome: Outcome

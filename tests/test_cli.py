@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -54,3 +55,49 @@ def test_chrome_trace_has_one_track_per_rank(tmp_path):
     assert names == {"rank 0", "rank 1"}
     spans = [e for e in tr["traceEvents"] if e["ph"] == "X"]
     assert len(spans) == 52 and all(e["dur"] >= 0 for e in spans)
+
+
+# --- user text is printed verbatim, never read as Rich markup (issue 16) --------------------------
+GLOO_ERROR = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+              "[127.0.0.1]:58546")
+
+
+def _squash(text: str) -> str:
+    """Text without whitespace and table borders, to find a cell's content across folded lines."""
+    return re.sub(r"[\s│┃]", "", text)
+
+
+def test_report_with_a_gloo_error_prints_verbatim(capsys):
+    """The table and notes of a real lost-peer run: Gloo's `[/path:line]` is a closing tag to Rich."""
+    from simdist.cli.scenario import print_report
+    from simdist.report import RankError, RankResult, Report
+
+    report = Report(scenario="s[/x]", source="real", outcome="error", backend="gloo", world_size=2,
+                    ranks=[RankResult(rank=0, status="completed", inputs_processed=5),
+                           RankResult(rank=1, status="error", inputs_processed=5,
+                                      error=RankError("RuntimeError", GLOO_ERROR, "peer_lost"))],
+                    notes=[f"note {GLOO_ERROR}", "[bold]not bold[/bold]"])
+    print_report(report)
+    text = capsys.readouterr().out
+    assert "s[/x] (real)" in text
+    assert _squash(GLOO_ERROR) in _squash(text)  # the table folds long cells over lines
+    assert f"note {GLOO_ERROR}" in text and "[bold]not bold[/bold]" in text
+
+
+def test_names_and_paths_with_markup_print_verbatim(tmp_scenario, tmp_path):
+    p = tmp_scenario("name = '[red]n[/]'\nworld_size = 2\n[inputs]\ncounts = [1, 1]\n"
+                     "[[loop]]\nkind = 'collective'\nop = 'all_reduce'\n")
+    res = run_cli("run", str(p))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "[red]n[/] (sim)" in res.stdout
+    res = run_cli("run", str(tmp_path / "missing[/x].toml"))
+    assert res.returncode == 2 and "missing[/x].toml" in res.stderr and "Traceback" not in res.stderr
+    t = tmp_path / "t.toml"
+    t.write_text("name = '[bold]tpl'\nworld_size = { range = [2, 3] }\n[inputs]\nbase = 2\n"
+                 "[[loop]]\nkind = 'collective'\nop = 'all_reduce'\n")
+    res = run_cli("fuzz", str(t), "--budget", "3", "--no-db", "--out", str(tmp_path / "f"))
+    assert res.returncode == 0, res.stdout + res.stderr  # equal inputs: nothing to find
+    assert "[bold]tpl" in res.stdout
+
+# The same for the real reports of every bundled scenario (`simdist real` prints them with the
+# same function): tests/test_fidelity.py.

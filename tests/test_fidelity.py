@@ -6,6 +6,8 @@ blocked in. A difference is a bug in the model; never loosen this test to make i
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
@@ -37,7 +39,7 @@ FITS = [p for p in sorted(SCENARIOS.glob("*.toml")) if load_scenario(p).world_si
 
 @pytest.mark.real
 @pytest.mark.parametrize("path", FITS, ids=lambda p: p.stem)
-def test_simulator_agrees_with_real_gloo(path, tmp_path):
+def test_simulator_agrees_with_real_gloo(path, tmp_path, capsys):
     from real_backend.launch import run_real
 
     s = load_scenario(path)
@@ -48,6 +50,25 @@ def test_simulator_agrees_with_real_gloo(path, tmp_path):
     assert cmp.agree, format_comparison(cmp)
     # the real run also meets the scenario's own expectations
     assert check_expectations(real, s.expect) == []
+    _cli_prints_and_exits_0(real, s, capsys)
+
+
+def _cli_prints_and_exits_0(real, s, capsys) -> None:
+    """What `simdist real PATH` prints and returns, from this real report: Gloo's error texts
+    (`[/__w/.../pair.cc:553]`) once crashed the report table as Rich markup (issue 16)."""
+    import typer
+
+    from simdist.cli.scenario import report_and_exit
+
+    capsys.readouterr()
+    with pytest.raises(typer.Exit) as exited:
+        report_and_exit(real, s, json_=False)
+    out = capsys.readouterr().out
+    assert exited.value.exit_code == 0, out
+    assert f"{s.name} (real)" in out and "all expectations met" in out
+    for r in real.ranks:
+        if r.error is not None:  # the table folds long cells over lines
+            assert re.sub(r"[\s│]", "", r.error.message) in re.sub(r"[\s│]", "", out)
 
 
 def _sweep_module():

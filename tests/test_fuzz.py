@@ -8,7 +8,8 @@ import pytest
 
 from simdist.check.classify import check_run
 from simdist.errors import ScenarioError
-from simdist.fuzz.runner import fuzz_template, to_toml
+from simdist.fuzz.counterexample import to_toml
+from simdist.fuzz.runner import fuzz_template
 from simdist.fuzz.template import Extreme, load_template, parse_template
 from simdist.scenario import load_scenario
 from simdist.sim import simulate

@@ -19,6 +19,8 @@ import pytest
 from simdist.errors import HostError
 from simdist.scenario import load_scenario, parse_scenario
 
+from .conftest import descendants, listening_sockets
+
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
@@ -251,6 +253,9 @@ def test_ctrl_c_stops_every_rank_and_keeps_a_partial_report(tmp_path):
             if all(i is not None and i >= 1 for i in its):
                 break
             time.sleep(0.1)
+        # Nothing listens beyond this host: the launcher's store and the ranks' Gloo pairs.
+        listening = listening_sockets([proc.pid, *descendants(proc.pid)])
+        assert listening and {addr for addr, _ in listening} == {"127.0.0.1"}, listening
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

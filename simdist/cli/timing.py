@@ -10,16 +10,15 @@ options, call the real backend (`real_backend.bench`) or the timing model
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
 import simdist.cli.timing_view as view
 from real_backend import bench
+from simdist.cli.console import err, fail, parse_size
 from simdist.errors import InputError, SimdistError
 from simdist.network.profile import OpProfile, Profile
 from simdist.network.simulate import write_chrome_trace
@@ -28,29 +27,9 @@ from simdist.timing.explain import explain
 from simdist.timing.sweeps import geometric_sizes
 
 app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True)
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 CALIBRATABLE = tuple(o for o in bench.BENCH_OPS if o != "barrier")  # a barrier moves no bytes to fit
 
-
-def parse_size(text: str | int, field: str = "bytes") -> int:
-    """'1048576', '1M', '1MiB', '64KiB', '2g' -> bytes (binary multiples)."""
-    if isinstance(text, int):
-        v = text
-    else:
-        m = _SIZE.match(str(text))
-        if not m:
-            raise InputError(f"{field}: cannot read size {text!r} (e.g. 4096, 64K, 1MiB)")
-        mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-        v = int(float(m.group(1)) * mult)
-    if v < 0:
-        raise InputError(f"{field}: must be >= 0")
-    return v
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
+_fail = fail  # shared: one line "error: ...", then the exit code (2 unless said)
 
 
 def _first_line(e: Exception) -> str:
@@ -58,7 +37,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _progress() -> Progress:
-    return Progress(console=Console(stderr=True), transient=True)
+    return Progress(console=err, transient=True)
 
 
 def _check_backend(backend: str) -> None:

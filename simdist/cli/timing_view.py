@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from rich.console import Console
 from rich.table import Table
 
+from simdist.cli.console import out
 from simdist.network.simulate import CollectiveResult
 from simdist.timing.explain import Explanation
 
@@ -63,12 +63,12 @@ def print_bench(rows: list, backend: str, ranks: int, repeats: int) -> None:
             f"{r.busbw_gbps:.3f}",
             str(r.iters),
         )
-    Console().print(t)
+    out.print(t)
 
 
 def print_compare(res: dict) -> None:
     """Held-out sizes with their errors, the regimes found, the closed forms, the verdict."""
-    con = Console()
+    con = out
     t = Table(
         title=f"{res['op']} on {res['backend']}, {res['ranks']} ranks: held-out sizes (statistic {res['stat']}, {res['sweeps']} sweeps)"
     )

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
+from simdist.engine.calls import Call
 from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
 from simdist.report import Finding, RankError, TraceEntry
 
@@ -43,19 +44,6 @@ class CostLike(Protocol):
     def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None) -> float: ...
 
     def p2p_time(self, nbytes: int, src: int, dst: int) -> float: ...
-
-
-@dataclass(slots=True)
-class Call:
-    """One rank's part in a collective or p2p op."""
-
-    rank: int
-    op: str
-    payload: Payload
-    reduce_op: str | None
-    root: int | None
-    entry: TraceEntry
-    event: simpy.Event
 
 
 @dataclass(slots=True)

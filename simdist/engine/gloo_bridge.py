@@ -7,15 +7,10 @@ only converts engine calls into the rule's input and the verdict into a checker 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from simdist.engine import gloo_rules
+from simdist.engine.calls import Call
 from simdist.report import Finding
 from simdist.vocab import ROOTED_OPS
-
-if TYPE_CHECKING:
-    from simdist.engine.core import Call
-
 
 _OK = gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
 

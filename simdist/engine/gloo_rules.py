@@ -115,18 +115,6 @@ class MismatchVerdict:
     #: for each hanging rank, the operation its timeout error names ("recv"/"send" ...)
     blocked_on: dict[int, str] = field(default_factory=dict)
 
-    @property
-    def hanging_ranks(self) -> list[int]:
-        return sorted(r for r, o in self.rank_outcomes.items() if o == "hang")
-
-    @property
-    def peer_error_ranks(self) -> list[int]:
-        return sorted(r for r, o in self.rank_outcomes.items() if o == "peer_error")
-
-    @property
-    def completed_ranks(self) -> list[int]:
-        return sorted(r for r, o in self.rank_outcomes.items() if o == "ok")
-
 
 def _esize(dtype: str) -> int:
     try:

@@ -11,8 +11,6 @@ plain scenario file (stable name: a hash of its content) that replays bit for bi
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import re
 import time
 from collections.abc import Callable
@@ -20,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -31,6 +28,7 @@ from simdist.check.explain import explain_verdict
 from simdist.errors import ScenarioError
 from simdist.fuzz.compress import passes_compressed
 from simdist.fuzz.compress import plan as compress_plan
+from simdist.fuzz.counterexample import canonical, write_counterexample
 from simdist.fuzz.strategies import scenarios
 from simdist.fuzz.template import Template
 from simdist.scenario import Scenario, parse_scenario
@@ -80,6 +78,8 @@ class Counterexample:
 
 @dataclass
 class FuzzResult:
+    """One template's search: how much was tried, the distinct failures, the counterexamples."""
+
     template: str
     source: str
     seed: int
@@ -113,10 +113,6 @@ class FuzzResult:
         d["schedules_per_second"] = round(self.rate, 2)
         d["distinct_failures"] = len(self.failures)
         return d
-
-
-def canonical(d: dict[str, Any]) -> str:
-    return json.dumps(d, sort_keys=True, default=str)
 
 
 class Checker:
@@ -242,74 +238,6 @@ def greedy_shrink(d: dict[str, Any], key: str, checker: Checker, limit: int = 40
     return d
 
 
-# ---------------------------------------------------------------------------- counterexample files
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
-def to_toml(doc: dict[str, Any]) -> str:
-    """Compact, hand-editable TOML for a scenario dict (tables, [[loop]] steps, inline lists);
-    `tomli_w` checks it parses back to the same dict."""
-    lines: list[str] = []
-    tables = {k: v for k, v in doc.items() if isinstance(v, dict)}
-    arrays = {k: v for k, v in doc.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
-    for k, v in doc.items():
-        if k not in tables and k not in arrays:
-            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    for k, v in tables.items():
-        lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
-    for k, v in arrays.items():
-        for item in v:
-            lines += ["", f"[[{_toml_key(k)}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
-    text = "\n".join(lines) + "\n"
-    import tomllib
-
-    if tomllib.loads(text) != doc:  # pragma: no cover - fall back to the reference writer
-        return tomli_w.dumps(doc)
-    return text
-
-
-def write_counterexample(d: dict[str, Any], template: Template, seed: int, out_dir: Path,
-                         explanation: list[str], outcome: Outcome, report_expect: dict[str, Any]) -> Path:
-    body = {k: v for k, v in d.items() if k not in ("name", "description", "expect")}
-    digest = hashlib.sha256(canonical(body).encode()).hexdigest()[:10]
-    kind = outcome.key.split("/")[0].replace(":", "-")
-    stem = f"{template.name}-{kind}-{digest}"
-    doc: dict[str, Any] = {"name": stem,
-                           "description": f"Counterexample to template {template.name} ({template.source}) found by "
-                                          f"simdist fuzz --seed {seed}: {outcome.summary}"}
-    doc.update(body)
-    doc["expect"] = report_expect
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{stem}.toml"
-    header = [
-        f"# simdist fuzz counterexample (seed {seed}) for template {template.source}",
-        f"# failure class: {outcome.key}",
-        "# shrunk by hypothesis (ranges low, choices first, optional steps dropped), then greedily (fewest ranks and inputs).",
-        "# Replay: simdist run THIS_FILE  (exit 0 = the failure reproduces: [expect] is the failing verdict);",
-        "#         simdist real THIS_FILE / simdist compare THIS_FILE on real torch.distributed processes.",
-        "#",
-        *[f"# {line}" for line in explanation],
-        "",
-    ]
-    path.write_text("\n".join(header) + "\n" + to_toml(doc))
-    return path
-
-
 # ---------------------------------------------------------------------------- the loop
 def fuzz_template(
     template: Template,
@@ -329,89 +257,19 @@ def fuzz_template(
     budget = template.budget if budget is None else budget
     res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress)
     checker = Checker(template, compress=compress)
-    last_failing: dict[str, dict[str, Any]] = {}
-    counted: set[str] = set()
-    state = {"phase": "generate", "generated": 0}
-
-    def tick() -> None:
-        res.examples += 1
-        if on_example is not None:
-            on_example(res.examples, state["phase"])
-
+    search = _Search(template, checker, res, on_example)
     db = None
     if use_db:
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
         db = DirectoryBasedExampleDatabase(str(db_path))
-    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
-
-    @settings(max_examples=budget, database=db, deadline=None, derandomize=False, phases=phases,
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=True, verbosity=Verbosity.quiet,
-              print_blob=False)
-    @given(scenarios(template))
-    def prop(pair: tuple[dict[str, Any], Scenario]) -> None:
-        d, s = pair
-        if state["phase"] == "generate":
-            state["generated"] += 1
-        tick()
-        k = canonical(d)
-        new = k not in checker.cache
-        o = checker.check(d, s)
-        assert o is not None
-        if o.failed:
-            if new and k not in counted:
-                counted.add(k)
-                res.failures[o.signature] = res.failures.get(o.signature, 0) + 1
-            res.classes.setdefault(o.key, checker.simulated)
-            if res.first_failure_at is None:
-                res.first_failure_at = state["generated"]
-            state["phase"] = "shrink"
-            last_failing[o.key] = d
-            raise failure_class(o.key)(o.summary)
-
-    prop._hypothesis_internal_database_key = f"simdist-fuzz:{template.name}:{template.digest}".encode()  # type: ignore[attr-defined]
-    prop = hypothesis_seed(seed)(prop)
-    # hypothesis.seed() switches the example database off (it is meant for replaying one run);
-    # we want both a reproducible search and a database a rerun starts from, so put it back.
-    prop._hypothesis_internal_use_settings = settings(prop._hypothesis_internal_use_settings,  # type: ignore[attr-defined]
-                                                      database=db)
     t0 = time.perf_counter()
-    raised: list[BaseException] = []
-    try:
-        prop()
-    except FuzzFailure as e:
-        raised = [e]
-    except Unsatisfiable:
-        raise ScenarioError(f"{template.source}: the template yields no valid scenario (every instance was rejected "
-                            "by the schema)") from None
-    except Exception as eg:  # an ExceptionGroup: several failure classes, each shrunk
-        if not hasattr(eg, "exceptions"):
-            raise
-        raised = list(eg.exceptions)
-    keys = []
-    for e in raised:
-        if isinstance(e, FuzzFailure) and e.key not in keys:
-            keys.append(e.key)
-        elif not isinstance(e, FuzzFailure):
-            raise e
-    state["phase"] = "post-shrink"
+    keys = search.run(budget, seed, db, shrink)
+    search.phase = "post-shrink"
     for key in keys:
-        d = last_failing[key]
+        d = search.last_failing[key]
         if shrink:
-            d = greedy_shrink(d, key, checker, tick=tick)
-        s = parse_scenario(d, source=template.source)
-        report = simulate(s)
-        v = check_run(report, s, invariants=template.invariants)
-        o = Outcome(v.failed, f"{v.kind}/{v.outcome}", v.signature, v.summary)
-        expl = explain_verdict(report, s, v)
-        expect = {"outcome": report.outcome, "inputs_processed": [r.inputs_processed for r in report.ranks],
-                  "status": [r.status for r in report.ranks]}
-        path = None
-        if out_dir is not None:
-            path = str(write_counterexample(d, template, seed, Path(out_dir), expl, o, expect))
-        res.counterexamples.append(Counterexample(
-            key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
-            found_at=res.classes.get(key, 0), world_size=s.world_size, counts=s.counts(),
-            steps=len(s.loop) + len(s.after), explanation=expl))
+            d = greedy_shrink(d, key, checker, tick=search.tick)
+        res.counterexamples.append(_counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0)))
     res.schedules = checker.simulated
     res.compressed = checker.compressed
     res.resimulated = checker.resimulated
@@ -419,3 +277,93 @@ def fuzz_template(
     res.iterations_run = checker.iterations_run
     res.seconds = time.perf_counter() - t0
     return res
+
+
+class _Search:
+    """The hypothesis search over one template: the property, its bookkeeping, and the run."""
+
+    def __init__(self, template: Template, checker: Checker, res: FuzzResult,
+                 on_example: Callable[[int, str], None] | None):
+        self.template, self.checker, self.res, self.on_example = template, checker, res, on_example
+        self.phase = "generate"
+        self.generated = 0
+        self.counted: set[str] = set()  # failing schedules already counted in res.failures
+        self.last_failing: dict[str, dict[str, Any]] = {}  # failure class -> its last failing schedule
+
+    def tick(self) -> None:
+        self.res.examples += 1
+        if self.on_example is not None:
+            self.on_example(self.res.examples, self.phase)
+
+    def check(self, pair: tuple[dict[str, Any], Scenario]) -> None:
+        """The property: raises the failure's own class when the schedule fails."""
+        d, s = pair
+        if self.phase == "generate":
+            self.generated += 1
+        self.tick()
+        k = canonical(d)
+        new = k not in self.checker.cache
+        o = self.checker.check(d, s)
+        assert o is not None
+        if o.failed:
+            res = self.res
+            if new and k not in self.counted:
+                self.counted.add(k)
+                res.failures[o.signature] = res.failures.get(o.signature, 0) + 1
+            res.classes.setdefault(o.key, self.checker.simulated)
+            if res.first_failure_at is None:
+                res.first_failure_at = self.generated
+            self.phase = "shrink"
+            self.last_failing[o.key] = d
+            raise failure_class(o.key)(o.summary)
+
+    def run(self, budget: int, seed: int, db: DirectoryBasedExampleDatabase | None, shrink: bool) -> list[str]:
+        """Run hypothesis; the failure classes found (each shrunk by hypothesis), in order."""
+        phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+        prop = settings(max_examples=budget, database=db, deadline=None, derandomize=False, phases=phases,
+                        suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
+                        verbosity=Verbosity.quiet, print_blob=False)(given(scenarios(self.template))(self.check))
+        prop._hypothesis_internal_database_key = (  # type: ignore[attr-defined]
+            f"simdist-fuzz:{self.template.name}:{self.template.digest}".encode())
+        prop = hypothesis_seed(seed)(prop)
+        # hypothesis.seed() switches the example database off (it is meant for replaying one run);
+        # we want both a reproducible search and a database a rerun starts from, so put it back.
+        prop._hypothesis_internal_use_settings = settings(  # type: ignore[attr-defined]
+            prop._hypothesis_internal_use_settings, database=db)  # type: ignore[attr-defined]
+        raised: list[BaseException] = []
+        try:
+            prop()
+        except FuzzFailure as e:
+            raised = [e]
+        except Unsatisfiable:
+            raise ScenarioError(f"{self.template.source}: the template yields no valid scenario (every instance was "
+                                "rejected by the schema)") from None
+        except Exception as eg:  # an ExceptionGroup: several failure classes, each shrunk
+            if not hasattr(eg, "exceptions"):
+                raise
+            raised = list(eg.exceptions)
+        keys: list[str] = []
+        for e in raised:
+            if not isinstance(e, FuzzFailure):
+                raise e
+            if e.key not in keys:
+                keys.append(e.key)
+        return keys
+
+
+def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, out_dir: str | Path | None,
+                    found_at: int) -> Counterexample:
+    """Judge the (shrunk) schedule once more, explain it, and write it when `out_dir` is set."""
+    s = parse_scenario(d, source=template.source)
+    report = simulate(s)
+    v = check_run(report, s, invariants=template.invariants)
+    expl = explain_verdict(report, s, v)
+    expect = {"outcome": report.outcome, "inputs_processed": [r.inputs_processed for r in report.ranks],
+              "status": [r.status for r in report.ranks]}
+    path = None
+    if out_dir is not None:
+        path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
+                                        expect))
+    return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
+                          found_at=found_at, world_size=s.world_size, counts=s.counts(),
+                          steps=len(s.loop) + len(s.after), explanation=expl)

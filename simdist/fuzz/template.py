@@ -76,6 +76,9 @@ class Extreme:
 
 @dataclass
 class Template:
+    """A scenario with free choices (ranges, choices, per-rank values, optional steps) that the
+    fuzzer draws from; `instantiate` makes one concrete scenario dict."""
+
     name: str
     source: str
     body: dict[str, Any]  # the scenario part, markers unresolved
@@ -244,6 +247,7 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
 
 
 def load_template(path: str | Path) -> Template:
+    """Read and validate a template file (docs/fuzzing.md); named by its `name`, else the file's stem."""
     p = Path(path)
     data = read_toml(p, "template")
     name = data.get("name") if isinstance(data.get("name"), str) else p.stem
