@@ -13,7 +13,8 @@ from simdist.engine.values import Payload
 from simdist.scenario import parse_scenario
 from simdist.sim import simulate
 from simdist.torchmodels.buckets import compute_bucket_assignment_by_size
-from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.torchmodels.join import Join, JoinHook
+from simdist.torchmodels.joinables import ScenarioJoinable
 from simdist.torchmodels.registry import JOINABLE_KINDS, register_joinable
 from simdist.torchmodels.zero import partition_parameters
 
@@ -191,17 +192,14 @@ def test_zero_before_ddp_misaligns_shadow_sequence():
     assert rep.findings  # the joined rank's heartbeat pairs with something else
 
 
-class Tally(Joinable):
+class Tally(ScenarioJoinable):
     """A user joinable: each call all-reduces its rank; the hook shadows with zeros."""
 
-    kind = "tally"
-
     def __init__(self, dist, name, group="WORLD"):
-        super().__init__(dist, group)
-        self.name = name
+        super().__init__(dist, name, group)
         self.total = 0.0
 
-    def call(self, num_allreduces=None) -> Generator[Any, Any, None]:
+    def call(self, num_allreduces) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
         res = yield from self.dist.all_reduce(Payload.full(1, "float32", self.dist.rank + 1), origin="user.tally")
         self.total += res.item()
