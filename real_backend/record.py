@@ -104,7 +104,7 @@ _MODULES = {
     "torch/autograd/graph.py": "autograd",
     "torch/autograd/__init__.py": "autograd",
     "real_backend/joinables.py": "joinables",
-    "real_backend/worker.py": "worker",
+    "real_backend/torchrank.py": "torchrank",
 }
 
 
@@ -192,7 +192,7 @@ def resolve_frames(raw: list[dict[str, Any]]) -> list[Frame]:
 def classify(frames: list[Frame], dtype: str) -> str | None:
     """Origin label of a collective from its frames (innermost first).
 
-    Returns "user" for the worker's own collective steps (labelled later from the step
+    Returns "user" for the program's own collective steps (labelled later from the step
     window), None when nothing is recognised.
     """
     quals = {(f.tag, f.qual) for f in frames if f.tag}
@@ -248,8 +248,8 @@ def classify(frames: list[Frame], dtype: str) -> str | None:
             label = _JOINABLE_LABELS.get(q)
             if label:
                 return label
-        elif t == "worker":
-            if q.endswith("._user_collective"):
+        elif t == "torchrank":
+            if q == "TorchRank.user_collective":
                 return "user"
         elif t == "autograd":
             # Collectives issued by DDP's C++ reducer from autograd hooks during backward.

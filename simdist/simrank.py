@@ -51,13 +51,7 @@ class RankOutcome:
 
     inputs_processed: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def warn(self, text: str) -> None:
-        """A Python warning as the rank's process shows it: each text once (the default
-        filter shows a warning once per code location, and torch's Join sets "once")."""
-        if text not in self.warnings:
-            self.warnings.append(text)
+    warnings: list[str] = field(default_factory=list)  # the Python warnings the rank showed
 
 
 class SimRank:
@@ -69,7 +63,7 @@ class SimRank:
         self.rank = rank
         self.state = engine.ranks[rank]
         self.dist = Dist(engine, rank)
-        self.out = RankOutcome()
+        self.out = RankOutcome(warnings=self.dist.warnings)
         self.model: Model | None = None
         self.ddp: DDPModel | None = None
         self.zero: ZeroModel | None = None
@@ -112,19 +106,16 @@ class SimRank:
             case Compute(seconds=seconds):
                 yield from self.dist.compute(seconds)
             case SkipCollective(warning=warning):
-                self.out.warn(warning)
+                self.dist.warn(warning)
             case _:
                 yield from self._setup(a)
 
     def _setup(self, a: Action) -> Generator[Any, Any, None]:
         """The actions that happen once: building objects, entering and leaving Join, failing."""
         match a:
-            case BuildModel(model=m):
+            case BuildModel(model=m, ddp_kwargs=kwargs):
                 self.model = m
-                self.ddp = DDPModel(self.dist, m.numels(), m.dims(), m.dtype, buffers=m.buffers,
-                                    unused_params=m.unused_params, bucket_cap_mb=m.bucket_cap_mb,
-                                    find_unused_parameters=m.find_unused_parameters,
-                                    broadcast_buffers=m.broadcast_buffers)
+                self.ddp = DDPModel(self.dist, m.numels(), m.dims(), m.dtype, m.buffers, m.unused_params, **kwargs)
                 yield from self.ddp.construct()
             case BuildOptimizer(optimizer=opt):
                 if opt.zero and self.model is not None:
@@ -136,11 +127,7 @@ class SimRank:
                 self.join = Join(objs, a.enable, a.throw_on_early_termination, **a.kwargs)
             case ExitJoin():
                 assert self.join is not None
-                try:
-                    yield from self.join.exit(None)
-                finally:
-                    for w in self.join.warnings:
-                        self.out.warn(w)
+                yield from self.join.exit(None)
             case Fail(message=message):
                 raise RankRaised("RuntimeError", message)
             case SetupDone():

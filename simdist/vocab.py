@@ -115,6 +115,9 @@ def dtype_bytes(dtype: str) -> int:
 
 
 # --------------------------------------------------------------------------- run results
+# Observed values (`observe = ...`) carry elements for results of at most this many; larger
+# ones are reported as null, on both sides (the simulator carries explicit values that far).
+OBSERVED_MAX_NUMEL = 64
 Status = Literal["completed", "error", "hang", "aborted"]
 Outcome = Literal["completed", "hang", "error"]
 STATUSES: tuple[str, ...] = ("completed", "error", "hang", "aborted")

@@ -21,7 +21,7 @@ from simdist.cli.timing import register as register_timing
 from simdist.errors import SimdistError
 from simdist.expect import check_expectations
 from simdist.report import Report
-from simdist.scenario import Scenario, load_scenario
+from simdist.scenario import Scenario, Target, load_scenario
 
 app = typer.Typer(
     add_completion=False,
@@ -41,9 +41,10 @@ def _fail_input(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _load(path: Path) -> Scenario:
+def _load(path: Path, target: Target = "sim") -> Scenario:
+    """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
     try:
-        return load_scenario(path)
+        return load_scenario(path, target)
     except SimdistError as e:
         _fail_input(str(e))
         raise  # unreachable
@@ -132,7 +133,7 @@ def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
 @app.command()
 def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
-    s = _load(scenario)
+    s = _load(scenario, "real")
     _report_and_exit(_run_real(s, timeout, json_), s, json_)
 
 
@@ -144,7 +145,7 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
-    s = _load(scenario)
+    s = _load(scenario, "real")
     sim_report = simulate(s)
     real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)

@@ -47,9 +47,10 @@ class WaitDeferred:
 # --------------------------------------------------------------------------- objects
 @dataclass(frozen=True, slots=True)
 class BuildModel:
-    """`DistributedDataParallel(ChainModel(model), ...)` with the table's DDP options."""
+    """`DistributedDataParallel(ChainModel(model), **ddp_kwargs)`."""
 
     model: Model
+    ddp_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ an exception does nothing, in torch and in the model alike).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from simdist.program.actions import (
     P2P,
@@ -36,7 +37,7 @@ from simdist.program.actions import (
     Wait,
     WaitDeferred,
 )
-from simdist.scenario import Scenario
+from simdist.scenario import Model, Scenario
 from simdist.schema import (
     BackwardStep,
     CollectiveStep,
@@ -52,10 +53,17 @@ from simdist.vocab import OPS, reduce_op_of, root_of
 
 
 def rank_actions(s: Scenario, rank: int) -> Iterator[Action]:
-    """Everything rank `rank` does in scenario `s`, in program order."""
+    """Everything rank `rank` does in scenario `s`, in program order; a `Fail` is the last."""
+    for action in _program(s, rank):
+        yield action
+        if type(action) is Fail:
+            return
+
+
+def _program(s: Scenario, rank: int) -> Iterator[Action]:
     yield EnterPhase("init")
     if s.model is not None:
-        yield BuildModel(s.model)
+        yield BuildModel(s.model, ddp_kwargs(s.model))
     if s.optimizer is not None:
         yield BuildOptimizer(s.optimizer)
     for decl in s.joinables:
@@ -105,6 +113,20 @@ def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int
         if action is not None:
             yield action
     yield _WAIT_DEFERRED
+
+
+def ddp_kwargs(m: Model) -> dict[str, Any]:
+    """The keyword arguments the script gives DistributedDataParallel: the `[model]` table's
+    options, with `broadcast_buffers` passed only when false and `bucket_cap_mb` only when
+    set (torch's defaults otherwise; torch 2.13 warns that `broadcast_buffers` is deprecated
+    whenever it is passed)."""
+    kwargs: dict[str, Any] = {"find_unused_parameters": m.find_unused_parameters,
+                              "gradient_as_bucket_view": m.gradient_as_bucket_view}
+    if not m.broadcast_buffers:
+        kwargs["broadcast_buffers"] = False
+    if m.bucket_cap_mb is not None:
+        kwargs["bucket_cap_mb"] = m.bucket_cap_mb
+    return kwargs
 
 
 def step_origin(step: Step, where: str) -> str:

@@ -38,6 +38,13 @@ from simdist.torchmodels.join import Join, Joinable, JoinHook
 from simdist.vocab import WORLD
 
 INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
+# torch 2.13's FutureWarning whenever `broadcast_buffers` is passed to DDP.
+BROADCAST_BUFFERS_DEPRECATED = (
+    "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead. IMPORTANT: unlike "
+    "`broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers at init. If you rely on buffers "
+    "NOT being synced at init (e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
+    "`init_sync_buffers` is available."
+)
 
 
 class DDPModel(Joinable):
@@ -45,10 +52,17 @@ class DDPModel(Joinable):
     (`dims` dimensions each) and buffers of `buffers` elements, all of `dtype`; the
     parameters listed in `unused_params` take no part in forward."""
 
-    def __init__(self, dist: Dist, numels: list[int], dims: list[int], dtype: str, *, buffers: list[int],
-                 unused_params: list[int], bucket_cap_mb: float | None, find_unused_parameters: bool,
-                 broadcast_buffers: bool):
+    def __init__(self, dist: Dist, numels: list[int], dims: list[int], dtype: str, buffers: list[int],
+                 unused_params: list[int], *, bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
+                 broadcast_buffers: bool | None = None, gradient_as_bucket_view: bool = False):
+        """The rest as torch's `DistributedDataParallel(module, ...)` keyword arguments.
+        (`gradient_as_bucket_view` changes no collective.)"""
         super().__init__()
+        if broadcast_buffers is not None:
+            dist.warn(BROADCAST_BUFFERS_DEPRECATED)
+            sync_buffers = broadcast_buffers
+        else:
+            sync_buffers = True
         self.dist = dist
         self.numels = list(numels)
         self.dims = list(dims)
@@ -56,8 +70,8 @@ class DDPModel(Joinable):
         self.buffer_numels = list(buffers)
         self.used = [i not in set(unused_params) for i in range(len(self.numels))]
         self.find_unused_parameters = find_unused_parameters
-        self.forward_sync_buffers = broadcast_buffers
-        self.init_sync_buffers = broadcast_buffers
+        self.forward_sync_buffers = sync_buffers
+        self.init_sync_buffers = sync_buffers
         is_default = bucket_cap_mb is None
         cap_mb = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
         self.bucket_bytes_cap = int(cap_mb * MB)

@@ -89,7 +89,6 @@ class Join:
         self._process_group = joinables[0].join_process_group
         self.dist = joinables[0].join_dist
         self.rank = self.dist.rank
-        self.warnings: list[str] = []
 
     def exit(self, exc: BaseException | None) -> Generator[Any, Any, None]:
         """`Join.__exit__`: shadow the non-joined ranks until all have joined, then post hooks."""
@@ -98,11 +97,9 @@ class Join:
         all_procs_joined = False
         is_last_joiner = True
         i = 0
-        warned = False
         while not all_procs_joined:
-            if i > WARN_THRESHOLD and not warned:
-                warned = True  # warnings.simplefilter("once")
-                self.warnings.append(
+            if i > WARN_THRESHOLD:  # torch sets warnings.simplefilter("once"): shown once
+                self.dist.warn(
                     f"Detected uneven input skew of greater than {WARN_THRESHOLD}. This means that rank "
                     f"{self.rank} has at least {WARN_THRESHOLD} fewer inputs than other currently-active ranks. "
                     "This level of skew could lead to performance degradation during training."
