@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from real_backend.joinables import REAL_JOINABLES, ScenarioJoinable
+from real_backend.marks import Marks, P2PRecord, StepWindow
 from real_backend.model import ChainModel, torch_dtype
-from real_backend.record import Marks, P2PRecord, StepWindow
 from simdist.program.actions import (
     P2P,
     Action,

@@ -74,7 +74,7 @@ class Worker:
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> None:
-        from real_backend.record import categorise, install_terminate_hook
+        from real_backend.failure import categorise, install_terminate_hook
 
         install_terminate_hook(self._on_terminate)
         threading.Thread(target=_warm_symbolizer, name="simdist-warmup", daemon=True).start()

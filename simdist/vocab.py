@@ -1,8 +1,9 @@
 """The names simdist's simulator, real backend, checker and cost model share, defined once.
 
 Every other module imports these instead of spelling its own set: which ops are rooted
-or reducing, what each backend supports, dtype sizes, finding kinds, origin labels,
-joinable kinds, run statuses. A name that is not declared here is a bug (a test checks
+or reducing, what each backend supports, dtype sizes, finding kinds, origin labels, the
+model joinables (the `[[joinables]]` kinds are in `simdist.torchmodels.registry`), run
+statuses. A name that is not declared here is a bug (a test checks
 that the simulator and the real recorder emit only declared origins and finding kinds).
 """
 

@@ -239,3 +239,30 @@ def test_rebuilt_layout_comes_from_rank_0_even_with_no_inputs():
     assert sizes == [8, 8]
     rebuild = [e.numel for e in rep.ranks[1].trace if e.origin == "ddp.pre_forward.rebuild_buckets"]
     assert rebuild == [3, 1]
+
+
+@pytest.mark.parametrize(("cls", "error"), [
+    # torch's test AllReducer asserts a last joiner exists (real_backend/joinables.py raises the same)
+    ("allreducer", ("AssertionError", "no last joiner: common rank is -1")),
+    # the tutorial Counter does not check: it broadcasts from -1, which ProcessGroupGloo refuses
+    ("counter", ("RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: -1")),
+])
+def test_post_hook_when_no_rank_was_the_last_joiner(cls, error):
+    from simdist.engine.core import Engine, RankRaised
+    from simdist.sim import AlphaBeta
+    from simdist.torchmodels.dist import Dist
+
+    engine = Engine(2, {"WORLD": [0, 1]}, AlphaBeta())
+    raised = {}
+
+    def rank(r):
+        hook = JOINABLE_KINDS[cls].sim(Dist(engine, r), "j").join_hook(sync_max_count=True, run_post_hooks=True)
+        try:
+            yield from hook.post_hook(False)
+        except RankRaised as e:
+            raised[r] = (e.error.type, e.error.message, e.error.category)
+
+    for r in range(2):
+        engine.env.process(rank(r))
+    engine.env.run()
+    assert raised == {0: (*error, "other"), 1: (*error, "other")}

@@ -39,16 +39,6 @@ class DrawChooser:
         return self.draw(st.lists(st.sampled_from(items), min_size=1, max_size=len(items), unique=True))
 
 
-def scenario_dicts(template: Template) -> st.SearchStrategy[dict[str, Any]]:
-    """Concrete scenario dicts of `template` (possibly invalid: validate before use)."""
-
-    @st.composite
-    def draw_dict(draw: Any) -> dict[str, Any]:
-        return template.instantiate(DrawChooser(draw))
-
-    return draw_dict()
-
-
 def scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, Any], Scenario]]:
     """Valid (dict, Scenario) pairs; instances the schema rejects are discarded."""
 
