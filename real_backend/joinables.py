@@ -5,24 +5,75 @@
 * `AllReducer` / `AllReducerJoinHook`: torch's own test joinable from
   test/distributed/algorithms/test_join.py, unchanged in what it communicates.
 
+Each registers itself in `REAL_JOINABLES` under its scenario kind; the simulator's
+registry (`simdist.torchmodels.registry`) marks the same kinds as having a real
+implementation (a test checks that the two agree).
+
 The only additions are bookkeeping that issues no collective: the common rank each
-`find_common_rank` returned (`last_common_rank`, so the recorder can name broadcast roots)
-and `AllReducer.total_sum` (the sum of every `__call__`'s return value, observed as
-`<name>.total`). The recorder identifies these methods by their qualified names (file and
-line of the Flight Recorder's Python frames), so keep them as methods of these classes.
+`find_common_rank` returned (`last_common_rank`, so the recorder can name broadcast roots),
+`AllReducer.total_sum` (the sum of every `__call__`'s return value, observed as
+`<name>.total`), and what the worker calls (`ScenarioJoinable.call`, `observed`). The
+recorder identifies these methods by their qualified names (file and line of the Flight
+Recorder's Python frames), so keep them as methods of these classes.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
+from simdist.vocab import NO_COMMON_RANK
+
 # Constants of torch's test_join.py (post-hook test values).
 BEFORE_CONSTANT = 41
 AFTER_CONSTANT = 42
+
+
+class ScenarioJoinable(Joinable):
+    """What the worker needs of a `[[joinables]]` kind besides torch's `Joinable`: one
+    `joinable_call` step (`call`) and the values it reports (`observed`). Built as
+    `cls(device, process_group)`, as torch's test joinables are."""
+
+    def __init__(self, device: torch.device, process_group: Any):
+        super().__init__()
+        self.device = device
+        self.process_group = process_group
+        self.last_common_rank: int | None = None
+
+    @property
+    def join_device(self) -> torch.device:
+        return self.device
+
+    @property
+    def join_process_group(self) -> Any:
+        return self.process_group
+
+    @abstractmethod
+    def call(self, num_allreduces: int) -> None:
+        """One `joinable_call` step."""
+
+    @abstractmethod
+    def observed(self, name: str) -> dict[str, float]:
+        """Values for the rank's report, keyed `<name>.<value>` as the simulator's."""
+
+
+REAL_JOINABLES: dict[str, type[ScenarioJoinable]] = {}
+_J = TypeVar("_J", bound=type[ScenarioJoinable])
+
+
+def real_joinable(kind: str) -> Callable[[_J], _J]:
+    """Class decorator: the real implementation of scenario joinable kind `kind`."""
+
+    def register(cls: _J) -> _J:
+        REAL_JOINABLES[kind] = cls
+        return cls
+
+    return register
 
 
 class CounterJoinHook(JoinHook):
@@ -48,16 +99,14 @@ class CounterJoinHook(JoinHook):
         dist.broadcast(self.counter.max_count, src=common_rank)
 
 
-class Counter(Joinable):
+@real_joinable("counter")
+class Counter(ScenarioJoinable):
     """Tutorial joinable that counts the inputs processed by all ranks before it joins."""
 
     def __init__(self, device: torch.device, process_group: Any):
-        super().__init__()
-        self.device = device
-        self.process_group = process_group
+        super().__init__(device, process_group)
         self.count = torch.tensor([0], device=device).float()
         self.max_count = torch.tensor([0], device=device).float()
-        self.last_common_rank: int | None = None
 
     def __call__(self) -> None:
         """Counts this iteration's inputs over all ranks with an all-reduce of ones."""
@@ -71,13 +120,11 @@ class Counter(Joinable):
         sync_max_count = kwargs.get("sync_max_count", False)
         return CounterJoinHook(self, sync_max_count)
 
-    @property
-    def join_device(self) -> torch.device:
-        return self.device
+    def call(self, num_allreduces: int) -> None:
+        self()
 
-    @property
-    def join_process_group(self) -> Any:
-        return self.process_group
+    def observed(self, name: str) -> dict[str, float]:
+        return {f"{name}.count": float(self.count.item()), f"{name}.max_count": float(self.max_count.item())}
 
     def find_common_rank(self, rank: int, to_consider: bool) -> int:
         """Returns the max rank of the ones to consider over the process group."""
@@ -114,17 +161,15 @@ class AllReducerJoinHook(JoinHook):
         dist.broadcast(self.allreducer.post_hook_tensor, src=common_rank)
 
 
-class AllReducer(Joinable):
+@real_joinable("allreducer")
+class AllReducer(ScenarioJoinable):
     """torch test joinable: `__call__(n)` all-reduces a dim-1 ones tensor n times and
     returns the total."""
 
     def __init__(self, device: torch.device, process_group: Any):
-        super().__init__()
-        self.device = device
-        self.process_group = process_group
+        super().__init__(device, process_group)
         self.post_hook_tensor = torch.tensor([BEFORE_CONSTANT], device=self.device)
         self.total_sum = 0.0
-        self.last_common_rank: int | None = None
 
     def __call__(self, num_allreduces: int = 1) -> float:
         Join.notify_join_context(self)
@@ -142,19 +187,17 @@ class AllReducer(Joinable):
         run_post_hook = kwargs.get("run_post_hooks", False)
         return AllReducerJoinHook(self, num_allreduces, run_post_hook)
 
-    @property
-    def join_device(self) -> torch.device:
-        return self.device
+    def call(self, num_allreduces: int) -> None:
+        self(num_allreduces)
 
-    @property
-    def join_process_group(self) -> Any:
-        return self.process_group
+    def observed(self, name: str) -> dict[str, float]:
+        return {f"{name}.total": float(self.total_sum), f"{name}.post_hook_tensor": float(self.post_hook_tensor.item())}
 
     def find_common_rank(self, rank: int, to_consider: bool) -> int:
         common_rank = torch.tensor([rank if to_consider else -1], device=self.device)
         dist.all_reduce(common_rank, op=dist.ReduceOp.MAX, group=self.process_group)
         common_rank = common_rank.item()
-        if common_rank < 0:
-            raise AssertionError("no last joiner: common rank is -1")
+        if common_rank < 0:  # torch's test: assert common_rank >= 0
+            raise AssertionError(NO_COMMON_RANK)
         self.last_common_rank = int(common_rank)
         return common_rank

@@ -52,7 +52,7 @@ from simdist.procs import (
     with_pythonpath,
 )
 from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
-from simdist.scenario import Scenario
+from simdist.scenario import Scenario, check_target
 
 MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch process
 STARTUP_LIMIT_S = 120.0  # longest a rank may spend importing torch and in the rendezvous
@@ -114,6 +114,7 @@ def run_real(
     (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
     """
     check_host(scenario)
+    check_target(scenario, "real", scenario.name)
     timeout = float(scenario.timeout_s if timeout_s is None else timeout_s)
     if timeout != scenario.timeout_s:
         scenario = scenario.model_copy(update={"timeout_s": timeout})

@@ -10,12 +10,11 @@ Method (details and observations in docs/real-backend.md):
   qualified name of the enclosing function by parsing that file once (`ast`), so
   `_DDPJoinHook.main_hook` and `_ZeROJoinHook.main_hook`, or `Counter.find_common_rank`
   and `AllReducer.find_common_rank`, are told apart. The innermost recognised frame decides.
-* **Phase, iteration and user-step labels** come from the worker's own time marks
-  (`time.time_ns()`, the same realtime clock as FR's `time_created_ns`, taken on the same
-  thread): a step window per user collective, a phase mark per loop iteration / Join exit /
-  after section.
+* **Phase, iteration and user-step labels** come from the program's own time marks
+  (`real_backend.marks`, left by `real_backend.torchrank`): a step window per user
+  collective, a phase mark per loop iteration / Join exit / after section.
 * **Point-to-point**: Gloo's FR does not record send/recv (they consume an `op_id` but no
-  entry appears), so the worker synthesises p2p entries itself (`P2PRecord`).
+  entry appears), so the program's `P2PRecord` marks become the p2p entries.
 * **Completion**: FR's per-entry `retired` flag (True once the work finished; Gloo never
   updates `state`). A failed work (peer lost) also counts as retired.
 * FR records neither the ReduceOp, the broadcast root nor `async_op`: they are derived
@@ -25,17 +24,15 @@ Method (details and observations in docs/real-backend.md):
 from __future__ import annotations
 
 import ast
-import bisect
-import ctypes
 import functools
 import math
 import os
 import pickle
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from simdist.report import RankError, TraceEntry
+from real_backend.marks import Marks, P2PRecord, StepWindow
+from simdist.report import TraceEntry
 from simdist.vocab import REDUCING_OPS as _REDUCING
 from simdist.vocab import ROOTED_OPS as _ROOTED
 
@@ -104,7 +101,7 @@ _MODULES = {
     "torch/autograd/graph.py": "autograd",
     "torch/autograd/__init__.py": "autograd",
     "real_backend/joinables.py": "joinables",
-    "real_backend/worker.py": "worker",
+    "real_backend/torchrank.py": "torchrank",
 }
 
 
@@ -192,7 +189,7 @@ def resolve_frames(raw: list[dict[str, Any]]) -> list[Frame]:
 def classify(frames: list[Frame], dtype: str) -> str | None:
     """Origin label of a collective from its frames (innermost first).
 
-    Returns "user" for the worker's own collective steps (labelled later from the step
+    Returns "user" for the program's own collective steps (labelled later from the step
     window), None when nothing is recognised.
     """
     quals = {(f.tag, f.qual) for f in frames if f.tag}
@@ -248,8 +245,8 @@ def classify(frames: list[Frame], dtype: str) -> str | None:
             label = _JOINABLE_LABELS.get(q)
             if label:
                 return label
-        elif t == "worker":
-            if q.endswith("._user_collective"):
+        elif t == "torchrank":
+            if q == "TorchRank.user_collective":
                 return "user"
         elif t == "autograd":
             # Collectives issued by DDP's C++ reducer from autograd hooks during backward.
@@ -267,69 +264,6 @@ _JOINABLE_LABELS = {
     "AllReducer.find_common_rank": "allreducer.post_hook.find_common_rank",
     "AllReducerJoinHook.post_hook": "allreducer.post_hook.broadcast",
 }
-
-
-# --------------------------------------------------------------------------- worker marks
-@dataclass
-class StepWindow:
-    """A user collective/p2p step's execution on the worker's main thread."""
-
-    t0_ns: int
-    t1_ns: int | None
-    label: str  # origin label: user.<name> / user.loop[k] / user.after[k]
-    op: str
-    numel: int
-    dtype: str
-    reduce_op: str | None
-    root: int | None
-    async_op: bool
-    wait: str = "now"  # now | end_of_iteration | never (async collectives)
-
-
-@dataclass
-class P2PRecord:
-    """A send/recv the worker issued (Gloo's FR does not record p2p)."""
-
-    t_ns: int
-    op: str  # send | recv
-    numel: int
-    dtype: str
-    peer: int
-    label: str
-    async_op: bool
-    seq: int
-    t_done_ns: int | None = None
-    wait: str = "now"
-
-
-@dataclass
-class Marks:
-    """What the worker knows about its own program, for labelling FR entries."""
-
-    t0_ns: int
-    phases: list[tuple[int, str, int | None]] = field(default_factory=list)  # (t_ns, phase, iteration)
-    steps: list[StepWindow] = field(default_factory=list)
-    p2p: list[P2PRecord] = field(default_factory=list)
-    pg_names: dict[str, str] = field(default_factory=dict)  # FR pg name -> scenario group name
-    group_sizes: dict[str, int] = field(default_factory=dict)
-    post_hook_root: int | None = None  # common rank found by the Join post hooks
-    zero_roots: list[int] = field(default_factory=list)  # source rank of each ZeRO broadcast, per step
-    join_enabled: bool = False
-    waiting_pending: bool = False  # the main thread waits on the iteration's deferred work
-
-    def phase_at(self, t_ns: int) -> tuple[str, int | None]:
-        i = bisect.bisect_right([p[0] for p in self.phases], t_ns) - 1
-        if i < 0:
-            return "init", None
-        _, phase, it = self.phases[i]
-        return phase, it
-
-    def step_at(self, t_ns: int) -> StepWindow | None:
-        i = bisect.bisect_right([s.t0_ns for s in self.steps], t_ns) - 1
-        if i < 0:
-            return None
-        s = self.steps[i]
-        return s if s.t1_ns is None or t_ns <= s.t1_ns else None
 
 
 # --------------------------------------------------------------------------- FR -> TraceEntry
@@ -376,18 +310,37 @@ def build_trace(
     `deferred`, when given, receives one flag per entry: True when the program does not
     wait on that work at the point it is issued (see `waiting_entry`).
     """
-    rows: list[tuple[int, int, TraceEntry, bool]] = []  # (time_created_ns, tiebreak, entry, deferred)
+    rows = _fr_rows(fr, marks) + [_p2p_row(p, marks) for p in marks.p2p]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    trace = [r[2] for r in rows]
+    if deferred is not None:
+        deferred[:] = [r[3] for r in rows]
+    # Gloo's FR does not time completions: approximate a completed collective's t_done by
+    # the next issue on this rank (or the end of the record), an upper bound for sync ops.
+    end = (t_end_ns - marks.t0_ns) / 1e9 if t_end_ns is not None else None
+    for k, entry in enumerate(trace):
+        if entry.completed and entry.t_done is None:
+            nxt = trace[k + 1].t_issue if k + 1 < len(trace) else end
+            entry.t_done = max(entry.t_issue, nxt) if nxt is not None else entry.t_issue
+    return trace
+
+
+_Row = tuple[int, int, TraceEntry, bool]  # (time_created_ns, tiebreak, entry, deferred)
+
+
+def _fr_rows(fr: dict[str, Any] | None, marks: Marks) -> list[_Row]:
+    """The collectives FR recorded, labelled from their frames and the program's marks."""
+    rows: list[_Row] = []
     zero_index = 0
     for e in (fr or {}).get("entries", []):
         if e.get("is_p2p"):
-            continue  # p2p entries come from the worker (NCCL's FR has them, Gloo's does not)
+            continue  # p2p entries come from the program's marks (NCCL's FR has them, Gloo's does not)
         t_ns = int(e["time_created_ns"])
         op = _op_name(e["profiling_name"])
         dtypes = e.get("input_dtypes") or []
         dtype = _FR_DTYPES.get(dtypes[0], dtypes[0].lower()) if dtypes else NO_DTYPE
         numel = _numel(e.get("input_sizes") or [])
-        frames = resolve_frames(e.get("frames") or [])
-        origin = classify(frames, dtype) or "unknown"
+        origin = classify(resolve_frames(e.get("frames") or []), dtype) or "unknown"
         step = None
         if origin == "user":
             step = marks.step_at(t_ns)
@@ -403,19 +356,10 @@ def build_trace(
         if origin.startswith("zero."):
             zero_index += 1
         entry = TraceEntry(
-            seq=int(e["collective_seq_id"]),
-            op=op,
-            numel=numel,
-            dtype=dtype,
-            group=group,
-            group_size=marks.group_sizes.get(group, 0),
-            origin=origin,
-            reduce_op=_reduce_op(op, origin, step),
-            root=root,
-            async_op=step.async_op if step is not None else origin in _ASYNC,
-            phase=phase,
-            iteration=it if phase == "loop" else None,
-            t_issue=(t_ns - marks.t0_ns) / 1e9,
+            seq=int(e["collective_seq_id"]), op=op, numel=numel, dtype=dtype, group=group,
+            group_size=marks.group_sizes.get(group, 0), origin=origin, reduce_op=_reduce_op(op, origin, step),
+            root=root, async_op=step.async_op if step is not None else origin in _ASYNC, phase=phase,
+            iteration=it if phase == "loop" else None, t_issue=(t_ns - marks.t0_ns) / 1e9,
             completed=bool(e.get("retired")),
         )
         if step is not None:
@@ -425,37 +369,28 @@ def build_trace(
         else:
             later = origin in FIRE_AND_FORGET
         rows.append((t_ns, int(e.get("record_id", 0)), entry, later))
-    for p in marks.p2p:
-        phase, it = marks.phase_at(p.t_ns)
-        entry = TraceEntry(
-            seq=p.seq,
-            op=p.op,
-            numel=p.numel,
-            dtype=p.dtype,
-            group="WORLD",
-            group_size=marks.group_sizes.get("WORLD", 0),
-            origin=p.label,
-            peer=p.peer,
-            async_op=p.async_op,
-            phase=phase,
-            iteration=it if phase == "loop" else None,
-            t_issue=(p.t_ns - marks.t0_ns) / 1e9,
-            t_done=None if p.t_done_ns is None else (p.t_done_ns - marks.t0_ns) / 1e9,
-            completed=p.t_done_ns is not None,
-        )
-        rows.append((p.t_ns, -1, entry, p.async_op and p.wait == "end_of_iteration" and not marks.waiting_pending))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    trace = [r[2] for r in rows]
-    if deferred is not None:
-        deferred[:] = [r[3] for r in rows]
-    # Gloo's FR does not time completions: approximate a completed collective's t_done by
-    # the next issue on this rank (or the end of the record), an upper bound for sync ops.
-    end = (t_end_ns - marks.t0_ns) / 1e9 if t_end_ns is not None else None
-    for k, entry in enumerate(trace):
-        if entry.completed and entry.t_done is None:
-            nxt = trace[k + 1].t_issue if k + 1 < len(trace) else end
-            entry.t_done = max(entry.t_issue, nxt) if nxt is not None else entry.t_issue
-    return trace
+    return rows
+
+
+def _p2p_row(p: P2PRecord, marks: Marks) -> _Row:
+    phase, it = marks.phase_at(p.t_ns)
+    entry = TraceEntry(
+        seq=p.seq,
+        op=p.op,
+        numel=p.numel,
+        dtype=p.dtype,
+        group="WORLD",
+        group_size=marks.group_sizes.get("WORLD", 0),
+        origin=p.label,
+        peer=p.peer,
+        async_op=p.async_op,
+        phase=phase,
+        iteration=it if phase == "loop" else None,
+        t_issue=(p.t_ns - marks.t0_ns) / 1e9,
+        t_done=None if p.t_done_ns is None else (p.t_done_ns - marks.t0_ns) / 1e9,
+        completed=p.t_done_ns is not None,
+    )
+    return (p.t_ns, -1, entry, p.async_op and p.wait == "end_of_iteration" and not marks.waiting_pending)
 
 
 def first_pending(trace: list[TraceEntry]) -> TraceEntry | None:
@@ -471,73 +406,3 @@ def waiting_entry(trace: list[TraceEntry], deferred: list[bool]) -> TraceEntry |
     user async work that is never waited, or deferred to the end of the iteration."""
     pending = [(e, d) for e, d in zip(trace, deferred, strict=True) if not e.completed]
     return next((e for e, d in pending if not d), pending[0][0] if pending else None)
-
-
-# --------------------------------------------------------------------------- errors
-def categorise(exc: BaseException) -> RankError:
-    """RankError (type, message, category) for an exception a rank raised."""
-    msg = str(exc)
-    name = type(exc).__name__
-    if isinstance(exc, RuntimeError) and (
-        "exhausted all inputs" in msg or "Detected at least one rank that exhausted inputs" in msg
-    ):
-        cat = "join_early_termination"
-    elif "closed by peer" in msg or "reset by peer" in msg or "Broken pipe" in msg or "Connection refused" in msg:
-        cat = "peer_lost"
-    elif "Timed out" in msg or "timed out" in msg or isinstance(exc, TimeoutError):
-        cat = "timeout"
-    elif _raised_in_model(exc):
-        cat = "model"
-    else:
-        cat = "other"
-    return RankError(type=name, message=msg, category=cat)
-
-
-def _raised_in_model(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    last = None
-    while tb is not None:
-        last = tb.tb_frame.f_code.co_filename
-        tb = tb.tb_next
-    if last is None:
-        return False
-    last = last.replace(os.sep, "/")
-    return last.endswith(
-        ("nn/parallel/distributed.py", "optim/zero_redundancy_optimizer.py", "torch/distributed/utils.py")
-    )
-
-
-# --------------------------------------------------------------------------- crash capture
-_TERMINATE_KEEP: list[Any] = []
-
-
-def install_terminate_hook(callback: Callable[[], None]) -> bool:
-    """Run `callback` when C++ calls std::terminate (e.g. gloo::EnforceNotMet escaping a
-    Gloo I/O thread), then chain to the previous handler, which prints
-    ``terminate called after throwing ... what(): ...`` and aborts (SIGABRT) as before.
-
-    Returns False when libstdc++'s std::set_terminate cannot be found.
-    """
-    try:
-        lib = ctypes.CDLL("libstdc++.so.6")
-        set_terminate = lib._ZSt13set_terminatePFvvE
-    except (OSError, AttributeError):
-        return False
-    handler_t = ctypes.CFUNCTYPE(None)
-    set_terminate.restype = ctypes.c_void_p
-    set_terminate.argtypes = [ctypes.c_void_p]
-    previous: list[int | None] = [None]
-
-    def on_terminate() -> None:
-        try:
-            callback()
-        except BaseException:  # noqa: BLE001 - nothing may escape into C++
-            pass
-        if previous[0]:
-            handler_t(previous[0])()
-        os.abort()
-
-    cb = handler_t(on_terminate)
-    _TERMINATE_KEEP.append(cb)
-    previous[0] = set_terminate(ctypes.cast(cb, ctypes.c_void_p))
-    return True

@@ -1,4 +1,4 @@
-"""One rank of a scenario on real torch.distributed: builds the objects, runs the program.
+"""One rank of a scenario on real torch.distributed: the process around its program.
 
 Run by `real_backend.launch` (one process per rank, env:// rendezvous, control over stdin)
 or directly under torchrun::
@@ -6,9 +6,9 @@ or directly under torchrun::
     torchrun --nproc-per-node 2 -m real_backend.worker scenario.toml --out results/
 
 The program is exactly docs/scenarios.md: init the process group, create the groups in
-file order, build the DDP chain model, the optimizer (optionally ZeRO), the custom
-joinables, then ``with Join([...], enable, throw_on_early_termination, **kwargs)`` (or no
-context) run the loop steps for each of this rank's inputs, then the `after` steps, then
+file order, then the actions `simdist.program` makes of the scenario (the DDP chain model,
+the optimizer, the custom joinables, ``with Join([...], ...)``, the loop steps for each of
+this rank's inputs, the `after` steps), executed by `real_backend.torchrank`; then
 `on_finish`. Each rank writes ``rank<r>.json`` (a RankResult plus extras) to the output
 directory: when its program ends, when it raises, when C++ terminates it (Gloo abort), or
 when the launcher's watchdog tells it that the run hangs.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import sys
@@ -35,8 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from real_backend.record import FR_BUFFER_SIZE, FR_ENV, Marks, P2PRecord, StepWindow
-from simdist.vocab import reduce_op_of, root_of
+from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 
 EXIT_OK, EXIT_ERROR, EXIT_HANG = 0, 1, 3
 PROGRESS_PERIOD_S = 0.1
@@ -50,6 +48,9 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 class Worker:
+    """A rank's process around its program (`TorchRank`): progress for the watchdog, the
+    control channel, and the result file, whichever way the program ends."""
+
     def __init__(self, scenario: Any, rank: int, world_size: int, local_rank: int, out: Path, control: str):
         self.s = scenario
         self.rank = rank
@@ -58,33 +59,22 @@ class Worker:
         self.out = out
         self.control = control
         self.t0_ns = time.time_ns()
-        self.marks = Marks(t0_ns=self.t0_ns)
-        self.marks.group_sizes = {"WORLD": world_size, **{g.name: len(g.ranks) for g in scenario.groups}}
+        self.prog: Any = None  # the TorchRank, once torch is imported
         self.lock = threading.Lock()
         self.written = False
         self.finished = False  # the program is over (completed or raised)
-        self.dist_ready = False
-        self.counter = 0  # bumped at every step/iteration boundary: the watchdog's progress signal
-        self.busy = False  # in a compute/sleep step: counts as progress
-        self.starting = True  # importing torch / in the rendezvous: counts as progress (bounded)
-        self.iteration: int | None = None
-        self.inputs_processed = 0
-        self.observed: dict[str, list[Any]] = {}
-        self.pending: list[tuple[Any, Any]] = []  # (work, on_done) waited at end of iteration
-        self.unwaited: list[Any] = []  # async work never waited (kept alive)
-        self.p2p_seq = 0
-        self.loss: Any = None
-        self.ddp: Any = None
-        self.optimizer: Any = None
-        self.joinables: dict[str, Any] = {}
-        self.groups: dict[str, Any] = {}
-        self.device: Any = None
-        self.store: Any = None
-        self.pg_timeout_s = float(scenario.timeout_s) + 60.0
+
+    @property
+    def store(self) -> Any:
+        return self.prog.store if self.prog is not None else None
+
+    @property
+    def dist_ready(self) -> bool:
+        return self.prog is not None and self.prog.dist_ready
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> None:
-        from real_backend.record import categorise, install_terminate_hook
+        from real_backend.failure import categorise, install_terminate_hook
 
         install_terminate_hook(self._on_terminate)
         threading.Thread(target=_warm_symbolizer, name="simdist-warmup", daemon=True).start()
@@ -93,7 +83,10 @@ class Worker:
             threading.Thread(target=self._control_loop, name="simdist-control", daemon=True).start()
         status, error = "completed", None
         try:
-            self.program()
+            from real_backend.torchrank import TorchRank  # imports torch
+
+            self.prog = TorchRank(self.s, self.rank, self.world_size, self.local_rank, self.t0_ns)
+            self.prog.run()
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             status, error = "error", categorise(exc)
         self.finished = True
@@ -140,18 +133,6 @@ class Worker:
                 return
             time.sleep(PROGRESS_PERIOD_S)
 
-    def _setup_barrier(self) -> None:
-        """Store-only barrier (invisible to the Flight Recorder): nobody starts the loop, and so
-        nobody can finish and exit, before every rank has built its objects. Without it a rank
-        with nothing to do may exit while a peer is still constructing, which makes real runs
-        nondeterministic. Gives up after a while (a rank that failed in setup never arrives)."""
-        if self.store is None:
-            return
-        with contextlib.suppress(Exception):
-            if int(self.store.add("simdist/setup_done", 1)) >= self.world_size:
-                self.store.set("simdist/all_set_up", "1")
-            self.store.wait(["simdist/all_set_up"], datetime.timedelta(seconds=min(self.s.timeout_s, 30)))
-
     def _announce_end(self) -> None:
         if self.store is not None:
             with contextlib.suppress(Exception):
@@ -161,8 +142,11 @@ class Worker:
     def _fingerprint(self) -> tuple:
         from real_backend.record import fr_progress
 
-        fr = fr_progress() if self.dist_ready else ()
-        return (self.counter, fr, time.monotonic_ns() if self.busy else 0)
+        p = self.prog
+        if p is None:
+            return (0, (), 0)
+        fr = fr_progress() if p.dist_ready else ()
+        return (p.counter, fr, time.monotonic_ns() if p.busy else 0)
 
     def _progress_loop(self) -> None:
         last: Any = None
@@ -174,9 +158,9 @@ class Worker:
             state = "done" if self.finished else "running"
             doc = {
                 "fp": repr(fp),
-                "iteration": self.iteration,
+                "iteration": self.prog.iteration if self.prog is not None else None,
                 "state": state,
-                "starting": self.starting,
+                "starting": self.prog is None or self.prog.starting,
                 "pid": os.getpid(),
             }
             if doc != last:
@@ -203,7 +187,8 @@ class Worker:
                             v = None
                         if others.get(r) != v:
                             others[r], changed = v, True
-                if changed or (self.starting and time.monotonic() - started < STARTUP_LIMIT_S):
+                starting = self.prog is None or self.prog.starting
+                if changed or (starting and time.monotonic() - started < STARTUP_LIMIT_S):
                     last_change = time.monotonic()
                 if time.monotonic() - last_change > self.s.timeout_s:
                     self.write_result("hang", None)
@@ -236,26 +221,6 @@ class Worker:
         self.write_result("aborted", RankError("SIGABRT", "", "gloo_abort"), wait_retired=False)
 
     # ------------------------------------------------------------------ result
-    def _observed_snapshot(self) -> dict[str, Any]:
-        obs: dict[str, Any] = {k: list(v) for k, v in self.observed.items()}
-        for name, j in self.joinables.items():
-            kind = self.s.joinable_kind(name)
-            with contextlib.suppress(Exception):
-                if kind == "counter":
-                    obs[f"{name}.count"] = float(j.count.item())
-                    obs[f"{name}.max_count"] = float(j.max_count.item())
-                else:
-                    obs[f"{name}.total"] = float(j.total_sum)
-                    obs[f"{name}.post_hook_tensor"] = float(j.post_hook_tensor.item())
-        return obs
-
-    def _post_hook_root(self) -> int | None:
-        root = getattr(self.ddp, "_authoritative_rank", None) if self.ddp is not None else None
-        for j in self.joinables.values():
-            if root is None and j.last_common_rank is not None:
-                root = j.last_common_rank
-        return None if root is None else int(root)
-
     def write_result(self, status: str, error: Any, *, wait_retired: bool = True) -> None:
         from real_backend.record import build_trace, dump_fr, first_pending, waiting_entry
 
@@ -281,10 +246,12 @@ class Worker:
                 import pickle
 
                 (self.out / f"rank{self.rank}.fr.pkl").write_bytes(pickle.dumps(fr))
-            self.marks.post_hook_root = self._post_hook_root()
+            p = self.prog
+            if p is not None:
+                p.marks.post_hook_root = p.post_hook_root()
             t_end = time.time_ns()
             deferred: list[bool] = []
-            trace = build_trace(fr, self.marks, t_end, deferred)
+            trace = build_trace(fr, p.marks, t_end, deferred) if p is not None else []
             blocked = first_pending(trace) if status == "hang" else None
             waiting = waiting_entry(trace, deferred) if status == "hang" else None
             if error is not None and error.category in ("peer_lost", "timeout") and trace:
@@ -293,15 +260,15 @@ class Worker:
             doc = {
                 "rank": self.rank,
                 "status": status,
-                "inputs_processed": self.inputs_processed,
+                "inputs_processed": p.inputs_processed if p is not None else 0,
                 "error": asdict(error) if error is not None else None,
-                "observed": self._observed_snapshot(),
+                "observed": p.observed_snapshot() if p is not None else {},
                 "trace": [asdict(e) for e in trace],
                 "time": (t_end - self.t0_ns) / 1e9,
                 "blocked_in": asdict(blocked) if blocked is not None else None,
                 "waiting_in": asdict(waiting) if waiting is not None else None,
-                "warnings": [],
-                "iteration": self.iteration,
+                "warnings": list(p.warnings) if p is not None else [],
+                "iteration": p.iteration if p is not None else None,
                 "pid": os.getpid(),
                 "fr_entries": len(fr.get("entries", [])) if fr else 0,
             }
@@ -309,332 +276,6 @@ class Worker:
             self.written = True
         finally:
             self.lock.release()
-
-    # ------------------------------------------------------------------ the program
-    def _phase(self, phase: str, iteration: int | None) -> None:
-        self.marks.phases.append((time.time_ns(), phase, iteration))
-        self.counter += 1
-
-    def program(self) -> None:
-        import torch
-        import torch.distributed as dist
-        from torch.distributed.algorithms.join import Join
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from real_backend.joinables import AllReducer, Counter
-        from real_backend.model import ChainModel
-
-        s = self.s
-        torch.manual_seed(s.seed)
-        if s.backend == "nccl":
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-        else:
-            self.device = torch.device("cpu")
-        self._phase("init", None)
-        kw: dict[str, Any] = {}
-        if s.backend == "nccl":
-            kw["device_id"] = self.device
-        if os.environ.get("SIMDIST_HOSTED_STORE"):
-            # local launch: the launcher hosts the store (see launch._host_store)
-            kw["store"] = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.world_size,
-                                        is_master=False, timeout=datetime.timedelta(seconds=self.pg_timeout_s))
-        else:
-            kw["init_method"] = "env://"
-        dist.init_process_group(
-            backend=s.backend,
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=datetime.timedelta(seconds=self.pg_timeout_s),
-            **kw,
-        )
-        self.dist_ready = True
-        with contextlib.suppress(Exception):
-            self.store = dist.distributed_c10d._get_default_store()
-        world = dist.group.WORLD
-        self._name_pg(world, "WORLD")
-        for g in s.groups:
-            # new_group does not inherit init_process_group's timeout (30 min default otherwise)
-            pg = dist.new_group(g.ranks, group_desc=g.name, timeout=datetime.timedelta(seconds=self.pg_timeout_s))
-            if self.rank in g.ranks:
-                self.groups[g.name] = pg
-                self._name_pg(pg, g.name)
-
-        if s.model is not None:
-            module = ChainModel(s.model, self.device)
-            opts: dict[str, Any] = {}
-            if not s.model.broadcast_buffers:  # passed only when set: the default warns in torch 2.13
-                opts["broadcast_buffers"] = False
-            if s.model.bucket_cap_mb is not None:  # None: torch's default (25 MiB, 1 MiB first bucket)
-                opts["bucket_cap_mb"] = s.model.bucket_cap_mb
-            self.ddp = DDP(
-                module,
-                device_ids=[self.local_rank] if s.backend == "nccl" else None,
-                find_unused_parameters=s.model.find_unused_parameters,
-                gradient_as_bucket_view=s.model.gradient_as_bucket_view,
-                **opts,
-            )
-        if s.optimizer is not None:
-            cls = torch.optim.SGD if s.optimizer.kind == "sgd" else torch.optim.Adam
-            params = list(self.ddp.parameters()) if self.ddp is not None else [torch.nn.Parameter(torch.zeros(1))]
-            if s.optimizer.zero:
-                from torch.distributed.optim import ZeroRedundancyOptimizer
-
-                self.optimizer = ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=s.optimizer.lr)
-                self.marks.zero_roots = [
-                    r
-                    for r, groups in enumerate(self.optimizer._partition_parameters())
-                    for pg in groups
-                    for _ in pg["params"]
-                ]
-            else:
-                self.optimizer = cls(params, lr=s.optimizer.lr)
-        for j in s.joinables:
-            if j.kind not in ("counter", "allreducer"):
-                raise RuntimeError(f"joinable kind '{j.kind}' has no real implementation (only counter, allreducer)")
-            pg = world if j.group == "WORLD" else self.groups.get(j.group, world)
-            self.joinables[j.name] = (Counter if j.kind == "counter" else AllReducer)(self.device, pg)
-
-        self._setup_barrier()
-        if s.join is not None:
-            objs = [self._joinable(n) for n in s.join.joinables]
-            ctx: Any = Join(
-                objs,
-                enable=s.join.enabled,
-                throw_on_early_termination=s.join.throw_on_early_termination,
-                **s.join.kwargs,
-            )
-            self.marks.join_enabled = s.join.enabled
-        else:
-            ctx = contextlib.nullcontext()
-
-        count = s.counts()[self.rank]
-        self.starting = False  # setup (symmetric on all ranks) is over; from here on silence is a hang
-        with ctx:
-            for i in range(count):
-                self.iteration = i
-                self._phase("loop", i)
-                for k, st in enumerate(s.loop):
-                    if st.applies(self.rank, i):
-                        self._step(st, "loop", k, i)
-                self._wait_pending()
-                self.loss = None
-                self.inputs_processed += 1
-            if s.join is not None:
-                self._phase("join_exit", None)
-        self.iteration = None
-        self._phase("after", None)
-        for k, st in enumerate(s.after):
-            if st.applies(self.rank, None):
-                self._step(st, "after", k, None)
-        self._wait_pending()
-        self.counter += 1
-
-    def _name_pg(self, pg: Any, name: str) -> None:
-        import torch.distributed as dist
-
-        with contextlib.suppress(Exception):
-            self.marks.pg_names[str(dist.distributed_c10d._get_process_group_name(pg))] = name
-
-    def _joinable(self, name: str) -> Any:
-        if name == "ddp":
-            return self.ddp
-        if name == "zero":
-            return self.optimizer
-        return self.joinables[name]
-
-    def _wait_pending(self) -> None:
-        pending, self.pending = self.pending, []
-        self.marks.waiting_pending = True
-        for work, on_done in pending:
-            work.wait()
-            on_done()
-        self.marks.waiting_pending = False
-        if pending:
-            self.counter += 1
-
-    # ------------------------------------------------------------------ steps
-    def _step(self, st: Any, section: str, k: int, i: int | None) -> None:
-        self.counter += 1
-        kind = st.kind
-        if kind in ("compute", "sleep"):
-            self.busy = True
-            try:
-                time.sleep(st.seconds)
-            finally:
-                self.busy = False
-        elif kind == "forward":
-            x = self._tensor(1, self.s.model.dtype, 1.0, i)
-            if st.no_sync:
-                with self.ddp.no_sync():
-                    self.loss = self.ddp(x).sum()
-            else:
-                self.loss = self.ddp(x).sum()
-        elif kind == "backward":
-            if self.loss is None:
-                raise RuntimeError(f"{section}[{k}]: backward without a forward earlier in this iteration")
-            loss, self.loss = self.loss, None
-            loss.backward()
-            if self.s.model.observe_grad:
-                g = next(iter(self.ddp.module.parameters())).grad
-                self.observed.setdefault("ddp.grad", []).append(None if g is None else float(g.flatten()[0].item()))
-        elif kind == "optimizer_step":
-            self.optimizer.step()
-            self.optimizer.zero_grad()
-        elif kind == "joinable_call":
-            j = self.joinables[st.joinable]
-            if self.s.joinable_kind(st.joinable) == "counter":
-                j()
-            else:
-                n = getattr(st, "num_allreduces", None)
-                if n is None:
-                    n = int(self.s.join.kwargs.get("num_allreduces", 1)) if self.s.join is not None else 1
-                j(n)
-        elif kind == "collective":
-            self._user_collective(st, self._label(st, section, k), i)
-        elif kind == "p2p":
-            self._p2p(st, self._label(st, section, k), i)
-        self.counter += 1
-
-    @staticmethod
-    def _label(st: Any, section: str, k: int) -> str:
-        name = getattr(st, "name", None)
-        return f"user.{name}" if name else f"user.{section}[{k}]"
-
-    def _tensor(self, numel: int, dtype: str, value: Any, i: int | None) -> Any:
-        import torch
-
-        from real_backend.model import torch_dtype
-
-        if value == "rank":
-            v: float = self.rank
-        elif value == "iteration":
-            v = i if i is not None else -1
-        else:
-            v = value
-        return torch.full((numel,), v, dtype=torch_dtype(dtype), device=self.device)
-
-    def _observe(self, name: str | None, result: Any) -> None:
-        if name is None:
-            return
-        if result is None or result.numel() > 64:
-            value = None
-        else:
-            vals = result.detach().cpu().flatten().tolist()
-            value = vals if len(vals) != 1 else vals[0]
-        self.observed.setdefault(name, []).append(value)
-
-    def _user_collective(self, st: Any, label: str, i: int | None) -> None:
-        """A raw collective step. The recorder recognises this function in FR frames."""
-        import torch
-        import torch.distributed as dist
-
-        members = self.s.group_ranks(st.group)
-        if self.rank not in members:
-            return  # not a member: torch would skip it too
-        group = None if st.group == "WORLD" else self.groups[st.group]
-        gs = len(members)
-        op = st.op
-        t = self._tensor(st.numel, st.dtype, st.value, i)
-        rop = getattr(dist.ReduceOp, st.reduce_op.upper())
-        a = st.async_op
-        result: Any = t
-        outs: list[Any] | None = None
-        win = StepWindow(
-            time.time_ns(),
-            None,
-            label,
-            op,
-            st.numel,
-            st.dtype,
-            reduce_op_of(op, st.reduce_op),
-            root_of(op, st.root),
-            a,
-            st.wait,
-        )
-        self.marks.steps.append(win)
-        if op == "all_reduce":
-            work = dist.all_reduce(t, op=rop, group=group, async_op=a)
-        elif op == "broadcast":
-            work = dist.broadcast(t, src=st.root, group=group, async_op=a)
-        elif op == "all_gather":
-            outs = [torch.empty_like(t) for _ in range(gs)]
-            work = dist.all_gather(outs, t, group=group, async_op=a)
-            result = None
-        elif op == "reduce_scatter":
-            result = torch.empty(st.numel // gs, dtype=t.dtype, device=t.device)
-            work = dist.reduce_scatter_single(result, t, op=rop, group=group, async_op=a)
-        elif op == "reduce":
-            work = dist.reduce(t, dst=st.root, op=rop, group=group, async_op=a)
-            result = t  # non-root: whatever the backend left in the input (Gloo uses it as scratch)
-        elif op == "gather":
-            outs = [torch.empty_like(t) for _ in range(gs)] if self.rank == st.root else None
-            work = dist.gather(t, outs, dst=st.root, group=group, async_op=a)
-            result = None
-        elif op == "scatter":
-            result = torch.empty(st.numel // gs, dtype=t.dtype, device=t.device)
-            chunks = list(t.chunk(gs)) if self.rank == st.root else None
-            work = dist.scatter(result, chunks, src=st.root, group=group, async_op=a)
-        elif op == "all_to_all":
-            result = torch.empty_like(t)
-            work = dist.all_to_all_single(result, t, group=group, async_op=a)
-        else:  # barrier
-            work = dist.barrier(group=group, async_op=a)
-            result = None
-        win.t1_ns = time.time_ns()
-
-        def done() -> None:
-            r = torch.cat(outs) if outs is not None else result
-            self._observe(st.observe, r)
-
-        if a and st.wait == "never":
-            self.unwaited.append(work)  # never waited, nothing observed
-        elif a and st.wait == "end_of_iteration" and i is not None:
-            self.pending.append((work, done))
-        else:  # sync, or waited now (in `after`, end_of_iteration means now)
-            if a:
-                work.wait()
-            done()
-
-    def _p2p(self, st: Any, label: str, i: int | None) -> None:
-        import torch.distributed as dist
-
-        if self.rank not in (st.src, st.dst):
-            return
-        sending = self.rank == st.src
-        t = self._tensor(st.numel, st.dtype, st.value if sending else 0, i)
-        self.p2p_seq += 1
-        rec = P2PRecord(
-            time.time_ns(),
-            "send" if sending else "recv",
-            st.numel,
-            st.dtype,
-            st.dst if sending else st.src,
-            label,
-            not st.blocking,
-            self.p2p_seq,
-            wait=st.wait,
-        )
-        self.marks.p2p.append(rec)
-
-        def done() -> None:
-            rec.t_done_ns = time.time_ns()
-            if not sending:
-                self._observe(st.observe, t)
-
-        if st.blocking:
-            if sending:
-                dist.send(t, dst=st.dst, tag=st.tag)
-            else:
-                dist.recv(t, src=st.src, tag=st.tag)
-            done()
-            return
-        work = dist.isend(t, dst=st.dst, tag=st.tag) if sending else dist.irecv(t, src=st.src, tag=st.tag)
-        if st.wait == "end_of_iteration" and i is not None:
-            self.pending.append((work, done))
-        else:
-            work.wait()
-            done()
 
 
 def _warm_symbolizer() -> None:
@@ -656,12 +297,12 @@ def _json_default(o: Any) -> Any:
 
 
 def load_any(path: str) -> Any:
-    """A scenario from .toml (load_scenario) or .json (parse_scenario)."""
+    """A scenario the real backend can run, from .toml (load_scenario) or .json (parse_scenario)."""
     from simdist.scenario import load_scenario, parse_scenario
 
     if path.endswith(".json"):
-        return parse_scenario(json.loads(Path(path).read_text()), source=path)
-    return load_scenario(path)
+        return parse_scenario(json.loads(Path(path).read_text()), source=path, target="real")
+    return load_scenario(path, target="real")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -676,7 +317,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     os.environ.setdefault(FR_ENV, FR_BUFFER_SIZE)
-    scenario = load_any(args.scenario)
+    from simdist.errors import ScenarioError
+
+    try:
+        scenario = load_any(args.scenario)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     if world_size != scenario.world_size:

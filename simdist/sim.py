@@ -9,9 +9,10 @@ import simpy
 
 from simdist.engine.core import CostLike, Engine, RankRaised
 from simdist.network.cost import CostModel
-from simdist.program import RankOutcome, RankProgram
 from simdist.report import RankError, RankResult, Report, overall_outcome
-from simdist.scenario import WORLD, Scenario
+from simdist.scenario import Scenario
+from simdist.simrank import RankOutcome, SimRank
+from simdist.vocab import WORLD
 
 
 class AlphaBeta:
@@ -42,7 +43,7 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
     groups = {WORLD: list(range(scenario.world_size))}
     groups.update({g.name: list(g.ranks) for g in scenario.groups})
     engine = Engine(scenario.world_size, groups, cost or default_cost(scenario), scenario.backend)
-    programs = [RankProgram(scenario, engine, r) for r in range(scenario.world_size)]
+    programs = [SimRank(scenario, engine, r) for r in range(scenario.world_size)]
     status: dict[int, str] = {}
     errors: dict[int, RankError] = {}
     end_time: dict[int, float] = {}

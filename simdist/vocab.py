@@ -1,8 +1,9 @@
 """The names simdist's simulator, real backend, checker and cost model share, defined once.
 
 Every other module imports these instead of spelling its own set: which ops are rooted
-or reducing, what each backend supports, dtype sizes, finding kinds, origin labels,
-joinable kinds, run statuses. A name that is not declared here is a bug (a test checks
+or reducing, what each backend supports, dtype sizes, finding kinds, origin labels, the
+model joinables (the `[[joinables]]` kinds are in `simdist.torchmodels.registry`), run
+statuses. A name that is not declared here is a bug (a test checks
 that the simulator and the real recorder emit only declared origins and finding kinds).
 """
 
@@ -24,7 +25,9 @@ class OpInfo:
     `rooted`: has a root rank (broadcast src, reduce/gather dst, scatter src), which must
     agree across ranks. `reducing`: takes a ReduceOp. `p2p`: point-to-point (paired by
     peer and tag, not by the group's collective sequence). `backends`: where torch 2.13
-    implements it for CPU (gloo) or CUDA (nccl) tensors.
+    implements it for CPU (gloo) or CUDA (nccl) tensors. `torch_name`: the torch.distributed
+    function a scenario step issues it with, where that is named otherwise (torch's warnings
+    name the function, e.g. "Running all_to_all_single on global rank ...").
     """
 
     name: str
@@ -32,17 +35,23 @@ class OpInfo:
     reducing: bool = False
     p2p: bool = False
     backends: frozenset[str] = frozenset({"gloo", "nccl"})
+    torch_name: str = ""
+
+    @property
+    def function(self) -> str:
+        """The torch.distributed function that issues this op from a scenario step."""
+        return self.torch_name or self.name
 
 
 _OPS = (
     OpInfo("all_reduce", reducing=True),
     OpInfo("broadcast", rooted=True),
     OpInfo("all_gather"),
-    OpInfo("reduce_scatter", reducing=True),
+    OpInfo("reduce_scatter", reducing=True, torch_name="reduce_scatter_single"),
     OpInfo("reduce", rooted=True, reducing=True),
     OpInfo("gather", rooted=True),
     OpInfo("scatter", rooted=True),
-    OpInfo("all_to_all"),
+    OpInfo("all_to_all", torch_name="all_to_all_single"),
     OpInfo("barrier"),
     OpInfo("send", p2p=True),
     OpInfo("recv", p2p=True),
@@ -107,6 +116,9 @@ def dtype_bytes(dtype: str) -> int:
 
 
 # --------------------------------------------------------------------------- run results
+# Observed values (`observe = ...`) carry elements for results of at most this many; larger
+# ones are reported as null, on both sides (the simulator carries explicit values that far).
+OBSERVED_MAX_NUMEL = 64
 Status = Literal["completed", "error", "hang", "aborted"]
 Outcome = Literal["completed", "hang", "error"]
 STATUSES: tuple[str, ...] = ("completed", "error", "hang", "aborted")
@@ -127,10 +139,11 @@ CHECKER_KINDS: tuple[str, ...] = ("hang", "p2p_unmatched", "deadlock", "peer_exi
 FINDING_KINDS: tuple[str, ...] = MISMATCH_KINDS + CHECKER_KINDS
 
 # --------------------------------------------------------------------------- joinables
-# Built-in joinable kinds. "ddp" and "zero" are the scenario's model and optimizer; the rest
-# are declared in [[joinables]]. Custom kinds are added through the joinable registry.
+# The scenario's model and optimizer when named in [join].joinables; [[joinables]] kinds are
+# named by the joinable registry (simdist.torchmodels.registry), which may not reuse these.
 MODEL_JOINABLES: tuple[str, ...] = ("ddp", "zero")
-BUNDLED_JOINABLES: tuple[str, ...] = ("counter", "allreducer")
+# What AllReducer raises when no rank was the last joiner (torch's test: `assert common_rank >= 0`).
+NO_COMMON_RANK = "no last joiner: common rank is -1"
 
 # --------------------------------------------------------------------------- origins
 # Every origin label either side may emit for a collective that torch components issue.

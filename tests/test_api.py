@@ -40,14 +40,7 @@ def test_every_public_name_is_its_defining_modules_object():
     assert set(simdist._EXPORTS) <= set(dir(simdist))
 
 
-# simdist/torchmodels is reworked in the joinables branch (a registry naming each kind's
-# simulator and real implementation); its register_joinable gets its docstring there.
-_UNDOCUMENTED_UNTIL_MERGE = {"register_joinable"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="documented in the joinables branch"))
-    if n in _UNDOCUMENTED_UNTIL_MERGE else n for n in sorted(simdist._EXPORTS)])
+@pytest.mark.parametrize("name", sorted(simdist._EXPORTS))
 def test_every_public_name_says_what_it_is_for(name):
     doc = (getattr(simdist, name).__doc__ or "").strip()
     assert doc and not doc.startswith(f"{name}("), f"simdist.{name} has no docstring (a dataclass's is its signature)"

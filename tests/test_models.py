@@ -13,7 +13,8 @@ from simdist.engine.values import Payload
 from simdist.scenario import parse_scenario
 from simdist.sim import simulate
 from simdist.torchmodels.buckets import compute_bucket_assignment_by_size
-from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.torchmodels.join import Join, JoinHook
+from simdist.torchmodels.joinables import ScenarioJoinable
 from simdist.torchmodels.registry import JOINABLE_KINDS, register_joinable
 from simdist.torchmodels.zero import partition_parameters
 
@@ -191,17 +192,14 @@ def test_zero_before_ddp_misaligns_shadow_sequence():
     assert rep.findings  # the joined rank's heartbeat pairs with something else
 
 
-class Tally(Joinable):
+class Tally(ScenarioJoinable):
     """A user joinable: each call all-reduces its rank; the hook shadows with zeros."""
 
-    kind = "tally"
-
     def __init__(self, dist, name, group="WORLD"):
-        super().__init__(dist, group)
-        self.name = name
+        super().__init__(dist, name, group)
         self.total = 0.0
 
-    def call(self, num_allreduces=None) -> Generator[Any, Any, None]:
+    def call(self, num_allreduces) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
         res = yield from self.dist.all_reduce(Payload.full(1, "float32", self.dist.rank + 1), origin="user.tally")
         self.total += res.item()
@@ -241,3 +239,30 @@ def test_rebuilt_layout_comes_from_rank_0_even_with_no_inputs():
     assert sizes == [8, 8]
     rebuild = [e.numel for e in rep.ranks[1].trace if e.origin == "ddp.pre_forward.rebuild_buckets"]
     assert rebuild == [3, 1]
+
+
+@pytest.mark.parametrize(("cls", "error"), [
+    # torch's test AllReducer asserts a last joiner exists (real_backend/joinables.py raises the same)
+    ("allreducer", ("AssertionError", "no last joiner: common rank is -1")),
+    # the tutorial Counter does not check: it broadcasts from -1, which ProcessGroupGloo refuses
+    ("counter", ("RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: -1")),
+])
+def test_post_hook_when_no_rank_was_the_last_joiner(cls, error):
+    from simdist.engine.core import Engine, RankRaised
+    from simdist.sim import AlphaBeta
+    from simdist.torchmodels.dist import Dist
+
+    engine = Engine(2, {"WORLD": [0, 1]}, AlphaBeta())
+    raised = {}
+
+    def rank(r):
+        hook = JOINABLE_KINDS[cls].sim(Dist(engine, r), "j").join_hook(sync_max_count=True, run_post_hooks=True)
+        try:
+            yield from hook.post_hook(False)
+        except RankRaised as e:
+            raised[r] = (e.error.type, e.error.message, e.error.category)
+
+    for r in range(2):
+        engine.env.process(rank(r))
+    engine.env.run()
+    assert raised == {0: (*error, "other"), 1: (*error, "other")}

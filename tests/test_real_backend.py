@@ -280,3 +280,25 @@ def test_host_errors_are_one_line():
 
 
 # Sim-vs-real agreement on every bundled scenario lives in tests/test_fidelity.py.
+
+
+def test_warnings_the_program_shows_agree_with_the_simulator(tmp_path):
+    # A rank outside a group: torch warns once per op and communicates nothing; DDP given
+    # broadcast_buffers warns once. The real report keeps what Python showed on the rank's main
+    # thread; the simulator's models issue the same texts.
+    from simdist.compare import compare_reports
+    from simdist.sim import simulate
+
+    s, report, _ = _run("non_members", tmp_path)
+    _check_expect(s, report)
+    sim = simulate(s)
+    assert compare_reports(sim, report).agree
+    assert [r.warnings for r in report.ranks] == [r.warnings for r in sim.ranks]
+    outsider = report.ranks[2]
+    functions = ["all_reduce", "broadcast", "all_gather", "reduce_scatter_single", "reduce", "gather", "scatter",
+                 "all_to_all_single", "barrier"]
+    assert outsider.warnings[1:] == [f"Running {f} on global rank 2 which does not belong to the given group."
+                                     for f in functions]
+    assert outsider.warnings[0].startswith("`broadcast_buffers` is deprecated")
+    assert outsider.trace == [e for e in outsider.trace if e.group == "WORLD"] and "ar" not in outsider.observed
+    assert report.ranks[0].observed["ar"] == [2.0, 2.0]

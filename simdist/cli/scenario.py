@@ -17,7 +17,7 @@ from rich.table import Table
 
 from simdist.cli.console import bad_input, exit_on, out, say
 from simdist.report import Report
-from simdist.scenario import Scenario, load_scenario
+from simdist.scenario import Scenario, Target, load_scenario
 
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the machine-readable report (docs/report.md)")]
@@ -25,9 +25,10 @@ TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (defaul
 _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
 
-def _load(path: Path) -> Scenario:
+def _load(path: Path, target: Target = "sim") -> Scenario:
+    """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
     with bad_input():
-        return load_scenario(path)
+        return load_scenario(path, target)
 
 
 def print_report(report: Report, title: str | None = None) -> None:
@@ -105,7 +106,7 @@ def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
 
 def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
-    s = _load(scenario)
+    s = _load(scenario, "real")
     report_and_exit(_run_real(s, timeout, json_), s, json_)
 
 
@@ -116,7 +117,7 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
-    s = _load(scenario)
+    s = _load(scenario, "real")
     sim_report = simulate(s)
     real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from simdist.vocab import DTYPE_BYTES
+from simdist.vocab import DTYPE_BYTES, OBSERVED_MAX_NUMEL
 
-MAX_EXPLICIT = 64
+MAX_EXPLICIT = OBSERVED_MAX_NUMEL
 
 NP_DTYPES: dict[str, Any] = {
     "float32": np.float32,

@@ -25,7 +25,6 @@ from typing import Any
 
 from simdist.engine.core import RankRaised, Work
 from simdist.engine.values import Payload
-from simdist.scenario import Model
 from simdist.torchmodels.buckets import (
     BROADCAST_BUCKET_SIZE,
     DEFAULT_BUCKET_CAP_MB,
@@ -36,26 +35,45 @@ from simdist.torchmodels.buckets import (
 )
 from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.vocab import WORLD
 
 INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
+# torch 2.13's FutureWarning whenever `broadcast_buffers` is passed to DDP.
+BROADCAST_BUFFERS_DEPRECATED = (
+    "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead. IMPORTANT: unlike "
+    "`broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers at init. If you rely on buffers "
+    "NOT being synced at init (e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
+    "`init_sync_buffers` is available."
+)
 
 
 class DDPModel(Joinable):
-    kind = "ddp"
+    """`DistributedDataParallel` around a chain model of parameters of `numels` elements
+    (`dims` dimensions each) and buffers of `buffers` elements, all of `dtype`; the
+    parameters listed in `unused_params` take no part in forward."""
 
-    def __init__(self, dist: Dist, model: Model):
-        super().__init__(dist, "WORLD")
-        self.spec = model
-        self.numels = model.numels()
-        self.dims = model.dims()
-        self.dtype = model.dtype
-        self.buffer_numels = list(model.buffers)
-        self.used = [i not in set(model.unused_params) for i in range(len(self.numels))]
-        self.find_unused_parameters = model.find_unused_parameters
-        self.forward_sync_buffers = model.broadcast_buffers
-        self.init_sync_buffers = model.broadcast_buffers
-        is_default = model.bucket_cap_mb is None
-        cap_mb = DEFAULT_BUCKET_CAP_MB if model.bucket_cap_mb is None else model.bucket_cap_mb
+    def __init__(self, dist: Dist, numels: list[int], dims: list[int], dtype: str, buffers: list[int],
+                 unused_params: list[int], *, bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
+                 broadcast_buffers: bool | None = None, gradient_as_bucket_view: bool = False):
+        """The rest as torch's `DistributedDataParallel(module, ...)` keyword arguments.
+        (`gradient_as_bucket_view` changes no collective.)"""
+        super().__init__()
+        if broadcast_buffers is not None:
+            dist.warn(BROADCAST_BUFFERS_DEPRECATED)
+            sync_buffers = broadcast_buffers
+        else:
+            sync_buffers = True
+        self.dist = dist
+        self.numels = list(numels)
+        self.dims = list(dims)
+        self.dtype = dtype
+        self.buffer_numels = list(buffers)
+        self.used = [i not in set(unused_params) for i in range(len(self.numels))]
+        self.find_unused_parameters = find_unused_parameters
+        self.forward_sync_buffers = sync_buffers
+        self.init_sync_buffers = sync_buffers
+        is_default = bucket_cap_mb is None
+        cap_mb = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
         self.bucket_bytes_cap = int(cap_mb * MB)
         self.first_bucket_bytes_cap = DEFAULT_FIRST_BUCKET_BYTES if is_default else self.bucket_bytes_cap
         # BucketCapacityConfig.compute_bucket_size_limits (static_graph=False)
@@ -76,6 +94,14 @@ class DDPModel(Joinable):
         self.forward_work: Work | None = None
         self.grad: list[float | None] = [None] * len(self.numels)  # local .grad (uniform value)
         self.observed_grads: list[float | None] = []
+
+    @property
+    def join_dist(self) -> Dist:
+        return self.dist
+
+    @property
+    def join_process_group(self) -> str:
+        return WORLD
 
     # ------------------------------------------------------------------ construction
     def construct(self) -> Generator[Any, Any, None]:

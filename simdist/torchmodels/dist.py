@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from simdist.engine.core import Engine, Work
+from simdist.engine.core import Engine, RankRaised, Work
 from simdist.engine.values import Payload
-from simdist.vocab import reduce_op_of
+from simdist.vocab import WORLD, reduce_op_of
 
 
 class Dist:
@@ -16,6 +16,14 @@ class Dist:
     def __init__(self, engine: Engine, rank: int):
         self.engine = engine
         self.rank = rank
+        self.warnings: list[str] = []  # what the rank's process shows, in order
+
+    def warn(self, text: str) -> None:
+        """`warnings.warn` in the modelled torch code, as the rank's process shows it: each
+        text once (Python's default filter shows a warning once per code location, and
+        torch's Join sets the filter to "once")."""
+        if text not in self.warnings:
+            self.warnings.append(text)
 
     @property
     def world_size(self) -> int:
@@ -32,6 +40,10 @@ class Dist:
         root: int | None = None,
         async_op: bool = False,
     ) -> Work:
+        if root is not None and group == WORLD and not 0 <= root < self.world_size and self.engine.backend == "gloo":
+            # ProcessGroupGloo checks the root before it enqueues anything (e.g. the tutorial
+            # Counter's broadcast from find_common_rank's -1 when no rank was the last joiner)
+            raise RankRaised("RuntimeError", f"ProcessGroupGloo::{op}: invalid root rank: {root}")
         reduce_op = reduce_op_of(op, reduce_op)
         return self.engine.issue(
             self.rank, op, t, group=group, origin=origin, reduce_op=reduce_op, root=root, async_op=async_op

@@ -7,6 +7,7 @@ post hooks, `is_last_joiner`, the 1000-pass warning) and the process-group check
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -39,36 +40,41 @@ class JoinHook:
         yield
 
 
-class Joinable:
-    """torch's `Joinable`. Subclass it for a custom joinable in the Python API.
+class Joinable(ABC):
+    """torch's `Joinable(ABC)`: what an object must provide to take part in `Join`.
 
-    Subclasses set `self.dist` (the rank's `Dist`) and implement `join_hook(**kwargs)`;
-    `join_process_group` defaults to the world group.
+    `join_hook` returns the hook that shadows the object's collectives on a joined rank;
+    `join_dist` is where Join's own collectives go (torch: `join_device`, the device its
+    tensors live on; in the model, the rank's `Dist`); `join_process_group` is the group of
+    the heartbeat and the count all-reduce. DDP and ZeRO implement it, and so does every
+    `[[joinables]]` kind (`torchmodels.joinables.ScenarioJoinable`).
     """
 
-    kind = "custom"  # label used in origins, e.g. "counter"
-
-    def __init__(self, dist: Dist, group: str = "WORLD"):
-        self.dist = dist
-        self.group = group
+    def __init__(self) -> None:
         self._join_config = JoinConfig()
 
+    @abstractmethod
     def join_hook(self, **kwargs: Any) -> JoinHook:
-        raise NotImplementedError
+        """The hook that shadows this object's per-iteration collectives; gets Join's kwargs."""
 
     @property
+    @abstractmethod
+    def join_dist(self) -> Dist:
+        """The rank's `Dist` that Join's heartbeat and count all-reduces go through."""
+
+    @property
+    @abstractmethod
     def join_process_group(self) -> str:
-        return self.group
+        """Name of the process group of Join's own collectives."""
 
 
 class Join:
     """torch's `Join` context manager, as a model: `enter()` then `exit(exc)`."""
 
-    def __init__(self, dist: Dist, joinables: list[Joinable], enable: bool = True,
-                 throw_on_early_termination: bool = False, **kwargs: Any):
+    def __init__(self, joinables: list[Joinable], enable: bool = True, throw_on_early_termination: bool = False,
+                 **kwargs: Any):
         if len(joinables) == 0:
             raise RankRaised("ValueError", "The join context manager requires at least one joinable", "model")
-        self.dist = dist
         self._joinables = joinables
         self._join_hooks = [j.join_hook(**kwargs) for j in joinables]
         self._enable = enable
@@ -81,8 +87,8 @@ class Join:
         if len(groups) > 1:
             raise RankRaised("ValueError", "Using join context manager with multiple process groups", "model")
         self._process_group = joinables[0].join_process_group
-        self.rank = dist.rank
-        self.warnings: list[str] = []
+        self.dist = joinables[0].join_dist
+        self.rank = self.dist.rank
 
     def exit(self, exc: BaseException | None) -> Generator[Any, Any, None]:
         """`Join.__exit__`: shadow the non-joined ranks until all have joined, then post hooks."""
@@ -91,11 +97,9 @@ class Join:
         all_procs_joined = False
         is_last_joiner = True
         i = 0
-        warned = False
         while not all_procs_joined:
-            if i > WARN_THRESHOLD and not warned:
-                warned = True  # warnings.simplefilter("once")
-                self.warnings.append(
+            if i > WARN_THRESHOLD:  # torch sets warnings.simplefilter("once"): shown once
+                self.dist.warn(
                     f"Detected uneven input skew of greater than {WARN_THRESHOLD}. This means that rank "
                     f"{self.rank} has at least {WARN_THRESHOLD} fewer inputs than other currently-active ranks. "
                     "This level of skew could lead to performance degradation during training."
@@ -125,7 +129,7 @@ class Join:
         cfg = joinable._join_config
         if not cfg.is_first_joinable or not cfg.enable:
             return None
-        d = joinable.dist
+        d = joinable.join_dist
         group = joinable.join_process_group
         work = d.issue("all_reduce", Payload.full(1, "float32", 1.0), origin="join.notify_join_context.heartbeat",
                        group=group, async_op=True)

@@ -1,5 +1,7 @@
-"""The custom joinables simdist bundles: the Join tutorial's `Counter` and torch's test
-`AllReducer` (test/distributed/algorithms/test_join.py), modelled call for call.
+"""The `[[joinables]]` extension point and the two kinds simdist bundles, modelled call for
+call: the Join tutorial's `Counter` and torch's test `AllReducer`
+(test/distributed/algorithms/test_join.py). Their real counterparts are in
+real_backend/joinables.py; `torchmodels.registry` names both.
 
 Both use the default (world) group for their per-iteration all-reduces and broadcasts,
 exactly as the originals do, and their own process group only for `find_common_rank`
@@ -8,41 +10,79 @@ and the Join heartbeat.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Generator
 from typing import Any
 
+from simdist.engine.core import RankRaised
 from simdist.engine.values import Payload
 from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.vocab import NO_COMMON_RANK, WORLD
 
 BEFORE_CONSTANT = 41
 AFTER_CONSTANT = 42
 
 
-def find_common_rank(j: Joinable, rank: int, to_consider: bool, origin: str) -> Generator[Any, Any, int]:
-    res = yield from j.dist.all_reduce(Payload.full(1, "int64", rank if to_consider else -1), origin=origin, op="max",
-                                       group=j.join_process_group)
-    return int(res.item() or 0)
+class ScenarioJoinable(Joinable):
+    """What a `[[joinables]]` kind implements in the simulator (register it with
+    `torchmodels.registry.register_joinable`).
+
+    Built as `cls(dist, name, group)`. Besides torch's `Joinable` (`join_hook`), a kind
+    says what one `joinable_call` step does (`call`, a generator that starts with
+    `yield from Join.notify_join_context(self)`, as torch's joinables do) and, optionally,
+    which values it reports (`observed`).
+    """
+
+    def __init__(self, dist: Dist, name: str, group: str = WORLD):
+        super().__init__()
+        self.dist = dist
+        self.name = name
+        self.group = group
+
+    @property
+    def join_dist(self) -> Dist:
+        return self.dist
+
+    @property
+    def join_process_group(self) -> str:
+        return self.group
+
+    @abstractmethod
+    def call(self, num_allreduces: int) -> Generator[Any, Any, None]:
+        """One `joinable_call` step (`num_allreduces` is resolved by the interpreter)."""
+
+    def observed(self) -> dict[str, Any]:
+        """Values for the rank's report, keyed `<name>.<value>`."""
+        return {}
+
+    def _max_rank(self, to_consider: bool, origin: str) -> Generator[Any, Any, int]:
+        """The all-reduce MAX of `find_common_rank`: this rank, or -1 when not to consider."""
+        rank = self.dist.rank
+        res = yield from self.dist.all_reduce(Payload.full(1, "int64", rank if to_consider else -1), origin=origin,
+                                              op="max", group=self.join_process_group)
+        return int(res.item() or 0)
 
 
-class Counter(Joinable):
+class Counter(ScenarioJoinable):
     """Counts inputs across ranks: `count` sums an all-reduce of ones per call."""
 
-    kind = "counter"
-
-    def __init__(self, dist: Dist, name: str, group: str = "WORLD"):
-        super().__init__(dist, group)
-        self.name = name
+    def __init__(self, dist: Dist, name: str, group: str = WORLD):
+        super().__init__(dist, name, group)
         self.count = 0.0
         self.max_count = 0.0
 
-    def call(self, num_allreduces: int | None = None) -> Generator[Any, Any, None]:
+    def call(self, num_allreduces: int = 1) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
         t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="counter.call.allreduce")
         self.count += t.item() or 0.0
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
         return _CounterJoinHook(self, bool(kwargs.get("sync_max_count", False)))
+
+    def find_common_rank(self, to_consider: bool) -> Generator[Any, Any, int]:
+        """The tutorial's: the max rank to consider (-1 when none is, and nothing checks it)."""
+        return (yield from self._max_rank(to_consider, "counter.post_hook.find_common_rank"))
 
     def observed(self) -> dict[str, Any]:
         return {f"{self.name}.count": self.count, f"{self.name}.max_count": self.max_count}
@@ -60,34 +100,37 @@ class _CounterJoinHook(JoinHook):
         if not self.sync_max_count:
             return
         c = self.counter
-        rank = c.dist.rank
-        common_rank = yield from find_common_rank(c, rank, is_last_joiner, "counter.post_hook.find_common_rank")
-        if rank == common_rank:
+        common_rank = yield from c.find_common_rank(is_last_joiner)
+        if c.dist.rank == common_rank:
             c.max_count = c.count
         res = yield from c.dist.broadcast(Payload.full(1, "float32", c.max_count), common_rank,
                                           origin="counter.post_hook.broadcast_max_count")
         c.max_count = float(res.item() or 0.0)
 
 
-class AllReducer(Joinable):
+class AllReducer(ScenarioJoinable):
     """torch's test joinable: `num_allreduces` all-reduces of ones per call; returns their total."""
 
-    kind = "allreducer"
-
-    def __init__(self, dist: Dist, name: str, group: str = "WORLD"):
-        super().__init__(dist, group)
-        self.name = name
+    def __init__(self, dist: Dist, name: str, group: str = WORLD):
+        super().__init__(dist, name, group)
         self.total = 0.0
         self.post_hook_tensor = BEFORE_CONSTANT
 
-    def call(self, num_allreduces: int | None = None) -> Generator[Any, Any, None]:
+    def call(self, num_allreduces: int = 1) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
-        for _ in range(1 if num_allreduces is None else num_allreduces):
+        for _ in range(num_allreduces):
             t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="allreducer.call.allreduce")
             self.total += t.item() or 0.0
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
         return _AllReducerJoinHook(self, int(kwargs.get("num_allreduces", 1)), bool(kwargs.get("run_post_hooks", False)))
+
+    def find_common_rank(self, to_consider: bool) -> Generator[Any, Any, int]:
+        """torch's test: the max rank to consider, asserted to exist (`assert common_rank >= 0`)."""
+        common_rank = yield from self._max_rank(to_consider, "allreducer.post_hook.find_common_rank")
+        if common_rank < 0:
+            raise RankRaised("AssertionError", NO_COMMON_RANK)
+        return common_rank
 
     def observed(self) -> dict[str, Any]:
         return {f"{self.name}.total": self.total, f"{self.name}.post_hook_tensor": self.post_hook_tensor}
@@ -108,9 +151,8 @@ class _AllReducerJoinHook(JoinHook):
         if not self.run_post_hook:
             return
         a = self.allreducer
-        rank = a.dist.rank
-        common_rank = yield from find_common_rank(a, rank, is_last_joiner, "allreducer.post_hook.find_common_rank")
-        if rank == common_rank:
+        common_rank = yield from a.find_common_rank(is_last_joiner)
+        if a.dist.rank == common_rank:
             a.post_hook_tensor = AFTER_CONSTANT
         res = yield from a.dist.broadcast(Payload.full(1, "int64", a.post_hook_tensor), common_rank,
                                           origin="allreducer.post_hook.broadcast")

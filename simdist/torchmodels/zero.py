@@ -14,9 +14,9 @@ from collections.abc import Generator
 from typing import Any
 
 from simdist.engine.values import Payload
-from simdist.scenario import Model
 from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.vocab import WORLD
 
 
 def partition_parameters(numels: list[int], world_size: int) -> list[list[int]]:
@@ -31,13 +31,22 @@ def partition_parameters(numels: list[int], world_size: int) -> list[list[int]]:
 
 
 class ZeroModel(Joinable):
-    kind = "zero"
+    """`ZeroRedundancyOptimizer` over the DDP model's parameters (`numels` elements of `dtype`)."""
 
-    def __init__(self, dist: Dist, model: Model):
-        super().__init__(dist, "WORLD")
-        self.numels = model.numels()
-        self.dtype = model.dtype
+    def __init__(self, dist: Dist, numels: list[int], dtype: str):
+        super().__init__()
+        self.dist = dist
+        self.numels = list(numels)
+        self.dtype = dtype
         self.partition = partition_parameters(self.numels, dist.world_size)
+
+    @property
+    def join_dist(self) -> Dist:
+        return self.dist
+
+    @property
+    def join_process_group(self) -> str:
+        return WORLD
 
     def step(self, origin: str = "zero.step.broadcast_shard") -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)  # the returned work is not waited

@@ -1,0 +1,303 @@
+"""The scenario file's schema, table by table (docs/scenarios.md): what each may contain.
+
+`simdist.scenario` puts the tables together into a `Scenario`, checks what needs more than
+one table (names that resolve, ranks in range) and loads files. A `[[loop]]`/`[[after]]`
+step is one thing the training script does (a forward, a raw collective, a send...),
+with conditions saying on which ranks and iterations it runs; what a step *does* on a rank
+is decided by the interpreter (`simdist.program.interpret`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simdist.vocab import WORLD, CollectiveOp, Dtype, ReduceOp
+
+
+class Strict(BaseModel):
+    """Base of every scenario table: unknown keys are errors, and a table never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- topology
+class TopoNode(Strict):
+    """A host, GPU or switch. Ranks are placed on nodes via `ranks`."""
+
+    name: str
+    kind: Literal["host", "gpu", "switch", "nic"] = "host"
+    ranks: list[int] = Field(default_factory=list)
+
+
+class TopoLink(Strict):
+    """A bidirectional link; each direction is a FIFO server of this bandwidth."""
+
+    a: str
+    b: str
+    latency_us: float = Field(ge=0)
+    bandwidth_gbps: float = Field(gt=0, description="gigabytes per second")
+
+
+class Topology(Strict):
+    """Either a preset name or explicit nodes and links (not both)."""
+
+    preset: str | None = None
+    nodes: list[TopoNode] = Field(default_factory=list)
+    links: list[TopoLink] = Field(default_factory=list)
+    # Per-collective algorithm choice ("auto" = smallest predicted time, as NCCL's tuner).
+    algorithms: dict[str, str] = Field(default_factory=dict)
+    # Optional calibrated parameters overriding the preset (seconds, seconds/byte).
+    alpha: float | None = Field(default=None, ge=0)
+    beta: float | None = Field(default=None, ge=0)
+    gamma: float | None = Field(default=None, ge=0)
+    # A calibrated timing profile (JSON from `simdist compare-timing --save-profile`).
+    profile: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Topology:
+        if self.preset is not None and (self.nodes or self.links):
+            raise ValueError("give either 'preset' or 'nodes'/'links', not both")
+        if self.preset is None and not self.nodes:
+            object.__setattr__(self, "preset", "loopback")
+        return self
+
+
+# --------------------------------------------------------------------------- inputs
+class Inputs(Strict):
+    """Per-rank input counts: an explicit list, or base + offset * rank (torch's tests)."""
+
+    counts: list[Annotated[int, Field(ge=0)]] | None = None
+    base: int | None = Field(default=None, ge=0)
+    offset: int = 0
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Inputs:
+        if self.counts is None and self.base is None:
+            raise ValueError("give 'counts' or 'base' (and optional 'offset')")
+        if self.counts is not None and self.base is not None:
+            raise ValueError("give either 'counts' or 'base', not both")
+        return self
+
+    def per_rank(self, world_size: int) -> list[int]:
+        if self.counts is not None:
+            return list(self.counts)
+        assert self.base is not None
+        return [self.base + self.offset * r for r in range(world_size)]
+
+
+# --------------------------------------------------------------------------- model / optimizer
+class Model(Strict):
+    """The DDP-wrapped model, described by its parameter and buffer sizes.
+
+    `params` are element counts in registration order. Backward produces gradients in
+    reverse registration order (a chain model), which is the order DDP's reducer sees.
+    """
+
+    params: list[Annotated[int, Field(gt=0)] | list[Annotated[int, Field(gt=0)]]] = Field(min_length=1)
+    dtype: Dtype = "float32"
+    buffers: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    unused_params: list[int] = Field(default_factory=list, description="indices not used in forward")
+    # DDP options
+    bucket_cap_mb: float | None = Field(default=None, gt=0, description="None = torch's default (25 MiB, 1 MiB first bucket)")
+    find_unused_parameters: bool = False
+    broadcast_buffers: bool = True
+    gradient_as_bucket_view: bool = False
+    # Record the first parameter's gradient (first element) after every backward as `ddp.grad`.
+    observe_grad: bool = False
+
+    @model_validator(mode="after")
+    def _check_unused(self) -> Model:
+        for i in self.unused_params:
+            if not 0 <= i < len(self.params):
+                raise ValueError(f"unused_params: index {i} out of range for {len(self.params)} params")
+        if self.unused_params and not self.find_unused_parameters:
+            raise ValueError(
+                "unused_params: needs find_unused_parameters = true (torch raises at the next forward "
+                "otherwise; that error is not modelled)"
+            )
+        return self
+
+    def numels(self) -> list[int]:
+        """Element count of each parameter (an int entry is a 1-D parameter, a list is a shape)."""
+        return [p if isinstance(p, int) else math.prod(p) for p in self.params]
+
+    def dims(self) -> list[int]:
+        return [1 if isinstance(p, int) else len(p) for p in self.params]
+
+
+class Optimizer(Strict):
+    """The optimizer stepped by `optimizer_step`; `zero = true` wraps it in ZeroRedundancyOptimizer."""
+
+    kind: Literal["sgd", "adam"] = "sgd"
+    lr: float = 0.01
+    zero: bool = False
+
+
+class JoinableDecl(Strict):
+    """A custom joinable: a kind of the joinable registry (`simdist.torchmodels.registry`)."""
+
+    name: str
+    kind: str = Field(description="counter | allreducer | a kind registered with register_joinable")
+    group: str = WORLD
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        # Imported here, not at the top: the registry names the simulator's classes (and so
+        # loads the engine), which only a scenario that declares joinables needs.
+        from simdist.torchmodels.registry import kinds_for
+
+        if kind not in kinds_for("sim"):
+            raise ValueError(f"unknown joinable kind '{kind}' (known: {', '.join(kinds_for('sim'))})")
+        return kind
+
+
+class JoinBlock(Strict):
+    """Wraps the loop in `Join(joinables, enable, throw_on_early_termination, **kwargs)`."""
+
+    enabled: bool = True
+    joinables: list[str] = Field(min_length=1)
+    throw_on_early_termination: bool = False
+    kwargs: dict[str, bool | int | float | str] = Field(default_factory=dict)
+
+
+class Group(Strict):
+    """A sub-group created on every rank with `dist.new_group(ranks)`."""
+
+    name: str
+    ranks: list[int] = Field(min_length=1)
+
+
+class Expect(Strict):
+    """What the run must produce; `simdist run` exits 0 only when all of it holds."""
+
+    outcome: Literal["completed", "hang", "error"] | None = None
+    inputs_processed: list[int] | None = None
+    status: list[Literal["completed", "error", "hang", "aborted"]] | None = None
+    # rank (as string) -> substring of the error message, e.g. {"0" = "exhausted all inputs"}
+    errors: dict[str, str] = Field(default_factory=dict)
+    # observed name -> per-rank value (list indexed by rank)
+    observed: dict[str, list[Any]] = Field(default_factory=dict)
+    # rank (as string) -> list of collectives issued count (len of trace)
+    collectives: list[int] | None = None
+
+
+# --------------------------------------------------------------------------- steps
+class _Cond(Strict):
+    """Conditions shared by every step: it runs on iteration i (0-based) of rank r only when
+    all given conditions hold."""
+
+    every: int | None = Field(default=None, ge=1, description="only when i % every == 0")
+    ranks: list[int] | None = Field(default=None, description="only on these ranks")
+    below: int | None = Field(default=None, ge=0, description="only for iterations i < below")
+    from_iteration: int | None = Field(default=None, ge=0, description="only for i >= from_iteration")
+
+    def applies(self, rank: int, i: int | None) -> bool:
+        if self.ranks is not None and rank not in self.ranks:
+            return False
+        if i is None:
+            return self.every is None and self.below is None and self.from_iteration is None
+        if self.every is not None and i % self.every != 0:
+            return False
+        if self.below is not None and i >= self.below:
+            return False
+        return not (self.from_iteration is not None and i < self.from_iteration)
+
+
+class ComputeStep(_Cond):
+    kind: Literal["compute"]
+    seconds: float = Field(ge=0)
+
+
+class ForwardStep(_Cond):
+    """DDP forward (`_pre_forward` collectives). `no_sync` = inside `model.no_sync()`."""
+
+    kind: Literal["forward"]
+    no_sync: bool = False
+
+
+class BackwardStep(_Cond):
+    """DDP backward: gradient bucket all-reduces from the reducer."""
+
+    kind: Literal["backward"]
+
+
+class OptimizerStep(_Cond):
+    kind: Literal["optimizer_step"]
+
+
+class JoinableCallStep(_Cond):
+    """Calls a custom joinable once (Counter.__call__ / AllReducer.__call__)."""
+
+    kind: Literal["joinable_call"]
+    joinable: str
+    num_allreduces: int | None = Field(default=None, ge=0, description="AllReducer: default [join].kwargs.num_allreduces or 1")
+
+
+class CollectiveStep(_Cond):
+    """A raw torch.distributed collective issued by the training loop.
+
+    `value` is what every element of the input holds: a number, or "rank" (the global
+    rank), or "iteration" (the 0-based input index). `observe` names the result so it
+    appears in the rank's observed values (appended once per execution).
+    """
+
+    kind: Literal["collective"]
+    op: CollectiveOp
+    numel: int = Field(default=1, ge=0)
+    dtype: Dtype = "float32"
+    reduce_op: ReduceOp = "sum"
+    root: int = Field(default=0, ge=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
+    group: str = WORLD
+    async_op: bool = Field(default=False, alias="async")
+    wait: Literal["now", "end_of_iteration", "never"] = "now"
+    value: float | Literal["rank", "iteration"] = 1.0
+    observe: str | None = None
+    name: str | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class P2PStep(_Cond):
+    """Point-to-point: `src` sends `numel` elements to `dst`; other ranks skip the step.
+
+    `blocking = false` uses isend/irecv (waited at once, or at end of iteration with
+    `wait = "end_of_iteration"`).
+    """
+
+    kind: Literal["p2p"]
+    src: int = Field(ge=0)
+    dst: int = Field(ge=0)
+    numel: int = Field(default=1, ge=1)
+    dtype: Dtype = "float32"
+    tag: int = 0
+    blocking: bool = True
+    wait: Literal["now", "end_of_iteration"] = "now"
+    value: float | Literal["rank", "iteration"] = "rank"
+    observe: str | None = None
+
+
+class SleepStep(_Cond):
+    """Stay alive for a while without communicating (wall time on the real backend)."""
+
+    kind: Literal["sleep"]
+    seconds: float = Field(ge=0)
+
+
+Step = Annotated[
+    ComputeStep
+    | ForwardStep
+    | BackwardStep
+    | OptimizerStep
+    | JoinableCallStep
+    | CollectiveStep
+    | P2PStep
+    | SleepStep,
+    Field(discriminator="kind"),
+]
+# The `kind` tag of every step class (pydantic puts it into error locations).
+STEP_KINDS: frozenset[str] = frozenset(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
+
