@@ -11,3 +11,8 @@ class ScenarioError(SimdistError):
 
 class HostError(SimdistError):
     """The machine cannot host what was asked (e.g. world size, CUDA devices)."""
+
+
+class ScriptError(SimdistError):
+    """A user's script cannot be run on simulated ranks (missing, does not parse, never
+    initialises a process group, ...); the message says which and why."""
