@@ -63,7 +63,7 @@ def _exit_code(code: Any) -> int:
 
 
 def send() -> None:
-    """Tell the coordinator (once) how this rank ends; called as late as possible."""
+    """Tell the coordinator (once) how this rank ends, as soon as the process is leaving."""
     c = client.CLIENT
     if c is None or c.rank is None or _info.get("sent"):
         return
@@ -76,26 +76,34 @@ def send() -> None:
     c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
 
 
-def _caller_where() -> list | None:
-    f = stack.innermost_user(sys._getframe(2))
-    return stack.where(f)
+def _how(wanted: str) -> tuple[str, list | None]:
+    """`wanted` with the caller's line when the user's code called it directly; a library
+    ending the process (multiprocessing once the target returned) is a normal return."""
+    caller = sys._getframe(2)
+    if stack.is_user_file(caller.f_code.co_filename):
+        return wanted, stack.where(caller)
+    return "returned", None
 
 
 def install() -> None:
     orig_exit, orig_os_exit, orig_hook = sys.exit, os._exit, sys.excepthook
 
     def sys_exit(code: Any = None) -> None:
-        record("sys.exit", code, sys.exc_info()[1], _caller_where())
+        how, where = _how("sys.exit")
+        record(how, code, sys.exc_info()[1], where)
+        send()  # the process is on its way out: tell the coordinator now, not at atexit
         orig_exit(code)
 
     def os_exit(code: int) -> None:
-        record("os._exit", code, None, _caller_where())
+        how, where = _how("os._exit")
+        record(how, code, None, where)
         send()
         orig_os_exit(code)
 
     def excepthook(etype: Any, value: BaseException, tb: Any) -> None:
         record("exception", 1, value)
         orig_hook(etype, value, tb)
+        send()
 
     sys.exit = sys_exit
     os._exit = os_exit

@@ -87,7 +87,26 @@ def _patch_group_helper() -> None:
     c10d._new_process_group_helper = helper
 
 
+def _patch_backward() -> None:
+    """A gradient all-reduce that failed (its peer exited) fails the backward that waited on
+    it, as on a real backend (see `pg._settle`)."""
+    import torch.autograd
+    import torch.autograd.graph
+
+    orig = torch.autograd.graph._engine_run_backward
+
+    @functools.wraps(orig)
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        out = orig(*args, **kwargs)
+        pg.raise_failed()
+        return out
+
+    torch.autograd.graph._engine_run_backward = run_backward
+    torch.autograd._engine_run_backward = run_backward  # type: ignore[attr-defined]
+
+
 def install() -> None:
     pg.register()
     _patch_init()
     _patch_group_helper()
+    _patch_backward()

@@ -107,11 +107,33 @@ class SimWork(dist._Work):
         return self._result
 
 
+# Errors of futures that C++ may be waiting on (DDP's reducer), raised by `raise_failed`.
+FAILED_FUTURES: list[str] = []
+
+
 def _settle(fut: Future, result: Any, error: str | None) -> None:
+    """Complete a future. C++ consumers cannot see an error set from Python (torch's
+    `set_exception` stores the exception as the value, which DDP's reducer would read as
+    its bucket), so a failed future holds its result tensors for C++ and raises for Python
+    readers; the error reaches C++ waiters when their backward returns (`raise_failed`)."""
     if error is not None:
-        fut.set_exception(RuntimeError(error))
-    else:
-        fut.set_result(result)
+        FAILED_FUTURES.append(error)
+
+        def raise_error(_value: Any) -> None:
+            if error in FAILED_FUTURES:
+                FAILED_FUTURES.remove(error)
+            raise RuntimeError(error)
+
+        fut._set_unwrap_func(raise_error)
+    fut.set_result(result)
+
+
+def raise_failed() -> None:
+    """Raise the first error of a failed future that no Python code has seen yet."""
+    if FAILED_FUTURES:
+        error = FAILED_FUTURES[0]
+        FAILED_FUTURES.clear()
+        raise RuntimeError(error)
 
 
 def _fill(outputs: list[torch.Tensor], data: bytearray) -> None:
@@ -179,7 +201,7 @@ class SimProcessGroup(dist.ProcessGroup):
         work = SimWork(outputs, result)
         work.id = c.new_op(work)
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
-                  "root": root, "peer": peer, "tag": tag, "async": async_op, "cpu": time.thread_time(),
+                  "root": root, "peer": peer, "tag": tag, "async": async_op, "want": bool(outputs), "cpu": time.thread_time(),
                   "frames": stack.caller_stack(2)}
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
         return work
