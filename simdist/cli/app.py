@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simdist.check.explain import annotate_report
+from simdist.cli import script as script_cli
 from simdist.cli.fuzz import register as register_fuzz
 from simdist.cli.timing import register as register_timing
 from simdist.errors import SimdistError
@@ -33,6 +34,7 @@ out = Console()
 err = Console(stderr=True)
 
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file")]
+ScenarioOrScriptArg = Annotated[Path, typer.Argument(help="scenario TOML file, or a torch.distributed script (.py)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the machine-readable report (docs/report.md)")]
 
 
@@ -97,25 +99,32 @@ def _report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
     raise typer.Exit(0 if report.outcome == "completed" else 1)
 
 
+TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
+
+
 @app.command()
 def run(
-    scenario: ScenarioArg,
+    scenario: ScenarioOrScriptArg,
     json_: JsonOpt = False,
     trace_out: Annotated[Path | None, typer.Option("--trace-out", help="write a Chrome trace JSON (Perfetto)")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    backend: script_cli.BackendOpt = None,
+    timeout: TimeoutOpt = None,
+    script_args: script_cli.ScriptArgs = None,
 ) -> None:
-    """Simulate SCENARIO and report what every rank did."""
+    """Simulate SCENARIO (or run SCRIPT.py on simulated ranks) and report what every rank did."""
     from simdist.chrome_trace import write_chrome_trace
     from simdist.sim import simulate
 
+    if script_cli.is_script(scenario):
+        script_cli.run_command(scenario, script_args, nproc_per_node, backend, timeout, json_, trace_out, print_report)
+    script_cli.reject_script_options(nproc_per_node, backend, timeout, script_args)
     s = _load(scenario)
     report = simulate(s)
     annotate_report(report, s)
     if trace_out is not None:
         write_chrome_trace(report, trace_out)
     _report_and_exit(report, s, json_)
-
-
-TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
 
 
 def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:

@@ -43,7 +43,7 @@ def default_cost(world_size: int) -> CostModel:
 
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
-               measure_compute: bool = True, stdout: int | IO | None = None) -> Report:
+               measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -51,6 +51,7 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     (default: what the script asks for). `timeout_s`: watchdog for ranks that never block
     nor finish. `measure_compute=False` makes every time in the report deterministic.
     `stdout`: where the script's own output goes (default: this process's stdout).
+    `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     """
     script = Path(path)
     check_script(script)
@@ -68,7 +69,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
-                           gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout)
+                           gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
+                           run_id=run_id)
         ending = coord.serve(run.done, time.monotonic() + timeout_s)
     finally:
         if run is not None:

@@ -72,9 +72,13 @@ def base_env(socket_path: str, run_id: str, gpus: int) -> dict[str, str]:
     return e
 
 
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None) -> Launch:
-    run = Launch(uuid.uuid4().hex[:12])
+          stdout: int | IO | None = None, run_id: str | None = None) -> Launch:
+    run = Launch(run_id or new_run_id())
     common = base_env(socket_path, run.run_id, gpus)
     cmd = [sys.executable, str(script), *args]
     envs = [common] if nproc_per_node is None else [
