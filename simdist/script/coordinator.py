@@ -129,6 +129,9 @@ class Coordinator:
             self._wait(conn, h)
         elif kind == "idle":
             self._idle(conn, h)
+        elif kind == "fut":
+            if (rec := conn.ops.get(int(h["id"]))) is not None:
+                conn.waited_on(rec)
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
         elif kind == "init":

@@ -64,20 +64,23 @@ class SimWork(dist._Work):
             _settle(fut, self._result, error)
 
     def wait(self, timeout: Any = None) -> bool:
-        if not self._done.is_set():
-            c = client.CLIENT
-            on_main = threading.current_thread() is threading.main_thread()
+        c = client.CLIENT
+        if self._done.is_set() or c is None:
+            # still told: the rank's simulated clock waits for the op whether or not its
+            # result happened to arrive first (reports must not depend on that race)
             if c is not None:
-                if on_main:
-                    c.main_waits += 1
-                try:
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
-                    self._done.wait()
-                finally:
-                    if on_main:
-                        c.main_waits -= 1
-            else:
+                c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
+            self._done.wait()
+        else:
+            on_main = threading.current_thread() is threading.main_thread()
+            if on_main:
+                c.main_waits += 1
+            try:
+                c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
                 self._done.wait()
+            finally:
+                if on_main:
+                    c.main_waits -= 1
         if self._error is not None:
             raise RuntimeError(self._error)
         return True
@@ -88,10 +91,13 @@ class SimWork(dist._Work):
                 return self._future
             self._future = fut = Future()
             done = self._done.is_set()
+        c = client.CLIENT
+        if c is not None:
+            c.send({"t": "fut", "id": self.id})  # a future is waited on (by C++ or Python)
         if done:
             _settle(fut, self._result, self._error)
-        elif client.CLIENT is not None:
-            client.CLIENT.future_requested(self.id)
+        elif c is not None:
+            c.future_requested(self.id)
         return fut
 
     def is_completed(self) -> bool:
