@@ -24,35 +24,19 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import math
 import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simdist.flightrec import FR_BUFFER_SIZE as FR_BUFFER_SIZE
+from simdist.flightrec import FR_ENV as FR_ENV
+from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import classify, resolve_frames
 from simdist.report import RankError, TraceEntry, error_category
 from simdist.vocab import REDUCING_OPS as _REDUCING
 from simdist.vocab import ROOTED_OPS as _ROOTED
-
-FR_ENV = "TORCH_FR_BUFFER_SIZE"
-FR_BUFFER_SIZE = "20000"
-
-_FR_DTYPES = {
-    "Float": "float32",
-    "Double": "float64",
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Long": "int64",
-    "Int": "int32",
-    "Short": "int16",
-    "Char": "int8",
-    "Byte": "uint8",
-    "Bool": "bool",
-}
-# Ops without a tensor payload are recorded with numel 0 and this dtype.
-NO_DTYPE = "none"
 
 # Origins whose collective is issued with async_op=True (or as a future) by torch.
 _ASYNC = {
@@ -156,15 +140,6 @@ class Marks:
 
 
 # --------------------------------------------------------------------------- FR -> TraceEntry
-def _numel(sizes: list[list[int]]) -> int:
-    return math.prod(sizes[0]) if sizes else 0
-
-
-def _op_name(profiling_name: str) -> str:
-    op = profiling_name.split(":", 1)[-1]
-    return {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}.get(op, op)
-
-
 def _reduce_op(op: str, origin: str, step: StepWindow | None) -> str | None:
     if step is not None:
         return step.reduce_op if op in _REDUCING else None
@@ -205,10 +180,9 @@ def build_trace(
         if e.get("is_p2p"):
             continue  # p2p entries come from the worker (NCCL's FR has them, Gloo's does not)
         t_ns = int(e["time_created_ns"])
-        op = _op_name(e["profiling_name"])
-        dtypes = e.get("input_dtypes") or []
-        dtype = _FR_DTYPES.get(dtypes[0], dtypes[0].lower()) if dtypes else NO_DTYPE
-        numel = _numel(e.get("input_sizes") or [])
+        op = fr_op_name(e["profiling_name"])
+        dtype = fr_dtype(e.get("input_dtypes") or [])
+        numel = fr_numel(e.get("input_sizes") or [])
         frames = resolve_frames(e.get("frames") or [])
         origin = classify(frames, dtype) or "unknown"
         step = None

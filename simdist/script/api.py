@@ -16,7 +16,7 @@ from simdist.errors import ScriptError
 from simdist.network.cost import CostModel
 from simdist.report import Report
 from simdist.scenario import Topology
-from simdist.script import launch
+from simdist.script import env, launch
 from simdist.script.build import build_report
 from simdist.script.coordinator import Coordinator
 
@@ -43,7 +43,8 @@ def default_cost(world_size: int) -> CostModel:
 
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
-               measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None) -> Report:
+               measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
+               mode: str = env.SIM) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -52,11 +53,17 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     nor finish. `measure_compute=False` makes every time in the report deterministic.
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
+    `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
+    simulated ones (source "real"; printed lines and exits, no trace yet), for comparison.
     """
     script = Path(path)
     check_script(script)
     if backend is not None and backend not in BACKENDS:
         raise ScriptError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if mode not in (env.SIM, env.GLOO):
+        raise ScriptError(f"mode: must be {env.SIM} or {env.GLOO}, got {mode!r}")
+    if mode == env.GLOO:
+        backend = "gloo"
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
     tmp = tempfile.mkdtemp(prefix="simdist-")
@@ -70,7 +77,7 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
                            gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
-                           run_id=run_id)
+                           run_id=run_id, mode=mode)
         ending = coord.serve(run.done, time.monotonic() + timeout_s)
     finally:
         if run is not None:
@@ -86,7 +93,7 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     if ending.kind == "hang" and ending.last_blocked is not None:
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank
-    report = build_report(coord, ending, script.name, codes, timings)
+    report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     return report

@@ -12,9 +12,19 @@ from typing import Any
 
 from simdist.check.classify import run_findings
 from simdist.check.waitfor import build_waitfor
-from simdist.frames import Frame
-from simdist.report import CodeLocation, Finding, RankError, RankResult, Report, error_category, overall_outcome
-from simdist.script.coordinator import Coordinator, Ending
+from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
+from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.report import (
+    CodeLocation,
+    Finding,
+    RankError,
+    RankResult,
+    Report,
+    TraceEntry,
+    error_category,
+    overall_outcome,
+)
+from simdist.script.coordinator import Coordinator, Ending, phase_of
 from simdist.script.ranks import RankConn
 
 
@@ -46,6 +56,24 @@ def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
     return None
 
 
+def fr_trace(fr: dict[str, Any]) -> list[TraceEntry]:
+    """A rank's collectives on real Gloo, from its Flight Recorder (see `rank.flight`), in the
+    simulator's terms. FR records neither the reduce op nor the root; times are relative."""
+    entries = fr.get("entries") or []
+    groups = fr.get("groups") or {}
+    t0 = min((e["t"] for e in entries), default=0)
+    out = []
+    for e in entries:
+        raw = e["frames"]
+        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
+        op, dtype = fr_op_name(e["op"]), fr_dtype(e["dtypes"])
+        out.append(TraceEntry(seq=e["seq"], op=op, numel=0 if op == "barrier" else fr_numel(e["sizes"]), dtype=dtype,
+                              group=e["pg"], group_size=len(groups.get(e["pg"], [])),
+                              origin=script_origin(frames, [bool(f[3]) for f in raw], dtype), phase=phase_of(frames),
+                              t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
+    return out
+
+
 def _how(conn: RankConn, returncode: int | None) -> str:
     x = conn.exit
     if x is None:
@@ -75,10 +103,12 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
     return "completed", None
 
 
-def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None) -> RankResult:
+def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None, real: bool) -> RankResult:
     assert coord.engine is not None
     rs = coord.engine.ranks[r]
     conn = coord.by_rank.get(r)
+    if real:  # nothing went through the engine: the trace is the Flight Recorder's
+        rs.trace = fr_trace((conn.exit or {}).get("fr") or {}) if conn is not None else []
     if conn is None:
         err = RankError("ScriptError", "no process initialised this rank's process group", "other")
         return RankResult(rank=r, status="error", error=err, trace=rs.trace)
@@ -135,13 +165,14 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
 
 
 def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: list[int | None],
-                 timings: dict[str, float]) -> Report:
+                 timings: dict[str, float], real: bool = False) -> Report:
     """The report of a run that initialised a process group (`coord.engine` is set).
-    `returncodes[r]`: rank r's process exit status, where the launcher started the ranks."""
+    `returncodes[r]`: rank r's process exit status, where the launcher started the ranks.
+    `real`: the ranks ran on real Gloo (the launcher's "gloo" mode), their traces come from FR."""
     assert coord.engine is not None
-    ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None)
+    ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
-    report = Report(scenario=name, source="sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
+    report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
                     findings=list(coord.engine.findings), backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
     have = {(f.kind, f.group, f.seq, tuple(f.ranks)) for f in report.findings}

@@ -192,7 +192,7 @@ class Coordinator:
             members = engine.groups[group]
         entry = work.call.entry
         entry.t_issue = conn.clock
-        entry.phase, entry.iteration = _phase(frames), None
+        entry.phase, entry.iteration = phase_of(frames), None
         rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members)
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
@@ -285,7 +285,7 @@ class Coordinator:
         self.sel.close()
 
 
-def _phase(frames: list[Frame]) -> str:
+def phase_of(frames: list[Frame]) -> str:
     """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
     if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
         return "init"

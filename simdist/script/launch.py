@@ -28,18 +28,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from simdist.flightrec import FR_BUFFER_SIZE, FR_ENV
 from simdist.script import env
 
 MASTER_ADDR = "127.0.0.1"
-MASTER_PORT = "29500"
 
 
-def torchrun_env(rank: int, nproc: int, run_id: str) -> dict[str, str]:
+def free_port() -> str:
+    """A TCP port nobody listens on now (real Gloo ranks rendezvous there)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((MASTER_ADDR, 0))
+        return str(s.getsockname()[1])
+
+
+def torchrun_env(rank: int, nproc: int, run_id: str, port: str) -> dict[str, str]:
     """What torchrun (standalone, one node) sets for worker `rank` of `nproc`."""
     return {
         "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
         "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(nproc),
-        "ROLE_NAME": "default", "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": MASTER_PORT,
+        "ROLE_NAME": "default", "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": port,
         "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "False",
     }
@@ -59,7 +68,7 @@ class Launch:
         return [p.poll() for p in self.procs]
 
 
-def base_env(socket_path: str, run_id: str, gpus: int) -> dict[str, str]:
+def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, str]:
     e = dict(os.environ)
     paths = [str(env.BOOTSTRAP_DIR)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
     e.update({
@@ -67,8 +76,11 @@ def base_env(socket_path: str, run_id: str, gpus: int) -> dict[str, str]:
         env.SOCKET: socket_path,
         env.RUN_ID: run_id,
         env.GPUS: str(gpus),
+        env.MODE: mode,
         env.PARENT: str(os.getpid()),
     })
+    if mode == env.GLOO:
+        e.setdefault(FR_ENV, FR_BUFFER_SIZE)
     return e
 
 
@@ -77,12 +89,13 @@ def new_run_id() -> str:
 
 
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None, run_id: str | None = None) -> Launch:
+          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM) -> Launch:
     run = Launch(run_id or new_run_id())
-    common = base_env(socket_path, run.run_id, gpus)
+    common = base_env(socket_path, run.run_id, gpus, mode)
+    port = free_port()
     cmd = [sys.executable, str(script), *args]
     envs = [common] if nproc_per_node is None else [
-        {**common, **torchrun_env(r, nproc_per_node, run.run_id),
+        {**common, **torchrun_env(r, nproc_per_node, run.run_id, port),
          "OMP_NUM_THREADS": common.get("OMP_NUM_THREADS", "1")}
         for r in range(nproc_per_node)
     ]

@@ -8,7 +8,8 @@ Every process of a script run, whether the launcher started it or the script did
 * counts `time.sleep` as busy (a sleeping rank is not blocked in a collective);
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
-  before the script does, so its environment settings still apply).
+  before the script does, so its environment settings still apply). In the "gloo" mode
+  the groups are real Gloo ones instead (the same script on real ranks, for comparison).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 def _on_torch(_torch: Any) -> None:
     from simdist.script.rank import devices, patches
 
-    patches.install()
+    patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
 
 

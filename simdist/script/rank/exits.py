@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -24,6 +25,11 @@ from simdist.script.rank import client, output, stack
 
 _info: dict[str, Any] = {}
 _entry: list[FrameType] = []
+_extras: list[Callable[[], dict[str, Any]]] = []  # more to say at exit (the Flight Recorder)
+
+
+def add_to_exit(fn: Callable[[], dict[str, Any]]) -> None:
+    _extras.append(fn)
 
 
 def registered(caller: FrameType | None) -> None:
@@ -73,6 +79,11 @@ def send() -> None:
     if "where" not in _info and _entry:
         _info["where"] = stack.where(_entry[0])
     _info["sent"] = True
+    for fn in _extras:
+        try:
+            _info.update(fn())
+        except Exception as e:  # noqa: BLE001 - the exit report must still go out
+            _info.setdefault("warnings", []).append(f"{type(e).__name__}: {e}")
     c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
 
 

@@ -1,4 +1,4 @@
-"""`init_process_group` and group creation, redirected to the simulated backend.
+"""`init_process_group` and group creation, redirected to the simulated backend (or to Gloo).
 
 Whatever backend the script names (`nccl`, `gloo`, `"cpu:gloo,cuda:nccl"`, None), its groups
 run on `simdist`; no TCP rendezvous happens (MASTER_ADDR/PORT and `init_method` only
@@ -43,7 +43,7 @@ def rank_and_size(rank: int, world_size: int, init_method: str | None) -> tuple[
     return rank, world_size
 
 
-def _patch_init() -> None:
+def _patch_init(backend: str) -> None:
     orig = c10d.init_process_group
     sig = inspect.signature(orig)
 
@@ -60,25 +60,28 @@ def _patch_init() -> None:
         c.rank = rank
         exits.registered(sys._getframe(1))
         output.registered()
-        a.update(backend=pg.BACKEND_NAME, init_method=None, rank=rank, world_size=world_size)
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
-        if a.get("store") is None:
-            a["store"] = dist.HashStore()
+        if backend == pg.BACKEND_NAME:
+            a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
+            if a.get("store") is None:
+                a["store"] = dist.HashStore()
+        else:  # real ranks: torch's own rendezvous (MASTER_ADDR/PORT or init_method)
+            a.update(backend=backend, rank=rank, world_size=world_size)
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
 
 
-def _patch_group_helper() -> None:
+def _patch_group_helper(backend: str) -> None:
     orig = c10d._new_process_group_helper
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
     def helper(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
-        bound.arguments["backend"] = pg.BACKEND_NAME
+        bound.arguments["backend"] = backend
         for name in ("device_id", "backend_options"):
             if name in bound.arguments:
                 bound.arguments[name] = None
@@ -105,8 +108,16 @@ def _patch_backward() -> None:
     torch.autograd._engine_run_backward = run_backward  # type: ignore[attr-defined]
 
 
-def install() -> None:
+def install(mode: str) -> None:
+    """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
+    if mode == env.GLOO:
+        from simdist.script.rank import flight
+
+        _patch_init("gloo")
+        _patch_group_helper("gloo")
+        exits.add_to_exit(lambda: {"fr": flight.dump()})
+        return
     pg.register()
-    _patch_init()
-    _patch_group_helper()
+    _patch_init(pg.BACKEND_NAME)
+    _patch_group_helper(pg.BACKEND_NAME)
     _patch_backward()

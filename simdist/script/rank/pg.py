@@ -24,8 +24,9 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from simdist.script import env
 from simdist.script.rank import client, stack
-from simdist.vocab import DTYPE_BYTES, WORLD
+from simdist.vocab import DTYPE_BYTES
 
 BACKEND_NAME = "simdist"
 _NO_DATA_DTYPE = "float32"  # barrier: no payload (numel 0)
@@ -333,18 +334,11 @@ class SimProcessGroup(dist.ProcessGroup):
         raise UnsupportedOperation("recv from any source (dist.recv without src)")
 
 
-def group_name(group_id: str, default: bool) -> str:
-    """The engine's and the report's name of a group: WORLD, or pg<torch's group name>."""
-    if default:
-        return WORLD
-    return f"pg{group_id}" if group_id.isdigit() else f"pg{group_id[:10]}"
-
-
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
     given = list(opts.global_ranks_in_group)
     ranks = given or list(range(opts.group_size))
-    name = group_name(str(opts.group_id), not given)
+    name = env.group_name(str(opts.group_id), not given)
     if given and client.CLIENT is not None:
         client.CLIENT.send({"t": "group", "g": name, "ranks": ranks})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
