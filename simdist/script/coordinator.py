@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from simdist.engine.core import Engine, RankRaised
 from simdist.frames import Frame, resolve_frames, script_origin
 from simdist.script import payloads, wire
@@ -62,6 +64,7 @@ class Coordinator:
         self.by_rank: dict[int, RankConn] = {}
         self.requested: list[str] = []
         self.protocol_errors: list[str] = []
+        self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -69,6 +72,10 @@ class Coordinator:
     def serve(self, launched_done: Any, deadline: float) -> Ending:
         """Serve until the processes are done, a hang is proven, or the deadline passes.
         `launched_done()` says whether every process the launcher started has exited."""
+        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+            return self._serve(launched_done, deadline)
+
+    def _serve(self, launched_done: Any, deadline: float) -> Ending:
         while True:
             for key, _ in self.sel.select(POLL_S):
                 if key.data is None:
@@ -178,9 +185,7 @@ class Coordinator:
         conn.block = None
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
-        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-        user = [bool(f[3]) for f in raw]
-        origin = script_origin(frames, user, h["dt"])
+        frames, user, origin = self._classify(raw, h["dt"])
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
         if op in P2P_OPS:
             work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
@@ -197,6 +202,18 @@ class Coordinator:
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
+        if not h.get("async", True):  # the caller waits at once (dist.all_reduce(..., async_op=False))
+            conn.waited_on(rec)
+            conn.block = Block([rec.id], time.time(), raw)
+
+    def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
+        """Frames and origin of a call site; the same site recurs every iteration, so cached."""
+        key = (dtype, *(tuple(f) for f in raw))
+        hit = self._sites.get(key)
+        if hit is None:
+            frames, user = self.frames_of(raw)
+            hit = self._sites[key] = (frames, user, script_origin(frames, user, dtype))
+        return hit
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
         conn.advance(h.get("cpu"), self.measure_compute)

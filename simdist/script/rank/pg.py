@@ -52,6 +52,7 @@ class SimWork(dist._Work):
         self._lock = threading.Lock()
         self._error: str | None = None
         self._future: Future | None = None
+        self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
 
     def complete(self, data: bytearray | None, error: str | None) -> None:
         """Called on the reader thread when the coordinator answers."""
@@ -66,18 +67,21 @@ class SimWork(dist._Work):
 
     def wait(self, timeout: Any = None) -> bool:
         c = client.CLIENT
-        if self._done.is_set() or c is None:
-            # still told: the rank's simulated clock waits for the op whether or not its
-            # result happened to arrive first (reports must not depend on that race)
-            if c is not None:
-                c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
+        if c is None:
             self._done.wait()
         else:
             on_main = threading.current_thread() is threading.main_thread()
             if on_main:
                 c.main_waits += 1
             try:
-                c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
+                if self.announced:
+                    self.announced = False
+                elif self._done.is_set():
+                    # still told: the rank's simulated clock waits for the op whether or not
+                    # its result happened to arrive first (reports must not depend on that race)
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
+                else:
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
                 self._done.wait()
             finally:
                 if on_main:
@@ -207,6 +211,7 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result)
         work.id = c.new_op(work)
+        work.announced = not async_op
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
                   "root": root, "peer": peer, "tag": tag, "async": async_op, "want": bool(outputs), "cpu": time.thread_time(),
                   "frames": stack.caller_stack(2)}
