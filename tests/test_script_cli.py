@@ -45,3 +45,22 @@ def test_torchrun_style_with_script_arguments(tmp_path):
     # (0+1)*3 = 3, then (3+1)*3 = 12 on every rank
     assert [r["output"] for r in d["ranks"]] == [[f"{r} 3 12"] for r in range(3)]
     assert [len(r["trace"]) for r in d["ranks"]] == [2, 2, 2]
+
+
+def test_batch_isend_irecv_ring_on_three_ranks(tmp_path):
+    p = tmp_path / "ring.py"
+    p.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "r, w = dist.get_rank(), dist.get_world_size()\n"
+        "send, recv = torch.full((3,), float(r)), torch.zeros(3)\n"
+        "ops = [dist.P2POp(dist.isend, send, (r + 1) % w), dist.P2POp(dist.irecv, recv, (r - 1) % w)]\n"
+        "for req in dist.batch_isend_irecv(ops):\n"
+        "    req.wait()\n"
+        "print(int(recv[0]))\n")
+    res = run_cli("run", str(p), "--nproc-per-node", "3", "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert [r["output"] for r in d["ranks"]] == [["2"], ["0"], ["1"]]
+    assert [[(e["op"], e["peer"]) for e in r["trace"]] for r in d["ranks"]] == \
+        [[("send", (r + 1) % 3), ("recv", (r - 1) % 3)] for r in range(3)]
