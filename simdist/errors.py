@@ -16,3 +16,8 @@ class HostError(SimdistError):
 class InputError(SimdistError):
     """An argument (a command-line option, or the same argument of an API call) is out of
     range; the message names it."""
+
+
+class ScriptError(SimdistError):
+    """A user's script cannot be run on simulated ranks (missing, does not parse, never
+    initialises a process group, ...); the message says which and why."""

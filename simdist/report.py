@@ -89,6 +89,20 @@ class Finding:
 
 
 @dataclass
+class CodeLocation:
+    """A line of the user's script (script backend): where a rank is blocked or where it left."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""  # the source line, stripped
+
+    def short(self) -> str:
+        text = f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.function}"
+        return f"{text}: {self.code}" if self.code else text
+
+
+@dataclass
 class RankResult:
     """What one rank did: status, inputs processed, error, observed values, its collectives."""
 
@@ -105,6 +119,14 @@ class RankResult:
     # Where the rank's code is waiting (simulator only; may be a later collective than blocked_in).
     waiting_in: TraceEntry | None = None
     warnings: list[str] = field(default_factory=list)
+    # Script backend only (left out of the JSON form when unset, so scenario reports keep theirs):
+    output: list[str] = field(default_factory=list)  # lines the rank printed to stdout
+    stderr: list[str] = field(default_factory=list)  # lines it printed to stderr
+    location: CodeLocation | None = None  # where its code is blocked (hang) or where it left
+    exit: str | None = None  # how its process ended: "returned", "exception", "sys.exit(1)", "signal 9", ...
+
+
+_SCRIPT_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None}
 
 
 @dataclass
@@ -120,9 +142,18 @@ class Report:
     backend: str = "gloo"
     world_size: int = 0
     notes: list[str] = field(default_factory=list)
+    # measured wall times (script backend): e.g. wall_s, hang_detect_s; left out when empty
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["timings"]:
+            del d["timings"]
+        for r in d["ranks"]:
+            for key, default in _SCRIPT_RANK_FIELDS.items():
+                if r[key] == default:
+                    del r[key]
+        return d
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -136,6 +167,7 @@ class Report:
             r["error"] = RankError(**r["error"]) if r.get("error") else None
             r["blocked_in"] = TraceEntry(**r["blocked_in"]) if r.get("blocked_in") else None
             r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
+            r["location"] = CodeLocation(**r["location"]) if r.get("location") else None
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})
@@ -148,6 +180,21 @@ def overall_outcome(statuses: list[str]) -> Outcome:
     if any(s == "hang" for s in statuses):
         return "hang"
     return "completed"
+
+
+def error_category(message: str, *, runtime_error: bool, timeout_error: bool = False, in_model: bool = False) -> str:
+    """`RankError.category` of an exception from its message (shared by both sides).
+
+    `runtime_error`/`timeout_error`: the exception is a RuntimeError/TimeoutError (or a
+    subclass); `in_model`: it was raised inside DDP, ZeRO or torch.distributed.utils.
+    """
+    if runtime_error and ("exhausted all inputs" in message or "Detected at least one rank that exhausted inputs" in message):
+        return "join_early_termination"
+    if any(s in message for s in ("closed by peer", "reset by peer", "Broken pipe", "Connection refused")):
+        return "peer_lost"
+    if "Timed out" in message or "timed out" in message or timeout_error:
+        return "timeout"
+    return "model" if in_model else "other"
 
 
 _DIGITS = re.compile(r"\d+")

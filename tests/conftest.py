@@ -86,3 +86,18 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def line_of(path: Path, text: str, after: str | None = None) -> int:
+    """1-based number of the first line of `path` containing `text` (after the line containing `after`)."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines) if i >= start and text in line) + 1
+
+
+def trace_keys(trace) -> list[tuple]:
+    """What a script's trace and a scenario's simulated trace are compared on, per entry."""
+    return [(e.seq, e.op, e.numel, e.dtype, e.group, e.origin, e.reduce_op, e.root) for e in trace]

@@ -15,11 +15,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from simdist.cli import script as script_cli
 from simdist.cli.console import bad_input, exit_on, out, say
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
 
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file")]
+ScenarioOrScriptArg = Annotated[Path, typer.Argument(help="scenario TOML file, or a torch.distributed script (.py)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the machine-readable report (docs/report.md)")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
 _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
@@ -79,15 +81,24 @@ def report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
 
 
 def run(
-    scenario: ScenarioArg,
+    scenario: ScenarioOrScriptArg,
     json_: JsonOpt = False,
     trace_out: Annotated[Path | None, typer.Option("--trace-out", help="write a Chrome trace JSON (Perfetto)")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    backend: script_cli.BackendOpt = None,
+    timeout: TimeoutOpt = None,
+    script_args: script_cli.ScriptArgs = None,
 ) -> None:
-    """Simulate SCENARIO and report what every rank did."""
+    """Simulate SCENARIO (or run SCRIPT.py on simulated ranks) and report what every rank did."""
     from simdist.check.explain import annotate_report
     from simdist.chrome_trace import write_chrome_trace
     from simdist.sim import simulate
 
+    with bad_input():
+        if script_cli.is_script(scenario):
+            script_cli.run_command(scenario, script_args, nproc_per_node, backend, timeout, json_, trace_out,
+                                   print_report)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, script_args)
     s = _load(scenario)
     report = simulate(s)
     annotate_report(report, s)
