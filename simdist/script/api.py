@@ -22,6 +22,26 @@ from simdist.script.coordinator import Coordinator
 
 DEFAULT_GPUS = 8
 BACKENDS = ("gloo", "nccl")
+Batches = str | int | Sequence[int] | None
+
+
+def parse_caps(batches: Batches, nproc_per_node: int | None) -> list[int]:
+    """`--batches` as a list of caps ([] for none); bad input raises ScriptError naming the field."""
+    if batches is None:
+        return []
+    try:
+        if isinstance(batches, str):
+            caps = env.parse_batches(batches)
+        else:
+            caps = [int(batches)] if isinstance(batches, int) else [int(b) for b in batches]
+            if not caps or any(c < 0 for c in caps):
+                raise ValueError(f"expected non-negative batch counts, got {list(caps)}")
+    except ValueError as e:
+        raise ScriptError(f"batches: {e}") from None
+    if nproc_per_node is not None and len(caps) not in (1, nproc_per_node):
+        raise ScriptError(f"batches: {len(caps)} caps given ({env.format_batches(caps)}) for --nproc-per-node "
+                          f"{nproc_per_node} (give one per rank, or one for every rank)")
+    return caps
 
 
 def check_script(path: Path) -> None:
@@ -44,7 +64,7 @@ def default_cost(world_size: int) -> CostModel:
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-               mode: str = env.SIM) -> Report:
+               mode: str = env.SIM, batches: Batches = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -55,6 +75,9 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
     simulated ones (source "real"; printed lines and exits, no trace yet), for comparison.
+    `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
+    one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
+    (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
     """
     script = Path(path)
     check_script(script)
@@ -66,18 +89,19 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
         backend = "gloo"
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
+    caps = parse_caps(batches, nproc_per_node)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))
     listener.listen(256)
     listener.setblocking(False)
-    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute)
+    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute, batches=caps)
     run: launch.Launch | None = None
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
                            gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
-                           run_id=run_id, mode=mode)
+                           run_id=run_id, mode=mode, batches=env.format_batches(caps) if caps else None)
         ending = coord.serve(run.done, time.monotonic() + timeout_s)
     finally:
         if run is not None:
@@ -85,6 +109,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
         coord.close()
         listener.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if coord.input_error is not None:
+        raise ScriptError(coord.input_error)
     if coord.engine is None:
         codes = run.returncodes() if run is not None else []
         raise ScriptError(f"script: {script} never initialised a process group (no rank called "

@@ -131,6 +131,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     if where is None and (last := conn.last_op()) is not None:
         where = _op_location(last.frames, last.user)
     return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
+                      inputs_processed=conn.batches,
                       blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
                       location=where, exit=how)
 

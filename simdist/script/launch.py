@@ -68,7 +68,7 @@ class Launch:
         return [p.poll() for p in self.procs]
 
 
-def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, str]:
+def base_env(socket_path: str, run_id: str, gpus: int, mode: str, batches: str | None = None) -> dict[str, str]:
     e = dict(os.environ)
     paths = [str(env.BOOTSTRAP_DIR)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
     e.update({
@@ -79,6 +79,9 @@ def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, s
         env.MODE: mode,
         env.PARENT: str(os.getpid()),
     })
+    e.pop(env.BATCHES, None)
+    if batches:
+        e[env.BATCHES] = batches
     if mode == env.GLOO:
         e.setdefault(FR_ENV, FR_BUFFER_SIZE)
     return e
@@ -89,9 +92,10 @@ def new_run_id() -> str:
 
 
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM) -> Launch:
+          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM,
+          batches: str | None = None) -> Launch:
     run = Launch(run_id or new_run_id())
-    common = base_env(socket_path, run.run_id, gpus, mode)
+    common = base_env(socket_path, run.run_id, gpus, mode, batches)
     port = free_port()
     cmd = [sys.executable, str(script), *args]
     envs = [common] if nproc_per_node is None else [
