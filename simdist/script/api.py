@@ -19,6 +19,7 @@ from simdist.scenario import Topology
 from simdist.script import env, launch
 from simdist.script.build import build_report
 from simdist.script.coordinator import Coordinator
+from simdist.script.zygote import Zygote, same_script
 
 DEFAULT_GPUS = 8
 BACKENDS = ("gloo", "nccl")
@@ -64,7 +65,7 @@ def default_cost(world_size: int) -> CostModel:
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-               mode: str = env.SIM, batches: Batches = None) -> Report:
+               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -78,6 +79,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
     one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
     (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
+    `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
+    ranks instead of starting an interpreter for each (output goes where the zygote's goes).
     """
     script = Path(path)
     check_script(script)
@@ -90,6 +93,9 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
     caps = parse_caps(batches, nproc_per_node)
+    if zygote is not None and (not same_script(zygote, script) or zygote.mode != mode):
+        raise ScriptError(f"zygote: a fork server for {zygote.script} ({zygote.mode}) cannot run {script} ({mode})")
+    gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))
@@ -100,8 +106,9 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
-                           gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
-                           run_id=run_id, mode=mode, batches=env.format_batches(caps) if caps else None)
+                           gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
+                           batches=env.format_batches(caps) if caps else None,
+                           spawn=zygote.spawn if zygote is not None else None)
         ending = coord.serve(run.done, time.monotonic() + timeout_s)
     finally:
         if run is not None:

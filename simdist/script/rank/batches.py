@@ -80,10 +80,16 @@ def _has_more(it: Any, orig_len: Any) -> bool:
         return True
 
 
-def install() -> None:
-    """Patch the DataLoader and its iterators (called once torch is imported)."""
+def configure() -> None:
+    """Read the caps from the environment (at install; again in a rank forked by the zygote)."""
     text = os.environ.get(env.BATCHES, "")
     _caps[:] = env.parse_batches(text) if text else []
+    _state.update(yielded=0, longest=0, capped=0, warned=False)
+
+
+def install() -> None:
+    """Patch the DataLoader and its iterators (called once torch is imported)."""
+    configure()
     from torch.utils.data import dataloader as dl
 
     base = dl._BaseDataLoaderIter
