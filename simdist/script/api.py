@@ -9,6 +9,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -62,6 +63,18 @@ def default_cost(world_size: int) -> CostModel:
     return CostModel.from_scenario_topology(Topology(), world_size)
 
 
+@dataclass
+class ScriptRun:
+    """A finished run: its report, plus what only the coordinator knew (the groups' members
+    for the wait-for graph; per rank, the longest DataLoader epoch and how many epochs a
+    `--batches` cap ended early, which tell the fuzzer which caps mean something)."""
+
+    report: Report
+    groups: dict[str, list[int]] = field(default_factory=dict)
+    longest_epoch: list[int] = field(default_factory=list)
+    capped: list[int] = field(default_factory=list)
+
+
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
@@ -82,19 +95,34 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
     ranks instead of starting an interpreter for each (output goes where the zygote's goes).
     """
-    script = Path(path)
+    return execute(path, args, nproc_per_node=nproc_per_node, backend=backend, timeout_s=timeout_s, gpus=gpus,
+                   measure_compute=measure_compute, stdout=stdout, run_id=run_id, mode=mode, batches=batches,
+                   zygote=zygote).report
+
+
+def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int | None, batches: Batches,
+               zygote: Zygote | None) -> tuple[str | None, list[int]]:
+    """Bad input found before any process starts (one line naming the field); the backend
+    semantics to use and the caps."""
     check_script(script)
     if backend is not None and backend not in BACKENDS:
         raise ScriptError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if mode not in (env.SIM, env.GLOO):
         raise ScriptError(f"mode: must be {env.SIM} or {env.GLOO}, got {mode!r}")
-    if mode == env.GLOO:
-        backend = "gloo"
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
-    caps = parse_caps(batches, nproc_per_node)
     if zygote is not None and (not same_script(zygote, script) or zygote.mode != mode):
         raise ScriptError(f"zygote: a fork server for {zygote.script} ({zygote.mode}) cannot run {script} ({mode})")
+    return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
+
+
+def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
+            backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
+            measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
+            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> ScriptRun:
+    """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+    script = Path(path)
+    backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -129,4 +157,6 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
-    return report
+    conns = [coord.by_rank.get(r) for r in range(coord.world_size)]
+    return ScriptRun(report, {g: list(m) for g, m in coord.engine.groups.items()},
+                     [c.longest_epoch if c else 0 for c in conns], [c.capped if c else 0 for c in conns])
