@@ -133,8 +133,9 @@ class ScriptFuzzer:
     """Runs, caches and judges schedules of one script; the search and the shrinking."""
 
     def __init__(self, space: Space, zygote: Zygote | None, result: ScriptFuzzResult,
-                 on_example: Callable[[int, str], None] | None = None):
+                 on_example: Callable[[int, str], None] | None = None, out_dir: str | Path | None = None):
         self.space, self.zygote, self.res, self.on_example = space, zygote, result, on_example
+        self.out_dir = out_dir
         self.cache: dict[Schedule, Judged] = {}
         self.phase = "baseline"
         self.best: dict[str, Schedule] = {}  # failure class -> smallest failing schedule seen
@@ -232,8 +233,11 @@ class ScriptFuzzer:
         self._tick()
         j = self.run(s)
         if j.failed:
-            if j.key not in self.best or s.size() < self.best[j.key].size():
+            new = j.key not in self.best
+            if new or s.size() < self.best[j.key].size():
                 self.best[j.key] = s
+            if new:  # written at once: a search cut short still leaves it behind
+                _write(self, j.key, s, self.out_dir, "unshrunk")
             self.phase = "shrink"
             raise failure_class(j.key)(j.summary)
 
@@ -304,13 +308,12 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
     gpus = max(DEFAULT_GPUS, space.worlds[1] if space.worlds else 0)
     zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL) if fork_server else None
-    fz = ScriptFuzzer(space, zygote, res, on_example)
+    fz = ScriptFuzzer(space, zygote, res, on_example, out_dir)
     try:
         if fz.baseline() and (fz.caps_range is not None or space.worlds is not None):
             keys = fz.search(budget, seed, shrink)
             fz.phase = "post-shrink"
             for key in keys:
-                _write(fz, key, fz.best[key], out_dir, "unshrunk")
                 best = fz.greedy(fz.best[key], key) if shrink else fz.best[key]
                 res.counterexamples.append(_write(fz, key, best, out_dir, "shrunk" if shrink else "unshrunk"))
     except KeyboardInterrupt:
