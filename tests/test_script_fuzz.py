@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,11 +45,21 @@ def test_a_forked_rank_runs_the_script_as_a_launched_one_does():
             assert (a.error.category if a.error else None) == (b.error.category if b.error else None)
 
 
-def test_fuzz_finds_the_hang_without_join_and_shrinks_it_to_two_ranks_one_batch_apart(tmp_path):
+@pytest.fixture(scope="module")
+def no_join_search(tmp_path_factory):
+    """`simdist fuzz` on the no-Join DataLoader example, as a user runs it (one search shared
+    by the tests below): its result and the folder it wrote into."""
+    out = tmp_path_factory.mktemp("found")
     res = run_cli("fuzz", NO_JOIN, "--nproc-per-node-range", "2:4", "--budget", "25", "--seed", "1", "--out",
-                  str(tmp_path), "--json", timeout=600)
+                  str(out), "--json", timeout=600)
     assert res.returncode == 1, res.stderr
     (r,) = json.loads(res.stdout)["results"]
+    return r, out
+
+
+def test_fuzz_finds_the_hang_without_join_and_shrinks_it_to_two_ranks_one_batch_apart(no_join_search):
+    """Issue 10's acceptance: the hang found and shrunk to 2 ranks whose batch counts differ by one."""
+    r, out = no_join_search
     assert r["failed"] and not r["baseline_failed"] and r["schedules"] >= 3
     (c,) = r["counterexamples"]
     assert c["key"] == "hang/hang" and c["world_size"] == 2 and abs(c["caps"][0] - c["caps"][1]) == 1
@@ -56,13 +67,36 @@ def test_fuzz_finds_the_hang_without_join_and_shrinks_it_to_two_ranks_one_batch_
     batches = ",".join(map(str, c["caps"]))
     assert c["replay"] == f"simdist run {NO_JOIN} --nproc-per-node 2 --batches {batches}"
     assert c["replay_real"] == f"simdist compare {NO_JOIN} --nproc-per-node 2 --batches {batches}"
-    (written,) = tmp_path.glob("*.sh")  # the unshrunk file written early was replaced
-    assert str(written) == c["path"] and c["replay"].split(" ", 2)[2] in written.read_text()
-    assert any("loss.backward()" in n or "model(xb)" in n for n in c["explanation"])
-    # the replay reproduces it
-    rep = run_script(EXAMPLES / "fuzz_ddp_dataloader_no_join.py", nproc_per_node=2, batches=c["caps"],
-                     stdout=subprocess.DEVNULL)
-    assert rep.outcome == "hang"
+    (written,) = out.glob("*.sh")  # the unshrunk file written early was replaced
+    assert str(written) == c["path"] and c["replay"] in written.read_text()
+    assert any("loss = F.mse_loss(model(xb), yb)" in n or "loss.backward()" in n for n in c["explanation"])
+
+
+def test_the_written_file_replays_the_hang_in_the_simulator_and_the_failure_on_real_gloo(no_join_search, tmp_path):
+    """`sh FILE` from another folder, no simdist on PATH, reproduces the hang (exit 1); the
+    schedule of its `compare` command fails on real Gloo as in the simulator under Gloo's
+    rules (the rank with the extra batch loses its peer where the simulator says)."""
+    r, _ = no_join_search
+    (c,) = r["counterexamples"]
+    res = subprocess.run(["sh", c["path"]], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 1, res.stderr
+    assert "outcome: hang" in res.stdout and "rank 1 is blocked in" in res.stdout and "rank 0 left" in res.stdout
+    verb, script, *opts = shlex.split(c["replay_real"])[1:]
+    assert verb == "compare" and opts[0::2] == ["--nproc-per-node", "--batches"]
+    kw = dict(nproc_per_node=int(opts[1]), batches=opts[3], stdout=subprocess.DEVNULL, timeout_s=300)
+    sim = run_script(ROOT / script, backend="gloo", **kw)  # compare puts the simulator under Gloo's rules
+    real = run_script(ROOT / script, mode="gloo", **kw)
+    low = c["caps"].index(min(c["caps"]))
+    for rep in (sim, real):
+        assert rep.outcome != "completed"
+        assert [x.status for x in rep.ranks] == ["completed" if x.rank == low else "error" for x in rep.ranks]
+        assert [x.inputs_processed for x in rep.ranks] == c["caps"]
+        assert rep.ranks[1 - low].error.category == "peer_lost"
+    for a, b in zip(sim.ranks, real.ranks, strict=True):
+        assert (a.output, a.location) == (b.output, b.location)
+        # a script's real trace carries no reduce op or root yet: compared without them
+        assert [k[:6] for k in trace_keys(a.trace)] == [k[:6] for k in trace_keys(b.trace)]
 
 
 def test_fuzz_finds_nothing_with_join(tmp_path):
@@ -70,6 +104,18 @@ def test_fuzz_finds_nothing_with_join(tmp_path):
     assert not res.failed and not res.counterexamples and res.examples == 12 + 1  # + the baseline
     assert res.schedules >= 10 and res.rate > 0 and res.batches == [1, 8]
     assert not list(tmp_path.iterdir()) and descendants(os.getpid()) == []
+
+
+@pytest.mark.slow
+def test_fuzz_finds_nothing_with_join_in_200_schedules(tmp_path):
+    """Issue 10's acceptance, at full size: 200 schedules (world sizes 2-4, caps 1-8) of the
+    Join example, each run to the end on forked ranks, and nothing found."""
+    res = run_cli("fuzz", JOIN, "--nproc-per-node-range", "2:4", "--budget", "200", "--out", str(tmp_path),
+                  "--json", timeout=1800)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr
+    (r,) = json.loads(res.stdout)["results"]
+    assert not r["failed"] and r["examples"] == 200 + 1 and r["schedules"] >= 150
+    assert r["worlds"] == [2, 4] and r["batches"] == [1, 8] and not list(tmp_path.iterdir())
 
 
 def _script(tmp_path: Path, body: str) -> Path:

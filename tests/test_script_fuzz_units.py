@@ -56,6 +56,28 @@ def test_replay_file_runs_the_simulator_by_default_and_any_verb_on_request(tmp_p
     assert real[:1] == ["[compare]"] and "[--backend]" not in real and real[-2:] == ["[--lr]", "[0.1]"]
 
 
+def test_replay_file_replays_from_anywhere_with_the_simdist_that_wrote_it(tmp_path, monkeypatch):
+    """No `simdist` on PATH (a virtual environment not activated), started from another
+    folder: the file changes to the folder the search ran in and runs the writer's simdist."""
+    fake = tmp_path / "python with space"
+    fake.write_text('#!/bin/sh\necho "$PWD"\nfor a in "$@"; do echo "[$a]"; done\n')
+    fake.chmod(0o755)
+    searched = tmp_path / "search dir"
+    searched.mkdir()
+    monkeypatch.chdir(searched)
+    monkeypatch.setattr("sys.executable", str(fake))
+    path = write_replay(tmp_path / "o", "t.py", (), Schedule(2, (1, 2)), True, None, seed=0, key="hang/hang",
+                        summary="", explanation=[])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for verb, want in ((), "[run]"), (("real",), "[real]"):
+        res = subprocess.run(["sh", str(path), *verb], capture_output=True, text=True, cwd=elsewhere,
+                             env={"PATH": "/usr/bin:/bin"})
+        lines = res.stdout.splitlines()
+        assert res.returncode == 0 and lines[0] == str(searched), res.stderr
+        assert lines[1:4] == ["[-m]", "[simdist]", want] and lines[4] == "[t.py]"
+
+
 def test_replay_names_stay_inside_the_output_folder(tmp_path):
     p = replay_path(tmp_path, "../../etc/pa ss\n.py", (), Schedule(2, (1, 2)), "invariant:x/../y")
     assert p.parent == tmp_path and "/" not in p.name and "\n" not in p.name and not p.name.startswith(".")

@@ -6,9 +6,12 @@ DataLoader cap, so it replays with the ordinary commands: `simdist run SCRIPT
 --nproc-per-node W --batches c0,c1,... -- ARGS` in the simulator, `simdist compare ...` (or
 `simdist real ...`) with the same options on real Gloo. The file is those commands as a
 shell script: `sh FILE` replays it in the simulator (exit 1: the failure reproduces),
-`sh FILE compare` beside real Gloo, `sh FILE real` on real Gloo alone. Its name is stable
-(script, failure kind, a hash of the schedule), so the same counterexample found twice is
-one file; it is written aside and renamed, so it appears whole or not at all.
+`sh FILE compare` beside real Gloo, `sh FILE real` on real Gloo alone. It replays from any
+folder and shell: it changes to the folder the search ran in (the script's path and
+arguments are as the user gave them) and, where no `simdist` is on PATH (a virtual
+environment not activated), runs the simdist that wrote it. Its name is stable (script,
+failure kind, a hash of the schedule), so the same counterexample found twice is one file;
+it is written aside and renamed, so it appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import hashlib
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,18 +90,20 @@ def write_replay(out_dir: Path, script: str, args: tuple[str, ...], schedule: Sc
     path = replay_path(out_dir, script, args, schedule, key.split("/")[0])
     sim = command("run", script, args, schedule, torchrun, backend)
     other = command("VERB", script, args, schedule, torchrun).replace("simdist VERB ", 'simdist "$1" ', 1)
+    here, python = shlex.quote(os.getcwd()), shlex.quote(sys.executable)
     lines = [
         "#!/bin/sh",
         f"# simdist fuzz counterexample (seed {seed}) for {script}: {schedule.describe()}",
         f"# failure class: {key}: {summary}",
         f"# {STATES[state]}",
-        f"# run from the folder simdist fuzz ran in ({os.getcwd()}).",
         "# sh THIS_FILE          replays it in the simulator (exit 1: the failure reproduces)",
         "# sh THIS_FILE compare  runs it in the simulator and on real Gloo and diffs them; sh THIS_FILE real: Gloo only",
         "#",
         *[_comment(line) for line in explanation],
-        f'if [ "${{1:-run}}" = run ]; then exec {sim}; fi',
-        f"exec {other}",
+        f"cd {here} || exit 2  # the folder simdist fuzz ran in: the script's path is relative to it",
+        f"command -v simdist >/dev/null 2>&1 || simdist() {{ {python} -m simdist \"$@\"; }}  # the one that wrote this",
+        f'if [ "${{1:-run}}" = run ]; then {sim}; exit; fi',
+        other,
         "",
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
