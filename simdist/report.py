@@ -89,6 +89,19 @@ class Finding:
 
 
 @dataclass
+class Span:
+    """A stretch of a rank's own work between communication calls: a scenario's `compute`
+    step in the simulator, measured time outside the calls for a backend that times it.
+
+    Kept in the report (not derived from gaps between collectives) because a gap can also be
+    a rank waiting on an async collective; traces draw spans as compute slices."""
+
+    t_begin: float  # seconds since the rank started, as TraceEntry.t_issue
+    t_end: float
+    label: str = "compute"
+
+
+@dataclass
 class RankResult:
     """What one rank did: status, inputs processed, error, observed values, its collectives."""
 
@@ -105,6 +118,7 @@ class RankResult:
     # Where the rank's code is waiting (simulator only; may be a later collective than blocked_in).
     waiting_in: TraceEntry | None = None
     warnings: list[str] = field(default_factory=list)
+    compute: list[Span] = field(default_factory=list)  # the rank's own work between calls, in order
 
 
 @dataclass
@@ -136,6 +150,7 @@ class Report:
             r["error"] = RankError(**r["error"]) if r.get("error") else None
             r["blocked_in"] = TraceEntry(**r["blocked_in"]) if r.get("blocked_in") else None
             r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
+            r["compute"] = [Span(**c) for c in r.get("compute", [])]
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})

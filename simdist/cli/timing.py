@@ -18,10 +18,11 @@ from rich.progress import Progress
 
 import simdist.cli.timing_view as view
 from real_backend import bench
+from simdist.chrome_trace import write_chrome_trace
 from simdist.cli.console import err, fail, parse_size
 from simdist.errors import InputError, SimdistError
 from simdist.network.profile import OpProfile, Profile
-from simdist.network.simulate import write_chrome_trace
+from simdist.network.simulate import timeline_report
 from simdist.timing import experiments, plots
 from simdist.timing.explain import explain
 from simdist.timing.sweeps import geometric_sizes
@@ -284,7 +285,7 @@ def explain_cmd(
     except SimdistError as e:
         _fail(str(e))
         return
-    trace_path = str(write_chrome_trace([x.simulation], trace)) if trace is not None else None
+    trace_path = str(write_chrome_trace(timeline_report([x.simulation], f"{x.op}/{x.algo}"), trace)) if trace is not None else None
     if json_out:
         typer.echo(json.dumps(view.explanation_json(x, trace_path), indent=1))
     else:
