@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from simdist.check.classify import check_run
+from simdist.check.drawing import draw_waitfor, to_dot, waitfor_figure, write_graph
 from simdist.check.explain import annotate_report, explain_report
-from simdist.check.waitfor import build_waitfor, draw_waitfor
+from simdist.check.waitfor import build_waitfor
 from simdist.scenario import load_scenario, parse_scenario
 from simdist.sim import simulate
 from tests.conftest import SCENARIOS, run_cli
@@ -29,7 +30,9 @@ def test_no_join_hang_missing_rank_explained():
     assert "rank 0 finished its loop after its 5th input" in text
     assert "hint (no Join)" in text
     wf = v.waitfor
-    assert wf is not None and wf.core == [[1]] and wf.culprits == [0] and not wf.cycle
+    # a lone waiting rank is not a deadlock core: it waits on a rank that is not blocked
+    assert wf is not None and wf.core == [] and wf.roots == [1] and wf.culprits == [0] and not wf.cycle
+    assert "deadlock core" not in text and "no cycle: rank 1 waits on ranks [0]" in text
 
 
 def test_unshadowed_collective_is_a_deadlock_cycle():
@@ -104,18 +107,55 @@ def test_invariant_collective_counts():
 def test_waitfor_graph_image(tmp_path):
     s, r = _run("unshadowed_logging")
     wf = build_waitfor(r, s)
-    p = draw_waitfor(wf, tmp_path / "wf.png")
-    assert p.exists() and p.stat().st_size > 1000
+    for suffix in (".png", ".svg"):
+        p = draw_waitfor(wf, tmp_path / f"wf{suffix}")
+        assert p.exists() and p.stat().st_size > 1000
     d = wf.to_dict()
     assert {(e["from"], e["to"]) for e in d["edges"]} == {(0, 1), (1, 0)}
+
+
+def test_waitfor_picture_labels_legend_and_nothing_clipped():
+    """Two ranks waiting on each other: both edge labels (op, sequence, group) readable apart,
+    a legend naming the deadlock core, no artist clipped to the axes."""
+    s, r = _run("unshadowed_logging")
+    wf = build_waitfor(r, s)
+    fig = waitfor_figure(wf, "t")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if "all_reduce #18 on WORLD" in t.get_text()]
+    assert len(labels) == 2 and all("(mismatch)" in t.get_text() for t in labels)
+    a, b = (t.get_window_extent() for t in labels)
+    assert not a.overlaps(b)  # edges both ways: their labels do not cover each other
+    legend = ax.get_legend()
+    assert legend is not None and any("deadlock core" in t.get_text() for t in legend.get_texts())
+    assert all(not t.get_clip_on() for t in ax.texts)
+    assert all(not c.get_clip_on() for c in ax.collections if c.get_offsets().shape[0] == len(wf.graph))
+
+
+def test_waitfor_dot_names_op_group_and_sequence(tmp_path):
+    import pydot
+
+    s, r = _run("no_join_hang")
+    wf = build_waitfor(r, s)
+    p = write_graph(wf, tmp_path / "wf.dot", "no_join_hang")
+    (g,) = pydot.graph_from_dot_data(p.read_text())
+    (e,) = g.get_edges()
+    assert (e.get_source(), e.get_destination()) == ("1", "0")
+    assert e.get("op") == '"all_reduce"' and e.get("seq") == "11" and e.get("group") == "WORLD"
+    assert "all_reduce #11 on WORLD" in e.get("label")
+    roles = {n.get_name(): n.get("role") for n in g.get_nodes() if n.get_name() in ("0", "1")}
+    assert roles == {"0": "culprit", "1": "root"}  # no deadlock core for a lone waiting rank
+    assert to_dot(wf, "no_join_hang") == p.read_text()
 
 
 def test_check_cli_json_and_graph(tmp_path):
     png = tmp_path / "g.png"
     p = run_cli("check", "scenarios/zero_before_ddp.toml", "--json", "--graph", str(png))
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 0, p.stderr  # the failure is what its [expect] says: the scenario passes
     d = json.loads(p.stdout)
+    assert d["verdict"]["failed"] and d["passed"] and d["judged_by"] == "expect"
     assert d["verdict"]["kind"] == "size_mismatch" and d["verdict"]["waitfor"]["core"] == [[0, 1]]
+    assert d["waitfor_dot"].startswith("strict digraph")
     assert any("ZeRO listed before DDP" in x for x in d["explanation"])
     assert png.exists()
     p = run_cli("check", "scenarios/ddp_join_uneven.toml")

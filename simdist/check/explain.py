@@ -317,18 +317,26 @@ def explain_verdict(report: Report, scenario: Scenario, verdict: Verdict) -> lis
         if d:
             lines.append(d)
     if wf is not None and wf.blocked:
-        core = ", ".join(str(c) for c in wf.core)
-        s = f"wait-for graph: blocked ranks {wf.blocked}; deadlock core {core}"
-        if wf.cycle:
-            s += " (ranks waiting on each other)"
-        if wf.culprits:
-            s += f"; they wait on ranks {wf.culprits}, which will never issue what is needed"
-        rest = sorted(set(wf.blocked) - {r for c in wf.core for r in c})
-        if rest:
-            s += f"; ranks {rest} are blocked only because the core is"
-        lines.append(s)
+        lines.append(waitfor_line(wf))
     lines.extend(hints(report, scenario, verdict))
     return lines
+
+
+def waitfor_line(wf: WaitFor) -> str:
+    """The wait-for graph in one sentence: a deadlock core only where blocked ranks wait on
+    each other; a rank waiting on ranks that are not blocked is named as such."""
+    parts = [f"wait-for graph: blocked ranks {wf.blocked}"]
+    if wf.core:
+        parts.append("deadlock core " + ", ".join(str(c) for c in wf.core) + " (ranks waiting on each other)")
+    if wf.roots:
+        who = f"rank {wf.roots[0]} waits" if len(wf.roots) == 1 else f"ranks {wf.roots} wait"
+        on = sorted({m for r in wf.roots for m in wf.graph.successors(r)})
+        parts.append(f"no cycle: {who} on ranks {on}, which are not blocked")
+    if wf.culprits:
+        parts.append(f"ranks {wf.culprits} will never issue what is needed")
+    if wf.downstream:
+        parts.append(f"ranks {wf.downstream} are blocked only because those are")
+    return "; ".join(parts)
 
 
 def explain_report(report: Report, scenario: Scenario) -> list[str]:

@@ -7,6 +7,8 @@ busbw and a measured one mean the same thing.
 
 from __future__ import annotations
 
+from simdist.vocab import dtype_bytes
+
 
 def geometric_sizes(lo: int = 1024, hi: int = 64 << 20, factor: int = 2) -> list[int]:
     """lo, lo*factor, ... up to hi (nccl-tests' -b, -e, -f)."""
@@ -42,6 +44,20 @@ def bus_factor(op: str, p: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (p - 1) / p
     return 1.0
+
+
+def bus_factor_text(op: str) -> str:
+    """`bus_factor` written in p: why busbw = algbw · factor (an optimal ring's per-link load)."""
+    if op == "all_reduce":
+        return "2(p-1)/p"
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return "(p-1)/p"
+    return "1"
+
+
+def dtype_count(nbytes: int, dtype: str = "float32") -> int:
+    """Elements of `dtype` in `nbytes` (nccl-tests' count column)."""
+    return nbytes // dtype_bytes(dtype)
 
 
 def algbw_bytes(op: str, nbytes: int, p: int) -> int:
