@@ -161,3 +161,22 @@ def test_fuzz_output_folder_that_is_a_file_is_bad_usage(tmp_path):
     f.write_text("")
     p = run_cli("fuzz", "scenarios/templates/no_join.toml", "-n", "5", "--out", str(f / "sub"))
     assert p.returncode == 2 and "out:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_documented_given_example_runs(tmp_path):
+    """docs/fuzzing.md's `template_scenarios` example, run with pytest as a user would."""
+    import re
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    text = (ROOT / "docs" / "fuzzing.md").read_text()
+    block = re.search(r"<!-- example: .*? -->\n```python\n(.*?)```", text, re.S)
+    assert block is not None
+    (tmp_path / "test_my_loop.py").write_text(block.group(1))
+    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_loop.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 passed" in res.stdout

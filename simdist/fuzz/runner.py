@@ -29,7 +29,7 @@ from simdist.errors import ScenarioError
 from simdist.fuzz.compress import passes_compressed
 from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical, write_counterexample
-from simdist.fuzz.strategies import scenarios
+from simdist.fuzz.strategies import template_scenarios
 from simdist.fuzz.template import Template
 from simdist.scenario import Scenario, parse_scenario
 from simdist.sim import simulate
@@ -341,7 +341,7 @@ class _Search:
     def run(self, budget: int, seed: int, db: DirectoryBasedExampleDatabase | None, shrink: bool) -> list[str]:
         """Run hypothesis; the failure classes found (each shrunk by hypothesis), in order."""
         phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
-        test = hypothesis_seed(seed)(given(scenarios(self.template))(self.check))
+        test = hypothesis_seed(seed)(given(template_scenarios(self.template))(self.check))
         # settings go on last: hypothesis.seed() switches the example database off (it is meant
         # for replaying one run), and a settings decorator applied after it decides the database
         # again. We want both: a reproducible search that still starts from saved failures.
