@@ -219,6 +219,7 @@ def print_sweep(rows: list[SweepRow], x: Explanation) -> None:
         f"gamma = {_gbps(x.gamma_s_per_byte)}); busbw = algbw · {x.bus_factor_formula}"
         + ("; size = the gathered buffer, p times the per-rank contribution" if x.op == "all_gather" else ""))
     t = table("size", "count", "type", "redop", "time", "algbw", "busbw", "algo", justify="right")
+    t.columns[-1].justify = "left"
     t.add_row("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
     for r in rows:
         t.add_row(str(r.size), str(r.count), r.type, r.redop, f"{r.time_s * 1e6:.2f}",
