@@ -136,7 +136,11 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for r in d["ranks"]:
+            if not r["compute"]:  # only ranks that computed carry it: scenario reports stay as they were
+                del r["compute"]
+        return d
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
