@@ -28,7 +28,7 @@ def test_no_join_hang_missing_rank_explained():
     text = "\n".join(r.notes)
     assert "rank 1 waits in all_reduce #11 (DDP bucket 0, 8 B, group WORLD) issued at input 6" in text
     assert "rank 0 finished its loop after its 5th input" in text
-    assert "hint (no Join)" in text
+    assert "hint (uneven inputs, no Join)" in text
     wf = v.waitfor
     # a lone waiting rank is not a deadlock core: it waits on a rank that is not blocked
     assert wf is not None and wf.core == [] and wf.roots == [1] and wf.culprits == [0] and not wf.cycle
@@ -163,3 +163,40 @@ def test_check_cli_json_and_graph(tmp_path):
     p = run_cli("run", "scenarios/no_join_hang.toml", "--json")
     d = json.loads(p.stdout)
     assert any(f["kind"] == "hang" for f in d["findings"]) and any("waits in" in n for n in d["notes"])
+
+
+# --- hints name the fix of the failure's own family (issue 12) ---------------------------------
+def test_a_rank_that_breaks_out_early_gets_the_stop_flag_fix_not_join():
+    """Rank 0 is given 6 inputs like rank 1 but leaves its loop after 5 (a break on a condition):
+    the fix is an all-reduced stop flag; Join would let rank 1 train on alone."""
+    loop = [{"kind": "forward"}, {"kind": "backward"}]
+    base = {"world_size": 2, "on_finish": "stay", "model": {"params": [[1, 1], [1]]}, "loop": loop}
+    ran = parse_scenario({**base, "name": "ran", "inputs": {"counts": [5, 6]}})
+    given = parse_scenario({**base, "name": "given", "inputs": {"counts": [6, 6]}})
+    report = simulate(ran)  # what the ranks did: rank 0 finished its loop after 5 inputs
+    v = check_run(report, given)
+    text = "\n".join(explain_report(report, given))
+    assert v.failed and "hint (a rank left its loop early): rank 0 stopped after 5 of its 6 inputs" in text
+    assert "all-reduce a stop flag" in text and "Join is not the fix" in text
+    assert "wrap the loop in Join" not in text
+
+
+def test_uneven_raw_collectives_get_a_flag_or_equal_inputs_not_join():
+    s = parse_scenario({"name": "raw", "world_size": 2, "on_finish": "stay", "inputs": {"counts": [1, 2]},
+                        "loop": [{"kind": "collective", "op": "all_reduce"}]})
+    text = "\n".join(explain_report(simulate(s), s))
+    assert "hint (uneven inputs, raw collective)" in text and "'has data' flag" in text
+    assert "wrap the loop in Join" not in text  # Join shadows no raw collective
+
+
+def test_every_family_hint_names_a_fix():
+    families = {"no_join_hang": "wrap the loop in Join", "join_disabled_uneven": "enable=True",
+                "zero_before_ddp": "list the model before the optimizer",
+                "subset_collective": "issue it on every member", "forward_collective_syncbn": "same number of inputs",
+                "unshadowed_logging": "join hook shadows it", "ddp_zero_throw": "intended fail-fast"}
+    for name, fix in families.items():
+        s, r = _run(name)
+        hints = [x for x in explain_report(r, s) if x.startswith("hint")]
+        assert hints and any(fix in h for h in hints), (name, hints)
+    s, r = _run("forward_collective_throw")  # already fails fast: the hint does not suggest the flag it has
+    assert not any("pass throw_on_early_termination" in h for h in explain_report(r, s))
