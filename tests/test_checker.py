@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from simdist.check.classify import check_run
 from simdist.check.drawing import draw_waitfor, to_dot, waitfor_figure, write_graph
 from simdist.check.explain import annotate_report, explain_report
@@ -132,6 +134,7 @@ def test_waitfor_picture_labels_legend_and_nothing_clipped():
     assert all(not c.get_clip_on() for c in ax.collections if c.get_offsets().shape[0] == len(wf.graph))
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pydot's DOT parser, read here only to check the file
 def test_waitfor_dot_names_op_group_and_sequence(tmp_path):
     import pydot
 

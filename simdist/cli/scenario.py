@@ -151,6 +151,8 @@ def _judged(report: Report, s: Scenario, verdict: Verdict, json_: bool) -> Judge
             say(("expectation not met", "red"), f" {f}")
         if j.by == "expect" and j.passed:
             say(("all expectations met", "green"))
+        if j.by == "checker" and not j.passed:
+            say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
     return j
 
 
@@ -219,7 +221,11 @@ def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = No
     Exit codes as for `simdist run`, judged on the real report.
     """
     s = _load(scenario, "real")
-    report = _run_real(s, timeout, json_)
+    report_and_exit(_run_real(s, timeout, json_), s, json_)
+
+
+def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
+    """Print a report (table or JSON) and exit 0/1 by `judge`, as `run` does for one file."""
     if json_:
         sys.stdout.write(report.to_json() + "\n")
     else:

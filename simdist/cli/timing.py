@@ -28,7 +28,8 @@ from simdist.timing.explain import explain
 from simdist.timing.explain import sweep as explain_sweep
 from simdist.timing.sweeps import geometric_sizes
 
-app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True)
+app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True,
+                  rich_markup_mode=None)
 CALIBRATABLE = tuple(o for o in bench.BENCH_OPS if o != "barrier")  # a barrier moves no bytes to fit
 
 _fail = fail  # shared: one line "error: ...", then the exit code (2 unless said)
