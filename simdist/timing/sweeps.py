@@ -65,10 +65,3 @@ def algbw_bytes(op: str, nbytes: int, p: int) -> int:
     if op == "all_gather":
         return nbytes * p  # nbytes = per-rank contribution
     return nbytes
-
-
-def busbw_gbps(op: str, nbytes: int, p: int, t: float) -> float | None:
-    """Bus bandwidth (GB/s) of one operation taking t seconds; None where it means nothing."""
-    if t <= 0 or op == "barrier":
-        return None
-    return algbw_bytes(op, nbytes, p) / t / 1e9 * bus_factor(op, p)
