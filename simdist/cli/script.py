@@ -20,7 +20,6 @@ NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
 BackendOpt = Annotated[str | None, typer.Option(
     "--backend", help="script: gloo or nccl semantics for ranks that exit (default: what the script asks for)")]
-ScriptArgs = Annotated[list[str] | None, typer.Argument(help="script: its own arguments (after --)", show_default=False)]
 
 DEFAULT_TIMEOUT_S = 300.0
 
