@@ -18,9 +18,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from simdist.check.classify import Verdict, check_run
-from simdist.cli import script as script_cli
 from simdist.check.explain import annotate_report
 from simdist.chrome_trace import write_chrome_trace
+from simdist.cli import script as script_cli
 from simdist.cli.console import (
     ExitCode,
     bad_input,
