@@ -23,10 +23,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from simdist.flightrec import FR_BUFFER_SIZE, FR_ENV
 from simdist.script import env
@@ -54,12 +54,26 @@ def torchrun_env(rank: int, nproc: int, run_id: str, port: str) -> dict[str, str
     }
 
 
+class Process(Protocol):
+    """What the launcher needs of a rank process: a `subprocess.Popen`, or a rank forked by
+    the fork server (`simdist.script.zygote.ForkedProcess`)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+Spawn = Callable[[dict[str, str], list[str]], Process]  # (environment, argv after the interpreter)
+
+
 @dataclass
 class Launch:
     """The processes of one script run."""
 
     run_id: str
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[Process] = field(default_factory=list)
 
     def done(self) -> bool:
         return all(p.poll() is not None for p in self.procs)
@@ -68,7 +82,7 @@ class Launch:
         return [p.poll() for p in self.procs]
 
 
-def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, str]:
+def base_env(socket_path: str, run_id: str, gpus: int, mode: str, batches: str | None = None) -> dict[str, str]:
     e = dict(os.environ)
     paths = [str(env.BOOTSTRAP_DIR)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
     e.update({
@@ -79,6 +93,9 @@ def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, s
         env.MODE: mode,
         env.PARENT: str(os.getpid()),
     })
+    e.pop(env.BATCHES, None)
+    if batches:
+        e[env.BATCHES] = batches
     if mode == env.GLOO:
         e.setdefault(FR_ENV, FR_BUFFER_SIZE)
     return e
@@ -89,9 +106,12 @@ def new_run_id() -> str:
 
 
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM) -> Launch:
+          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM,
+          batches: str | None = None, spawn: Spawn | None = None) -> Launch:
+    """Start the script's processes; `spawn` (a fork server's) instead of a new interpreter
+    for each (the processes' output then goes where the fork server's goes)."""
     run = Launch(run_id or new_run_id())
-    common = base_env(socket_path, run.run_id, gpus, mode)
+    common = base_env(socket_path, run.run_id, gpus, mode, batches)
     port = free_port()
     cmd = [sys.executable, str(script), *args]
     envs = [common] if nproc_per_node is None else [
@@ -101,7 +121,10 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
     ]
     try:
         for e in envs:
-            run.procs.append(subprocess.Popen(cmd, env=e, start_new_session=True, stdout=stdout))
+            if spawn is not None:
+                run.procs.append(spawn(e, cmd[1:]))
+            else:
+                run.procs.append(subprocess.Popen(cmd, env=e, start_new_session=True, stdout=stdout))
     except OSError:
         end(run)
         raise
