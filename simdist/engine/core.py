@@ -24,7 +24,7 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
-from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.engine.values import Payload, alltoall_payload, chunk_payload, concat_payloads, reduce_payloads
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -259,20 +259,29 @@ class Engine:
             self._open[inst.group].pop(inst.seq, None)
 
     def _match_p2p(self, send: Call, recv: Call) -> None:
-        if send.payload.nbytes > recv.payload.nbytes:
+        """A send and a receive pair up whatever their sizes (gloo's tcp transport): a
+        shorter message fills the front of the receive; a longer one kills the receiver
+        when it arrives (``GLOO_ENFORCE_LE(op.preamble.length, op.nbytes)`` on its I/O
+        thread: SIGABRT), while the sender's send completes (its bytes were written)."""
+        sent, room = send.payload.nbytes, recv.payload.nbytes
+        oversized = sent > room
+        if oversized:
             self.findings.append(
                 Finding("p2p_size_mismatch", send.entry.group, send.entry.seq, [send.rank, recv.rank],
-                        f"rank {send.rank} sends {send.payload.nbytes} B but rank {recv.rank} receives {recv.payload.nbytes} B")
+                        f"rank {send.rank} sends {sent} B but rank {recv.rank} receives {room} B")
             )
-        dur = self.cost.p2p_time(send.payload.nbytes, send.rank, recv.rank)
+        dur = self.cost.p2p_time(sent, send.rank, recv.rank)
 
         def finish(_ev: Any) -> None:
-            for c in (send, recv):
+            for c in (send, recv) if not oversized else (send,):
                 c.entry.t_done = self.env.now
                 c.entry.completed = True
             if not send.event.triggered:
                 send.event.succeed(send.payload)
-            if not recv.event.triggered:
+            if oversized:
+                self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
+                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}")
+            elif not recv.event.triggered:
                 recv.event.succeed(send.payload.reinterpret(recv.payload.dtype))
 
         self.env.timeout(dur).callbacks.append(finish)
@@ -413,5 +422,5 @@ def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
         src = next((x for x in calls if x.rank == c.root), c)
         return chunk_payload(src.payload, ranks.index(c.rank), n)
     if op == "all_to_all":
-        return concat_payloads([chunk_payload(p, ranks.index(c.rank), n) for p in parts], dtype)
+        return alltoall_payload(parts, ranks.index(c.rank), dtype)
     return Payload.unknown(0, dtype)  # barrier

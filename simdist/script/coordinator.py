@@ -18,6 +18,7 @@ NCCL's watchdog would end only after its timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import selectors
 import socket
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
+from simdist.engine.values import Splits
 from simdist.frames import Frame, resolve_frames, script_origin
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
@@ -169,7 +171,7 @@ class Coordinator:
             self.requested.append(str(h.get("backend")))
         else:
             self.protocol_errors.append(error)
-        self._send(conn, {"t": "reply", "req": h["req"], "error": error})
+        self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend})
 
     def _group(self, h: dict[str, Any]) -> None:
         assert self.engine is not None
@@ -187,6 +189,8 @@ class Coordinator:
         raw = h.get("frames") or []
         frames, user, origin = self._classify(raw, h["dt"])
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
+        if h.get("splits"):
+            payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
         if op in P2P_OPS:
             work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
                               group=group)
@@ -202,7 +206,7 @@ class Coordinator:
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
-        if not h.get("async", True):  # the caller waits at once (dist.all_reduce(..., async_op=False))
+        if h.get("wait", not h.get("async", True)):  # the caller waits at once (dist.all_reduce(..., async_op=False))
             conn.waited_on(rec)
             conn.block = Block([rec.id], time.time(), raw)
 
