@@ -24,7 +24,14 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
-from simdist.engine.values import Payload, alltoall_payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.engine.values import (
+    Payload,
+    alltoall_payload,
+    chunk_payload,
+    concat_payloads,
+    reduce_partial,
+    reduce_payloads,
+)
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -414,7 +421,9 @@ def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
     if op == "gather":
         return concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
     if op == "reduce":
-        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel) if c.rank == c.root else c.payload
+        if c.rank == c.root:
+            return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel, ring="reduce")
+        return reduce_partial(parts, c.reduce_op or "sum", dtype, ranks.index(c.rank))
     if op == "reduce_scatter":
         full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
         return chunk_payload(full, ranks.index(c.rank), n)

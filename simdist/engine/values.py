@@ -216,7 +216,15 @@ _REDUCERS = {
 }
 
 
-def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Payload:
+# Gloo's max/min are std::max(own, received) / std::min(own, received) (gloo/math.h): on a
+# tie (0.0 and -0.0) or a NaN they keep their first argument, where numpy's would not.
+_GLOO_REDUCERS = {
+    "max": lambda a, b: np.where(a < b, b, a),
+    "min": lambda a, b: np.where(b < a, b, a),
+}
+
+
+def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int, ring: str = "all_reduce") -> Payload:
     """Elementwise reduction of every rank's contribution, computed in `dtype`.
 
     `avg` is sum then divide by the number of contributions (integer division for
@@ -241,7 +249,7 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     arrays = [p.array() for p in parts]
     exact = all(p.exact for p in parts)
     if all(a is not None for a in arrays) and (numel <= MAX_EXPLICIT or exact):
-        acc = ring_reduce([np.asarray(a, dtype=npdt) for a in arrays], fn, dtype)
+        acc = ring_reduce([np.asarray(a, dtype=npdt) for a in arrays], _GLOO_REDUCERS.get(name, fn), dtype, ring)
         if op == "avg":
             acc = (acc // len(parts)) if np.issubdtype(npdt, np.integer) else (acc / len(parts)).astype(npdt)
         return Payload.from_array(acc, dtype, exact=exact)
@@ -282,17 +290,23 @@ def bf16_round(arr: np.ndarray) -> np.ndarray:
     return (bf16_bits(arr).astype(np.uint32) << 16).view(np.float32)
 
 
-def ring_reduce(arrays: list[np.ndarray], fn: Any, dtype: str) -> np.ndarray:
-    """Every rank's elements reduced in the order of Gloo's ring all_reduce
+def ring_reduce(arrays: list[np.ndarray], fn: Any, dtype: str, op: str = "all_reduce",
+                upto: int | None = None) -> np.ndarray:
+    """Every rank's elements reduced in the order of Gloo's ring all_reduce or reduce
     (`simdist.collectives.gloo.ring_blocks`), so float results are the real ones bit for
-    bit; each step is rounded to `dtype` as Gloo's typed reduction functions do."""
+    bit; each step is rounded to `dtype` as Gloo's typed reduction functions do.
+    `upto=r`: what rank r's buffer holds after a ring reduce it is not the root of (each
+    block reduced only along the ring from its first rank down to r)."""
     p, n = len(arrays), arrays[0].size
     rnd = bf16_round if dtype == "bfloat16" else None
     out = np.empty(n, dtype=arrays[0].dtype)
-    for j, (lo, hi) in enumerate(ring_blocks(n, p, DTYPE_BYTES[dtype])):
+    # each rank reduces its own elements (first argument) with those it received (second)
+    for j, (lo, hi) in enumerate(ring_blocks(n, p, DTYPE_BYTES[dtype], op)):
         if lo == hi:
             continue
         chain = ring_chain(j, p)
+        if upto is not None:
+            chain = chain[:chain.index(upto) + 1]
         acc = arrays[chain[0]][lo:hi]
         for r in chain[1:]:
             acc = fn(arrays[r][lo:hi], acc).astype(out.dtype)
@@ -300,6 +314,19 @@ def ring_reduce(arrays: list[np.ndarray], fn: Any, dtype: str) -> np.ndarray:
                 acc = rnd(acc)
         out[lo:hi] = acc
     return out
+
+
+def reduce_partial(parts: list[Payload], op: str, dtype: str, index: int) -> Payload:
+    """A non-root rank's tensor after Gloo's ring reduce: Gloo reduces in place in it, so it
+    ends with partial sums (`ring_reduce(upto=...)`); its own input where values are unknown."""
+    arrays = [p.array() if p.exact or p.numel <= MAX_EXPLICIT else None for p in parts]
+    if any(a is None for a in arrays) or len({p.numel for p in parts}) != 1 or op == "avg":
+        return parts[index]
+    name = op
+    npdt = NP_DTYPES[dtype]
+    acc = ring_reduce([np.asarray(a, dtype=npdt) for a in arrays], _GLOO_REDUCERS.get(name, _REDUCERS[name]), dtype,
+                      "reduce", upto=index)
+    return Payload.from_array(acc, dtype, exact=all(p.exact for p in parts))
 
 
 def concat_payloads(parts: list[Payload], dtype: str) -> Payload:

@@ -8,6 +8,7 @@ findings, the wait-for graph, `--json` and the Chrome trace work unchanged.
 from __future__ import annotations
 
 import linecache
+import signal
 from typing import Any
 
 from simdist.check.classify import run_findings
@@ -66,9 +67,11 @@ def fr_trace(fr: dict[str, Any]) -> list[TraceEntry]:
     for e in entries:
         raw = e["frames"]
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-        op, dtype = fr_op_name(e["op"]), fr_dtype(e["dtypes"])
-        out.append(TraceEntry(seq=e["seq"], op=op, numel=0 if op == "barrier" else fr_numel(e["sizes"]), dtype=dtype,
-                              group=e["pg"], group_size=len(groups.get(e["pg"], [])),
+        op, dtype, size = fr_op_name(e["op"]), fr_dtype(e["dtypes"]), len(groups.get(e["pg"], []))
+        numel = 0 if op == "barrier" else fr_numel(e["sizes"])
+        if op == "scatter":  # a non-root has no input: the size is its output's, times the group's (as simulated)
+            numel, dtype = fr_numel(e.get("out_sizes") or []) * size, fr_dtype(e.get("out_dtypes") or [])
+        out.append(TraceEntry(seq=e["seq"], op=op, numel=numel, dtype=dtype, group=e["pg"], group_size=size,
                               origin=script_origin(frames, [bool(f[3]) for f in raw], dtype), phase=phase_of(frames),
                               t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
     return out
@@ -92,6 +95,10 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
     if aborted is not None:
         return "aborted", aborted
     x = conn.exit
+    if x is None and returncode == -signal.SIGABRT:
+        # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
+        return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
+                                               "message longer than its receive", "gloo_abort")
     if x is None:
         return "error", RankError("Killed", "the process ended without reporting how (killed by a signal?)", "killed")
     if x.get("error"):

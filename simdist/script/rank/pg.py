@@ -73,6 +73,10 @@ def _element_splits(t: torch.Tensor, rows: list[int], size: int) -> list[int]:
     return [int(n) * per_row for n in rows]
 
 
+def _shape(dims: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ")"
+
+
 def _async(opts: Any) -> bool:
     return bool(getattr(opts, "asyncOp", True))
 
@@ -137,8 +141,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.ReduceOptions()
-        is_root = opts.rootRank == self.rank()
-        return self._issue("reduce", tensors, tensors if is_root else [], tensors, numel=_numel(tensors),
+        # every rank's tensor changes: Gloo reduces in place, non-roots keep partial sums
+        return self._issue("reduce", tensors, tensors, tensors, numel=_numel(tensors),
                            dtype=dtype_name(tensors[0]), reduce_op=_reduce_name(opts.reduceOp), root=self._root(opts),
                            async_op=_async(opts))
 
@@ -230,6 +234,12 @@ class SimProcessGroup(dist.ProcessGroup):
                            dtype=dtype_name(outputs[0]), send=is_root, root=self._root(opts), async_op=_async(opts))
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        if self._gloo():  # Gloo's list all_to_all takes equal tensors only (checked before anything is sent)
+            want = tuple(inputs[0].shape)
+            for k, t in [*enumerate(inputs), *enumerate(outputs)]:
+                if tuple(t.shape) != want:
+                    raise RuntimeError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {k} "
+                                       f"(expected {_shape(want)}, got {_shape(tuple(t.shape))})")
         splits = ([t.numel() for t in inputs], [t.numel() for t in outputs])
         return self._issue("all_to_all", inputs, outputs, outputs, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            async_op=_async(opts), splits=splits)
