@@ -206,3 +206,19 @@ def test_broadcast_rank_fed_by_root_completes_though_a_sibling_never_posts():
     assert rep.ranks[2].observed["b"] == [7.0]
     assert rep.ranks[2].blocked_in.origin == "user.next"
     assert rep.ranks[0].blocked_in.op == rep.ranks[3].blocked_in.op == "broadcast"
+
+
+def test_recv_from_any_source_takes_the_waiting_sender_or_the_next_one():
+    eng = Engine(3, {"WORLD": [0, 1, 2]}, AlphaBeta(alpha=1.0, beta=0.0))
+    sent = {r: eng.p2p(r, "send", Payload.full(2, "float32", r), 0, tag=0, origin="t") for r in (2, 1)}
+    first = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    second = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    later = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    eng.env.run()
+    # both messages were waiting: the lowest sender first (gloo looks through its pairs in order)
+    assert (first.call.entry.peer, first.call.event.value.item()) == (1, 1.0)
+    assert (second.call.entry.peer, second.call.event.value.item()) == (2, 2.0)
+    assert all(w.done for w in sent.values()) and not later.done and later.call.entry.peer is None
+    eng.p2p(2, "send", Payload.full(2, "float32", 7), 0, tag=0, origin="t")  # a later send meets the waiting recv
+    eng.env.run()
+    assert (later.call.entry.peer, later.call.event.value.item()) == (2, 7.0)

@@ -125,6 +125,7 @@ class Engine:
         self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
         self._sends: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
+        self._any_recvs: dict[tuple[int, int], deque[Call]] = defaultdict(deque)  # recv from any source
         self.findings: list[Finding] = []
         self._any_dead = False
 
@@ -178,8 +179,11 @@ class Engine:
             self._match(inst)
         return Work(self, call)
 
-    def p2p(self, rank: int, op: str, payload: Payload, peer: int, *, tag: int, origin: str, group: str = "WORLD") -> Work:
-        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag)."""
+    def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
+            group: str = "WORLD") -> Work:
+        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag).
+        A recv with `peer=None` takes a message from any source (`any_sender`); its trace
+        entry names the source once matched."""
         rs = self.ranks[rank]
         self._p2p_seq[(group, rank)] += 1
         entry = TraceEntry(
@@ -198,12 +202,21 @@ class Engine:
         )
         rs.trace.append(entry)
         call = Call(rank, op, payload, None, None, entry, self.env.event())
+        if peer is None:
+            peer = self.any_sender(rank, tag, self._sends)
+            if peer is None:
+                self._any_recvs[(rank, tag)].append(call)
+                return Work(self, call)
+            entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (src, dst, tag)
         if not self.ranks[peer].alive:
             self._fail_call(call, peer)
             return Work(self, call)
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
+        if not theirs[k] and op == "send" and self._any_recvs[(dst, tag)]:
+            theirs[k].append(self._any_recvs[(dst, tag)].popleft())
+            theirs[k][-1].entry.peer = rank
         if theirs[k]:
             other = theirs[k].popleft()
             send, recv = (call, other) if op == "send" else (other, call)
@@ -211,6 +224,12 @@ class Engine:
         else:
             mine[k].append(call)
         return Work(self, call)
+
+    @staticmethod
+    def any_sender(dst: int, tag: int, sends: dict[tuple[int, int, int], deque]) -> int | None:
+        """The source a receive from any source takes: of the ranks with a message waiting
+        for `dst` on `tag`, the lowest (gloo looks through its pairs in rank order)."""
+        return min((src for (src, d, t), q in sends.items() if d == dst and t == tag and q), default=None)
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:

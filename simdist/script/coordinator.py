@@ -192,9 +192,10 @@ class Coordinator:
         if h.get("splits"):
             payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
         if op in P2P_OPS:
-            work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
+            peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
+            work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,
                               group=group)
-            members = [rank, int(h["peer"])] if op == "send" else [int(h["peer"]), rank]
+            members = [rank, peer] if op == "send" else [peer, rank]  # type: ignore[list-item]
         else:
             work = engine.issue(rank, op, payload, group=group, origin=origin, reduce_op=reduce_op_of(op, h.get("ro")),
                                 root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
@@ -240,9 +241,12 @@ class Coordinator:
         rec.done = True
         entry = rec.entry
         if ev.ok:
+            if entry.op == "recv" and None in rec.members:  # from any source: now known
+                rec.members = [entry.peer, rec.rank]  # type: ignore[list-item]
             entry.t_done = self.timeline.completion(entry, rec.members, ev.value.nbytes)
             data = payloads.to_bytes(ev.value) if rec.want_data else None
-            self._send(conn, {"t": "done", "id": rec.id}, [data] if data is not None else [])
+            done = {"t": "done", "id": rec.id} if entry.op != "recv" else {"t": "done", "id": rec.id, "src": entry.peer}
+            self._send(conn, done, [data] if data is not None else [])
         else:
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)

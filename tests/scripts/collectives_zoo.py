@@ -89,6 +89,15 @@ def main():
     for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)]):
         w.wait()
     digest("ring exchange", recv)
+    if rank == 0:  # receives from any source, in whatever order the messages come
+        got = []
+        for _ in range(world - 1):
+            t = torch.empty(3)
+            src = dist.recv(t)
+            got.append((src, t.tolist()))
+        print("recv from any source", sorted(got))
+    else:
+        dist.send(torch.full((3,), float(rank)), dst=0)
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "x": float(rand(1))})
     print("objects", objs)

@@ -32,7 +32,7 @@ _hard_exit = os._exit  # the real one: `exits` wraps os._exit to report the exit
 
 
 class Completable(Protocol):
-    def complete(self, data: bytearray | None, error: str | None) -> None: ...
+    def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None: ...
 
 
 class Client:
@@ -101,7 +101,7 @@ class Client:
                     self._futures.discard(header["id"])
                 if work is not None:
                     try:
-                        work.complete(buffers[0] if buffers else None, header.get("error"))
+                        work.complete(buffers[0] if buffers else None, header.get("error"), header.get("src"))
                     except Exception as e:  # noqa: BLE001 - the reader must live on, the op must end
                         work.complete(None, f"simdist: could not deliver the result of this operation: {e}")
             elif kind == "reply":

@@ -265,7 +265,10 @@ class SimProcessGroup(dist.ProcessGroup):
                            send=False, peer=self.global_ranks[src], tag=tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
-        raise UnsupportedOperation("recv from any source (dist.recv without src)")
+        work = self._issue("recv", [], tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
+                           send=False, peer=None, tag=tag)
+        work.group_ranks = self.global_ranks
+        return work
 
 
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:

@@ -29,6 +29,8 @@ class SimWork(dist._Work):
         self.id = 0
         self._outputs = list(outputs)
         self._after = after  # run once the outputs hold the result (copy a staged result out)
+        self.source: int | None = None
+        self.group_ranks: list[int] = []  # a receive's group (global ranks), for `_source_rank`
         self._result = result
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -37,8 +39,10 @@ class SimWork(dist._Work):
         self._base: Future | None = None
         self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
 
-    def complete(self, data: bytearray | None, error: str | None) -> None:
-        """Called on the reader thread when the coordinator answers."""
+    def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
+        """Called on the reader thread when the coordinator answers (`source`: a receive's
+        sender, as a global rank)."""
+        self.source = source
         if error is None and data is not None:
             _fill(self._outputs, data)
             if self._after is not None:
@@ -103,6 +107,14 @@ class SimWork(dist._Work):
 
     def is_completed(self) -> bool:
         return self._done.is_set()
+
+    def _source_rank(self) -> int:
+        """The group rank a receive got its message from (what `dist.recv` without `src` returns)."""
+        if self.source is None:
+            raise RuntimeError("simdist: the source rank is known once a receive completes")
+        return self.group_ranks.index(self.source) if self.group_ranks else self.source
+
+    source_rank = _source_rank
 
     def is_success(self) -> bool:
         return self._done.is_set() and self._error is None
