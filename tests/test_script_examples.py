@@ -3,10 +3,11 @@ Gloo: each runs once in each mode, and the two must agree rank by rank -- outcom
 error category, the script's printed lines (values included), the line of the user's code
 where it ended, and the collective sequence -- and match what the manifest says.
 
-Real Gloo's side of the collective sequence is its Flight Recorder, which records neither
-p2p operations, nor reduce ops and roots, nor anything for a rank killed by a signal (it
-is read when the process exits), so those are left out of the comparison; a real rank
-killed by SIGABRT counts as aborted (`simdist.script.build`)."""
+Real Gloo's side of the collective sequence is its Flight Recorder plus the p2p operations
+the rank layer notes (`simdist.script.rank.p2plog`); the Flight Recorder records no reduce
+ops or roots, and nothing survives a rank killed by a signal (both are read when the
+process exits), so those are left out of the comparison; a real rank killed by SIGABRT
+counts as aborted (`simdist.script.build`)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def _verdict(report: Report) -> list[str]:
 
 
 def _keys(trace) -> list[tuple]:
-    return [(e.seq, e.op, e.numel, e.dtype if e.numel else "-", e.group, e.origin) for e in trace
-            if e.op not in P2P_OPS]
+    return [(e.seq, e.op, e.numel, e.dtype if e.numel else "-", e.group, e.origin,
+             e.peer if e.op in P2P_OPS else None) for e in trace]
 
 
 def _where(rank) -> tuple | None:

@@ -89,15 +89,20 @@ def main():
     for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)]):
         w.wait()
     digest("ring exchange", recv)
-    if rank == 0:  # receives from any source, in whatever order the messages come
+    if rank == 0:  # receives from any source; the senders take turns, so the order is fixed
         got = []
         for _ in range(world - 1):
             t = torch.empty(3)
             src = dist.recv(t)
             got.append((src, t.tolist()))
-        print("recv from any source", sorted(got))
+        print("recv from any source", got)
     else:
+        token = torch.zeros(1)
+        if rank > 1:
+            dist.recv(token, src=rank - 1)
         dist.send(torch.full((3,), float(rank)), dst=0)
+        if rank < world - 1:
+            dist.send(token, dst=rank + 1)
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "x": float(rand(1))})
     print("objects", objs)
