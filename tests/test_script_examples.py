@@ -3,11 +3,12 @@ Gloo: each runs once in each mode, and the two must agree rank by rank -- outcom
 error category, the script's printed lines (values included), the line of the user's code
 where it ended, and the collective sequence -- and match what the manifest says.
 
-Real Gloo's side of the collective sequence is its Flight Recorder plus the p2p operations
-the rank layer notes (`simdist.script.rank.p2plog`); the Flight Recorder records no reduce
-ops or roots, and nothing survives a rank killed by a signal (both are read when the
-process exits), so those are left out of the comparison; a real rank killed by SIGABRT
-counts as aborted (`simdist.script.build`)."""
+Real Gloo's side of the sequence is its Flight Recorder plus what the rank layer notes of
+Python calls (`simdist.script.rank.pylog`: p2p operations, reduce ops and roots of
+collectives called from Python); reduce ops and roots are compared where the real side
+has them, and nothing survives a rank killed by a signal (it is all read when the process
+exits), so its operations are not compared; a real rank killed by SIGABRT counts as
+aborted (`simdist.script.build`)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,11 @@ def differences(sim: Report, real: Report) -> list[str]:
             if _where(s) != _where(r):
                 out.append(f"rank {s.rank} ended at {_where(s)} vs real {_where(r)}")
             if _keys(s.trace) != _keys(r.trace):
-                out.append(f"rank {s.rank} collectives {_keys(s.trace)} vs real {_keys(r.trace)}")
+                out.append(f"rank {s.rank} operations {_keys(s.trace)} vs real {_keys(r.trace)}")
+                continue
+            out += [f"rank {s.rank} #{a.seq} {a.op}: {field} {getattr(a, field)} vs real {getattr(b, field)}"
+                    for a, b in zip(s.trace, r.trace, strict=True) for field in ("reduce_op", "root")
+                    if getattr(b, field) is not None and getattr(a, field) != getattr(b, field)]
     return out
 
 

@@ -57,13 +57,15 @@ def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
     return None
 
 
-def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None) -> list[TraceEntry]:
+def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
+             args: list[list[Any]] | None = None) -> list[TraceEntry]:
     """A rank's operations on real Gloo in the simulator's terms, in the order it issued them:
-    its collectives from its Flight Recorder (see `rank.flight`; it records neither the
-    reduce op nor the root) and its p2p operations (`rank.p2plog`). Times are relative."""
+    its collectives from its Flight Recorder (see `rank.flight`), with the reduce op and root
+    of those called from Python, and its p2p operations (`rank.pylog`). Times are relative."""
     entries = fr.get("entries") or []
     groups = fr.get("groups") or {}
     p2p = p2p or []
+    known = {(g, seq): (red, root) for g, seq, red, root in args or []}
     t0 = min([e["t"] for e in entries] + [o["t"] for o in p2p], default=0)
     out = []
     for e in entries:
@@ -72,8 +74,9 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None) -> lis
         numel = 0 if op == "barrier" else fr_numel(e["sizes"])
         if op == "scatter":  # a non-root has no input: the size is its output's, times the group's (as simulated)
             numel, dtype = fr_numel(e.get("out_sizes") or []) * size, fr_dtype(e.get("out_dtypes") or [])
+        red, root = known.get((e["pg"], e["seq"]), (None, None))
         out.append(TraceEntry(seq=e["seq"], op=op, numel=numel, dtype=dtype, group=e["pg"], group_size=size,
-                              origin=script_origin(frames, user, dtype), phase=phase_of(frames),
+                              origin=script_origin(frames, user, dtype), reduce_op=red, root=root, phase=phase_of(frames),
                               t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
     for o in p2p:
         frames, user = _frames(o["frames"])
@@ -128,7 +131,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     conn = coord.by_rank.get(r)
     if real:  # nothing went through the engine: the trace is the Flight Recorder's
         x = (conn.exit or {}) if conn is not None else {}
-        rs.trace = fr_trace(x.get("fr") or {}, x.get("p2p")) if conn is not None else []
+        rs.trace = fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")) if conn is not None else []
     if conn is None:
         err = RankError("ScriptError", "no process initialised this rank's process group", "other")
         return RankResult(rank=r, status="error", error=err, trace=rs.trace)

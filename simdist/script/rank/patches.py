@@ -94,14 +94,14 @@ def _patch_group_helper(backend: str) -> None:
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     if mode == env.GLOO:
-        from simdist.script.rank import flight, p2plog
+        from simdist.script.rank import flight, pylog
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
         flight.install()
-        p2plog.install()
+        pylog.install()
         exits.add_to_exit(lambda: {"fr": flight.dump()})
-        exits.add_to_exit(lambda: {"p2p": p2plog.dump()})
+        exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)

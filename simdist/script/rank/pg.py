@@ -52,7 +52,8 @@ def dtype_name(t: torch.Tensor) -> str:
     return name
 
 
-def _reduce_name(op: Any) -> str:
+def reduce_name(op: Any) -> str:
+    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...)."""
     for name, value in dist.ReduceOp.RedOpType.__members__.items():
         if op == value:
             if name == "PREMUL_SUM":
@@ -128,7 +129,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.AllreduceOptions()
         return self._issue("all_reduce", tensors, tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
-                           reduce_op=_reduce_name(opts.reduceOp), async_op=_async(opts))
+                           reduce_op=reduce_name(opts.reduceOp), async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         return self.allreduce(tensors, opts)
@@ -143,7 +144,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceOptions()
         # every rank's tensor changes: Gloo reduces in place, non-roots keep partial sums
         return self._issue("reduce", tensors, tensors, tensors, numel=_numel(tensors),
-                           dtype=dtype_name(tensors[0]), reduce_op=_reduce_name(opts.reduceOp), root=self._root(opts),
+                           dtype=dtype_name(tensors[0]), reduce_op=reduce_name(opts.reduceOp), root=self._root(opts),
                            async_op=_async(opts))
 
     # ------------------------------------------------------------------ gathers and scatters
@@ -179,7 +180,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: Any = None) -> SimWork | SimWorks:
         opts = opts or dist.ReduceScatterOptions()
-        ins, red = input_lists[0], _reduce_name(opts.reduceOp)
+        ins, red = input_lists[0], reduce_name(opts.reduceOp)
         if len(outputs) != 1:
             raise UnsupportedOperation("reduce_scatter with several outputs")
         if self._gloo():
@@ -198,7 +199,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         opts = opts or dist.ReduceScatterOptions()
-        red = _reduce_name(opts.reduceOp)
+        red = reduce_name(opts.reduceOp)
         if self._gloo():
             # ProcessGroupGloo (torch 2.13): one all_reduce of the whole input, then each rank
             # copies out its chunk (the input itself is left as it was)
