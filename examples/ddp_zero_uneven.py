@@ -53,6 +53,8 @@ def main():
             loss.backward()
             optimizer.step()
             done += 1
+            if done % 2 == 0:
+                print(f"rank {rank} batch {done}: loss {loss.item():.6f}")
     checksum = sum(p.detach().sum().item() for p in model.parameters())
     print(f"rank {rank}: {done}/{len(shard)} batches, last loss {loss.item():.6f}, parameter checksum {checksum:.6f}")
     dist.destroy_process_group()

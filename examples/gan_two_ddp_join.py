@@ -38,7 +38,7 @@ def main():
     batches = [torch.randn(8, 2, generator=g) * 0.5 + 2.0 for _ in range(args.batches + rank)]
 
     with Join([generator, discriminator]):
-        for real in batches:
+        for step, real in enumerate(batches):
             fake = generator(torch.randn(8, 2, generator=g))
             # discriminator step: real vs generated in one forward pass
             logits = discriminator(torch.cat([real, fake.detach()]))
@@ -52,6 +52,7 @@ def main():
             opt_g.zero_grad()
             loss_g.backward()
             opt_g.step()
+            print(f"rank {rank} step {step}: loss_d {loss_d.item():.5f} loss_g {loss_g.item():.5f}")
     print(f"rank {rank}: {len(batches)} batches, loss_d {loss_d.item():.5f} loss_g {loss_g.item():.5f}")
     dist.destroy_process_group()
 
