@@ -2,7 +2,7 @@
 
 One launcher for every place that runs ranks as processes on this host: the real backend
 (`real_backend.launch`), the benchmark sweeps (`real_backend.bench`), the Gloo mismatch
-probe (`bench/gloo_mismatch_probe.py`) and, later, users' own scripts on simulated ranks.
+probe (`bench/gloo_mismatch_probe.py`) and users' own scripts (`simdist.script.launch`).
 It lives in `simdist` (not in `real_backend`) because simdist itself launches processes
 and must not import `real_backend`. Importing it starts neither torch nor a process.
 
@@ -54,8 +54,9 @@ REAP_WAIT_S = 10.0  # a SIGKILLed process is gone within this (Linux: at once)
 
 
 # ----------------------------------------------------------------------------- rendezvous
-def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
+def loopback_store(world_size: int | None, timeout_s: float = 300.0) -> dist.TCPStore:
     """A c10d TCPStore server that listens on 127.0.0.1 only; its port is `store.port`.
+    `world_size` may be None where it is not known yet (a script that starts its own ranks).
 
     torch binds its server socket to every interface (``*:PORT``, IPv4 and IPv6) whatever
     `host_name` says, and nothing authenticates clients. Handed an already bound and
@@ -69,7 +70,7 @@ def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((LOOPBACK, 0))
-        sock.listen(max(128, world_size))
+        sock.listen(max(128, world_size or 0))
         port = int(sock.getsockname()[1])
     except OSError:
         sock.close()

@@ -14,6 +14,7 @@ from typing import IO
 
 from simdist.errors import ScriptError
 from simdist.network.cost import CostModel
+from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology
 from simdist.script import env, launch
@@ -49,8 +50,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
     (it starts its own ranks). `backend`: "gloo" or "nccl" semantics for peers that exit
-    (default: what the script asks for). `timeout_s`: watchdog for ranks that never block
-    nor finish. `measure_compute=False` makes every time in the report deterministic.
+    (default: what the script asks for). `timeout_s`: watchdog: how long the ranks may go without
+    communicating (start-up not counted) before the run is reported as a timeout. `measure_compute=False` makes every time in the report deterministic.
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
@@ -78,7 +79,7 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
                            gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
                            run_id=run_id, mode=mode)
-        ending = coord.serve(run.done, time.monotonic() + timeout_s)
+        ending = coord.serve(run.done, Watchdog(timeout_s))
     finally:
         if run is not None:
             launch.end(run)

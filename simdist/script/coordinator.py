@@ -28,6 +28,7 @@ import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
 from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.procs import Watchdog
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
@@ -69,25 +70,29 @@ class Coordinator:
         self.sel.register(listener, selectors.EVENT_READ, None)
 
     # ------------------------------------------------------------------ loop
-    def serve(self, launched_done: Any, deadline: float) -> Ending:
-        """Serve until the processes are done, a hang is proven, or the deadline passes.
-        `launched_done()` says whether every process the launcher started has exited."""
-        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
-            return self._serve(launched_done, deadline)
+    def serve(self, launched_done: Any, dog: Watchdog) -> Ending:
+        """Serve until the processes are done, a hang is proven, or the watchdog fires.
+        `launched_done()` says whether every process the launcher started has exited.
 
-    def _serve(self, launched_done: Any, deadline: float) -> Ending:
+        Progress for the watchdog is any message of a rank but its printed lines (a rank
+        that prints in a loop without communicating is spinning); until every rank has
+        said who it is the run is starting (importing torch on a busy host takes long)."""
+        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+            return self._serve(launched_done, dog)
+
+    def _serve(self, launched_done: Any, dog: Watchdog) -> Ending:
         while True:
             for key, _ in self.sel.select(POLL_S):
                 if key.data is None:
                     self._accept()
-                else:
-                    self._read(key.data)
+                elif self._read(key.data):
+                    dog.progressed()
             self._pump()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
             if self._hung():
                 return Ending("hang", time.time(), self._last_event())
-            if time.monotonic() > deadline:
+            if dog.fired(starting=self.engine is None or len(self.by_rank) < self.world_size):
                 return Ending("timeout", time.time())
 
     def _accept(self) -> None:
@@ -97,16 +102,20 @@ class Coordinator:
         self.conns.append(conn)
         self.sel.register(sock, selectors.EVENT_READ, conn)
 
-    def _read(self, conn: RankConn) -> None:
+    def _read(self, conn: RankConn) -> bool:
+        """Handle what arrived; whether it was progress (anything but printed lines)."""
         try:
             data = conn.sock.recv(1 << 20)
         except OSError:
             data = b""
         if not data:
             self._closed(conn)
-            return
+            return True
+        progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
+            progress = progress or header["t"] != "out"
+        return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
         if not conn.connected:

@@ -16,7 +16,7 @@ RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds th
 GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
-PARENT = "SIMDIST_SCRIPT_PPID"  # the pid a process expects as its parent (orphan check at start)
+STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "rank" / "bootstrap"
 
