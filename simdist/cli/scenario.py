@@ -87,6 +87,7 @@ def run(
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
     script_args: script_cli.ScriptArgs = None,
 ) -> None:
     """Simulate SCENARIO (or run SCRIPT.py on simulated ranks) and report what every rank did."""
@@ -97,8 +98,8 @@ def run(
     with bad_input():
         if script_cli.is_script(scenario):
             script_cli.run_command(scenario, script_args, nproc_per_node, backend, timeout, json_, trace_out,
-                                   print_report)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, script_args)
+                                   print_report, batches)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, script_args, batches)
     s = _load(scenario)
     report = simulate(s)
     annotate_report(report, s)

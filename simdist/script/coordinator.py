@@ -52,7 +52,7 @@ class Ending:
 
 class Coordinator:
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
-                 measure_compute: bool = True):
+                 measure_compute: bool = True, batches: list[int] | None = None):
         self.listener = listener
         self.cost_factory = cost_factory
         self.forced_backend = backend
@@ -65,6 +65,8 @@ class Coordinator:
         self.by_rank: dict[int, RankConn] = {}
         self.requested: list[str] = []
         self.protocol_errors: list[str] = []
+        self.batches = batches or []  # --batches caps: one per rank, or one for every rank
+        self.input_error: str | None = None  # bad input found only once ranks said who they are
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
@@ -148,6 +150,8 @@ class Coordinator:
         elif kind == "fut":
             if (rec := conn.ops.get(int(h["id"]))) is not None:
                 conn.waited_on(rec)
+        elif kind == "batches":
+            conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
         elif kind == "init":
@@ -166,7 +170,10 @@ class Coordinator:
             self.backend = self.forced_backend or semantics_of(h.get("backend") or "")
             self.engine = Engine(size, {WORLD: list(range(size))}, ZeroCost(), self.backend)
             self.timeline = Timeline(self.cost_factory(size))
-        if size != self.world_size:
+        if len(self.batches) > 1 and len(self.batches) != size:
+            error = self.input_error = (f"batches: {len(self.batches)} caps given ({','.join(map(str, self.batches))}) "
+                                        f"for a world of {size} ranks (give one per rank, or one for every rank)")
+        elif size != self.world_size:
             error = f"rank {rank} initialised with world_size={size}, other ranks with {self.world_size}"
         elif not 0 <= rank < size:
             error = f"rank {rank} is out of range for world_size={size}"

@@ -29,13 +29,13 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from simdist.flightrec import FR_BUFFER_SIZE, FR_ENV
-from simdist.procs import LOOPBACK, LOOPBACK_IFNAME, LocalProcesses, loopback_store, rank_env
+from simdist.procs import LOOPBACK, LOOPBACK_IFNAME, Child, LocalProcesses, loopback_store, rank_env
 from simdist.script import env
 
 TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what a simulated rank sees (nothing listens)
@@ -50,6 +50,11 @@ def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, 
         "TORCHELASTIC_USE_AGENT_STORE": "True" if env.STORE in base else "False",
     })
     return e
+
+
+# A fork server's way to start a rank (`simdist.script.zygote.Zygote.spawn`): (environment,
+# argv after the interpreter) -> the forked process, owned and ended like a launched one.
+Spawn = Callable[[dict[str, str], list[str]], Child]
 
 
 @dataclass
@@ -67,7 +72,7 @@ class Launch:
         return [p.popen.poll() for p in self.procs.procs]
 
 
-def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, str]:
+def base_env(socket_path: str, run_id: str, gpus: int, mode: str, batches: str | None = None) -> dict[str, str]:
     e = dict(os.environ)
     paths = [str(env.BOOTSTRAP_DIR)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
     e.update({
@@ -77,6 +82,9 @@ def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, s
         env.GPUS: str(gpus),
         env.MODE: mode,
     })
+    e.pop(env.BATCHES, None)
+    if batches:
+        e[env.BATCHES] = batches
     if mode == env.GLOO:
         e.setdefault(FR_ENV, FR_BUFFER_SIZE)
         e.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME)
@@ -88,10 +96,13 @@ def new_run_id() -> str:
 
 
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM) -> Launch:
+          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM,
+          batches: str | None = None, spawn: Spawn | None = None) -> Launch:
+    """Start the script's processes; `spawn` (a fork server's) instead of a new interpreter
+    for each (the processes' output then goes where the fork server's goes)."""
     run = Launch(run_id or new_run_id())
     try:
-        common = base_env(socket_path, run.run_id, gpus, mode)
+        common = base_env(socket_path, run.run_id, gpus, mode, batches)
         port = TORCHRUN_PORT
         if mode == env.GLOO:
             run.store = loopback_store(nproc_per_node)
@@ -101,7 +112,10 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         envs = [common] if nproc_per_node is None else [
             torchrun_env(r, nproc_per_node, run.run_id, port, common) for r in range(nproc_per_node)]
         for e in envs:
-            run.procs.start(cmd, env=e, stdout=stdout)
+            if spawn is not None:
+                run.procs.adopt(spawn(e, cmd[1:]))
+            else:
+                run.procs.start(cmd, env=e, stdout=stdout)
     except BaseException:
         end(run)
         raise

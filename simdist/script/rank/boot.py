@@ -60,10 +60,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(_torch: Any) -> None:
-    from simdist.script.rank import devices, patches
+    from simdist.script.rank import batches, devices, patches
 
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
+    batches.install()
 
 
 def _patch_sleep() -> None:

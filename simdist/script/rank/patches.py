@@ -127,6 +127,7 @@ def install(mode: str) -> None:
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
+        flight.install()
         exits.add_to_exit(lambda: {"fr": flight.dump()})
         return
     pg.register()
