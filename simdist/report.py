@@ -103,6 +103,19 @@ class CodeLocation:
 
 
 @dataclass
+class Span:
+    """A stretch of a rank's own work between communication calls: a scenario's `compute`
+    step in the simulator, measured time outside the calls for a backend that times it.
+
+    Kept in the report (not derived from gaps between collectives) because a gap can also be
+    a rank waiting on an async collective; traces draw spans as compute slices."""
+
+    t_begin: float  # seconds since the rank started, as TraceEntry.t_issue
+    t_end: float
+    label: str = "compute"
+
+
+@dataclass
 class RankResult:
     """What one rank did: status, inputs processed, error, observed values, its collectives."""
 
@@ -124,9 +137,12 @@ class RankResult:
     stderr: list[str] = field(default_factory=list)  # lines it printed to stderr
     location: CodeLocation | None = None  # where its code is blocked (hang) or where it left
     exit: str | None = None  # how its process ended: "returned", "exception", "sys.exit(1)", "signal 9", ...
+    compute: list[Span] = field(default_factory=list)  # the rank's own work between calls, in order
 
 
-_SCRIPT_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None}
+# Left out of the JSON form when unset (so scenario reports keep theirs): the script
+# backend's fields, and compute spans (only ranks that computed carry them).
+_OPTIONAL_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None, "compute": []}
 
 
 @dataclass
@@ -150,7 +166,7 @@ class Report:
         if not d["timings"]:
             del d["timings"]
         for r in d["ranks"]:
-            for key, default in _SCRIPT_RANK_FIELDS.items():
+            for key, default in _OPTIONAL_RANK_FIELDS.items():
                 if r[key] == default:
                     del r[key]
         return d
@@ -168,6 +184,7 @@ class Report:
             r["blocked_in"] = TraceEntry(**r["blocked_in"]) if r.get("blocked_in") else None
             r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
             r["location"] = CodeLocation(**r["location"]) if r.get("location") else None
+            r["compute"] = [Span(**c) for c in r.get("compute", [])]
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})

@@ -9,19 +9,43 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
+from simdist import __version__
 from simdist.cli import fuzz, scenario, timing
 from simdist.cli.console import ExitCode, err, say
 from simdist.errors import SimdistError
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # typer's --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
-    help="Simulate, check and replay PyTorch distributed training loops (Join, DDP, ZeRO, uneven inputs).",
     pretty_exceptions_enable=False,
+    # Help text is plain text: Rich markup would eat "[fuzz]" and "[expect]" (as it eats user text).
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        say(f"simdist {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print simdist's version and exit")] = False,
+) -> None:
+    """Simulate, check and replay PyTorch distributed training loops (Join, DDP, ZeRO, uneven inputs).
+
+    Exit codes, for every command: 0 ok, 1 a check failed, 2 bad input or usage (including
+    output paths), 3 a bug in simdist.
+    """
+
+
 scenario.register(app)  # run, real, compare, check
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz

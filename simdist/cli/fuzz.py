@@ -1,7 +1,8 @@
 """`simdist fuzz`: draw schedules from templates, simulate and check each, shrink what fails.
 
-Exit codes: 0 = no failure found, 1 = a failure was found, 2 = bad input (one line naming
-the field).
+Exit codes: 0 = every template's search ended as its `[fuzz].expect` says (no failure found,
+or for ``expect = "failure"`` a failure found), 1 = one did not, 2 = bad input (one line
+naming the field or option).
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from simdist.cli import fuzz_script
 from simdist.cli import script as script_cli
-from simdist.cli.console import bad_input, err, exit_on, out, say
+from simdist.cli.console import bad_input, check_output_folder, err, exit_on, say, show, table
 from simdist.errors import InputError
 
 
@@ -50,6 +50,9 @@ def fuzz(
 
     A script (SCRIPT.py [-- ARGS]) is fuzzed over each rank's DataLoader cap and, torchrun-style
     (--nproc-per-node-range), its world size; its counterexamples are commands and a replay file.
+
+    Exit 0 when each template's search ends as its [fuzz].expect says ("failure": a failure was found;
+    "ok" or none: nothing was found), 1 otherwise, 2 for bad input. A script: 0 nothing found, 1 found.
     """
     if templates and script_cli.is_script(templates[0]):
         fuzz_script.fuzz_script_command(templates, budget=budget, seed=seed, out_dir=out_dir, no_shrink=no_shrink,
@@ -63,6 +66,9 @@ def fuzz(
     from simdist.fuzz.template import load_template
 
     with bad_input():
+        check_output_folder(out_dir, "out")
+        if not no_db:
+            check_output_folder(db, "db")
         tpls = [load_template(p) for p in templates]
     results = []
     for t in tpls:
@@ -87,21 +93,24 @@ def fuzz(
             progress.update(task, completed=n)
         results.append(r)
     failed = any(r.failed for r in results)
+    as_expected = all(r.as_expected for r in results)
     if json_:
-        sys.stdout.write(json.dumps({"failed": failed, "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
+                                     "results": [r.to_dict() for r in results]}, indent=2) + "\n")
     else:
-        _print_results(results)
-    exit_on(not failed)
+        _print_results(results, seed)
+    exit_on(as_expected)
 
 
-def _print_results(results: list) -> None:
-    table = Table(title="simdist fuzz")
-    for col in ("template", "examples", "schedules", "sched/s", "distinct failures", "verdict"):
-        table.add_column(col, overflow="fold")
+def _print_results(results: list, seed: int) -> None:
+    t = table("template", "expect", "examples", "schedules", "sched/s", "distinct failures", "verdict",
+              title=f"simdist fuzz (seed {seed}: --seed {seed} repeats this search)", overflow="fold")
     for r in results:
-        verdict = Text("FAIL", style="red") if r.failed else Text("ok", style="green")
-        table.add_row(r.template, str(r.examples), str(r.schedules), f"{r.rate:.1f}", str(len(r.failures)), verdict)
-    out.print(table)
+        verdict = "failure found" if r.failed else "no failure"
+        style = "green" if r.as_expected else "red"
+        t.add_row(r.template, r.expect or "ok", str(r.examples), str(r.schedules), f"{r.rate:.1f}",
+                  str(len(r.failures)), Text(verdict + ("" if r.as_expected else " (unexpected)"), style=style))
+    show(t)
     for r in results:
         for c in r.counterexamples:
             say((r.template, "red"), f": {c.key} -- {c.world_size} ranks, inputs {c.counts}, {c.steps} step(s); "

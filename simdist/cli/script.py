@@ -23,7 +23,6 @@ BackendOpt = Annotated[str | None, typer.Option(
 BatchesOpt = Annotated[str | None, typer.Option(
     "--batches", help="script: cap on the batches each rank's DataLoaders yield per epoch, one per rank (5,6) "
                       "or one for every rank (5)")]
-ScriptArgs = Annotated[list[str] | None, typer.Argument(help="script: its own arguments (after --)", show_default=False)]
 
 DEFAULT_TIMEOUT_S = 300.0
 
