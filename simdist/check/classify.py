@@ -224,6 +224,12 @@ def check_run(report: Report, scenario: Scenario, *, invariants: bool = True) ->
     findings = list(report.findings) + run_findings(report, scenario, wf)
     if invariants:
         findings += invariant_findings(report, scenario)
+    return judge(report, findings, wf)
+
+
+def judge(report: Report, findings: list[Finding], wf: WaitFor | None = None) -> Verdict:
+    """The verdict on a run given all its findings: a scenario's (`check_run`), or a script's,
+    whose report carries its findings already (`simdist.script.build`)."""
     failed = report.outcome != "completed" or bool(findings)
     primary = _primary(findings)
     if not failed:

@@ -16,11 +16,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from simdist.cli import fuzz_script
+from simdist.cli import script as script_cli
 from simdist.cli.console import bad_input, check_output_folder, err, exit_on, say, show, table
+from simdist.errors import InputError
 
 
 def fuzz(
-    templates: Annotated[list[Path], typer.Argument(help="template TOML file(s) (docs/fuzzing.md)")],
+    templates: Annotated[list[Path], typer.Argument(
+        help="template TOML file(s) (docs/fuzzing.md), or one script (.py) and its own arguments after --")],
     budget: Annotated[int | None, typer.Option("--budget", "-n", min=1,
                                                help="examples to generate per template (default: the template's [fuzz].budget, else 200)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="hypothesis seed; the same seed replays the same search")] = 0,
@@ -33,15 +37,31 @@ def fuzz(
                                                    "schedule with the steady middle of each input gap removed)")] = False,
     json_: Annotated[bool, typer.Option("--json", help="print a machine-readable summary")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    nproc_per_node: script_cli.NprocOpt = None,
+    nproc_range: fuzz_script.NprocRangeOpt = None,
+    batches_range: fuzz_script.BatchesRangeOpt = fuzz_script.DEFAULT_BATCHES,
+    backend: script_cli.BackendOpt = None,
+    timeout: Annotated[float | None, typer.Option(help="script: watchdog seconds per schedule (default 60)")] = None,
 ) -> None:
     """Fuzz TEMPLATE(S): draw schedules (world size, uneven inputs, steps, join options), simulate and check each.
 
     A failure (hang, error, collective mismatch, broken invariant) is shrunk to a minimal scenario and written
     under --out as a plain scenario file that replays with `simdist run` / `simdist real` / `simdist compare`.
 
+    A script (SCRIPT.py [-- ARGS]) is fuzzed over each rank's DataLoader cap and, torchrun-style
+    (--nproc-per-node-range), its world size; its counterexamples are commands and a replay file.
+
     Exit 0 when each template's search ends as its [fuzz].expect says ("failure": a failure was found;
-    "ok" or none: nothing was found), 1 otherwise, 2 for bad input.
+    "ok" or none: nothing was found), 1 otherwise, 2 for bad input. A script: 0 nothing found, 1 found.
     """
+    if templates and script_cli.is_script(templates[0]):
+        fuzz_script.fuzz_script_command(templates, budget=budget, seed=seed, out_dir=out_dir, no_shrink=no_shrink,
+                                        json_=json_, quiet=quiet, nproc=nproc_per_node, nproc_range=nproc_range,
+                                        batches_range=batches_range, backend=backend, timeout=timeout)
+    with bad_input():
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+        if nproc_range is not None or batches_range != fuzz_script.DEFAULT_BATCHES:
+            raise InputError("--nproc-per-node-range, --batches-range: only for a script (.py), not a template")
     from simdist.fuzz.runner import fuzz_template
     from simdist.fuzz.template import load_template
 

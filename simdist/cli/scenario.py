@@ -181,6 +181,7 @@ def run(
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
@@ -192,8 +193,8 @@ def run(
     with bad_input():
         if script_cli.is_script(scenarios[0]):
             script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
-                                   json_, trace_out, print_report)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+                                   json_, trace_out, print_report, batches)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, None, batches)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
     results: list[FileResult] = []
     single: dict[str, Any] | None = None

@@ -29,7 +29,7 @@ from simdist.script.coordinator import Coordinator, Ending, phase_of
 from simdist.script.ranks import RankConn
 
 
-class _Groups:
+class Groups:
     """The checker asks a scenario for group members; a script's groups are the engine's."""
 
     def __init__(self, groups: dict[str, list[int]]):
@@ -154,6 +154,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     if where is None and (last := conn.last_op()) is not None:
         where = _op_location(last.frames, last.user)
     return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
+                      inputs_processed=conn.batches,
                       blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
                       location=where, exit=how)
 
@@ -172,7 +173,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     if ending.kind == "hang":
-        wf = build_waitfor(report, _Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
+        wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
         line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {wf.blocked}"
         if wf.culprits or gone:
@@ -199,7 +200,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
                     findings=list(coord.engine.findings), backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
     have = {(f.kind, f.group, f.seq, tuple(f.ranks)) for f in report.findings}
-    for f in run_findings(report, _Groups(coord.engine.groups)):  # type: ignore[arg-type]
+    for f in run_findings(report, Groups(coord.engine.groups)):  # type: ignore[arg-type]
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)

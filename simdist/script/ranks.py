@@ -65,6 +65,9 @@ class RankConn:
     stderr: list[str] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     abort_sent: bool = False
+    batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
+    longest_epoch: int = 0  # the most batches one DataLoader iteration yielded
+    capped: int = 0  # DataLoader iterations that a --batches cap ended early
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
 
