@@ -15,6 +15,7 @@ from typing import IO
 
 from simdist.errors import ScriptError
 from simdist.network.cost import CostModel
+from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology
 from simdist.script import env, launch
@@ -83,8 +84,9 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
     (it starts its own ranks). `backend`: "gloo" or "nccl" semantics for peers that exit
-    (default: what the script asks for). `timeout_s`: watchdog for ranks that never block
-    nor finish. `measure_compute=False` makes every time in the report deterministic.
+    (default: what the script asks for). `timeout_s`: watchdog: how long the ranks may go
+    without communicating (start-up not counted) before the run is reported as a timeout.
+    `measure_compute=False` makes every time in the report deterministic.
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
@@ -137,7 +139,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
-        ending = coord.serve(run.done, time.monotonic() + timeout_s)
+        ending = coord.serve(run.done, Watchdog(timeout_s))
     finally:
         if run is not None:
             launch.end(run)

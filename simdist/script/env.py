@@ -16,8 +16,8 @@ RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds th
 GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
+STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
 BATCHES = "SIMDIST_SCRIPT_BATCHES"  # per-rank DataLoader caps, "5,6" or "5" (rank.batches)
-PARENT = "SIMDIST_SCRIPT_PPID"  # the pid a process expects as its parent (orphan check at start)
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "rank" / "bootstrap"
 

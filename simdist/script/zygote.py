@@ -64,10 +64,11 @@ class Zygote:
         self._early: dict[int, int] = {}  # exits reported before `spawn` saw the fork's reply
         self._sock, theirs = socket.socketpair()
         e = launch.base_env("-", self.run_id, gpus, mode)  # rank layer on; each rank gets its run's socket
+        self._own = launch.Launch(self.run_id)  # the zygote and, through the run id, what it forked
         try:
-            self.proc = subprocess.Popen(
+            self.proc = self._own.procs.start(
                 [sys.executable, "-m", "simdist.script.rank.zygote", self.script, str(theirs.fileno())], env=e,
-                pass_fds=(theirs.fileno(),), start_new_session=True, stdout=stdout, stderr=stderr)
+                pass_fds=(theirs.fileno(),), stdout=stdout, stderr=stderr)
         finally:
             theirs.close()
         self._sel = selectors.DefaultSelector()
@@ -132,7 +133,7 @@ class Zygote:
             self._sock.close()
         finally:
             self._sel.close()
-            launch.end(launch.Launch(self.run_id, [self.proc]))
+            launch.end(self._own)
 
     def __enter__(self) -> Zygote:
         return self

@@ -45,6 +45,7 @@ import threading
 import types
 from typing import Any
 
+from simdist import procs
 from simdist.script import wire
 
 # Imported once here rather than in every rank; what a DDP/ZeRO/Join script typically uses.
@@ -96,7 +97,7 @@ def _child(request: dict[str, Any], control: socket.socket, wake: int) -> int:
     os.close(wake)
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ["SIMDIST_SCRIPT_PPID"] = str(os.getpid())  # its children's expected parent (rank.boot)
+    os.environ[procs.LAUNCHER_PID_ENV] = str(os.getpid())  # its children's expected parent (rank.boot)
     argv = list(request["argv"])
     sys.argv = argv
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
