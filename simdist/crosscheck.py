@@ -234,7 +234,7 @@ def _check_collective(p: Problems, n: Names, st: CollectiveStep, loc: str) -> No
     members = n.groups[st.group]
     if st.op in ROOTED_OPS and st.root not in members:
         p.add(f"{loc}.root", f"rank {st.root} is not in group '{st.group}'")
-    if st.ranks is not None and not set(st.ranks) <= set(members):
+    if st.ranks is not None and not {r for r in st.ranks if n.rank_ok(r)} <= set(members):
         p.add(f"{loc}.ranks", f"ranks {st.ranks} are not all in group '{st.group}'")
     if st.op in ("reduce_scatter", "scatter", "all_to_all") and members and st.numel % len(members):
         p.add(f"{loc}.numel", f"{st.op} needs numel divisible by the group size {len(members)}")

@@ -15,6 +15,7 @@ See docs/scenarios.md for the full reference with a worked example.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -197,7 +198,19 @@ def _problems(data: dict[str, Any]) -> tuple[Scenario | None, list[str]]:
             Scenario.model_validate(repaired)
         except ValidationError as err2:
             lines += [x for x in _format_validation_errors(err2) if x not in lines]
-    return None, lines
+    return None, sorted(lines, key=lambda line: _file_order(data, line))
+
+
+_LEAD = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+)\])?")
+
+
+def _file_order(data: dict[str, Any], line: str) -> tuple[int, int]:
+    """Where a problem's field is in the file: its top-level key's position, then its index."""
+    m = _LEAD.match(line)
+    keys = list(data)
+    if m is None or m.group(1) not in keys:
+        return (len(keys), 0)
+    return (keys.index(m.group(1)), int(m.group(2) or 0))
 
 
 def _repaired(data: dict[str, Any], err: ValidationError) -> dict[str, Any] | None:
@@ -205,12 +218,14 @@ def _repaired(data: dict[str, Any], err: ValidationError) -> dict[str, Any] | No
     error sits in a table others refer to (then only the schema errors are reported)."""
     if any(_is_cross(e) for e in err.errors()):
         return None  # the cross-checks already ran
-    fixed = dict(data)
+    fixed = copy.deepcopy(data)
     for e in err.errors():
         loc = e["loc"]
         if not loc:
             return None
-        if loc[0] in _INDEPENDENT:
+        if e["type"] == "extra_forbidden":
+            _drop_key(fixed, loc)  # an unknown key: without it, the table is what was meant
+        elif loc[0] in _INDEPENDENT:
             fixed.pop(str(loc[0]), None)
         elif loc[0] in _STEP_LISTS and len(loc) > 1 and isinstance(loc[1], int):
             steps = fixed[str(loc[0])] = list(fixed[str(loc[0])])
@@ -221,6 +236,19 @@ def _repaired(data: dict[str, Any], err: ValidationError) -> dict[str, Any] | No
         else:
             return None
     return fixed
+
+
+def _drop_key(data: Any, loc: tuple[Any, ...]) -> None:
+    """Remove the key at path `loc` (steps' kind tags skipped), where it still exists."""
+    for part in loc[:-1]:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        elif part not in STEP_KINDS:
+            return
+    if isinstance(data, dict):
+        data.pop(loc[-1], None)
 
 
 def _is_cross(e: Any) -> bool:

@@ -25,10 +25,10 @@ from simdist.cli.console import (
     ExitCode,
     bad_input,
     check_output_file,
-    err,
     exit_on,
     exit_with,
     say,
+    say_error,
     show,
     table,
     worst,
@@ -100,7 +100,7 @@ def _try_load(path: Path, target: Target = "sim") -> Scenario | str:
 
 
 def _bad_file(path: Path, message: str) -> FileResult:
-    say(("error:", "red"), " ", message, console=err)
+    say_error(message)
     return FileResult(path, int(ExitCode.BAD_INPUT), "bad input", {"file": str(path), "error": message})
 
 
