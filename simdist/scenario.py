@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import tomllib
 from pydantic import Field, ValidationError, model_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from simdist import crosscheck
 from simdist.errors import ScenarioError
@@ -58,7 +60,7 @@ __all__ = [
     "BackwardStep", "CollectiveStep", "ComputeStep", "Expect", "ForwardStep", "Group", "Inputs", "JoinBlock",
     "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "Scenario", "SleepStep",
     "Step", "StopStep", "Target", "TopoLink", "TopoNode", "Topology", "ValueWhen", "When", "check_target", "load_scenario",
-    "parse_scenario", "read_toml", "scenario_to_dict",
+    "json_schema", "parse_scenario", "read_toml", "scenario_to_dict",
 ]
 
 Target = Literal["sim", "real"]  # which side runs a scenario: the simulator or real torch.distributed
@@ -324,6 +326,27 @@ def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target 
         raise ScenarioError("\n".join(f"{source}: {line}" for line in lines))
     check_target(s, target, source)
     return s
+
+
+class _TomlJsonSchema(GenerateJsonSchema):
+    """JSON schema for a TOML file: TOML has no null, so an optional key is one left out
+    (no `null` branch, no `"default": null`)."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        js = super().default_schema(schema)
+        if js.get("default", 0) is None:
+            js.pop("default")
+        return js
+
+
+def json_schema() -> dict[str, Any]:
+    """The scenario file's JSON schema (draft 2020-12), generated from the model: what
+    `simdist schema` prints for editors (docs/scenarios.md, Editor support)."""
+    body = Scenario.model_json_schema(by_alias=True, schema_generator=_TomlJsonSchema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **body, "title": "simdist scenario"}
 
 
 def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:

@@ -46,7 +46,7 @@ def _root(
     """
 
 
-scenario.register(app)  # run, real, compare, check
+scenario.register(app)  # run, real, compare, check, schema
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz
 
