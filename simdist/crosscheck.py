@@ -130,7 +130,8 @@ def check_optimizer(p: Problems, n: Names) -> None:
     if group is None:
         p.add("optimizer.group", f"its models are on groups {sorted({m.group for m in mine})}: name ZeRO's group")
     elif group not in n.groups:
-        p.add("optimizer.group", f"unknown group '{group}'")
+        if opt.group is not None:  # else its models' group is unknown, and named as theirs
+            p.add("optimizer.group", f"unknown group '{group}'")
     else:
         holders = {r for m in mine for r in n.groups.get(m.group, [])}
         bare = [r for r in n.groups[group] if r not in holders]

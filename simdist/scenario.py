@@ -295,13 +295,15 @@ def _one(e: Any) -> tuple[str, str]:
     msg = _TABLE.sub("a table", msg)
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
-    if e["type"] == "union_tag_invalid" and isinstance(e.get("input"), dict):
-        msg = f"unknown step kind {e['input'].get('kind')!r}"
+    if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a step's `kind`
+        parts.append("kind")
+        given = e["input"].get("kind") if isinstance(e.get("input"), dict) else None
+        msg = (f"unknown step kind {given!r}" if given is not None else "missing") + f" (one of {', '.join(STEP_KINDS)})"
     return _path(parts), msg
 
 
-_TABLE = re.compile(r"a valid dictionary or instance of \w+")
-_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*|ValueWhen)$")
+_TABLE = re.compile(r"a valid dictionary(?: or (?:instance of \w+|object to extract fields from))?")
+_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*|constrained-.*|ValueWhen)$")
 
 
 def _union_member(part: object) -> bool:

@@ -367,5 +367,5 @@ Step = Annotated[
     Field(discriminator="kind"),
 ]
 # The `kind` tag of every step class (pydantic puts it into error locations).
-STEP_KINDS: frozenset[str] = frozenset(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
+STEP_KINDS: tuple[str, ...] = tuple(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
 
