@@ -256,3 +256,15 @@ def test_schema_output_path_mistake_exits_2(tmp_path):
     res = run_cli("schema", "--out", str(tmp_path / "missing" / "s.json"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().startswith("error: out: folder")
+
+
+def test_every_toml_block_of_the_scenario_docs_parses_and_whole_scenarios_load():
+    import re
+    import tomllib
+
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "scenarios.md").read_text(), re.S)
+    assert len(blocks) >= 6
+    for b in blocks:
+        data = tomllib.loads(b)
+        if "world_size" in data:
+            parse_scenario(data)
