@@ -15,7 +15,7 @@ import typer
 
 from simdist import __version__
 from simdist.cli import fuzz, scenario, timing
-from simdist.cli.console import ExitCode, err, say
+from simdist.cli.console import ExitCode, err, say, say_error
 from simdist.errors import SimdistError
 
 app = typer.Typer(
@@ -46,7 +46,7 @@ def _root(
     """
 
 
-scenario.register(app)  # run, real, compare, check
+scenario.register(app)  # run, real, compare, check, schema
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz
 
@@ -56,7 +56,7 @@ def main() -> None:
     try:
         app()
     except SimdistError as e:  # bad input that a command did not catch itself
-        say(("error:", "red"), f" {e}", console=err)
+        say_error(str(e))
         sys.exit(int(ExitCode.BAD_INPUT))
     except KeyboardInterrupt:
         say("interrupted", console=err)

@@ -1,5 +1,6 @@
 """Commands on scenario files: `run` (simulate), `real` (real processes), `compare` (both,
-diffed rank by rank) and `check` (the checker's verdict and wait-for graph). `run` and
+diffed rank by rank), `check` (the checker's verdict and wait-for graph) and `schema` (the
+files' JSON schema, for editors). `run` and
 `check` take several files, print a summary line and exit with the worst code; both judge
 a file by `simdist.expect.judge`, so one verdict gives one exit code.
 
@@ -29,6 +30,7 @@ from simdist.cli.console import (
     exit_on,
     exit_with,
     say,
+    say_error,
     show,
     table,
     worst,
@@ -100,7 +102,7 @@ def _try_load(path: Path, target: Target = "sim") -> Scenario | str:
 
 
 def _bad_file(path: Path, message: str) -> FileResult:
-    say(("error:", "red"), " ", message, console=err)
+    say_error(message)
     return FileResult(path, int(ExitCode.BAD_INPUT), "bad input", {"file": str(path), "error": message})
 
 
@@ -316,7 +318,29 @@ def check(
     finish(results, json_, single)
 
 
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write it to this file instead of stdout")] = None,
+) -> None:
+    """Print the scenario files' JSON schema, generated from the model, for TOML editors.
+
+    Save it next to your scenarios and put `#:schema ./scenario.schema.json` on the first
+    line of a scenario file: taplo and Even Better TOML then complete keys, show each key's
+    meaning and flag mistakes as you type (docs/scenarios.md, Editor support).
+    """
+    from simdist.scenario import json_schema
+
+    with bad_input():
+        check_output_file(out, "out")
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if not write_output(lambda: out.write_text(text), out, "out"):
+        exit_with(ExitCode.BAD_INPUT)
+    say(f"scenario schema written to {out}", console=err)
+
+
 def register(app: typer.Typer) -> None:
-    """Add run, real, compare and check as top-level commands of `app`."""
-    for command in (run, real, compare, check):
+    """Add run, real, compare, check and schema as top-level commands of `app`."""
+    for command in (run, real, compare, check, schema):
         app.command()(command)
