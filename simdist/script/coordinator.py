@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
-from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
@@ -300,12 +300,3 @@ class Coordinator:
             if c.connected:
                 c.sock.close()
         self.sel.close()
-
-
-def phase_of(frames: list[Frame]) -> str:
-    """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
-    if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
-        return "init"
-    if any(f.tag == "join" and f.qual == "Join.__exit__" for f in frames):
-        return "join_exit"
-    return "loop"
