@@ -37,6 +37,7 @@ from simdist.schema import (
     Optimizer,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
     Strict,
@@ -49,7 +50,7 @@ from simdist.vocab import BITWISE_REDUCE_OPS, MODEL_JOINABLES, ROOTED_OPS, WORLD
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
     "BackwardStep", "CollectiveStep", "ComputeStep", "Expect", "ForwardStep", "Group", "Inputs", "JoinBlock",
-    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "Scenario", "SleepStep",
+    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "RaiseStep", "Scenario", "SleepStep",
     "Step", "Target", "TopoLink", "TopoNode", "Topology", "check_target", "load_scenario", "parse_scenario",
     "read_toml", "scenario_to_dict",
 ]

@@ -287,6 +287,14 @@ class SleepStep(_Cond):
     seconds: float = Field(ge=0)
 
 
+class RaiseStep(_Cond):
+    """The script raises ``RuntimeError(message)`` here and its program ends: a rank that failed
+    with that error (a replay of Flight Recorder dumps writes one where a rank's error file was)."""
+
+    kind: Literal["raise"]
+    message: str = Field(min_length=1)
+
+
 Step = Annotated[
     ComputeStep
     | ForwardStep
@@ -295,7 +303,8 @@ Step = Annotated[
     | JoinableCallStep
     | CollectiveStep
     | P2PStep
-    | SleepStep,
+    | SleepStep
+    | RaiseStep,
     Field(discriminator="kind"),
 ]
 # The `kind` tag of every step class (pydantic puts it into error locations).

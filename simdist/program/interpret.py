@@ -46,6 +46,7 @@ from simdist.schema import (
     JoinableCallStep,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
 )
@@ -173,6 +174,8 @@ def _step(s: Scenario, rank: int, step: Step, where: str, i: int | None) -> Acti
         return _collective(s, rank, step, where, i)
     if isinstance(step, P2PStep):
         return _p2p(rank, step, where, i) if rank in (step.src, step.dst) else None
+    if isinstance(step, RaiseStep):
+        return Fail(step.message)
     raise AssertionError(step)  # pragma: no cover - the scenario schema admits no other kind
 
 
