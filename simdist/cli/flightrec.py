@@ -137,7 +137,7 @@ def export(
     """
     from simdist.check.explain import annotate_report
     from simdist.cli.scenario import load_or_exit, run_real_or_exit
-    from simdist.flightrec.export import export_dumps, write_dumps
+    from simdist.flightrec.export import export_dumps, write_dumps, write_error_files
     from simdist.flightrec.format import DEFAULT_DUMP_PREFIX
     from simdist.sim import simulate
 
@@ -147,10 +147,16 @@ def export(
     report = run_real_or_exit(s, timeout, quiet=False) if real else simulate(s)
     verdict = annotate_report(report, s)
     paths: list[Path] = []
-    if not write_output(lambda: paths.extend(write_dumps(export_dumps(report, s), out, prefix or DEFAULT_DUMP_PREFIX,
-                                                         form)), out, "out"):
+    errors: list[Path] = []
+
+    def write() -> None:
+        paths.extend(write_dumps(export_dumps(report, s), out, prefix or DEFAULT_DUMP_PREFIX, form))
+        errors.extend(write_error_files(report, out))
+
+    if not write_output(write, out, "out"):
         exit_with(ExitCode.BAD_INPUT)
-    say(f"{report.source} run of {s.name}: {report.outcome} ({verdict.kind}); wrote {len(paths)} dumps to {out}")
+    errs = f" and {len(errors)} torchelastic error files" if errors else ""
+    say(f"{report.source} run of {s.name}: {report.outcome} ({verdict.kind}); wrote {len(paths)} dumps{errs} to {out}")
     say(f"read them with torch's analyzer: torchfrtrace {out}  (or: simdist diagnose {out})")
     exit_with(ExitCode.OK)
 

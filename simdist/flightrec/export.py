@@ -14,7 +14,8 @@ NCCL's recorder does, because the analyzer needs it:
 Gloo's recorder has no send/recv; neither has a Gloo export (an NCCL run's has them, named
 ``nccl:send 0->1`` with the peers' group ranks). Each entry's frames hold one line naming
 its origin, and the origin itself under ``simdist_origin`` (the analyzer ignores keys it
-does not know; `simdist diagnose` reads it back).
+does not know; `simdist diagnose` reads it back). A rank that raised also gets the error
+file torchelastic would have written (``<rank>/error.json``), which the analyzer skips.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from simdist.flightrec.format import (
     DEFAULT_DUMP_PREFIX,
     DEFAULT_PG_DESC,
+    ERROR_FILE_NAME,
     FORMAT_VERSION,
     TORCH_DTYPE_NAMES,
     dump_path,
@@ -145,3 +147,18 @@ def _json_entry(e: dict[str, Any]) -> dict[str, Any]:
     j["time_discovered_started_ns"] = j["time_discovered_started_ns"] or 0
     j["time_discovered_completed_ns"] = j["time_discovered_completed_ns"] or 0
     return j
+
+
+def write_error_files(report: Report, folder: Path) -> list[Path]:
+    """Each rank's exception as torchelastic's ErrorHandler writes it (``<folder>/<rank>/error.json``)."""
+    out = []
+    for r in report.ranks:
+        if r.error is None or r.status != "error":
+            continue
+        path = folder / str(r.rank) / ERROR_FILE_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"message": {"message": f"{r.error.type}: {r.error.message}",
+                           "extraInfo": {"py_callstack": "", "timestamp": str(int(time.time()))}}}
+        path.write_text(json.dumps(doc))
+        out.append(path)
+    return out

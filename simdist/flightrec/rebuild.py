@@ -16,8 +16,8 @@
 * **Status.** An error file: the rank raised (``error``). Else an operation that never
   completed: the rank is blocked in the first one (``hang``, `blocked_in`). Else it got
   through everything it issued (``completed``). No dump at all: it left no record (``aborted``).
-* **Mismatches** the engine reports while pairing, found here the same way: every member
-  issued sequence number s on a group and their calls differ (`simdist.engine.gloo_bridge`).
+* **Mismatches** the engine reports while pairing, found the same way in the traces: every
+  member issued sequence number s on a group and their calls differ (`simdist.check.pairing`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Any
 
-from simdist.engine import gloo_bridge, gloo_rules
+from simdist.check.pairing import trace_mismatches
 from simdist.flightrec.format import (
     COALESCED,
     DEFAULT_PG_DESC,
     UNDEFINED_DESC,
+    fr_backend,
     fr_dtype,
     fr_numel,
     fr_op_name,
@@ -38,9 +39,9 @@ from simdist.flightrec.format import (
 )
 from simdist.flightrec.ingest import Dumps, ErrorFile, parse_ranks
 from simdist.frames import Frame, is_library_file, phase_of, resolve_frames, script_origin
-from simdist.report import MODEL_FILES, CodeLocation, Finding, RankError, RankResult, Report, TraceEntry, error_category
+from simdist.report import MODEL_FILES, CodeLocation, RankError, RankResult, Report, TraceEntry, error_category
 from simdist.schema import CollectiveStep
-from simdist.vocab import COLLECTIVE_OPS, P2P_OPS, ROOTED_OPS, WORLD, is_declared_origin
+from simdist.vocab import COLLECTIVE_OPS, P2P_OPS, WORLD, is_declared_origin
 
 # The key under which `simdist.flightrec.export` keeps an entry's origin label (torch's
 # analyzer ignores keys it does not know), so that simdist reads its own dumps back whole.
@@ -98,7 +99,7 @@ def rebuild(dumps: Dumps, name: str = "flight-recorder dumps") -> Rebuilt:
     report = Report(scenario=name, source="real", outcome=outcome, ranks=ranks, backend=dumps.backend,
                     world_size=dumps.world_size, notes=list(dumps.notes))
     out = Rebuilt(report, groups, frames)
-    report.findings = mismatch_findings(out)
+    report.findings = trace_mismatches(report, out)  # type: ignore[arg-type] - it names groups as a scenario does
     report.notes += _failed_without_error_file(out, dumps)
     return out
 
@@ -151,8 +152,7 @@ def _trace(entries: list[dict[str, Any]], groups: dict[str, PG], t0: int
         g = groups[_pg_of(e)[0]]
         p2p = bool(e.get("is_p2p")) or op in P2P_OPS
         seq = int(e.get("p2p_seq_id", 0) if p2p else e["collective_seq_id"])
-        done = e.get("state") == "completed" or (e.get("state") in (None, "scheduled", "started")
-                                                 and bool(e.get("retired")) and not _nccl(e))
+        done = _completed(e)
         last = trace[-1] if trace else None
         if last is not None and not p2p and last.group == g.name and last.seq == seq and last.op not in P2P_OPS:
             if op != COALESCED:  # one more op of a coalesced group
@@ -179,9 +179,13 @@ def _trace(entries: list[dict[str, Any]], groups: dict[str, PG], t0: int
     return trace, frames
 
 
-def _nccl(e: dict[str, Any]) -> bool:
-    """NCCL retires an entry that timed out without completing it (Gloo's state never moves)."""
-    return str(e.get("profiling_name", "")).startswith("nccl")
+def _completed(e: dict[str, Any]) -> bool:
+    """Whether an entry's work completed: its state says so (NCCL, whose retired-but-not-completed
+    entries timed out), or, where the state never moves (Gloo) or is not recorded, it retired."""
+    state = e.get("state")
+    if state is None or state == "completed":
+        return state == "completed" or bool(e.get("retired"))
+    return bool(e.get("retired")) and fr_backend(str(e.get("profiling_name", ""))) == "gloo"
 
 
 def _peer(e: dict[str, Any], op: str, g: PG) -> int | None:
@@ -227,34 +231,6 @@ def _user_location(frames: list[Frame]) -> CodeLocation | None:
 
 
 # --------------------------------------------------------------------------- across ranks
-def mismatch_findings(job: Rebuilt) -> list[Finding]:
-    """Every (group, sequence number) that all members issued with different calls, named as the
-    engine names them; with Gloo's consequence where the rules know it (the roots are unknown)."""
-    report = job.report
-    index = [{(e.group, e.seq): e for e in r.trace if e.op not in P2P_OPS} for r in report.ranks]
-    out: list[Finding] = []
-    for g in job.groups:
-        seqs = sorted({s for m in g.ranks if m < len(index) for (grp, s) in index[m] if grp == g.name})
-        for s in seqs:
-            at = {m: index[m].get((g.name, s)) for m in g.ranks if m < len(index)}
-            entries = {m: e for m, e in at.items() if e is not None}
-            if len(entries) < len(g.ranks) or len({e.fingerprint() for e in entries.values()}) == 1:
-                continue
-            calls = [gloo_rules.CollectiveCall(m, e.op, e.numel, e.dtype) for m, e in entries.items()]
-            origins = [e.origin for e in entries.values()]
-            out.append(gloo_bridge.mismatch_finding(g.name, s, calls, origins, _consequence(report, calls, g)))
-    return out
-
-
-def _consequence(report: Report, calls: list[gloo_rules.CollectiveCall], g: PG) -> gloo_rules.MismatchVerdict | None:
-    if report.backend != "gloo" or any(c.op in ROOTED_OPS or c.op in P2P_OPS for c in calls):
-        return None  # NCCL's behaviour is not modelled; Gloo's for rooted ops needs the root
-    try:
-        return gloo_rules.classify_mismatch(calls, len(g.ranks))
-    except (ValueError, KeyError):
-        return None  # a dtype or op the rules do not model
-
-
 def _failed_without_error_file(job: Rebuilt, dumps: Dumps) -> list[str]:
     """Gloo retires failed work as finished: a retired collective that a live member never
     issued most likely failed. Without the error file that says so, say it in words."""

@@ -23,18 +23,22 @@ Form = Literal["pickle", "json"]
 _PLAIN = (dict, list, tuple, str, int, float, bool, type(None))  # what an entry's fields hold
 
 
+class RefusedPickle(pickle.UnpicklingError):
+    """The pickle asks for something other than plain values (and so might run code)."""
+
+
 class PlainUnpickler(pickle.Unpickler):
     """An unpickler that builds plain values only and refuses every global."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"it asks for {module}.{name}, which could run code")
+        raise RefusedPickle(f"it asks for {module}.{name}, which could run code")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("it asks for a persistent object, which a dump never holds")
+        raise RefusedPickle("it asks for a persistent object, which a dump never holds")
 
 
 def loads_plain(data: bytes) -> Any:
-    """The value a pickle holds, when it holds plain values only (UnpicklingError otherwise)."""
+    """The value a pickle holds, when it holds plain values only (RefusedPickle otherwise)."""
     return PlainUnpickler(io.BytesIO(data)).load()
 
 
@@ -55,9 +59,9 @@ def decode_dump(data: bytes, where: str) -> tuple[dict[str, Any], Form]:
     if form == "pickle":
         try:
             doc = loads_plain(data)
-        except pickle.UnpicklingError as e:
+        except RefusedPickle as e:
             raise DumpError(f"{where}: refused to load this pickle: {e}") from None
-        except (EOFError, ValueError, TypeError, IndexError, KeyError, MemoryError, OverflowError) as e:
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, MemoryError, OverflowError) as e:
             raise DumpError(f"{where}: cannot read the pickle ({type(e).__name__}: {e or 'ends early'}); "
                             "truncated, or not a Flight Recorder dump") from None
     else:
