@@ -234,10 +234,24 @@ def _watch(ranks: list[_Rank], procs: LocalProcesses, wd: Path, dog: Watchdog, p
         if dog.fired(now, starting=starting):
             if progress:
                 print(f"[real] watchdog: no progress for {dog.timeout_s:g} s", file=sys.stderr)
-            for rk in ranks:
-                rk.tell("hang")
+            _tell_hang(ranks, procs, wd, dog.started)
             return now - dog.started
         time.sleep(POLL_S)
+
+
+def _tell_hang(ranks: list[_Rank], procs: LocalProcesses, wd: Path, t_start: float) -> None:
+    """Tell every rank that the run hangs: the blocked ones first, and the finished ones (which
+    then exit) only once those have recorded where they are blocked -- a finished rank's exit
+    would otherwise fail a blocked rank's collective (peer lost) before it records the hang."""
+    blocked = [rk for rk in ranks if rk.result_at is None]
+    for rk in blocked:
+        rk.tell("hang")
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(rk.result_at is None and rk.proc.alive() for rk in blocked):
+        _observe(ranks, procs, wd, time.monotonic(), t_start, False)
+        time.sleep(POLL_S)
+    for rk in ranks:
+        rk.tell("hang")
 
 
 def _observe(ranks: list[_Rank], procs: LocalProcesses, wd: Path, now: float, t_start: float,

@@ -86,14 +86,18 @@ class Worker:
             threading.Thread(target=self._control_loop, name="simdist-control", daemon=True).start()
         status, error = "completed", None
         try:
-            serve_on_demand()  # torch's control-plane server, when TORCH_WORKER_SERVER_SOCKET is set
             from real_backend.torchrank import TorchRank  # imports torch
+
+            # torch's control-plane server, when TORCH_WORKER_SERVER_SOCKET is set; only once torch
+            # is imported (started while the warm-up thread imports torch, it terminates the process)
+            serve_on_demand()
 
             self.prog = TorchRank(self.s, self.rank, self.world_size, self.local_rank, self.t0_ns)
             self.prog.run()
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             status, error = "error", categorise(exc)
-            record_error_file(exc)  # torchelastic's error file, when TORCHELASTIC_ERROR_FILE is set
+            if not self.written:  # not after the watchdog's hang record: that is how this rank ended
+                record_error_file(exc)  # torchelastic's error file, when TORCHELASTIC_ERROR_FILE is set
         self.finished = True
         self.write_result(status, error)
         self._announce_end()
