@@ -105,6 +105,37 @@ def test_diagnosis_names_progress_frames_and_errors():
     assert "exhausted all inputs" in thrown.job.report.ranks[0].error.message
 
 
+@pytest.mark.parametrize("name,family,fix", [
+    ("after_loop_barrier", "ranks at different points of the program", "all-reduce a stop flag"),
+    ("zero_before_ddp", "Join's shadow out of step", "the model (DDP) first"),
+    ("unshadowed_logging", "Join's shadow out of step", "the model (DDP) first"),
+    ("forward_collective_syncbn", "Join's shadow out of step", "Join never shadows a raw collective"),
+    ("subset_collective", "different collectives at one point", "dist.new_group"),
+    ("no_join_hang", "a rank finished while others wait", "wrap the loop in Join([model, ...])"),
+    ("join_disabled_uneven", "a rank finished while others wait", "with a disabled one"),
+    ("allreducer_throw", "Join raised on early termination", "catch the RuntimeError"),
+])
+def test_hints_from_the_dumps_name_the_family_and_its_fix(name, family, fix):
+    """A job known from its dumps has no scenario: its origins tell the family."""
+    hints = [n for n in diagnose([DATA / name]).explanation if n.startswith("hint")]
+    assert any(f"hint ({family})" in h and fix in h for h in hints), hints
+
+
+def test_frames_recorded_on_another_machine_are_read_in_this_torch(tmp_path):
+    """Frame paths of the recording machine do not exist here: the installed package's file is read."""
+    for r in (0, 1):
+        doc = pickle.loads((DATA / "no_join_hang" / f"comm_lib_trace_rank_{r}").read_bytes())
+        for e in doc["entries"]:
+            for f in e["frames"]:
+                f["filename"] = "/elsewhere/env" + f["filename"][f["filename"].find("/lib/python"):] \
+                    if "/lib/python" in f["filename"] else "/elsewhere/job/" + Path(f["filename"]).name
+        (tmp_path / f"comm_lib_trace_rank_{r}").write_bytes(pickle.dumps(doc))
+    here, there = diagnose([DATA / "no_join_hang"]), diagnose([tmp_path])
+    assert [e.origin for e in there.job.report.ranks[1].trace] == [e.origin for e in here.job.report.ranks[1].trace]
+    assert there.job.report.ranks[1].blocked_in.origin == "ddp.backward.bucket_allreduce"
+    assert there.job.report.ranks[1].trace[0].phase == "init"  # DDP's constructor, read from this torch's source
+
+
 def test_ras_grouping_writes_ranges():
     from simdist.flightrec.diagnose import GroupProgress, RankProgress
     from simdist.report import TraceEntry

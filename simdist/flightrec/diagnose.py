@@ -75,7 +75,7 @@ class Diagnosis:
 
     dumps: Dumps
     job: Rebuilt
-    scenario: Scenario  # the replay: what the checker reads groups from
+    scenario: Scenario  # the job's ranks and groups, what the checker reads (no steps)
     replay: dict[str, Any]
     verdict: Verdict
     progress: list[GroupProgress] = field(default_factory=list)
@@ -124,9 +124,17 @@ def diagnose(paths: list[Path], name: str | None = None, timeout_s: float = REPL
     title = name or f"dumps of {', '.join(p.name or str(p) for p in paths)}"
     job = rebuild(dumps, title)
     replay = replay_scenario(job, name=_stem(title), description=_description(dumps, paths), timeout_s=timeout_s)
-    scenario = parse_scenario(replay, source="replay")
+    scenario = parse_scenario(job_scenario(replay), source="dumps")
     verdict = annotate_report(job.report, scenario)
     return Diagnosis(dumps, job, scenario, replay, verdict, progress(job))
+
+
+def job_scenario(replay: dict[str, Any]) -> dict[str, Any]:
+    """What the checker may know of the job: its ranks and groups -- not the replay's steps,
+    which say where the ranks went apart, not what their program is (the checker's family
+    hints then come from the traces, `simdist.check.trace_hints`)."""
+    keep = ("name", "world_size", "backend", "inputs", "groups", "on_finish")
+    return {k: v for k, v in replay.items() if k in keep}
 
 
 def progress(job: Rebuilt) -> list[GroupProgress]:
