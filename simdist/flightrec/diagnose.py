@@ -121,9 +121,10 @@ class Diagnosis:
 def diagnose(paths: list[Path], name: str | None = None, timeout_s: float = REPLAY_TIMEOUT_S) -> Diagnosis:
     """Read the dumps under `paths` and judge them (DumpError for a file that is not a dump)."""
     dumps = load_dumps(paths)
-    title = name or f"dumps of {', '.join(p.name or str(p) for p in paths)}"
-    job = rebuild(dumps, title)
-    replay = replay_scenario(job, name=_stem(title), description=_description(dumps, paths), timeout_s=timeout_s)
+    where = "+".join(p.name or str(p) for p in paths)
+    job = rebuild(dumps, name or f"Flight Recorder dumps in {where}")
+    replay = replay_scenario(job, name=_stem(f"replay-{where}"), description=_description(dumps, paths),
+                             timeout_s=timeout_s)
     scenario = parse_scenario(job_scenario(replay), source="dumps")
     verdict = annotate_report(job.report, scenario)
     return Diagnosis(dumps, job, scenario, replay, verdict, progress(job))
