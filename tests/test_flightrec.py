@@ -278,6 +278,8 @@ def test_nccl_dump_with_coalesced_group_p2p_and_timeout(tmp_path):
     assert {f.kind for f in d.verdict.findings} == {"op_mismatch", "deadlock"}
     mismatch = next(f for f in d.verdict.findings if f.kind == "op_mismatch")
     assert mismatch.seq == 3 and "blocks forever" not in mismatch.detail  # Gloo's rules do not speak for NCCL
+    assert any(n.startswith("hint (arguments that differ across ranks): the same call (train.py:42)")
+               for n in d.explanation)
 
 
 @pytest.mark.parametrize("version,dropped", [

@@ -68,20 +68,26 @@ def _mismatch_hint(f: Finding, entries: list[TraceEntry | None], ranks: list[int
                    "ranks have inputs, or pass throw_on_early_termination=True to fail fast" if raw else
                    "the shadow sequence follows the joinables' order: pass every communicating object to Join, the "
                    "model (DDP) first, and keep raw collectives out of the Join block"))
-    users = {e.origin for _, e in calls if e.origin.startswith(USER_ORIGIN_PREFIX)}
-    if len(users) == len(calls) and len(users) > 1:
-        sites = "; ".join(f"rank {r}: {e.op} at {e.origin[len(USER_ORIGIN_PREFIX):]}" for r, e in calls)
+    mine = [(r, e) for r, e in calls if e.origin.startswith(USER_ORIGIN_PREFIX)]
+    theirs = [(r, e) for r, e in calls if not e.origin.startswith(USER_ORIGIN_PREFIX)]
+    if mine and theirs:
+        (a, ea), (b, eb) = mine[0], theirs[0]
+        return (f"hint (ranks at different points of the program): rank {a} is in {_what(ea)} while rank {b} is "
+                f"still in {_what(eb)} at #{f.seq}: rank {a} left the training loop earlier (fewer inputs, or a "
+                "break); give every rank the same number of inputs, decide the stop together (all-reduce a stop "
+                "flag), or wrap the loop in Join([...])")
+    sites = {e.origin for _, e in mine}
+    if len(sites) > 1:
+        where = "; ".join(f"rank {r}: {e.op} at {e.origin[len(USER_ORIGIN_PREFIX):]}" for r, e in mine)
         return (f"hint (different collectives at one point): the ranks' own code calls different collectives at "
-                f"#{f.seq} on {f.group} ({sites}): a call under a condition that differs across ranks pairs with "
+                f"#{f.seq} on {f.group} ({where}): a call under a condition that differs across ranks pairs with "
                 "whatever the others call next; make every member call it, or use a group of just the ranks that "
                 "do (dist.new_group)")
-    if users and len(users) < len(calls):
-        mine = next((r, e) for r, e in calls if e.origin in users)
-        theirs = next((r, e) for r, e in calls if e.origin not in users)
-        return (f"hint (ranks at different points of the program): rank {mine[0]} is in {_what(mine[1])} while rank "
-                f"{theirs[0]} is still in {_what(theirs[1])} at #{f.seq}: rank {mine[0]} left the training loop "
-                "earlier (fewer inputs, or a break); give every rank the same number of inputs, decide the stop "
-                "together (all-reduce a stop flag), or wrap the loop in Join([...])")
+    if sites:
+        what = f.kind.removesuffix("_mismatch").replace("_", " ")
+        return (f"hint (arguments that differ across ranks): the same call ({next(iter(sites))[len(USER_ORIGIN_PREFIX):]}) "
+                f"issues a different {what} on different ranks at #{f.seq}: what it sends must agree on every rank "
+                "(a size computed from rank-local data: pad it, or all-gather the sizes first)")
     return None
 
 
