@@ -43,6 +43,7 @@ from simdist.schema import (
     Optimizer,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
     StopStep,
@@ -58,7 +59,7 @@ from simdist.vocab import MODEL_JOINABLES, WORLD
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
     "BackwardStep", "CollectiveStep", "ComputeStep", "Expect", "ForwardStep", "Group", "Inputs", "JoinBlock",
-    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "Scenario", "SleepStep",
+    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "RaiseStep", "Scenario", "SleepStep",
     "Step", "StopStep", "Target", "TopoLink", "TopoNode", "Topology", "ValueWhen", "When", "check_target", "load_scenario",
     "json_schema", "parse_scenario", "read_toml", "scenario_to_dict",
 ]

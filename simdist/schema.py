@@ -354,6 +354,14 @@ class StopStep(_Cond):
     kind: Literal["stop"]
 
 
+class RaiseStep(_Cond):
+    """The script raises ``RuntimeError(message)`` here and its program ends: a rank that failed
+    with that error (a replay of Flight Recorder dumps writes one where a rank's error file was)."""
+
+    kind: Literal["raise"]
+    message: str = Field(min_length=1)
+
+
 Step = Annotated[
     ComputeStep
     | ForwardStep
@@ -363,7 +371,8 @@ Step = Annotated[
     | CollectiveStep
     | P2PStep
     | SleepStep
-    | StopStep,
+    | StopStep
+    | RaiseStep,
     Field(discriminator="kind"),
 ]
 # The `kind` tag of every step class (pydantic puts it into error locations).

@@ -260,6 +260,7 @@ def test_schema_output_path_mistake_exits_2(tmp_path):
 
 def test_every_toml_block_of_the_scenario_docs_parses_and_whole_scenarios_load():
     import re
+
     import tomllib
 
     blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "scenarios.md").read_text(), re.S)

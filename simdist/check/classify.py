@@ -115,14 +115,26 @@ def run_findings(report: Report, scenario: Scenario | None, wf: WaitFor | None =
         e = failing_entry(report, r.rank)
         if r.error.category == "peer_lost":
             m = _EXITED.search(r.error.message)
-            dead = [int(m.group(1))] if m else []
+            dead = [int(m.group(1))] if m else _gone_members(report, scenario, r.rank, e)
             what = e.short() if e is not None else "a collective"
+            gone = f"rank {dead[0]}" if len(dead) == 1 else f"ranks {dead}" if dead else "a peer"
             out.append(Finding("peer_exited", e.group if e else "WORLD", e.seq if e else 0, [r.rank, *dead],
-                               f"rank {r.rank}'s {what} failed: rank {dead[0] if dead else '?'} had exited"))
+                               f"rank {r.rank}'s {what} failed: {gone} had exited"))
         elif r.error.category != "gloo_abort":
             out.append(Finding("rank_error", e.group if e else "WORLD", e.seq if e else 0, [r.rank],
                                f"rank {r.rank} raised {r.error.type}: {r.error.message}"))
     return out
+
+
+def _gone_members(report: Report, scenario: Scenario | None, rank: int, e: TraceEntry | None) -> list[int]:
+    """The members that never issued the collective a rank lost its peer in and are not blocked
+    (their process ended): who it lost, when the error message does not say (real Gloo's
+    "Connection closed by peer [addr]" names an address, not a rank)."""
+    if e is None or e.op in P2P_OPS:
+        return []
+    return [m for m in group_members(scenario, report, e.group) if m != rank and m < len(report.ranks)
+            and report.ranks[m].status != "hang"
+            and not any((x.group, x.seq) == (e.group, e.seq) for x in report.ranks[m].trace if x.op not in P2P_OPS)]
 
 
 def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:

@@ -21,6 +21,7 @@ without it); throw_on_early_termination is a fix for a hang, not for the error i
 from __future__ import annotations
 
 from simdist.check.classify import Verdict, failing_entry
+from simdist.check.trace_hints import early_termination_hint, trace_hints
 from simdist.report import Report
 from simdist.scenario import CollectiveStep, ForwardStep, Scenario
 
@@ -56,7 +57,11 @@ def early_breakers(report: Report, scenario: Scenario) -> list[tuple[int, int, i
 
 
 def hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[str]:
-    """One line per family the failed run matches, each naming the fix for that family."""
+    """One line per family the failed run matches, each naming the fix for that family. A
+    scenario without steps knows nothing of the program (a job known from its Flight Recorder
+    dumps): then the traces tell the family (`simdist.check.trace_hints`)."""
+    if not scenario.loop and not scenario.after:
+        return trace_hints(report, verdict)
     out = _loop_hints(report, scenario, verdict)
     out += _step_hints(report, scenario, verdict)
     return out
@@ -102,10 +107,7 @@ def _loop_hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[st
                    "DDP's collectives are never shadowed; pass the model to Join([model, ...])")
     if j is not None and j.enabled and j.throw_on_early_termination and any(
             r.error is not None and r.error.category == "join_early_termination" for r in report.ranks):
-        out.append("hint (Join raised on early termination): with throw_on_early_termination=True every rank raises "
-                   "once one runs out of inputs -- the intended fail-fast, not a deadlock; catch the RuntimeError "
-                   "around the loop to stop all ranks together, or drop the flag where every collective of the "
-                   "loop is shadowed by a join hook")
+        out.append(early_termination_hint())
     if verdict.failed and any(isinstance(s, ForwardStep) and s.no_sync for s in scenario.loop):
         out.append("hint (no_sync interplay): some forwards run under model.no_sync(); when ranks disagree on which "
                    "iterations synchronise (conditions on ranks or on per-rank input indices), their gradient "

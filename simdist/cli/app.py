@@ -2,7 +2,7 @@
 
 Commands live in one module per group and are mounted here with `register(app)`:
 `scenario` (run, check, real, compare), `fuzz` (fuzz), `timing` (explain, bench,
-compare-timing). Exit codes are those of `simdist.cli.console.ExitCode`.
+compare-timing), `flightrec` (diagnose, export: the c10d Flight Recorder's dumps). Exit codes are those of `simdist.cli.console.ExitCode`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from simdist import __version__
-from simdist.cli import fuzz, scenario, timing
+from simdist.cli import flightrec, fuzz, scenario, timing
 from simdist.cli.console import ExitCode, err, say, say_error
 from simdist.errors import SimdistError
 
@@ -49,6 +49,7 @@ def _root(
 scenario.register(app)  # run, real, compare, check, schema
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz
+flightrec.register(app)  # diagnose, export
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from simdist.cli.console import (
     ExitCode,
     bad_input,
     check_output_file,
+    check_output_folder,
     err,
     exit_on,
     exit_with,
@@ -47,7 +48,7 @@ TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (defaul
 _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
 
-def _load(path: Path, target: Target = "sim") -> Scenario:
+def load_or_exit(path: Path, target: Target = "sim") -> Scenario:
     """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
     with bad_input():
         return load_scenario(path, target)
@@ -220,21 +221,31 @@ def run(
     finish(results, json_, single)
 
 
-def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
+def run_real_or_exit(s: Scenario, timeout: float | None, quiet: bool, fr_dumps: Path | None = None) -> Report:
     """The real run, with a machine that cannot host it (HostError) as bad input (exit 2)."""
     from real_backend.launch import run_real
 
     with bad_input():
-        return run_real(s, timeout_s=timeout, progress=not quiet)
+        return run_real(s, timeout_s=timeout, progress=not quiet, fr_dumps=fr_dumps)
 
 
-def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
+def real(
+    scenario: ScenarioArg,
+    json_: JsonOpt = False,
+    timeout: TimeoutOpt = None,
+    fr_dumps: Annotated[Path | None, typer.Option(
+        "--fr-dumps", help="leave each rank's Flight Recorder dump and torchelastic error file in this folder, "
+                           "as torch does (TORCH_FR_DUMP_TEMP_FILE, TORCHELASTIC_ERROR_FILE): simdist diagnose "
+                           "reads them")] = None,
+) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs).
 
     Exit codes as for `simdist run`, judged on the real report.
     """
-    s = _load(scenario, "real")
-    report_and_exit(_run_real(s, timeout, json_), s, json_)
+    with bad_input():
+        check_output_folder(fr_dumps, "fr-dumps")
+    s = load_or_exit(scenario, "real")
+    report_and_exit(run_real_or_exit(s, timeout, json_, fr_dumps), s, json_)
 
 
 def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
@@ -253,9 +264,9 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
-    s = _load(scenario, "real")
+    s = load_or_exit(scenario, "real")
     sim_report = simulate(s)
-    real_report = _run_real(s, timeout, json_)
+    real_report = run_real_or_exit(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
         sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp),

@@ -48,6 +48,7 @@ from simdist.schema import (
     JoinableCallStep,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
     StopStep,
@@ -212,6 +213,8 @@ def _step(s: Scenario, rank: int, step: Step, where: str, i: int | None, held: _
         return _collective(s, rank, step, where, i, latest)
     if isinstance(step, P2PStep):
         return _p2p(rank, step, where, i, latest) if rank in (step.src, step.dst) else None
+    if isinstance(step, RaiseStep):
+        return Fail(step.message)
     raise AssertionError(step)  # pragma: no cover - the scenario schema admits no other kind
 
 

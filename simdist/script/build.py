@@ -13,8 +13,8 @@ from typing import Any
 
 from simdist.check.classify import run_findings
 from simdist.check.waitfor import build_waitfor
-from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
-from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
+from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.report import (
     CodeLocation,
     Finding,
@@ -25,7 +25,7 @@ from simdist.report import (
     error_category,
     overall_outcome,
 )
-from simdist.script.coordinator import Coordinator, Ending, phase_of
+from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.ranks import RankConn
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Splits
-from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
@@ -324,12 +324,3 @@ class Coordinator:
             if c.connected:
                 c.sock.close()
         self.sel.close()
-
-
-def phase_of(frames: list[Frame]) -> str:
-    """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
-    if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
-        return "init"
-    if any(f.tag == "join" and f.qual == "Join.__exit__" for f in frames):
-        return "join_exit"
-    return "loop"
