@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.check.classify import check_run
+from simdist.engine.core import CostLike
 from simdist.errors import ScenarioError
 from simdist.fuzz.compress import passes_compressed
 from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical
 from simdist.fuzz.template import Template
 from simdist.scenario import Scenario, parse_scenario
-from simdist.sim import simulate
+from simdist.sim import default_cost, simulate
 
 
 @dataclass
@@ -49,9 +50,19 @@ class Checker:
         self.resimulated = 0  # of those, re-simulated in full (failed, or ranks out of step)
         self.iterations_full = 0  # sum over schedules of the full schedule's max input count
         self.iterations_run = 0  # ... and of the max input count actually simulated
+        self._costs: dict[tuple[str, int], CostLike] = {}
+
+    def cost(self, s: Scenario) -> CostLike:
+        """The scenario's cost model, made once per (topology, world size) and kept: the same
+        model `simulate` would build (`simdist.sim.default_cost`), with its per-call caches warm."""
+        key = (s.topology.model_dump_json(), s.world_size)
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = default_cost(s)
+        return c
 
     def _judge(self, s: Scenario) -> Outcome:
-        v = check_run(simulate(s), s, invariants=self.template.invariants)
+        v = check_run(simulate(s, self.cost(s)), s, invariants=self.template.invariants)
         return Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
 
     def check(self, d: dict[str, Any], s: Scenario | None = None) -> Outcome | None:
@@ -71,7 +82,7 @@ class Checker:
         if p is not None and p.compressed:
             self.compressed += 1
             self.iterations_run += max(p.compressed_counts, default=0)
-            if passes_compressed(s, p, invariants=self.template.invariants):
+            if passes_compressed(s, p, invariants=self.template.invariants, cost=self.cost(s)):
                 out = Outcome(False, "ok", "ok", "no failure")
             else:  # failed, or ranks out of step: judge the full schedule (exact class, signature, summary)
                 self.resimulated += 1
