@@ -15,6 +15,7 @@ one machine, `simdist.fuzz.cluster.DaskExecutor`. They share one small protocol
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import multiprocessing as mp
@@ -122,10 +123,18 @@ _WORKER: dict[str, Any] = {}  # a pool worker's shared flags and event queue (se
 
 
 def _init_worker(parent: int, stop: Any, cancel: Any, events: Any) -> None:
-    """In each pool worker: end with the parent (even a SIGKILLed one), leave Ctrl-C to the
-    parent (it stops the shards through `stop`), and keep the shared flags."""
+    """In each pool worker: end with the parent (even a SIGKILLed one), and leave Ctrl-C to
+    the parent, which stops the shards through `stop`.
+
+    Like every process simdist starts (`simdist.procs`), a worker leads its own session, so
+    a terminal's Ctrl-C reaches the launcher only (SIGINT is ignored too, should it be sent
+    to the worker itself). Its own session is also its own scheduling group where the kernel
+    groups by session (autogroup): N workers then get N processes' share of a busy machine,
+    as N separate runs would, not one share split N ways."""
     os.environ[LAUNCHER_PID_ENV] = str(parent)
     die_with_parent()
+    with contextlib.suppress(OSError):  # already a session leader (never, for a forked worker)
+        os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.update(stop=stop, cancel=cancel, events=events)
 
