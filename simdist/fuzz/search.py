@@ -16,6 +16,7 @@ outcome) is a distinct hypothesis bug, each shrunk separately.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import time
@@ -253,11 +254,12 @@ def run_shard(template: Template, spec: ShardSpec, *, stop: Callable[[], bool] |
     found so far, `stopped` set); `on_found` hears of each failure class when first seen."""
     search = _Search(template, spec, stop, on_found, on_example)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="simdist-fuzz-db-") as tmp:
+    with contextlib.ExitStack() as stack:
         db = None
         if spec.use_db:
             source = None
-            if spec.replay:
+            if spec.replay:  # the saved examples, as files in a folder of this shard's own
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="simdist-fuzz-db-"))
                 for rel, data in spec.replay.items():
                     p = Path(tmp, rel)
                     p.parent.mkdir(parents=True, exist_ok=True)
