@@ -78,6 +78,22 @@ def test_same_seed_same_answer_with_jobs_1_and_2(template, budget, seed, shard_s
         assert not runs[1].failed and runs[1].shards == 3 and runs[1].schedules > 200
 
 
+def test_one_pool_serves_campaign_after_campaign(tmp_path):
+    """`simdist fuzz -j 2 A B`: one pool for both templates. Shards of A still running when A's
+    answer is known (cancelled after its failing shard) must not leak into B."""
+    ok = load_template(TEMPLATES / "ok_counter_join.toml")
+    pool = LocalPool(2)
+    try:
+        a = fuzz_template(RARE, budget=200, seed=4, out_dir=tmp_path / "a", use_db=False, executor=pool, shard_size=5)
+        b = fuzz_template(ok, budget=200, seed=1, out_dir=tmp_path / "b", use_db=False, executor=pool)
+    finally:
+        pool.close()
+    assert _answer(a) == _answer(fuzz_template(RARE, budget=200, seed=4, out_dir=tmp_path / "a1", use_db=False,
+                                               shard_size=5))
+    assert _answer(b) == _answer(fuzz_template(ok, budget=200, seed=1, out_dir=None, use_db=False))
+    assert not list((tmp_path / "b").glob("*.toml"))
+
+
 def test_a_shard_budget_is_the_plain_hypothesis_search():
     """One shard (budget <= shard size) is the search the fuzzer made before shards existed:
     the same as asking for one shard of the whole budget."""

@@ -122,7 +122,7 @@ class InProcess:
 _WORKER: dict[str, Any] = {}  # a pool worker's shared flags and event queue (set by _init_worker)
 
 
-def _init_worker(parent: int, stop: Any, cancel: Any, events: Any) -> None:
+def _init_worker(parent: int, stop: Any, cancel: Any, campaign: Any, events: Any) -> None:
     """In each pool worker: end with the parent (even a SIGKILLed one), and leave Ctrl-C to
     the parent, which stops the shards through `stop`.
 
@@ -136,13 +136,18 @@ def _init_worker(parent: int, stop: Any, cancel: Any, events: Any) -> None:
     with contextlib.suppress(OSError):  # already a session leader (never, for a forked worker)
         os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER.update(stop=stop, cancel=cancel, events=events)
+    _WORKER.update(stop=stop, cancel=cancel, campaign=campaign, events=events)
 
 
-def _pool_shard(template: Template, spec: ShardSpec) -> ShardResult:
-    stop, cancel, events = _WORKER["stop"], _WORKER["cancel"], _WORKER["events"]
-    return run_shard(template, spec, stop=lambda: stop.is_set() or spec.index > cancel.value,
-                     on_found=lambda k, d: events.put((spec.index, k, d)))
+def _pool_shard(template: Template, spec: ShardSpec, campaign: int) -> ShardResult:
+    """A shard in a pool worker; it stops early on Ctrl-C, when an earlier shard failed, or
+    when its campaign is over (a pool serves one campaign per template of a command)."""
+    w = _WORKER
+
+    def stop() -> bool:
+        return w["stop"].is_set() or spec.index > w["cancel"].value or w["campaign"].value != campaign
+
+    return run_shard(template, spec, stop=stop, on_found=lambda k, d: w["events"].put((campaign, spec.index, k, d)))
 
 
 class LocalPool:
@@ -154,26 +159,30 @@ class LocalPool:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.jobs = jobs
         self._stop, self._cancel, self._events = ctx.Event(), ctx.Value("q", 2**62), ctx.Queue()
+        self._campaign = ctx.Value("q", 0)  # which campaign the shards belong to: older ones stop
         self._pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
-                                         initargs=(os.getpid(), self._stop, self._cancel, self._events))
+                                         initargs=(os.getpid(), self._stop, self._cancel, self._campaign, self._events))
         self._futures: dict[Future[ShardResult], int] = {}
         for f in [self._pool.submit(int, 0) for _ in range(jobs)]:  # start the workers now, not under a progress bar
             f.result()
 
     def submit(self, template: Template, specs: list[ShardSpec], on_found: ShardFound | None,
                stop: threading.Event) -> None:
+        with self._campaign.get_lock():
+            self._campaign.value += 1
         self._stop.clear()
         self._cancel.value = 2**62
         self.on_found = on_found
-        self._futures = {self._pool.submit(_pool_shard, template, s): s.index for s in specs}
+        n = self._campaign.value
+        self._futures = {self._pool.submit(_pool_shard, template, s, n): s.index for s in specs}
 
     def _drain(self) -> None:
         while True:
             try:
-                index, key, d = self._events.get_nowait()
+                campaign, index, key, d = self._events.get_nowait()
             except Empty:
                 return
-            if self.on_found is not None:
+            if self.on_found is not None and campaign == self._campaign.value:
                 self.on_found(index, key, d)
 
     def results(self, timeout: float) -> list[ShardResult]:
