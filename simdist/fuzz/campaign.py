@@ -66,6 +66,9 @@ class Executor(Protocol):
 
     def busy(self) -> bool: ...
 
+    @property
+    def jobs(self) -> int: ...
+
     def cancel_after(self, index: int) -> None: ...
 
     def interrupt(self) -> None: ...
@@ -77,6 +80,8 @@ class Executor(Protocol):
 class InProcess:
     """``--jobs 1``: each `results` call runs the next shard here. Ctrl-C is seen between two
     examples (the campaign's stop event), and a failure class is reported the moment it is found."""
+
+    jobs = 1
 
     def __init__(self, on_example: Callable[[int, str], None] | None = None):
         self.on_example = on_example

@@ -57,6 +57,10 @@ class DaskExecutor:
             raise InputError(f"--cluster: cannot connect to {where} ({type(e).__name__}: {e})") from None
 
     @property
+    def jobs(self) -> int:
+        return self.workers
+
+    @property
     def workers(self) -> int:
         assert self.client is not None
         return len(self.client.scheduler_info().get("workers", {}))

@@ -70,7 +70,7 @@ class FuzzResult:
     iterations_full: int = 0  # sum of the schedules' largest input counts
     iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
     expect: str | None = None  # the template's [fuzz].expect: "failure", "ok" or None (= "ok")
-    jobs: int = 1  # worker processes (1: this one); the answer does not depend on it
+    jobs: int = 1  # processes that ran shards (1: this one; a cluster: its workers); the answer does not depend on it
     shards: int = 1  # shards of the campaign that count (up to the first failing one)
     shard_size: int = SHARD_SIZE
 
@@ -147,9 +147,10 @@ def fuzz_template(
     own = executor is None
     if executor is None:
         executor = InProcess(on_example) if jobs <= 1 else LocalPool(jobs)
+    res.jobs = executor.jobs
     t0 = time.perf_counter()
     try:
-        camp = run_campaign(template, specs, executor, on_shard=_progress(on_example, jobs, executor))
+        camp = run_campaign(template, specs, executor, on_shard=_progress(on_example, executor))
     finally:
         if own:
             executor.close()
@@ -171,8 +172,7 @@ def fuzz_template(
     return res
 
 
-def _progress(on_example: Callable[[int, str], None] | None, jobs: int,
-              executor: Executor) -> Callable[[ShardResult], None] | None:
+def _progress(on_example: Callable[[int, str], None] | None, executor: Executor) -> Callable[[ShardResult], None] | None:
     """Workers report a shard when it ends (`InProcess` reports every example itself)."""
     if on_example is None or isinstance(executor, InProcess):
         return None
