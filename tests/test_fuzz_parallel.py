@@ -202,6 +202,32 @@ def test_dask_cluster_of_two_workers_finds_what_a_local_run_finds(tmp_path):
         ex.close()
 
 
+def test_a_local_dask_cluster_ends_with_a_killed_parent():
+    pytest.importorskip("distributed", reason="the cluster extra is not installed")
+    code = ("import time, psutil\nfrom simdist.fuzz.cluster import DaskExecutor\n"
+            "if __name__ == '__main__':\n"
+            "    ex = DaskExecutor(None, workers=2)\n"
+            "    print(' '.join(str(k.pid) for k in psutil.Process().children(recursive=True)), flush=True)\n"
+            "    time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    try:
+        pids = [int(x) for x in p.stdout.readline().split()]
+        assert len(pids) >= 2  # the two workers (and Dask's own helper processes)
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+        deadline = time.monotonic() + 30
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in pids if _alive(pid)]
+            time.sleep(0.2)
+        assert not alive, f"Dask processes {alive} outlived their SIGKILLed parent"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_cluster_without_the_extra_is_bad_input(tmp_path):
     code = ("import sys\nsys.modules['distributed'] = None\nfrom simdist.cli import main\n"
             f"sys.argv = ['simdist', 'fuzz', {str(TEMPLATES / 'no_join.toml')!r}, '--cluster', 'local', '-n', '5', "
