@@ -35,6 +35,12 @@ def fuzz(
     no_compress: Annotated[bool, typer.Option("--no-compress",
                                               help="simulate every schedule in full (default: judge passes on the "
                                                    "schedule with the steady middle of each input gap removed)")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
+                                      help="worker processes on this machine (the answer does not depend on it)")] = 1,
+    cluster: Annotated[str | None, typer.Option("--cluster", metavar="ADDRESS",
+                                                help="run the shards on a Dask cluster: a scheduler address "
+                                                     "(tcp://HOST:8786), or 'local' for --jobs workers here; "
+                                                     "needs pip install 'simdist[cluster]'")] = None,
     json_: Annotated[bool, typer.Option("--json", help="print a machine-readable summary")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     nproc_per_node: script_cli.NprocOpt = None,
@@ -62,7 +68,6 @@ def fuzz(
         script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
         if nproc_range is not None or batches_range != fuzz_script.DEFAULT_BATCHES:
             raise InputError("--nproc-per-node-range, --batches-range: only for a script (.py), not a template")
-    from simdist.fuzz.runner import fuzz_template
     from simdist.fuzz.template import load_template
 
     with bad_input():
@@ -70,10 +75,49 @@ def fuzz(
         if not no_db:
             check_output_folder(db, "db")
         tpls = [load_template(p) for p in templates]
+        executor = _executor(jobs, cluster)  # before any progress bar: local workers are forked
+    try:
+        results = _fuzz_all(tpls, executor, budget=budget, seed=seed, out_dir=out_dir, db=db,
+                            no_db=no_db, no_shrink=no_shrink, no_compress=no_compress, jobs=jobs,
+                            show=not (quiet or json_) and err.is_terminal)
+    finally:
+        if executor is not None:
+            executor.close()
+    failed = any(r.failed for r in results)
+    as_expected = all(r.as_expected for r in results)
+    if json_:
+        sys.stdout.write(json.dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
+                                     "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+    else:
+        _print_results(results, seed)
+    exit_on(as_expected)
+
+
+def _executor(jobs: int, cluster: str | None):
+    """Where the shards run: None (this process, --jobs 1), local worker processes, or Dask."""
+    if cluster is None:
+        if jobs <= 1:
+            return None
+        from simdist.fuzz.campaign import LocalPool
+
+        return LocalPool(jobs)
+    try:
+        from simdist.fuzz.cluster import DaskExecutor
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("distributed", "dask"):
+            raise
+        raise InputError("--cluster: needs Dask's distributed package: pip install 'simdist[cluster]'") from None
+    return DaskExecutor(None if cluster == "local" else cluster, workers=jobs)
+
+
+def _fuzz_all(tpls: list, executor, *, budget: int | None, seed: int, out_dir: Path, db: Path | None,
+              no_db: bool, no_shrink: bool, no_compress: bool, jobs: int, show: bool) -> list:
+    """Fuzz each template in turn, with a progress bar on a terminal."""
+    from simdist.fuzz.runner import fuzz_template
+
     results = []
     for t in tpls:
         n = budget or t.budget
-        show = not (quiet or json_) and err.is_terminal
         progress = Progress(TextColumn("{task.fields[name]}", style="bold", markup=False),
                             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[extra]}", markup=False), TimeElapsedColumn(),
@@ -89,17 +133,11 @@ def fuzz(
 
             with bad_input():
                 r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
-                                  shrink=not no_shrink, on_example=on_example, compress=not no_compress)
+                                  shrink=not no_shrink, on_example=on_example, compress=not no_compress,
+                                  jobs=jobs, executor=executor)
             progress.update(task, completed=n)
         results.append(r)
-    failed = any(r.failed for r in results)
-    as_expected = all(r.as_expected for r in results)
-    if json_:
-        sys.stdout.write(json.dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
-                                     "results": [r.to_dict() for r in results]}, indent=2) + "\n")
-    else:
-        _print_results(results, seed)
-    exit_on(as_expected)
+    return results
 
 
 def _print_results(results: list, seed: int) -> None:

@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from simdist.engine.core import CostLike
 from simdist.report import Report
 from simdist.scenario import CollectiveStep, Inputs, P2PStep, Scenario, Step, StopStep, ValueWhen, When
 
@@ -250,18 +251,17 @@ def compress(s: Scenario) -> tuple[Scenario, list[int]]:
     return apply(s, p), p.removed()
 
 
-def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True) -> bool:
+def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True, cost: CostLike | None = None) -> bool:
     """True when the compressed schedule of plan `p` passes the fuzz property and may stand for
     the full one (`untrusted`), so the full schedule `s` passes too; False means "unknown:
-    simulate `s` in full"."""
+    simulate `s` in full". `cost`: the cost model to simulate with (default: the scenario's)."""
     from simdist.check.classify import check_run
     from simdist.sim import simulate
 
     if not p.compressed:
         return False
     c = apply(s, p)
-    report = simulate(c)
+    report = simulate(c, cost)
     if untrusted(p, report):
         return False
     return not check_run(report, c, invariants=invariants).failed
-
