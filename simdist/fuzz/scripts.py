@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from simdist.check.classify import judge
 from simdist.errors import ScriptError
-from simdist.fuzz.runner import FuzzFailure, failure_class
+from simdist.fuzz.search import FuzzFailure, failure_class
 from simdist.fuzz.script_replay import Schedule, command, write_replay
 from simdist.script.api import DEFAULT_GPUS, execute
 from simdist.script.env import SIM
