@@ -16,3 +16,8 @@ class HostError(SimdistError):
 class InputError(SimdistError):
     """An argument (a command-line option, or the same argument of an API call) is out of
     range; the message names it."""
+
+
+class LimitError(SimdistError):
+    """The input asks for more work or memory than a stated resource limit allows
+    (`simdist.limits`); the message names the limit and how to raise it."""

@@ -14,13 +14,16 @@ See docs/scenarios.md for the full reference with a worked example.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
+import networkx as nx
 from pydantic import Field, ValidationError, model_validator
 
+from simdist.collectives.algorithms import resolve as resolve_algorithm
 from simdist.errors import ScenarioError
+from simdist.limits import MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.schema import (
     STEP_KINDS,
     BackwardStep,
@@ -30,6 +33,7 @@ from simdist.schema import (
     ForwardStep,
     Group,
     Inputs,
+    Int64,
     JoinableCallStep,
     JoinableDecl,
     JoinBlock,
@@ -44,7 +48,17 @@ from simdist.schema import (
     Topology,
     TopoNode,
 )
-from simdist.vocab import BITWISE_REDUCE_OPS, MODEL_JOINABLES, ROOTED_OPS, WORLD
+from simdist.userfiles import check_data, format_path, read_toml
+from simdist.vocab import (
+    BITWISE_REDUCE_OPS,
+    JOIN_KWARGS,
+    MODEL_JOINABLES,
+    PRESET_MAX_WORLD,
+    PRESETS,
+    ROOTED_OPS,
+    WORLD,
+    fill_fits,
+)
 
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
@@ -62,10 +76,10 @@ class Scenario(Strict):
 
     name: str = "scenario"
     description: str = ""
-    world_size: int = Field(ge=1, le=1024)
+    world_size: int = Field(ge=1, le=MAX_WORLD_SIZE)
     backend: Literal["gloo", "nccl"] = "gloo"
-    seed: int = 0
-    timeout_s: float = Field(default=10.0, gt=0, description="real backend watchdog")
+    seed: Int64 = 0
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_S, description="real backend watchdog (at most a day)")
     topology: Topology = Field(default_factory=Topology)
     inputs: Inputs
     model: Model | None = None
@@ -114,6 +128,12 @@ class _FieldError(ValueError):
         self.loc = loc
         self.msg = msg
 
+    @classmethod
+    def of(cls, err: ScenarioError) -> _FieldError:
+        """A ScenarioError raised elsewhere ("FIELD: message") as a field error of this scenario."""
+        loc, _, msg = str(err).partition(": ")
+        return cls(loc, msg)
+
 
 def _cross_validate(s: Scenario) -> None:
     """Checks that need the whole scenario: ranks in range, names that resolve (in this order:
@@ -121,6 +141,7 @@ def _cross_validate(s: Scenario) -> None:
     _check_inputs(s)
     groups = _check_groups(s)
     _check_joinables(s, groups)
+    _check_join_kwargs(s)
     if s.optimizer is not None and s.optimizer.zero and s.model is None:
         raise _FieldError("optimizer.zero", "ZeroRedundancyOptimizer needs a [model] table")
     for section, steps in (("loop", s.loop), ("after", s.after)):
@@ -180,6 +201,38 @@ def _check_joinables(s: Scenario, groups: set[str]) -> None:
         raise _FieldError("join.joinables", "a joinable is listed twice")
 
 
+def _check_join_kwargs(s: Scenario) -> None:
+    """The [join].kwargs the models read must have their type (JOIN_KWARGS); others pass."""
+    for k, v in (s.join.kwargs if s.join is not None else {}).items():
+        want = JOIN_KWARGS.get(k)
+        if want is bool and not isinstance(v, bool):
+            raise _FieldError(f"join.kwargs.{k}", "must be true or false")
+        if want is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise _FieldError(f"join.kwargs.{k}", "must be a whole number >= 0")
+
+
+def _fill_values(s: Scenario, st: CollectiveStep | P2PStep, section: str, ranks: list[int]) -> list[float | int]:
+    """The extreme values a step's `value` takes on these ranks (what torch.full must accept)."""
+    if st.value == "rank":
+        return [min(ranks), max(ranks)] if ranks else []
+    if st.value == "iteration":
+        if section == "after":
+            return [-1]  # interpret.fill_value: "iteration" outside the loop
+        last = max(s.counts(), default=0) - 1
+        if st.below is not None:
+            last = min(last, st.below - 1)
+        return [0, last] if last >= 0 else []
+    return [st.value]
+
+
+def _check_value(s: Scenario, st: CollectiveStep | P2PStep, section: str, loc: str, ranks: list[int]) -> None:
+    for v in _fill_values(s, st, section, ranks):
+        if not fill_fits(v, st.dtype):
+            what = f"{st.value} = {v}" if isinstance(st.value, str) else f"{v}"
+            raise _FieldError(f"{loc}.value", f"{what} does not fit {st.dtype} (torch.full raises: value cannot "
+                                              f"be converted to type {st.dtype} without overflow)")
+
+
 def _check_step(s: Scenario, st: Step, section: str, loc: str, groups: set[str]) -> None:
     for r in st.ranks or []:
         _check_rank(s, r, f"{loc}.ranks")
@@ -193,9 +246,12 @@ def _check_step(s: Scenario, st: Step, section: str, loc: str, groups: set[str])
         raise _FieldError(f"{loc}.joinable", f"unknown joinable '{st.joinable}'")
     if isinstance(st, CollectiveStep):
         _check_collective(s, st, loc, groups)
+        members = s.group_ranks(st.group)
+        _check_value(s, st, section, loc, [r for r in members if st.ranks is None or r in st.ranks])
     if isinstance(st, P2PStep):
         for fld in ("src", "dst"):
             _check_rank(s, getattr(st, fld), f"{loc}.{fld}")
+        _check_value(s, st, section, loc, [st.src])
         if st.src == st.dst:
             raise _FieldError(f"{loc}.dst", "a rank cannot send to itself")
         if st.blocking and st.wait != "now":
@@ -235,13 +291,49 @@ def _check_expect(s: Scenario) -> None:
 
 
 def _check_topology(s: Scenario) -> None:
-    if s.topology.preset is not None:
+    """Everything the cost model would otherwise reject only when the run starts: preset,
+    algorithms, profile file, nodes and links."""
+    t = s.topology
+    for op, algo in t.algorithms.items():
+        try:
+            resolve_algorithm(op, algo, f"topology.algorithms.{op}")
+        except ScenarioError as e:
+            raise _FieldError.of(e) from None
+    if t.profile is not None:
+        # Imported here: loading `simdist.network` loads simpy, which only a scenario that
+        # names a calibrated profile needs to pay for at load time.
+        from simdist.network.profile import load_profile
+
+        try:
+            load_profile(t.profile)
+        except ScenarioError as e:
+            raise _FieldError.of(e) from None
+    if t.preset is not None:
+        if t.preset not in PRESETS:
+            raise _FieldError("topology.preset", f"unknown preset '{t.preset}' (choose from {', '.join(PRESETS)})")
+        if s.world_size > PRESET_MAX_WORLD.get(t.preset, MAX_WORLD_SIZE):
+            raise _FieldError("topology.preset", f"{t.preset} has {PRESET_MAX_WORLD[t.preset]} GPUs, world_size "
+                                                 f"{s.world_size} does not fit")
         return
-    node_names = {n.name for n in s.topology.nodes}
+    _check_nodes(s)
+
+
+def _check_nodes(s: Scenario) -> None:
+    """Explicit nodes and links: names unique and known, every rank placed once, connected."""
+    names: set[str] = set()
+    for i, n in enumerate(s.topology.nodes):
+        if n.name in names:
+            raise _FieldError(f"topology.nodes[{i}].name", f"duplicate node '{n.name}'")
+        names.add(n.name)
+    graph = nx.Graph()
+    graph.add_nodes_from(names)
     for li, link in enumerate(s.topology.links):
         for end in ("a", "b"):
-            if getattr(link, end) not in node_names:
+            if getattr(link, end) not in names:
                 raise _FieldError(f"topology.links[{li}].{end}", f"unknown node '{getattr(link, end)}'")
+        if link.a == link.b:
+            raise _FieldError(f"topology.links[{li}]", "a link joins two different nodes")
+        graph.add_edge(link.a, link.b)
     placed = [r for n in s.topology.nodes for r in n.ranks]
     for r in placed:
         _check_rank(s, r, "topology.nodes")
@@ -250,6 +342,11 @@ def _check_topology(s: Scenario) -> None:
         raise _FieldError("topology.nodes", f"ranks {missing} are not placed on any node")
     if len(placed) != len(set(placed)):
         raise _FieldError("topology.nodes", "a rank is placed on two nodes")
+    where = {r: n.name for n in s.topology.nodes for r in n.ranks}
+    reach = nx.node_connected_component(graph, where[0])
+    lost = sorted(r for r in range(s.world_size) if where[r] not in reach)
+    if lost:
+        raise _FieldError("topology.links", f"ranks {lost} cannot reach rank 0 (the topology is disconnected)")
 
 
 def check_target(s: Scenario, target: Target, source: str = "<dict>") -> None:
@@ -270,20 +367,15 @@ def check_target(s: Scenario, target: Target, source: str = "<dict>") -> None:
 def _format_validation_error(err: ValidationError) -> str:
     """One line naming the first offending field, e.g. ``world_size: Input should be >= 1``."""
     first = err.errors()[0]
-    loc_parts: list[str] = []
-    for part in first["loc"]:
-        if isinstance(part, int):
-            loc_parts.append(f"[{part}]")
-        elif part in STEP_KINDS:
-            continue  # discriminator tag pydantic inserts into the path
-        else:
-            loc_parts.append(("." if loc_parts else "") + str(part))
-    loc = "".join(loc_parts) or "scenario"
+    # pydantic puts a step's discriminator tag into the path, and a union's member type
+    loc = format_path([p for p in first["loc"] if p not in STEP_KINDS and not _union_member(p)])
     msg = first["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif first["type"].endswith("_type") and "input" in first:
+        msg += f", got {_brief(first['input'])}"
     ctx_err = first.get("ctx", {}).get("error")
     if isinstance(ctx_err, _FieldError):
         return str(ctx_err)
@@ -292,28 +384,30 @@ def _format_validation_error(err: ValidationError) -> str:
     return f"{loc}: {msg}"
 
 
+_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*)$")
+
+
+def _union_member(part: object) -> bool:
+    """Whether a pydantic error-path part names a union's member type, not a field."""
+    return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
+
+
+def _brief(value: object) -> str:
+    """A user's value, short: what a type error quotes."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
 def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target = "sim") -> Scenario:
     """Validate a dict into a Scenario that `target` can run, raising ScenarioError with a
     one-line message."""
+    check_data(data, source)
     try:
         s = Scenario.model_validate(data)
     except ValidationError as err:  # _cross_validate's _FieldError arrives wrapped in it
         raise ScenarioError(f"{source}: {_format_validation_error(err)}") from None
     check_target(s, target, source)
     return s
-
-
-def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """A TOML file as a dict, or a one-line ScenarioError (unreadable file, bad TOML)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise ScenarioError(f"{p}: cannot read {what} file ({err.strerror})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{p}: not valid TOML ({err})") from None
 
 
 def load_scenario(path: str | Path, target: Target = "sim") -> Scenario:

@@ -14,13 +14,27 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simdist.limits import INT64_MAX, INT64_MIN, MAX_NUMEL, MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.vocab import WORLD, CollectiveOp, Dtype, ReduceOp
+
+# Integer fields: a count (>= 0), a tensor's element count, any 64-bit integer; what the
+# real backend hands torch must fit its C++ types, and nothing needs more.
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Numel = Annotated[int, Field(gt=0, le=MAX_NUMEL)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S, description="at most a day")]
 
 
 class Strict(BaseModel):
-    """Base of every scenario table: unknown keys are errors, and a table never changes."""
+    """Base of every scenario table: unknown keys are errors, and a table never changes.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Types are strict (pydantic's strict mode): ``world_size = "2"`` or ``counts = [true]``
+    is an error, not a silent 2 or 1, since a scenario that means something else than it
+    says is worse than one that does not load; a float field still takes an integer.
+    inf and nan are rejected everywhere (`simdist.userfiles.check_data` also checks the
+    values no field types)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- topology
@@ -37,8 +51,8 @@ class TopoLink(Strict):
 
     a: str
     b: str
-    latency_us: float = Field(ge=0)
-    bandwidth_gbps: float = Field(gt=0, description="gigabytes per second")
+    latency_us: float = Field(ge=0, le=1e9)
+    bandwidth_gbps: float = Field(ge=1e-9, le=1e9, description="gigabytes per second")
 
 
 class Topology(Strict):
@@ -50,9 +64,9 @@ class Topology(Strict):
     # Per-collective algorithm choice ("auto" = smallest predicted time, as NCCL's tuner).
     algorithms: dict[str, str] = Field(default_factory=dict)
     # Optional calibrated parameters overriding the preset (seconds, seconds/byte).
-    alpha: float | None = Field(default=None, ge=0)
-    beta: float | None = Field(default=None, ge=0)
-    gamma: float | None = Field(default=None, ge=0)
+    alpha: float | None = Field(default=None, ge=0, le=1e3)
+    beta: float | None = Field(default=None, ge=0, le=1.0)
+    gamma: float | None = Field(default=None, ge=0, le=1.0)
     # A calibrated timing profile (JSON from `simdist compare-timing --save-profile`).
     profile: str | None = None
 
@@ -69,9 +83,9 @@ class Topology(Strict):
 class Inputs(Strict):
     """Per-rank input counts: an explicit list, or base + offset * rank (torch's tests)."""
 
-    counts: list[Annotated[int, Field(ge=0)]] | None = None
-    base: int | None = Field(default=None, ge=0)
-    offset: int = 0
+    counts: list[Count] | None = Field(default=None, max_length=MAX_WORLD_SIZE)
+    base: Count | None = None
+    offset: Int64 = 0
 
     @model_validator(mode="after")
     def _one_form(self) -> Inputs:
@@ -96,12 +110,13 @@ class Model(Strict):
     reverse registration order (a chain model), which is the order DDP's reducer sees.
     """
 
-    params: list[Annotated[int, Field(gt=0)] | list[Annotated[int, Field(gt=0)]]] = Field(min_length=1)
+    params: list[Numel | list[Numel]] = Field(min_length=1)
     dtype: Dtype = "float32"
-    buffers: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    buffers: list[Numel] = Field(default_factory=list)
     unused_params: list[int] = Field(default_factory=list, description="indices not used in forward")
-    # DDP options
-    bucket_cap_mb: float | None = Field(default=None, gt=0, description="None = torch's default (25 MiB, 1 MiB first bucket)")
+    # DDP options (the cap's bytes must fit torch's int64)
+    bucket_cap_mb: float | None = Field(default=None, gt=0, le=1e12,
+                                        description="None = torch's default (25 MiB, 1 MiB first bucket)")
     find_unused_parameters: bool = False
     broadcast_buffers: bool = True
     gradient_as_bucket_view: bool = False
@@ -110,6 +125,9 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _check_unused(self) -> Model:
+        for k, p in enumerate(self.params):
+            if isinstance(p, list) and math.prod(p) > MAX_NUMEL:
+                raise ValueError(f"params[{k}]: shape {p} has more than {MAX_NUMEL} elements")
         for i in self.unused_params:
             if not 0 <= i < len(self.params):
                 raise ValueError(f"unused_params: index {i} out of range for {len(self.params)} params")
@@ -168,7 +186,7 @@ class Group(Strict):
     """A sub-group created on every rank with `dist.new_group(ranks)`."""
 
     name: str
-    ranks: list[int] = Field(min_length=1)
+    ranks: list[int] = Field(min_length=1, max_length=MAX_WORLD_SIZE)
 
 
 class Expect(Strict):
@@ -190,10 +208,10 @@ class _Cond(Strict):
     """Conditions shared by every step: it runs on iteration i (0-based) of rank r only when
     all given conditions hold."""
 
-    every: int | None = Field(default=None, ge=1, description="only when i % every == 0")
+    every: int | None = Field(default=None, ge=1, le=INT64_MAX, description="only when i % every == 0")
     ranks: list[int] | None = Field(default=None, description="only on these ranks")
-    below: int | None = Field(default=None, ge=0, description="only for iterations i < below")
-    from_iteration: int | None = Field(default=None, ge=0, description="only for i >= from_iteration")
+    below: Count | None = Field(default=None, description="only for iterations i < below")
+    from_iteration: Count | None = Field(default=None, description="only for i >= from_iteration")
 
     def applies(self, rank: int, i: int | None) -> bool:
         if self.ranks is not None and rank not in self.ranks:
@@ -209,7 +227,7 @@ class _Cond(Strict):
 
 class ComputeStep(_Cond):
     kind: Literal["compute"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds
 
 
 class ForwardStep(_Cond):
@@ -234,7 +252,7 @@ class JoinableCallStep(_Cond):
 
     kind: Literal["joinable_call"]
     joinable: str
-    num_allreduces: int | None = Field(default=None, ge=0, description="AllReducer: default [join].kwargs.num_allreduces or 1")
+    num_allreduces: Count | None = Field(default=None, description="AllReducer: default [join].kwargs.num_allreduces or 1")
 
 
 class CollectiveStep(_Cond):
@@ -247,10 +265,10 @@ class CollectiveStep(_Cond):
 
     kind: Literal["collective"]
     op: CollectiveOp
-    numel: int = Field(default=1, ge=0)
+    numel: int = Field(default=1, ge=0, le=MAX_NUMEL)
     dtype: Dtype = "float32"
     reduce_op: ReduceOp = "sum"
-    root: int = Field(default=0, ge=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
+    root: Count = Field(default=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
     group: str = WORLD
     async_op: bool = Field(default=False, alias="async")
     wait: Literal["now", "end_of_iteration", "never"] = "now"
@@ -258,7 +276,7 @@ class CollectiveStep(_Cond):
     observe: str | None = None
     name: str | None = None
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
 
 
 class P2PStep(_Cond):
@@ -269,11 +287,11 @@ class P2PStep(_Cond):
     """
 
     kind: Literal["p2p"]
-    src: int = Field(ge=0)
-    dst: int = Field(ge=0)
-    numel: int = Field(default=1, ge=1)
+    src: Count
+    dst: Count
+    numel: Numel = 1
     dtype: Dtype = "float32"
-    tag: int = 0
+    tag: int = Field(default=0, ge=-(1 << 31), le=(1 << 31) - 1, description="a C int in torch")
     blocking: bool = True
     wait: Literal["now", "end_of_iteration"] = "now"
     value: float | Literal["rank", "iteration"] = "rank"
@@ -284,7 +302,7 @@ class SleepStep(_Cond):
     """Stay alive for a while without communicating (wall time on the real backend)."""
 
     kind: Literal["sleep"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds
 
 
 Step = Annotated[
