@@ -51,6 +51,7 @@ from simdist.procs import (
     rank_env,
     with_pythonpath,
 )
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
 from simdist.scenario import Scenario, check_target
 
@@ -115,6 +116,7 @@ def run_real(
     """
     check_host(scenario)
     check_target(scenario, "real", scenario.name)
+    check_ops(scenario)
     timeout = float(scenario.timeout_s if timeout_s is None else timeout_s)
     if timeout != scenario.timeout_s:
         scenario = scenario.model_copy(update={"timeout_s": timeout})

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from simdist.cli.console import bad_input, exit_on, out, say
+from simdist.program.budget import check_ops
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
 
@@ -26,9 +27,12 @@ _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
 
 def _load(path: Path, target: Target = "sim") -> Scenario:
-    """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
+    """The scenario at `path`, valid for `target` and within the resource limits (a bad one:
+    one line naming the file, exit 2)."""
     with bad_input():
-        return load_scenario(path, target)
+        s = load_scenario(path, target)
+        check_ops(s, str(path))
+        return s
 
 
 def print_report(report: Report, title: str | None = None) -> None:

@@ -25,6 +25,7 @@ import simpy
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
 from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -120,6 +121,8 @@ class Engine:
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self.findings: list[Finding] = []
         self._any_dead = False
+        # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
+        self._entries_left = OPS.value()
 
     def _dead_member(self, members: list[int], posted: dict[int, Call]) -> int | None:
         """A member whose process is gone and whose part in this collective cannot come:
@@ -152,6 +155,7 @@ class Engine:
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
+        self._record_one()
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
@@ -174,6 +178,7 @@ class Engine:
     def p2p(self, rank: int, op: str, payload: Payload, peer: int, *, tag: int, origin: str, group: str = "WORLD") -> Work:
         """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag)."""
         rs = self.ranks[rank]
+        self._record_one()
         self._p2p_seq[(group, rank)] += 1
         entry = TraceEntry(
             seq=self._p2p_seq[(group, rank)],
@@ -204,6 +209,12 @@ class Engine:
         else:
             mine[k].append(call)
         return Work(self, call)
+
+    def _record_one(self) -> None:
+        self._entries_left -= 1
+        if self._entries_left < 0:
+            OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
+                                                     "collectives (the run does more than its scenario's estimate)")
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:
