@@ -6,7 +6,6 @@ the field).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simdist.cli.console import bad_input, err, exit_on, out, say
+from simdist.jsonout import dumps
 
 
 def fuzz(
@@ -68,7 +68,7 @@ def fuzz(
         results.append(r)
     failed = any(r.failed for r in results)
     if json_:
-        sys.stdout.write(json.dumps({"failed": failed, "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+        sys.stdout.write(dumps({"failed": failed, "results": [r.to_dict() for r in results]}) + "\n")
     else:
         _print_results(results)
     exit_on(not failed)

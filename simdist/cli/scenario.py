@@ -7,7 +7,6 @@ This module and `simdist/__init__` are where `simdist` reaches `real_backend` (i
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ import typer
 from rich.table import Table
 
 from simdist.cli.console import bad_input, exit_on, out, say
+from simdist.jsonout import finite, write_json
 from simdist.program.budget import check_ops
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
@@ -72,7 +72,8 @@ def report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
 
     failures = check_expectations(report, s.expect)
     if json_:
-        sys.stdout.write(report.to_json() + "\n")
+        report.write_json(sys.stdout)
+        sys.stdout.write("\n")
     else:
         print_report(report)
         for f in failures:
@@ -126,8 +127,9 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
-        sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp),
-                                     "sim": sim_report.to_dict(), "real": real_report.to_dict()}, default=str) + "\n")
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim_report.to_jsonable(),
+                    "real": real_report.to_jsonable()}, sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
     exit_on(cmp.agree)
@@ -149,8 +151,9 @@ def check(
     if graph is not None and verdict.waitfor is not None:
         draw_waitfor(verdict.waitfor, graph, title=f"{s.name}: wait-for graph")
     if json_:
-        sys.stdout.write(json.dumps({"verdict": verdict.to_dict(), "explanation": report.notes,
-                                     "report": report.to_dict()}, indent=2, default=str) + "\n")
+        write_json({"verdict": finite(verdict.to_dict()), "explanation": report.notes,
+                    "report": report.to_jsonable()}, sys.stdout, default=str)
+        sys.stdout.write("\n")
     else:
         say((verdict.kind, "red" if verdict.failed else "green"), f" ({report.outcome})")
         for f in report.findings:

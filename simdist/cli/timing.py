@@ -20,6 +20,7 @@ import simdist.cli.timing_view as view
 from real_backend import bench
 from simdist.cli.console import err, fail, parse_size
 from simdist.errors import InputError, SimdistError
+from simdist.jsonout import dumps
 from simdist.network.profile import OpProfile, Profile
 from simdist.network.simulate import write_chrome_trace
 from simdist.timing import experiments, plots
@@ -116,7 +117,7 @@ def bench_cmd(
     if out is not None:
         bench.save_rows(rows, out)
     if json_out:
-        typer.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        typer.echo(dumps([r.to_dict() for r in rows], indent=1))
         return
     view.print_bench(rows, backend, ranks, repeats)
     if out is not None:
@@ -182,7 +183,7 @@ def compare_timing_cmd(
     res["plot"] = str(plots.plot_compare(res, plot_path))
     _save_compare(res, save_profile, save_raw)
     if json_out:
-        typer.echo(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
+        typer.echo(dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
     else:
         view.print_compare(res)
     if not res["ok"]:
@@ -257,7 +258,7 @@ def _save_compare(res: dict, save_profile: Path | None, save_raw: Path | None) -
         prof.save(save_profile)
     if save_raw is not None:
         save_raw.parent.mkdir(parents=True, exist_ok=True)
-        save_raw.write_text(json.dumps(res, indent=1))
+        save_raw.write_text(dumps(res, indent=1))
 
 
 # =========================================================================== explain

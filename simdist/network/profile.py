@@ -10,13 +10,13 @@ reads and not on how it was made.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from simdist.collectives.algorithms import REGISTRY
 from simdist.errors import ScenarioError
+from simdist.jsonout import dumps
 from simdist.userfiles import read_json
 
 
@@ -118,7 +118,7 @@ class Profile:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"entries": [e.to_dict() for e in self.entries.values()]}, indent=1))
+        path.write_text(dumps({"entries": [e.to_dict() for e in self.entries.values()]}, indent=1))
         return path
 
     @classmethod
