@@ -2,7 +2,8 @@
 
 Exit codes hold for every command: 0 ok (the run completed or met its `[expect]`; sim and
 real agree; the fuzzer found nothing), 1 a check failed (the thing checked did not hold),
-2 bad input or usage (one line naming the field, never a traceback), 3 a bug in simdist.
+2 bad input or usage (one line naming the field, never a traceback), 3 a bug in simdist,
+130 interrupted (Ctrl-C), 141 the output pipe was closed.
 
 User text (scenario and group names, error messages from torch and Gloo, file names) is
 printed verbatim: the consoles have Rich markup switched off, so a Gloo error such as
@@ -31,6 +32,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     INTERNAL = 3
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+    PIPE_CLOSED = 141  # the reader of our output went away, as shells report SIGPIPE
 
 
 out = Console(markup=False, highlight=False)
