@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from simdist.cli.console import bad_input, err, exit_on, out, say
+from simdist.cli.console import ExitCode, bad_input, err, exit_on, exit_with, out, say
 from simdist.jsonout import dumps
 
 
@@ -39,7 +39,7 @@ def fuzz(
     A failure (hang, error, collective mismatch, broken invariant) is shrunk to a minimal scenario and written
     under --out as a plain scenario file that replays with `simdist run` / `simdist real` / `simdist compare`.
     """
-    from simdist.fuzz.runner import fuzz_template
+    from simdist.fuzz.runner import FuzzInterrupted, fuzz_template
     from simdist.fuzz.template import load_template
 
     with bad_input():
@@ -61,9 +61,13 @@ def fuzz(
                 else:
                     progress.update(task, description=phase, extra=f"{count} runs")
 
-            with bad_input():
-                r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
-                                  shrink=not no_shrink, on_example=on_example, compress=not no_compress)
+            try:
+                with bad_input():
+                    r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
+                                      shrink=not no_shrink, on_example=on_example, compress=not no_compress)
+            except FuzzInterrupted as stop:
+                progress.stop()
+                _interrupted([*results, stop.result], json_)
             progress.update(task, completed=n)
         results.append(r)
     failed = any(r.failed for r in results)
@@ -72,6 +76,20 @@ def fuzz(
     else:
         _print_results(results)
     exit_on(not failed)
+
+
+def _interrupted(results: list, json_: bool) -> NoReturn:
+    """Ctrl-C: say what was written and where (the fuzzer wrote it before stopping), exit 130."""
+    if json_:
+        sys.stdout.write(dumps({"interrupted": True, "failed": any(r.failed for r in results),
+                                "results": [r.to_dict() for r in results]}) + "\n")
+    paths = [c.path for r in results for c in r.counterexamples if c.path]
+    if paths:
+        for path in paths:
+            say(f"interrupted: counterexample written: {path}  (replay: simdist run {path})", console=err)
+    else:
+        say("interrupted: no failure found so far, nothing written", console=err)
+    exit_with(ExitCode.INTERRUPTED)
 
 
 def _print_results(results: list) -> None:

@@ -25,7 +25,7 @@ from hypothesis.errors import Unsatisfiable
 
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
-from simdist.errors import ScenarioError
+from simdist.errors import InputError, ScenarioError
 from simdist.fuzz.compress import passes_compressed
 from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical, write_counterexample
@@ -239,6 +239,15 @@ def greedy_shrink(d: dict[str, Any], key: str, checker: Checker, limit: int = 40
 
 
 # ---------------------------------------------------------------------------- the loop
+class FuzzInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a search. What it had found is written (`result.counterexamples`, each
+    the smallest failing schedule of its class seen so far) before this is raised."""
+
+    def __init__(self, result: FuzzResult):
+        super().__init__("fuzzing interrupted")
+        self.result = result
+
+
 def fuzz_template(
     template: Template,
     *,
@@ -253,38 +262,87 @@ def fuzz_template(
 ) -> FuzzResult:
     """Fuzz one template; returns counts and the written counterexamples (none when it holds).
 
-    `compress=False` simulates every schedule in full (see `Checker`)."""
+    Every file goes under `out_dir` (names made safe: `counterexample.safe_name`). A failure
+    class is written the moment it is first found, and replaced by its shrunk form when the
+    search ends; on Ctrl-C the smallest failing schedule of each class found so far is
+    written and `FuzzInterrupted` raised. `compress=False` simulates every schedule in full
+    (see `Checker`)."""
     budget = template.budget if budget is None else budget
     res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress)
     checker = Checker(template, compress=compress)
-    search = _Search(template, checker, res, on_example)
+    files = _Files(template, seed, Path(out_dir) if out_dir is not None else None, res)
+    search = _Search(template, checker, res, on_example, files)
     db = None
     if use_db:
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
         db = DirectoryBasedExampleDatabase(str(db_path))
     t0 = time.perf_counter()
-    keys = search.run(budget, seed, db, shrink)
-    search.phase = "post-shrink"
-    for key in keys:
-        d = search.last_failing[key]
-        if shrink:
-            d = greedy_shrink(d, key, checker, tick=search.tick)
-        res.counterexamples.append(_counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0)))
+    try:
+        keys = search.run(budget, seed, db, shrink)
+        files.raise_if_failed()
+        search.phase = "post-shrink"
+        for key in keys:
+            d = search.last_failing[key]
+            if shrink:
+                d = greedy_shrink(d, key, checker, tick=search.tick)
+            res.counterexamples.append(files.write(key, d, "shrunk"))
+    except KeyboardInterrupt:
+        done = {c.key for c in res.counterexamples}
+        for key, d in search.last_failing.items():
+            if key not in done:
+                res.counterexamples.append(files.write(key, d, "interrupted"))
+        _finish(res, checker, t0)
+        raise FuzzInterrupted(res) from None
+    _finish(res, checker, t0)
+    return res
+
+
+def _finish(res: FuzzResult, checker: Checker, t0: float) -> None:
     res.schedules = checker.simulated
     res.compressed = checker.compressed
     res.resimulated = checker.resimulated
     res.iterations_full = checker.iterations_full
     res.iterations_run = checker.iterations_run
     res.seconds = time.perf_counter() - t0
-    return res
+
+
+class _Files:
+    """The counterexample file of each failure class: written when the class is first found,
+    replaced by a smaller schedule later (the older file removed)."""
+
+    def __init__(self, template: Template, seed: int, out_dir: Path | None, res: FuzzResult):
+        self.template, self.seed, self.out_dir, self.res = template, seed, out_dir, res
+        self.paths: dict[str, Path] = {}
+        self.error: OSError | None = None  # a write that failed inside the search
+
+    def write(self, key: str, d: dict[str, Any], state: str) -> Counterexample:
+        c = _counterexample(d, key, self.template, self.seed, self.out_dir, self.res.classes.get(key, 0), state)
+        old = self.paths.get(key)
+        if c.path is not None:
+            self.paths[key] = Path(c.path)
+            if old is not None and old != Path(c.path):
+                old.unlink(missing_ok=True)
+        return c
+
+    def first_found(self, key: str, d: dict[str, Any]) -> None:
+        """Called inside the property: an error must not become a hypothesis failure."""
+        try:
+            self.write(key, d, "unshrunk")
+        except OSError as e:
+            self.error = self.error or e
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise InputError(f"--out: cannot write counterexamples in {self.out_dir} ({self.error.strerror or self.error})")
 
 
 class _Search:
     """The hypothesis search over one template: the property, its bookkeeping, and the run."""
 
     def __init__(self, template: Template, checker: Checker, res: FuzzResult,
-                 on_example: Callable[[int, str], None] | None):
+                 on_example: Callable[[int, str], None] | None, files: _Files):
         self.template, self.checker, self.res, self.on_example = template, checker, res, on_example
+        self.files = files
         self.phase = "generate"
         self.generated = 0
         self.counted: set[str] = set()  # failing schedules already counted in res.failures
@@ -310,11 +368,14 @@ class _Search:
             if new and k not in self.counted:
                 self.counted.add(k)
                 res.failures[o.signature] = res.failures.get(o.signature, 0) + 1
+            first = o.key not in res.classes
             res.classes.setdefault(o.key, self.checker.simulated)
             if res.first_failure_at is None:
                 res.first_failure_at = self.generated
             self.phase = "shrink"
             self.last_failing[o.key] = d
+            if first:
+                self.files.first_found(o.key, d)
             raise failure_class(o.key)(o.summary)
 
     def run(self, budget: int, seed: int, db: DirectoryBasedExampleDatabase | None, shrink: bool) -> list[str]:
@@ -352,7 +413,7 @@ class _Search:
 
 
 def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, out_dir: str | Path | None,
-                    found_at: int) -> Counterexample:
+                    found_at: int, state: str = "shrunk") -> Counterexample:
     """Judge the (shrunk) schedule once more, explain it, and write it when `out_dir` is set."""
     s = parse_scenario(d, source=template.source)
     report = simulate(s)
@@ -363,7 +424,7 @@ def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, 
     path = None
     if out_dir is not None:
         path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
-                                        expect))
+                                        expect, state))
     return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
                           found_at=found_at, world_size=s.world_size, counts=s.counts(),
                           steps=len(s.loop) + len(s.after), explanation=expl)
