@@ -89,3 +89,11 @@ DATA_ITEMS = Limit("data_items", 1_000_000, "values per scenario or template")
 OPS = Limit("ops", 2_000_000, "operations per run")
 MESSAGES = Limit("messages", 200_000, "Gloo messages per mismatched collective")
 LIMITS: tuple[Limit, ...] = (FILE_BYTES, DATA_ITEMS, OPS, MESSAGES)
+
+
+def check_timeout(seconds: float, what: str = "--timeout") -> float:
+    """A watchdog timeout as given (`what` names it in the error): a finite number of
+    seconds, more than 0 and at most MAX_TIMEOUT_S; anything else is an InputError."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (0 < seconds <= MAX_TIMEOUT_S):
+        raise InputError(f"{what}: must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, got {seconds!r}")
+    return float(seconds)

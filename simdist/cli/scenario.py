@@ -16,6 +16,7 @@ from rich.table import Table
 
 from simdist.cli.console import bad_input, exit_on, out, say
 from simdist.jsonout import finite, write_json
+from simdist.limits import check_timeout
 from simdist.program.budget import check_ops
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
@@ -109,8 +110,16 @@ def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
         return run_real(s, timeout_s=timeout, progress=not quiet)
 
 
+def _check_timeout(timeout: float | None) -> None:
+    """--timeout, checked before anything runs (a bad one: one line, exit 2)."""
+    if timeout is not None:
+        with bad_input():
+            check_timeout(timeout)
+
+
 def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
+    _check_timeout(timeout)
     s = _load(scenario, "real")
     report_and_exit(_run_real(s, timeout, json_), s, json_)
 
@@ -122,6 +131,7 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
+    _check_timeout(timeout)
     s = _load(scenario, "real")
     sim_report = simulate(s)
     real_report = _run_real(s, timeout, json_)
