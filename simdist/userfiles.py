@@ -141,7 +141,7 @@ def check_data(data: Any, source: str) -> None:
         if seen > budget:
             DATA_ITEMS.check(seen, source, f"it holds more than {budget:,} values")
         if len(path) > MAX_DEPTH:
-            raise ScenarioError(f"{source}: {format_path(path[:MAX_DEPTH])}: nested more than {MAX_DEPTH} levels deep")
+            raise ScenarioError(f"{source}: {format_path(path[:3])}...: nested more than {MAX_DEPTH} levels deep")
         if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):

@@ -67,12 +67,16 @@ def fail_input(message: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def bad_input() -> Iterator[None]:
-    """Inside the block, a `SimdistError` (bad scenario, template, option, host) is bad input."""
+def bad_input(source: object = None) -> Iterator[None]:
+    """Inside the block, a `SimdistError` (bad scenario, template, option, host, a resource
+    limit met while running) is bad input; `source` (the file) leads the line if it does not."""
     try:
         yield
     except SimdistError as e:
-        fail_input(str(e))
+        msg = str(e)
+        if source is not None and not msg.startswith(f"{source}: "):
+            msg = f"{source}: {msg}"
+        fail_input(msg)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)

@@ -95,7 +95,8 @@ def run(
     from simdist.sim import simulate
 
     s = _load(scenario)
-    report = simulate(s)
+    with bad_input(scenario):  # a limit met while running (e.g. a huge mismatched collective)
+        report = simulate(s)
     annotate_report(report, s)
     if trace_out is not None:
         write_chrome_trace(report, trace_out)
@@ -133,7 +134,8 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
 
     _check_timeout(timeout)
     s = _load(scenario, "real")
-    sim_report = simulate(s)
+    with bad_input(scenario):
+        sim_report = simulate(s)
     real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
@@ -156,7 +158,8 @@ def check(
     from simdist.sim import simulate
 
     s = _load(scenario)
-    report = simulate(s)
+    with bad_input(scenario):
+        report = simulate(s)
     verdict = annotate_report(report, s)
     if graph is not None and verdict.waitfor is not None:
         draw_waitfor(verdict.waitfor, graph, title=f"{s.name}: wait-for graph")

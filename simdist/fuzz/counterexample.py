@@ -109,10 +109,12 @@ def _scalar_text(s: str) -> str:
 
 
 def _clean(x: Any) -> Any:
+    """`x` as TOML can hold it: strings of Unicode scalars, and no None in tables (a key set
+    to None from the Python API means "not given", which TOML says by leaving it out)."""
     if isinstance(x, str):
         return _scalar_text(x)
     if isinstance(x, dict):
-        return {_scalar_text(k): _clean(v) for k, v in x.items()}
+        return {_scalar_text(k): _clean(v) for k, v in x.items() if v is not None}
     if isinstance(x, list):
         return [_clean(v) for v in x]
     return x

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import HypothesisWarning, Unsatisfiable
 
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
@@ -393,7 +394,9 @@ class _Search:
             prop._hypothesis_internal_use_settings, database=db)  # type: ignore[attr-defined]
         raised: list[BaseException] = []
         try:
-            prop()
+            with warnings.catch_warnings():  # hypothesis's notes on its own reprs are not the user's news
+                warnings.simplefilter("ignore", HypothesisWarning)
+                prop()
         except FuzzFailure as e:
             raised = [e]
         except Unsatisfiable:

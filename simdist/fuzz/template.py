@@ -242,7 +242,8 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
             for i, st in enumerate(steps):
                 if isinstance(st, dict) and "optional" in st and not isinstance(st["optional"], bool):
                     raise _err(source, f"{section}[{i}].optional", "must be true or false")
-    check_markers(body, "", source)
+    for k, v in body.items():  # the template itself is a table, even with a key named like a marker
+        check_markers(v, k, source)
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
     tname = name or str(body.get("name", "template"))
     if not isinstance(tname, str):
