@@ -271,16 +271,26 @@ def read_lines(stream: IO[Any], deadline: float) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- signals, watchdog
 @contextlib.contextmanager
-def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[threading.Event]:
+def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), *,
+                    twice_raises: bool = False) -> Iterator[threading.Event]:
     """An event set by Ctrl-C / SIGTERM while the block runs; the old handlers come back after.
 
-    Only the main thread can install signal handlers; elsewhere the event is never set
-    (the caller's own thread handling applies)."""
+    With `twice_raises`, a second signal raises KeyboardInterrupt wherever the program is:
+    for loops that poll the event between steps that can each take long (one fuzzed
+    schedule), so a user who presses Ctrl-C again is not kept waiting. Only the main
+    thread can install signal handlers; elsewhere the event is never set (the caller's own
+    thread handling applies)."""
     event = threading.Event()
+
+    def handler(*_: Any) -> None:
+        if twice_raises and event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+
     restore: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in signals:
-            restore[sig] = signal.signal(sig, lambda *_: event.set())
+            restore[sig] = signal.signal(sig, handler)
     try:
         yield event
     finally:

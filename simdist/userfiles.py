@@ -57,8 +57,9 @@ def read_text(path: str | Path, what: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise ScenarioError(f"{p}: {what} file is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-                            f"{err.start})") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ScenarioError(f"{p}: {what} file is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}, "
+                            f"offset {err.start})") from None
 
 
 def _read_at_most(fd: int, n: int) -> bytes:
@@ -131,30 +132,42 @@ def _first_line(err: BaseException) -> str:
 def check_data(data: Any, source: str) -> None:
     """Reject, naming the field, what no schema should have to look at: nesting deeper than
     `limits.MAX_DEPTH`, more than `limits.DATA_ITEMS` values, non-string keys, integers
-    beyond 64 bits, inf and nan. Iterative, so a self-containing dict is only "too deep"."""
+    beyond 64 bits, inf and nan. Iterative, so a self-containing dict is only "too deep";
+    a container's size counts before its items are looked at, so a huge one is refused at once."""
     budget = DATA_ITEMS.value()
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
-    seen = 0
+    _check_scalar(data, (), source)
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())] if isinstance(data, (dict, list, tuple)) else []
+    seen = 1
     while stack:
         value, path = stack.pop()
-        seen += 1
-        if seen > budget:
-            DATA_ITEMS.check(seen, source, f"it holds more than {budget:,} values")
         if len(path) > MAX_DEPTH:
             raise ScenarioError(f"{source}: {format_path(path[:3])}...: nested more than {MAX_DEPTH} levels deep")
+        seen += len(value)
+        if seen > budget:
+            DATA_ITEMS.check(seen, source, f"it holds more than {budget:,} values")
         if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):
                     raise ScenarioError(f"{source}: {format_path(path)}: keys must be strings, not {type(key).__name__}")
-            stack.extend((v, (*path, k)) for k, v in reversed(value.items()))
-        elif isinstance(value, (list, tuple)):
-            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(value))))
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise ScenarioError(f"{source}: {format_path(path)}: {value} is not a finite number "
-                                "(inf and nan are not allowed)")
-        elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= UINT64_MAX:
-            raise ScenarioError(f"{source}: {format_path(path)}: a {value.bit_length()}-bit integer is out of range "
-                                "(at most 64 bits)")
+            items: Any = value.items()
+        else:
+            items = enumerate(value)
+        inner = []
+        for k, v in items:
+            if isinstance(v, (dict, list, tuple)):
+                inner.append((v, (*path, k)))
+            else:
+                _check_scalar(v, (*path, k), source)
+        stack.extend(reversed(inner))
+
+
+def _check_scalar(value: Any, path: tuple[str | int, ...], source: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ScenarioError(f"{source}: {format_path(path)}: {value} is not a finite number "
+                            "(inf and nan are not allowed)")
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= UINT64_MAX:
+        raise ScenarioError(f"{source}: {format_path(path)}: a {value.bit_length()}-bit integer is out of range "
+                            "(at most 64 bits)")
 
 
 def format_path(parts: tuple[str | int, ...] | list[str | int]) -> str:

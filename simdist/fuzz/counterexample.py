@@ -174,6 +174,10 @@ def write_counterexample(d: dict[str, Any], template: Template, seed: int, out_d
     out_dir.mkdir(parents=True, exist_ok=True)
     text = "\n".join(header) + "\n" + to_toml(doc)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a second Ctrl-C: no stray file either
+        tmp.unlink(missing_ok=True)
+        raise
     return path

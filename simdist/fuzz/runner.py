@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical, write_counterexample
 from simdist.fuzz.strategies import scenarios
 from simdist.fuzz.template import Template
+from simdist.procs import interrupt_event
 from simdist.scenario import Scenario, parse_scenario
 from simdist.sim import simulate
 
@@ -278,15 +280,21 @@ def fuzz_template(
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
         db = DirectoryBasedExampleDatabase(str(db_path))
     t0 = time.perf_counter()
+    # Ctrl-C (and SIGTERM) set an event that the search checks between schedules: a
+    # KeyboardInterrupt raised wherever the signal lands can be lost (hypothesis runs code in
+    # garbage-collector callbacks, where Python only prints "Exception ignored"). A second one
+    # raises at once, for a schedule that takes long.
     try:
-        keys = search.run(budget, seed, db, shrink)
-        files.raise_if_failed()
-        search.phase = "post-shrink"
-        for key in keys:
-            d = search.last_failing[key]
-            if shrink:
-                d = greedy_shrink(d, key, checker, tick=search.tick)
-            res.counterexamples.append(files.write(key, d, "shrunk"))
+        with interrupt_event(twice_raises=True) as search.stop:
+            keys = search.run(budget, seed, db, shrink)
+            files.raise_if_failed()
+            search.phase = "post-shrink"
+            for key in keys:
+                d = search.last_failing[key]
+                if shrink:
+                    d = greedy_shrink(d, key, checker, tick=search.tick)
+                res.counterexamples.append(files.write(key, d, "shrunk"))
+            search.tick_stop()
     except KeyboardInterrupt:
         done = {c.key for c in res.counterexamples}
         for key, d in search.last_failing.items():
@@ -344,12 +352,19 @@ class _Search:
                  on_example: Callable[[int, str], None] | None, files: _Files):
         self.template, self.checker, self.res, self.on_example = template, checker, res, on_example
         self.files = files
+        self.stop: threading.Event | None = None  # set by Ctrl-C (fuzz_template)
         self.phase = "generate"
         self.generated = 0
         self.counted: set[str] = set()  # failing schedules already counted in res.failures
         self.last_failing: dict[str, dict[str, Any]] = {}  # failure class -> its last failing schedule
 
+    def tick_stop(self) -> None:
+        """Raise KeyboardInterrupt here, at a safe point, when Ctrl-C was pressed."""
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt
+
     def tick(self) -> None:
+        self.tick_stop()
         self.res.examples += 1
         if self.on_example is not None:
             self.on_example(self.res.examples, self.phase)
