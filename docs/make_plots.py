@@ -1,11 +1,14 @@
-"""Regenerate the model plots of docs/cost-model.md: python docs/make_plots.py
+"""Regenerate every plot in docs/img: python docs/make_plots.py
 
-(The measured-vs-simulated plot docs/img/compare-gloo-p2.png comes from
-`python bench/timing_accuracy.py` or `simdist compare-timing --plot ...`.)
+The model plots are computed here; the measured-vs-simulated plots (compare-gloo-p2/p4)
+refit the measurements saved in bench/results/compare-gloo-p*.json with the current fitting
+code (`simdist compare-timing --load FILE --plot ...` does the same for one file; new
+measurements come from `python bench/timing_accuracy.py`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,8 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from real_backend.bench import BenchRow  # noqa: E402  (the rows a sweep saves; no torch import)
 from simdist.collectives import REGISTRY, algorithms_for  # noqa: E402
+from simdist.timing import experiments, plots  # noqa: E402
+from simdist.timing.sweeps import bus_factor  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 ALPHA, BETA, GAMMA = 30e-6, 1 / 3e9, 1 / 2.5e9  # the loopback preset
@@ -46,30 +53,49 @@ def algorithms_plot():
 
 
 def busbw_plot():
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    """algbw (left) and busbw (right) of a ring all_reduce, one colour per p: busbw = algbw ·
+    2(p-1)/p reaches the link bandwidth for every p, algbw does not. Two panels, because at
+    p = 2 the factor is 1 and the two curves would lie on top of each other."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
     xs = sizes()
     ring = REGISTRY[("all_reduce", "ring")]
-    for p in (2, 4, 8, 64):
-        t = [ring.time(p, x, ALPHA, BETA, 0.0) for x in xs]
-        ax.plot(xs, [x / ti / 1e9 for x, ti in zip(xs, t, strict=False)], "--", label=f"algbw, p = {p}")
-        ax.plot(
-            xs, [x / ti / 1e9 * 2 * (p - 1) / p for x, ti in zip(xs, t, strict=False)], "-", label=f"busbw, p = {p}"
-        )
-    ax.axhline(1 / BETA / 1e9, color="k", lw=0.8)
-    ax.text(xs[0], 1 / BETA / 1e9 * 1.05, "link bandwidth 1/β", fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes per rank (n)")
-    ax.set_ylabel("GB/s")
-    ax.set_title("ring all_reduce (γ = 0): busbw = algbw · 2(p-1)/p tends to 1/β for every p")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    link = 1 / BETA / 1e9
+    for p, colour in zip((2, 4, 8, 64), ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True):
+        algbw = [x / ring.time(p, x, ALPHA, BETA, 0.0) / 1e9 for x in xs]
+        left.plot(xs, algbw, color=colour, lw=2, label=f"p = {p}")
+        right.plot(xs, [a * bus_factor("all_reduce", p) for a in algbw], color=colour, lw=2,
+                   label=f"p = {p} (factor {bus_factor('all_reduce', p):.3g})")
+    for ax, title in ((left, "algbw = n / t"), (right, "busbw = algbw · 2(p-1)/p")):
+        ax.axhline(link, color="k", lw=1, ls="--", label=f"link bandwidth 1/β = {link:g} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per rank (n)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    left.set_ylabel("GB/s")
+    left.set_ylim(0, link * 1.25)
+    fig.suptitle("ring all_reduce, α = 30 us, 1/β = 3 GB/s, γ = 0: busbw tends to 1/β for every p")
     fig.tight_layout()
     fig.savefig(IMG / "ring-busbw.png", dpi=100)
     plt.close(fig)
+
+
+def compare_plots():
+    """Measured vs simulated Gloo all_reduce, refitted from the saved sweeps."""
+    for path in sorted((ROOT / "bench" / "results").glob("compare-gloo-p*.json")):
+        saved = json.loads(path.read_text())
+        train = [[BenchRow(**r) for r in sweep] for sweep in saved["raw"]["train"]]
+        test = [[BenchRow(**r) for r in sweep] for sweep in saved["raw"]["test"]]
+        res = experiments.run_compare(saved["backend"], saved["ranks"], saved["op"], stat=saved.get("stat_asked", "auto"),
+                                      train_rows=train, test_rows=test, gamma=saved.get("gamma"))
+        plots.plot_compare(res, IMG / path.with_suffix(".png").name)
+        print(f"{path.name}: held-out median |error| {res['median_abs_error'] * 100:.1f}%, "
+              f"worst {res['worst_abs_error'] * 100:.1f}%, breakpoints {res['gloo']['breakpoints_bytes']}")
 
 
 if __name__ == "__main__":
     IMG.mkdir(exist_ok=True)
     algorithms_plot()
     busbw_plot()
+    compare_plots()
     print("wrote", sorted(p.name for p in IMG.glob("*.png")))

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,8 @@ from pathlib import Path
 
 from simdist.procs import LocalProcesses, die_with_parent, loopback_store, rank_env, read_lines, with_pythonpath
 from simdist.timing.sweeps import algbw_bytes, bus_factor, geometric_sizes
+
+OP_QUANTILES = (0.1, 0.25, 0.5)  # of single operations' times: op_p10, op_p25, op_median (simdist.timing.experiments)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +67,7 @@ class BenchRow:
     busbw_gbps: float
     samples_s: list[float] = field(default_factory=list)  # per-batch mean op time (slowest rank)
     sweep: str = ""
-    op_quantiles_s: list[float] = field(default_factory=list)  # p10/p25/p50 of single ops (slowest rank)
+    op_quantiles_s: list[float] = field(default_factory=list)  # OP_QUANTILES of single ops (slowest rank)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -205,6 +208,7 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
 
 def _measure(cfg: dict, nbytes: int, rank: int, p: int, device: str) -> BenchRow | None:  # pragma: no cover - child side
     """Time one size on every rank; rank 0 gets the row (slowest rank's times), others None."""
+    import numpy as np
     import torch
     import torch.distributed as dist
 
@@ -243,9 +247,9 @@ def _measure(cfg: dict, nbytes: int, rank: int, p: int, device: str) -> BenchRow
     st = torch.tensor(samples, dtype=torch.float64, device=device)
     dist.all_reduce(st, op=dist.ReduceOp.MAX)
     samples = [float(x) for x in st.cpu().tolist()]
-    ops.sort()
+    # p10, p25, p50 of single operations; "lower": a measured value, never an interpolation
     q = torch.tensor(
-        [ops[int(f * (len(ops) - 1))] for f in (0.1, 0.25, 0.5)] if ops else [0.0] * 3,
+        np.quantile(ops, OP_QUANTILES, method="lower").tolist() if ops else [0.0] * len(OP_QUANTILES),
         dtype=torch.float64,
         device=device,
     )
@@ -253,18 +257,12 @@ def _measure(cfg: dict, nbytes: int, rank: int, p: int, device: str) -> BenchRow
     op_q = [float(x) for x in q.cpu().tolist()] if ops else []
     if rank != 0:
         return None
-    med = sorted(samples)[len(samples) // 2] if len(samples) % 2 else _median(samples)
+    med = statistics.median(samples)
     algbw = algbw_bytes(op, nbytes, p) / med / 1e9 if med > 0 else 0.0
     return BenchRow(op=op, backend=backend, world_size=p, nbytes=nbytes, count=count, iters=iters,
                     repeats=cfg["repeats"], time_s=med, min_s=min(samples), max_s=max(samples), algbw_gbps=algbw,
                     busbw_gbps=algbw * bus_factor(op, p), samples_s=samples, sweep=cfg.get("sweep", ""),
                     op_quantiles_s=op_q)
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def _make_op(op: str, count: int, p: int, rank: int, device: str):  # pragma: no cover - child side

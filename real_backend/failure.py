@@ -8,26 +8,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from simdist.report import RankError
+from simdist.report import RankError, error_category
 
 
 def categorise(exc: BaseException) -> RankError:
     """RankError (type, message, category) for an exception a rank raised."""
     msg = str(exc)
-    name = type(exc).__name__
-    if isinstance(exc, RuntimeError) and (
-        "exhausted all inputs" in msg or "Detected at least one rank that exhausted inputs" in msg
-    ):
-        cat = "join_early_termination"
-    elif "closed by peer" in msg or "reset by peer" in msg or "Broken pipe" in msg or "Connection refused" in msg:
-        cat = "peer_lost"
-    elif "Timed out" in msg or "timed out" in msg or isinstance(exc, TimeoutError):
-        cat = "timeout"
-    elif _raised_in_model(exc):
-        cat = "model"
-    else:
-        cat = "other"
-    return RankError(type=name, message=msg, category=cat)
+    cat = error_category(msg, runtime_error=isinstance(exc, RuntimeError), timeout_error=isinstance(exc, TimeoutError),
+                         in_model=_raised_in_model(exc))
+    return RankError(type=type(exc).__name__, message=msg, category=cat)
 
 
 def _raised_in_model(exc: BaseException) -> bool:

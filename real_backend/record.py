@@ -6,10 +6,8 @@ Method (details and observations in docs/real-backend.md):
   ProcessGroupGloo (or NCCL) backend, including those DDP's C++ reducer issues, with the
   Python frames at the call site. `TORCH_FR_BUFFER_SIZE` must be set before
   `init_process_group`; `dump_fr()` reads it back (pickle form: the only one with frames).
-* **Origins** come from the frames: every frame's (file, line) is resolved to the
-  qualified name of the enclosing function by parsing that file once (`ast`), so
-  `_DDPJoinHook.main_hook` and `_ZeROJoinHook.main_hook`, or `Counter.find_common_rank`
-  and `AllReducer.find_common_rank`, are told apart. The innermost recognised frame decides.
+* **Origins** come from the frames, classified by `simdist.frames` (shared with the
+  script backend, which sends the same Python frames from its process group).
 * **Phase, iteration and user-step labels** come from the program's own time marks
   (`real_backend.marks`, left by `real_backend.torchrank`): a step window per user
   collective, a phase mark per loop iteration / Join exit / after section.
@@ -23,36 +21,17 @@ Method (details and observations in docs/real-backend.md):
 
 from __future__ import annotations
 
-import ast
-import functools
-import math
-import os
 import pickle
-from dataclasses import dataclass
 from typing import Any
 
 from real_backend.marks import Marks, P2PRecord, StepWindow
+from simdist.flightrec import FR_BUFFER_SIZE as FR_BUFFER_SIZE
+from simdist.flightrec import FR_ENV as FR_ENV
+from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
+from simdist.frames import classify, resolve_frames
 from simdist.report import TraceEntry
 from simdist.vocab import REDUCING_OPS as _REDUCING
 from simdist.vocab import ROOTED_OPS as _ROOTED
-
-FR_ENV = "TORCH_FR_BUFFER_SIZE"
-FR_BUFFER_SIZE = "20000"
-
-_FR_DTYPES = {
-    "Float": "float32",
-    "Double": "float64",
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Long": "int64",
-    "Int": "int32",
-    "Short": "int16",
-    "Char": "int8",
-    "Byte": "uint8",
-    "Bool": "bool",
-}
-# Ops without a tensor payload are recorded with numel 0 and this dtype.
-NO_DTYPE = "none"
 
 # Origins whose collective is issued with async_op=True (or as a future) by torch.
 _ASYNC = {
@@ -92,190 +71,7 @@ def fr_progress() -> tuple[int, ...]:
     return tuple(out)
 
 
-# --------------------------------------------------------------------------- frame -> qualname
-_MODULES = {
-    "algorithms/join.py": "join",
-    "nn/parallel/distributed.py": "ddp",
-    "optim/zero_redundancy_optimizer.py": "zero",
-    "torch/distributed/utils.py": "dutils",
-    "torch/autograd/graph.py": "autograd",
-    "torch/autograd/__init__.py": "autograd",
-    "real_backend/joinables.py": "joinables",
-    "real_backend/torchrank.py": "torchrank",
-}
-
-
-def _module_tag(filename: str) -> str | None:
-    f = filename.replace(os.sep, "/")
-    for suffix, tag in _MODULES.items():
-        if f.endswith(suffix):
-            return tag
-    return None
-
-
-@functools.cache
-def _function_spans(filename: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, qualname) of every function in a source file."""
-    try:
-        with open(filename, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
-        return []
-    spans: list[tuple[int, int, str]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                q = f"{prefix}{child.name}"
-                start = min([d.lineno for d in child.decorator_list] + [child.lineno])
-                spans.append((start, child.end_lineno or child.lineno, q))
-                visit(child, q + ".")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    return spans
-
-
-def qualname_at(filename: str, line: int) -> str | None:
-    """Qualified name of the innermost function of `filename` containing `line`."""
-    best: tuple[int, str] | None = None
-    for start, end, q in _function_spans(filename):
-        if start <= line <= end and (best is None or end - start < best[0]):
-            best = (end - start, q)
-    return best[1] if best else None
-
-
-@functools.cache
-def _async_lines_in(filename: str, qualname: str) -> frozenset[int]:
-    """Lines inside `qualname` holding a call with `async_op=True` (the heartbeat)."""
-    try:
-        with open(filename, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
-        return frozenset()
-    span = next(((s, e) for s, e, q in _function_spans(filename) if q == qualname), None)
-    if span is None:
-        return frozenset()
-    lines = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and span[0] <= node.lineno <= span[1]:
-            for kw in node.keywords:
-                if kw.arg == "async_op" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
-                    lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    return frozenset(lines)
-
-
-@dataclass(frozen=True)
-class Frame:
-    tag: str | None  # module tag (see _MODULES) or None for frames we do not interpret
-    qual: str | None
-    name: str
-    filename: str
-    line: int
-
-
-def resolve_frames(raw: list[dict[str, Any]]) -> list[Frame]:
-    out = []
-    for f in raw:
-        filename, line = f.get("filename", ""), int(f.get("line", 0))
-        tag = _module_tag(filename)
-        out.append(Frame(tag, qualname_at(filename, line) if tag else None, f.get("name", ""), filename, line))
-    return out
-
-
-def classify(frames: list[Frame], dtype: str) -> str | None:
-    """Origin label of a collective from its frames (innermost first).
-
-    Returns "user" for the program's own collective steps (labelled later from the step
-    window), None when nothing is recognised.
-    """
-    quals = {(f.tag, f.qual) for f in frames if f.tag}
-
-    def under(tag: str, qual: str) -> bool:
-        return (tag, qual) in quals
-
-    in_ddp_main_hook = under("ddp", "_DDPJoinHook.main_hook")
-    for f in frames:
-        t, q = f.tag, f.qual
-        if t is None or q is None:
-            continue
-        if t == "join":
-            if q == "Join.notify_join_context":
-                heartbeat = f.line in _async_lines_in(f.filename, q)
-                return "join.notify_join_context.heartbeat" if heartbeat else "join.notify_join_context.throw_check"
-            if q == "Join._get_num_nonjoined_procs":
-                return "join.exit.count_nonjoined"
-            if q == "Join._notify_procs_to_terminate":
-                return "join.exit.notify_terminate"
-        elif t == "dutils":
-            if q == "_verify_param_shape_across_processes":
-                return "ddp.init.verify_params"
-            if q in ("_sync_module_states", "_sync_params_and_buffers"):
-                if under("ddp", "DistributedDataParallel._sync_final_model"):
-                    return "ddp.post_hook.broadcast_final_model"
-                return "ddp.init.sync_module_states"
-        elif t == "ddp":
-            m = q.rsplit(".", 1)[-1]
-            if m == "_find_common_rank":
-                if under("ddp", "DistributedDataParallel._sync_final_model"):
-                    return "ddp.post_hook.find_common_rank"
-                return "ddp.join_hook.find_common_rank" if in_ddp_main_hook else "ddp.pre_forward.find_common_rank"
-            if m in ("_distributed_broadcast_coalesced", "_default_broadcast_coalesced", "_sync_module_buffers"):
-                return "ddp.join_hook.sync_buffers" if in_ddp_main_hook else "ddp.pre_forward.sync_buffers"
-            if m == "_check_global_requires_backward_grad_sync":
-                return "ddp.join_hook.requires_grad_sync" if in_ddp_main_hook else "ddp.pre_forward.requires_grad_sync"
-            if m == "_match_all_reduce_for_bwd_pass":
-                return "ddp.join_hook.bucket_allreduce"
-            if m == "_match_unused_params_allreduce":
-                return "ddp.join_hook.unused_map_allreduce"
-            if q == "_DDPJoinHook.main_hook":
-                return "ddp.join_hook.rebuild_buckets"
-            if m == "_pre_forward":
-                return "ddp.pre_forward.rebuild_buckets"
-        elif t == "zero":
-            m = q.rsplit(".", 1)[-1]
-            if m in ("_broadcast_params_from_rank", "_sync_params"):
-                if under("zero", "_ZeROJoinHook.main_hook"):
-                    return "zero.join_hook.broadcast_shard"
-                return "zero.step.broadcast_shard"
-        elif t == "joinables":
-            label = _JOINABLE_LABELS.get(q)
-            if label:
-                return label
-        elif t == "torchrank":
-            if q == "TorchRank.user_collective":
-                return "user"
-        elif t == "autograd":
-            # Collectives issued by DDP's C++ reducer from autograd hooks during backward.
-            return "ddp.backward.unused_map_allreduce" if dtype == "int32" else "ddp.backward.bucket_allreduce"
-    return None
-
-
-_JOINABLE_LABELS = {
-    "Counter.__call__": "counter.call.allreduce",
-    "CounterJoinHook.main_hook": "counter.main_hook.allreduce",
-    "Counter.find_common_rank": "counter.post_hook.find_common_rank",
-    "CounterJoinHook.post_hook": "counter.post_hook.broadcast_max_count",
-    "AllReducer.__call__": "allreducer.call.allreduce",
-    "AllReducerJoinHook.main_hook": "allreducer.main_hook.allreduce",
-    "AllReducer.find_common_rank": "allreducer.post_hook.find_common_rank",
-    "AllReducerJoinHook.post_hook": "allreducer.post_hook.broadcast",
-}
-
-
 # --------------------------------------------------------------------------- FR -> TraceEntry
-def _numel(sizes: list[list[int]]) -> int:
-    return math.prod(sizes[0]) if sizes else 0
-
-
-def _op_name(profiling_name: str) -> str:
-    op = profiling_name.split(":", 1)[-1]
-    return {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}.get(op, op)
-
-
 def _reduce_op(op: str, origin: str, step: StepWindow | None) -> str | None:
     if step is not None:
         return step.reduce_op if op in _REDUCING else None
@@ -336,10 +132,10 @@ def _fr_rows(fr: dict[str, Any] | None, marks: Marks) -> list[_Row]:
         if e.get("is_p2p"):
             continue  # p2p entries come from the program's marks (NCCL's FR has them, Gloo's does not)
         t_ns = int(e["time_created_ns"])
-        op = _op_name(e["profiling_name"])
+        op = fr_op_name(e["profiling_name"])
         dtypes = e.get("input_dtypes") or []
-        dtype = _FR_DTYPES.get(dtypes[0], dtypes[0].lower()) if dtypes else NO_DTYPE
-        numel = _numel(e.get("input_sizes") or [])
+        dtype = fr_dtype(dtypes)
+        numel = fr_numel(e.get("input_sizes") or [])
         origin = classify(resolve_frames(e.get("frames") or []), dtype) or "unknown"
         step = None
         if origin == "user":

@@ -33,6 +33,8 @@ Fuzzing
     fuzz_template(template, budget=..., seed=..., out_dir=...) -> FuzzResult
         Search a template's input counts and loop shapes for hangs and mismatches, shrink
         each failure and write it as a replayable scenario.
+    template_scenarios(template) -> hypothesis strategy of (dict, Scenario)
+        The same draws for your own `@given` tests (docs/fuzzing.md).
 Reports
     Report, RankResult, TraceEntry, RankError, Finding
         What every run returns, simulated or real (docs/report.md); `Report.to_json()`.
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` loads
     from simdist.expect import check_expectations as check_expectations
     from simdist.fuzz.runner import FuzzResult as FuzzResult
     from simdist.fuzz.runner import fuzz_template as fuzz_template
+    from simdist.fuzz.strategies import template_scenarios as template_scenarios
     from simdist.fuzz.template import Template as Template
     from simdist.fuzz.template import load_template as load_template
     from simdist.fuzz.template import parse_template as parse_template
@@ -98,6 +101,7 @@ _EXPORTS: dict[str, str] = {
     "Template": "simdist.fuzz.template",
     "fuzz_template": "simdist.fuzz.runner",
     "FuzzResult": "simdist.fuzz.runner",
+    "template_scenarios": "simdist.fuzz.strategies",
     "Report": "simdist.report",
     "RankResult": "simdist.report",
     "TraceEntry": "simdist.report",

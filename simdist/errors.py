@@ -21,3 +21,8 @@ class InputError(SimdistError):
 class LimitError(SimdistError):
     """The input asks for more work or memory than a stated resource limit allows
     (`simdist.limits`); the message names the limit and how to raise it."""
+
+
+class ScriptError(SimdistError):
+    """A user's script cannot be run on simulated ranks (missing, does not parse, never
+    initialises a process group, ...); the message says which and why."""

@@ -1,7 +1,11 @@
-"""Checks a report against a scenario's `[expect]` block: the scenario checks itself."""
+"""Checks a report against a scenario's `[expect]` block: the scenario checks itself; and
+`judge`, the one rule by which a scenario's run passes or fails."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from simdist.check.classify import Verdict
 from simdist.compare import values_equal
 from simdist.report import Report
 from simdist.scenario import Expect
@@ -36,3 +40,25 @@ def check_expectations(report: Report, expect: Expect | None) -> list[str]:
             if not values_equal(got_v, want):
                 failures.append(f"observed.{name}[{r}]: expected {want!r}, got {got_v!r}")
     return failures
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Whether a run passed, as every command that judges one scenario says it (exit 0 or 1)."""
+
+    passed: bool
+    by: str  # "expect" (the scenario's own [expect]) or "checker" (no [expect]: the checker's verdict)
+    unmet: list[str]  # the expectations that did not hold (by "expect")
+
+
+def judge(report: Report, expect: Expect | None, verdict: Verdict) -> Judgement:
+    """The one rule `simdist run` and `simdist check` exit on, so one verdict gives one code.
+
+    A scenario with `[expect]` is a test of itself: it passes when every expectation holds,
+    also when it expects a hang (the bundled deadlock families do). Without `[expect]` it
+    passes when the checker finds nothing: the run completed, no mismatch, the loop's
+    invariants hold."""
+    if expect is not None:
+        unmet = check_expectations(report, expect)
+        return Judgement(not unmet, "expect", unmet)
+    return Judgement(not verdict.failed, "checker", [])

@@ -91,6 +91,33 @@ class Finding:
 
 
 @dataclass
+class CodeLocation:
+    """A line of the user's script (script backend): where a rank is blocked or where it left."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""  # the source line, stripped
+
+    def short(self) -> str:
+        text = f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.function}"
+        return f"{text}: {self.code}" if self.code else text
+
+
+@dataclass
+class Span:
+    """A stretch of a rank's own work between communication calls: a scenario's `compute`
+    step in the simulator, measured time outside the calls for a backend that times it.
+
+    Kept in the report (not derived from gaps between collectives) because a gap can also be
+    a rank waiting on an async collective; traces draw spans as compute slices."""
+
+    t_begin: float  # seconds since the rank started, as TraceEntry.t_issue
+    t_end: float
+    label: str = "compute"
+
+
+@dataclass
 class RankResult:
     """What one rank did: status, inputs processed, error, observed values, its collectives."""
 
@@ -107,6 +134,17 @@ class RankResult:
     # Where the rank's code is waiting (simulator only; may be a later collective than blocked_in).
     waiting_in: TraceEntry | None = None
     warnings: list[str] = field(default_factory=list)
+    # Script backend only (left out of the JSON form when unset, so scenario reports keep theirs):
+    output: list[str] = field(default_factory=list)  # lines the rank printed to stdout
+    stderr: list[str] = field(default_factory=list)  # lines it printed to stderr
+    location: CodeLocation | None = None  # where its code is blocked (hang) or where it left
+    exit: str | None = None  # how its process ended: "returned", "exception", "sys.exit(1)", "signal 9", ...
+    compute: list[Span] = field(default_factory=list)  # the rank's own work between calls, in order
+
+
+# Left out of the JSON form when unset (so scenario reports keep theirs): the script
+# backend's fields, and compute spans (only ranks that computed carry them).
+_OPTIONAL_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None, "compute": []}
 
 
 @dataclass
@@ -122,9 +160,18 @@ class Report:
     backend: str = "gloo"
     world_size: int = 0
     notes: list[str] = field(default_factory=list)
+    # measured wall times (script backend): e.g. wall_s, hang_detect_s; left out when empty
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["timings"]:
+            del d["timings"]
+        for r in d["ranks"]:
+            for key, default in _OPTIONAL_RANK_FIELDS.items():
+                if r[key] == default:
+                    del r[key]
+        return d
 
     def to_jsonable(self) -> dict[str, Any]:
         """`to_dict`, ready for `simdist.jsonout`: non-finite floats as strings, and every
@@ -132,6 +179,8 @@ class Report:
         d: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "timings" and not v:
+                continue  # as in to_dict
             d[f.name] = [_rank_jsonable(r) for r in v] if f.name == "ranks" else finite(_plain(v))
         return d
 
@@ -154,6 +203,8 @@ class Report:
             r["error"] = RankError(**r["error"]) if r.get("error") else None
             r["blocked_in"] = TraceEntry(**r["blocked_in"]) if r.get("blocked_in") else None
             r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
+            r["location"] = CodeLocation(**r["location"]) if r.get("location") else None
+            r["compute"] = [Span(**c) for c in r.get("compute", [])]
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})
@@ -183,6 +234,8 @@ def _rank_jsonable(r: RankResult) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for f in fields(r):
         v = getattr(r, f.name)
+        if f.name in _OPTIONAL_RANK_FIELDS and v == _OPTIONAL_RANK_FIELDS[f.name]:
+            continue  # as in to_dict
         if f.name == "trace":
             d["trace"] = Lazy(len(v), lambda i, trace=v: _entry_jsonable(trace[i]))
         elif isinstance(v, TraceEntry):
@@ -199,6 +252,21 @@ def overall_outcome(statuses: list[str]) -> Outcome:
     if any(s == "hang" for s in statuses):
         return "hang"
     return "completed"
+
+
+def error_category(message: str, *, runtime_error: bool, timeout_error: bool = False, in_model: bool = False) -> str:
+    """`RankError.category` of an exception from its message (shared by both sides).
+
+    `runtime_error`/`timeout_error`: the exception is a RuntimeError/TimeoutError (or a
+    subclass); `in_model`: it was raised inside DDP, ZeRO or torch.distributed.utils.
+    """
+    if runtime_error and ("exhausted all inputs" in message or "Detected at least one rank that exhausted inputs" in message):
+        return "join_early_termination"
+    if any(s in message for s in ("closed by peer", "reset by peer", "Broken pipe", "Connection refused")):
+        return "peer_lost"
+    if "Timed out" in message or "timed out" in message or timeout_error:
+        return "timeout"
+    return "model" if in_model else "other"
 
 
 _DIGITS = re.compile(r"\d+")

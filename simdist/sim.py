@@ -99,6 +99,7 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
                 blocked_in=blocked,
                 waiting_in=waiting,
                 warnings=out.warnings,
+                compute=out.compute,
             )
         )
     return Report(

@@ -36,6 +36,7 @@ from simdist.program.actions import (
     WaitDeferred,
 )
 from simdist.program.interpret import rank_actions
+from simdist.report import Span
 from simdist.scenario import Model, Scenario
 from simdist.torchmodels.ddp import DDPModel
 from simdist.torchmodels.dist import Dist
@@ -52,6 +53,7 @@ class RankOutcome:
     inputs_processed: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # the Python warnings the rank showed
+    compute: list[Span] = field(default_factory=list)  # the rank's compute steps, as they ran
 
 
 class SimRank:
@@ -63,7 +65,7 @@ class SimRank:
         self.rank = rank
         self.state = engine.ranks[rank]
         self.dist = Dist(engine, rank)
-        self.out = RankOutcome(warnings=self.dist.warnings)
+        self.out = RankOutcome(warnings=self.dist.warnings, compute=self.dist.compute_spans)
         self.model: Model | None = None
         self.ddp: DDPModel | None = None
         self.zero: ZeroModel | None = None

@@ -19,6 +19,31 @@ def run_cli(*args: str, timeout: float = 120):
                           timeout=timeout, cwd=ROOT)
 
 
+def one_line_error(res, code: int = 2) -> str:
+    """The CLI run `res` failed with `code`, one line on stderr, no traceback; that line."""
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == code, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
+    assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def scenario_file(tmp_path: Path, data: bytes | str, name: str = "s.toml") -> Path:
+    """`data` (bytes as they are, or text) written to tmp_path/name."""
+    p = tmp_path / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return p
+
+
+def strict_json(text: str):
+    """json.loads that refuses Infinity and NaN, which are not JSON."""
+    import json
+
+    def no(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=no)
+
+
 @pytest.fixture
 def tmp_scenario(tmp_path):
     def write(text: str, name: str = "s.toml") -> Path:
@@ -86,3 +111,18 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def line_of(path: Path, text: str, after: str | None = None) -> int:
+    """1-based number of the first line of `path` containing `text` (after the line containing `after`)."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines) if i >= start and text in line) + 1
+
+
+def trace_keys(trace) -> list[tuple]:
+    """What a script's trace and a scenario's simulated trace are compared on, per entry."""
+    return [(e.seq, e.op, e.numel, e.dtype, e.group, e.origin, e.reduce_op, e.root) for e in trace]

@@ -25,7 +25,7 @@ from simdist.check.classify import check_run
 from simdist.errors import ScenarioError
 from simdist.fuzz.compress import apply, compress, misaligned, plan, untrusted
 from simdist.fuzz.runner import fuzz_template
-from simdist.fuzz.strategies import scenarios
+from simdist.fuzz.strategies import template_scenarios
 from simdist.fuzz.template import parse_template
 from simdist.report import Report
 from simdist.scenario import Scenario, parse_scenario
@@ -105,7 +105,7 @@ def _widen(body: dict[str, Any]) -> dict[str, Any]:
 
 
 WIDE = [parse_template(_widen(tomllib.loads(p.read_text())), source=p.name) for p in TEMPLATES]
-template_scenarios = st.sampled_from(WIDE).flatmap(scenarios).map(lambda pair: pair[1])
+wide_scenarios = st.sampled_from(WIDE).flatmap(template_scenarios).map(lambda pair: pair[1])
 
 
 def _cond(draw: Any, world: int) -> dict[str, Any]:
@@ -195,7 +195,7 @@ def hand_built(draw: Any) -> Scenario:
 # ------------------------------------------------------------------ tests
 @settings(max_examples=EXAMPLES or 200, derandomize=not EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck), database=None)
-@given(template_scenarios)
+@given(wide_scenarios)
 def test_compression_sound_on_templates(s):
     assert_same_verdict(s)
 

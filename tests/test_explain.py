@@ -37,7 +37,7 @@ def test_explain_ring_all_reduce_top_level():
     assert "Where the time goes:" in out and "latency" in out and "bandwidth" in out and "reduction" in out
     assert "reduce-scatter" in out and "all-gather" in out  # step table phases
     assert out.count("262144") >= 6  # each of the 6 steps moves n/p bytes per message
-    assert "crossover at" in out  # against tree / recursive doubling
+    assert "crossover" in out and " B)" in out  # against tree / recursive doubling: "at 117 KiB (120000 B)"
     assert "rank   0 |" in out and "rank   3 |" in out  # the timeline
     assert "busbw" in out
 
@@ -87,9 +87,9 @@ def test_explain_json_and_trace(tmp_path):
     assert d["algo"] == "recursive_halving" and d["ranks"] == 6 and d["nbytes"] == 6 << 20
     assert {"formula", "steps", "breakdown_s", "others", "timeline", "coefficients"} <= set(d)
     tr = json.loads(trace.read_text())
-    xs = [e for e in tr["traceEvents"] if e["ph"] == "X"]
-    assert xs and all(e["dur"] > 0 for e in xs)
-    assert {e["tid"] for e in xs} == set(range(6))
+    sends = [e for e in tr["traceEvents"] if e["ph"] == "b" and e["name"].startswith("send")]
+    assert len(sends) == sum(s["messages"] for s in d["steps"])  # every message, on its sender
+    assert {e["pid"] - 1 for e in sends} == set(range(6))
 
 
 def test_explain_auto_and_overrides():
@@ -132,3 +132,82 @@ def test_docs_walkthrough_and_example_plot():
     for img in imgs:
         assert img.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"img/{img.name}" in text
+
+
+# --- the formula shown is the formula evaluated, for any p (issue 12) -----------------------------
+def _evaluate(text: str, p: int) -> float:
+    """A coefficient text of `Algorithm.terms_for` evaluated at p (our own strings, not user input)."""
+    import math
+    import re
+
+    import simdist.collectives.generators as g
+
+    q = 1 << (p.bit_length() - 1)  # p'
+    r = p - q
+    minsum = sum(min(d, p - d) for d in g.distances(p))
+    foldsum = sum(d + min(r, d) for d in g.distances(q))
+    py = (text.replace("Σ min(d, p-d)", "minsum").replace("Σ (d + min(r, d))", "foldsum")
+          .replace("⌈lg p⌉", "clg").replace("lg p'", "lgq").replace("lg p", "lgp").replace("p'", "q").replace("·", "*"))
+    py = re.sub(r"(\d)\s*(\(|[a-z])", r"\1*\2", py)
+    env = {"p": p, "q": q, "r": r, "minsum": minsum, "foldsum": foldsum, "clg": math.ceil(math.log2(p)) if p > 1 else 0,
+           "lgq": math.log2(q), "lgp": math.log2(p)}
+    return float(eval(py, {"__builtins__": {}}, env))  # noqa: S307 - the registry's own formula texts
+
+
+def test_every_formula_text_is_what_the_coefficients_evaluate():
+    from simdist.collectives.algorithms import REGISTRY
+
+    for (op, name), a in REGISTRY.items():
+        for p in range(max(a.min_p, 1), 70):
+            terms, note = a.terms_for(p)
+            want = a.coeffs(p)
+            got = tuple(_evaluate(t, p) for t in terms)
+            assert all(abs(x - y) < 1e-9 for x, y in zip(got, want, strict=True)), (op, name, p, terms, want)
+            assert bool(note) == (a.any_p is not None and p & (p - 1) != 0)
+
+
+def test_rabenseifner_on_six_ranks_shows_the_folded_formula():
+    r = runner.invoke(app, ["explain", "all_reduce", "--algo", "rabenseifner", "--ranks", "6", "--bytes", "1M"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "(p a power of two)" not in out
+    assert "p = 6 is not a power of two" in out and "fold-in" in out and "fold-out" in out
+    assert "T = (2·lg p' + 2)·α + (2(p'-1)/p' + 2)·n·β + ((p'-1)/p' + 1)·n·γ" in out
+    assert "p' = 4, r = 2" in out
+    assert "for p = 6: T = 6·α + 3.5·n·β + 1.75·n·γ" in out  # the coefficients of that formula at p' = 4
+    info = explain("all_reduce", "rabenseifner", 6, 1 << 20)
+    c = info.coefficients
+    assert (c.alpha, c.beta_per_byte, c.gamma_per_byte) == (6, 3.5, 1.75)
+    assert abs(info.time_s - (6 * info.alpha_s + (1 << 20) * (3.5 * info.beta_s_per_byte + 1.75 * info.gamma_s_per_byte))) < 1e-15
+
+
+def test_algbw_and_busbw_with_the_bus_factor():
+    info = explain("all_reduce", "ring", 4, 1 << 20)
+    assert abs(info.algbw_gbps - (1 << 20) / info.time_s / 1e9) < 1e-12
+    assert info.bus_factor == 1.5 and abs(info.busbw_gbps - info.algbw_gbps * 1.5) < 1e-12
+    r = runner.invoke(app, ["explain", "all_reduce", "--algo", "ring", "--ranks", "4", "--bytes", "1M"])
+    assert "algbw = S / t" in r.output and "busbw = algbw · 2(p-1)/p" in r.output and "= algbw · 1.5" in r.output
+    ag = explain("all_gather", "ring", 4, 1 << 20)
+    assert abs(ag.algbw_gbps - 4 * (1 << 20) / ag.time_s / 1e9) < 1e-12 and ag.bus_factor == 0.75
+
+
+def test_sweep_prints_nccl_tests_columns():
+    r = runner.invoke(app, ["explain", "all_reduce", "--algo", "ring", "--ranks", "4", "--sweep", "-b", "1K", "-e", "8K"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if "size" in line and "busbw" in line)
+    cols = lines[head].split()
+    assert cols[:4] == ["size", "count", "type", "redop"] and "time" in cols and cols.index("algbw") < cols.index("busbw")
+    rows = [line.split() for line in lines[head + 1:] if line.strip() and line.split()[0].isdigit()]
+    assert [int(x[0]) for x in rows] == [1024, 2048, 4096, 8192]
+    for x in rows:
+        size, count, typ, redop = int(x[0]), int(x[1]), x[2], x[3]
+        t_us, algbw, busbw = float(x[4]), float(x[5]), float(x[6])
+        assert count == size // 4 and typ == "float" and redop == "sum"
+        info = explain("all_reduce", "ring", 4, size)
+        assert abs(t_us - info.time_s * 1e6) < 0.01 * t_us
+        assert abs(algbw - size / info.time_s / 1e9) <= 0.001 + 1e-3 * algbw
+        assert abs(busbw - algbw * 1.5) <= 0.002 + 1e-3 * busbw
+    r = runner.invoke(app, ["explain", "all_gather", "--ranks", "4", "--sweep", "-b", "1K", "-e", "2K", "--json"])
+    rows = json.loads(r.output)["sweep"]
+    assert [row["size"] for row in rows] == [4096, 8192] and rows[0]["redop"] == "none"  # S = p·n, nccl-tests' size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck
 
 from simdist.check.classify import check_run
 from simdist.errors import ScenarioError
@@ -114,17 +115,68 @@ def test_to_toml_roundtrip():
 def test_fuzz_cli_exit_codes(tmp_path):
     out = tmp_path / "f"
     p = run_cli("fuzz", "scenarios/templates/no_join.toml", "--budget", "50", "--out", str(out), "--json")
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 0, p.stderr  # [fuzz].expect = "failure", and one was found
     d = json.loads(p.stdout)
     ce = d["results"][0]["counterexamples"][0]
-    assert d["failed"] and d["results"][0]["schedules"] > 0 and d["results"][0]["distinct_failures"] >= 1
+    assert d["failed"] and d["as_expected"] and d["seed"] == 0
+    assert d["results"][0]["schedules"] > 0 and d["results"][0]["distinct_failures"] >= 1
     # the counterexample replays with `simdist run` (its [expect] is the failing verdict: exit 0)
     assert run_cli("run", ce["path"]).returncode == 0
     p = run_cli("fuzz", "scenarios/templates/ok_counter_join.toml", "-n", "20", "--out", str(out), "-q")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "simdist fuzz" in p.stdout
+    assert "simdist fuzz (seed 0" in p.stdout and "┃" not in p.stdout  # the seed; plain table when piped
     bad = tmp_path / "bad.toml"
     bad.write_text('world_size = { range = [3, 1] }\n[inputs]\nbase = 1\n')
     p = run_cli("fuzz", str(bad))
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0
     assert "world_size.range: low end 3 is above high end 1" in p.stderr
+
+
+def test_fuzz_exit_code_follows_the_templates_expect(tmp_path):
+    """0 when the search ends as [fuzz].expect says, 1 when not: a family template that finds
+    nothing, or a correct-loop template (or one without expect) that finds a failure."""
+    body = ("world_size = 2\non_finish = 'stay'\n[inputs]\ncounts = {{ each = {{ range = [{lo}, 3] }} }}\n"
+            "[[loop]]\nkind = 'collective'\nop = 'all_reduce'\n")
+    cases = [("failure", 3, 1), ("failure", 0, 0), ("ok", 0, 1), ("ok", 3, 0), (None, 0, 1)]
+    for expect, lo, code in cases:
+        t = tmp_path / f"t_{expect}_{lo}.toml"
+        head = f"[fuzz]\nexpect = '{expect}'\n" if expect else ""
+        t.write_text(f"name = 't'\n{body.format(lo=lo)}{head}")
+        p = run_cli("fuzz", str(t), "-n", "30", "--no-db", "--out", str(tmp_path / "f"), "-q")
+        assert p.returncode == code, (expect, lo, p.stdout + p.stderr)
+
+
+def test_fuzzer_uses_public_hypothesis_api_only():
+    import inspect
+
+    import simdist.fuzz.runner as runner
+
+    src = inspect.getsource(runner)
+    assert "_hypothesis_internal" not in src
+    assert runner.SUPPRESSED_HEALTH_CHECKS == [HealthCheck.filter_too_much]
+
+
+def test_fuzz_output_folder_that_is_a_file_is_bad_usage(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    p = run_cli("fuzz", "scenarios/templates/no_join.toml", "-n", "5", "--out", str(f / "sub"))
+    assert p.returncode == 2 and "out:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_documented_given_example_runs(tmp_path):
+    """docs/fuzzing.md's `template_scenarios` example, run with pytest as a user would."""
+    import re
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    text = (ROOT / "docs" / "fuzzing.md").read_text()
+    block = re.search(r"<!-- example: .*? -->\n```python\n(.*?)```", text, re.S)
+    assert block is not None
+    (tmp_path / "test_my_loop.py").write_text(block.group(1))
+    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_loop.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 passed" in res.stdout

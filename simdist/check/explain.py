@@ -9,7 +9,8 @@ waits for was doing instead, e.g.::
     this collective
 
 then where the ranks' collective sequences first drifted apart, the deadlock core of the
-wait-for graph, and a hint naming the known deadlock family when one matches.
+wait-for graph, and hints naming the known failure family and its fix
+(`simdist.check.hints`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import re
 
 from simdist.check.classify import Verdict, check_run, failing_entry, invariant_findings, run_findings
+from simdist.check.hints import hints, joined
 from simdist.check.waitfor import P2P_OPS, WaitFor, collective_index, group_members
 from simdist.report import Finding, Report, TraceEntry
-from simdist.scenario import CollectiveStep, ForwardStep, Scenario
+from simdist.scenario import Scenario
 from simdist.vocab import CHECKER_KINDS, DTYPE_BYTES, MISMATCH_KINDS, ORIGINS, ROOTED_OPS
 
 _CONSEQUENCE = re.compile(r"(blocks forever|aborts|paired silently, values mixed)")
@@ -137,16 +139,12 @@ def shadowed(scenario: Scenario, origin: str) -> bool:
     return comp in kinds
 
 
-def _joined(scenario: Scenario) -> bool:
-    return scenario.join is not None and scenario.join.enabled
-
-
 def rank_state(report: Report, scenario: Scenario, m: int, about: TraceEntry | None = None) -> str:
     r = report.ranks[m]
     n = r.inputs_processed
     inputs = f"its {ordinal(n)} input" if n else "no input at all"
     if r.status == "completed":
-        if _joined(scenario):
+        if joined(scenario):
             s = f"rank {m} left the Join context after {inputs}"
             if about is not None and not shadowed(scenario, about.origin):
                 s += " and its join hooks do not shadow this collective"
@@ -184,85 +182,6 @@ def divergence(report: Report, scenario: Scenario, group: str) -> str | None:
                 parts.append(f"rank {m}: {describe(report, m, e)}")
         return f"on group {group} the ranks' collective sequences first drift apart at #{seq}: " + "; ".join(parts)
     return None
-
-
-def _step_of(scenario: Scenario, origin: str) -> tuple[str, int] | None:
-    if not origin.startswith("user."):
-        return None
-    label = origin[5:]
-    for section in ("loop", "after"):
-        steps = getattr(scenario, section)
-        for k, st in enumerate(steps):
-            if label == f"{section}[{k}]" or getattr(st, "name", None) == label:
-                return section, k
-    return None
-
-
-def hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[str]:
-    """Name the known deadlock family when the scenario matches one."""
-    out: list[str] = []
-    counts = scenario.counts()
-    j = scenario.join
-    comm_steps = [s for s in scenario.loop if s.kind in ("forward", "backward", "optimizer_step", "collective",
-                                                          "joinable_call", "p2p")]
-    if len(set(counts)) > 1 and comm_steps:
-        if j is None:
-            out.append("hint (no Join): the loop is not wrapped in Join, so a rank that runs out of inputs stops "
-                       "issuing collectives while ranks with more inputs wait for it; wrap it in Join([...]) with "
-                       "every joinable that communicates")
-        elif not j.enabled:
-            out.append("hint (Join(enable=False)): a disabled Join is no Join at all -- nothing shadows the "
-                       "collectives of ranks that still have inputs")
-    if j is not None and j.enabled and "zero" in j.joinables and "ddp" in j.joinables \
-            and j.joinables.index("zero") < j.joinables.index("ddp"):
-        out.append("hint (ZeRO listed before DDP): ZeRO is the first joinable, so the Join heartbeat moves into "
-                   "optimizer.step() and the joined rank's shadow sequence no longer lines up with DDP's forward; "
-                   "list the model before the optimizer in Join's joinables")
-    if j is not None and j.enabled and scenario.model is not None and "ddp" not in j.joinables and any(
-            s.kind in ("forward", "backward") for s in scenario.loop):
-        out.append("hint: the loop runs DDP but 'ddp' is not a joinable of Join, so DDP's collectives are never shadowed")
-    # the user collectives involved in the failure or in the drift
-    origins: set[str] = set()
-    for f in verdict.findings:
-        for r in f.ranks:
-            if 0 <= r < len(report.ranks):
-                e = failing_entry(report, r)
-                if e is not None:
-                    origins.add(e.origin)
-    for r in report.ranks:
-        for e in r.trace:
-            if e.origin.startswith("user.") and e.phase == "loop" and _joined(scenario):
-                origins.add(e.origin)
-    seen: set[tuple[str, int]] = set()
-    for origin in sorted(origins):
-        loc = _step_of(scenario, origin)
-        if loc is None or loc in seen:
-            continue
-        seen.add(loc)
-        section, k = loc
-        st = getattr(scenario, section)[k]
-        label = f"{section}[{k}]" + (f" ('{st.name}')" if getattr(st, "name", None) else "")
-        if isinstance(st, CollectiveStep) and st.ranks is not None and set(st.ranks) != set(scenario.group_ranks(st.group)):
-            out.append(f"hint (collective on a subset of ranks): {label} runs only on ranks {st.ranks} but is a "
-                       f"{st.op} on group {st.group} (ranks {scenario.group_ranks(st.group)}): the other members pair "
-                       "it with their next collective")
-        elif section == "loop" and _joined(scenario) and len(set(counts)) > 1:
-            cond = f" every {st.every} inputs" if st.every else ""
-            fwd = [i for i, s in enumerate(scenario.loop) if isinstance(s, ForwardStep)]
-            bwd = [i for i, s in enumerate(scenario.loop) if s.kind == "backward"]
-            if fwd and bwd and fwd[0] < k < bwd[-1]:
-                out.append(f"hint (forward-pass collective): {label} is a raw collective between forward and backward "
-                           "(like SyncBatchNorm's statistics all-reduce); no join hook shadows it, so after a rank "
-                           "joins the others pair it with a shadow collective")
-            else:
-                out.append(f"hint (unshadowed collective): {label} is a raw collective issued{cond} inside the Join "
-                           "block; no join hook shadows it, so once a rank has joined the others' sequences drift "
-                           "(use throw_on_early_termination, or issue it only while all ranks have inputs)")
-    fwd_ns = [s for s in scenario.loop if isinstance(s, ForwardStep) and s.no_sync]
-    if fwd_ns and verdict.failed:
-        out.append("hint (no_sync interplay): some forwards run under model.no_sync(); when ranks disagree on which "
-                   "iterations synchronise (conditions on ranks or inputs), their gradient all-reduces stop pairing")
-    return out
 
 
 def explain_verdict(report: Report, scenario: Scenario, verdict: Verdict) -> list[str]:
@@ -317,18 +236,26 @@ def explain_verdict(report: Report, scenario: Scenario, verdict: Verdict) -> lis
         if d:
             lines.append(d)
     if wf is not None and wf.blocked:
-        core = ", ".join(str(c) for c in wf.core)
-        s = f"wait-for graph: blocked ranks {wf.blocked}; deadlock core {core}"
-        if wf.cycle:
-            s += " (ranks waiting on each other)"
-        if wf.culprits:
-            s += f"; they wait on ranks {wf.culprits}, which will never issue what is needed"
-        rest = sorted(set(wf.blocked) - {r for c in wf.core for r in c})
-        if rest:
-            s += f"; ranks {rest} are blocked only because the core is"
-        lines.append(s)
+        lines.append(waitfor_line(wf))
     lines.extend(hints(report, scenario, verdict))
     return lines
+
+
+def waitfor_line(wf: WaitFor) -> str:
+    """The wait-for graph in one sentence: a deadlock core only where blocked ranks wait on
+    each other; a rank waiting on ranks that are not blocked is named as such."""
+    parts = [f"wait-for graph: blocked ranks {wf.blocked}"]
+    if wf.core:
+        parts.append("deadlock core " + ", ".join(str(c) for c in wf.core) + " (ranks waiting on each other)")
+    if wf.roots:
+        who = f"rank {wf.roots[0]} waits" if len(wf.roots) == 1 else f"ranks {wf.roots} wait"
+        on = sorted({m for r in wf.roots for m in wf.graph.successors(r)})
+        parts.append(f"no cycle: {who} on ranks {on}, which are not blocked")
+    if wf.culprits:
+        parts.append(f"ranks {wf.culprits} will never issue what is needed")
+    if wf.downstream:
+        parts.append(f"ranks {wf.downstream} are blocked only because those are")
+    return "; ".join(parts)
 
 
 def explain_report(report: Report, scenario: Scenario) -> list[str]:

@@ -5,16 +5,17 @@ something": r is blocked in collective #s of group g and m has not issued #s (re
 ``missing``) or issued a different collective there (reason ``mismatch``), or r waits in a
 recv/send whose partner m never posted the matching op (reason ``p2p``).
 
-As MUST does, the graph is then cut down to the ranks that are *part of* the deadlock:
+As MUST does, the graph is then cut down to the ranks the others' waiting comes from:
 among blocked ranks, the sink strongly connected components (no edge to another blocked
-component). A rank outside the core is blocked only because a core rank is; a non-blocked
-rank the core waits on (finished, exited) is reported as the *culprit*.
+component). A sink that is a real cycle (ranks waiting on each other) is a *deadlock core*;
+a sink that is one rank waiting on ranks that are not blocked (finished, exited: the
+*culprits*) is a *root* -- a lone waiting rank, not a deadlock. A rank in neither is blocked
+only because a core or root rank is. Drawing (DOT, PNG, SVG) is `simdist.check.drawing`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -56,13 +57,20 @@ class WaitFor:
 
     graph: nx.DiGraph
     blocked: list[int]
-    core: list[list[int]] = field(default_factory=list)  # sink SCCs of the blocked subgraph
-    culprits: list[int] = field(default_factory=list)  # non-blocked ranks the core waits on
+    core: list[list[int]] = field(default_factory=list)  # sink SCCs that are cycles: the deadlock cores
+    roots: list[int] = field(default_factory=list)  # sink ranks waiting only on ranks that are not blocked
+    culprits: list[int] = field(default_factory=list)  # non-blocked ranks the core or roots wait on
 
     @property
     def cycle(self) -> bool:
-        """True when some core component is a real cycle (ranks waiting on each other)."""
-        return any(len(c) > 1 or self.graph.has_edge(c[0], c[0]) for c in self.core)
+        """True when blocked ranks wait on each other (a deadlock core exists)."""
+        return bool(self.core)
+
+    @property
+    def downstream(self) -> list[int]:
+        """Blocked ranks that are neither in a core nor roots: blocked only because those are."""
+        first = {r for c in self.core for r in c} | set(self.roots)
+        return [r for r in self.blocked if r not in first]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +78,7 @@ class WaitFor:
             "edges": [{"from": a, "to": b, **d} for a, b, d in sorted(self.graph.edges(data=True), key=lambda x: (x[0], x[1]))],
             "blocked": self.blocked,
             "core": self.core,
+            "roots": self.roots,
             "culprits": self.culprits,
         }
 
@@ -99,49 +108,10 @@ def build_waitfor(report: Report, scenario: Scenario | None = None) -> WaitFor:
     wf = WaitFor(graph=g, blocked=blocked)
     if not blocked:
         return wf
-    sub = g.subgraph(blocked)
-    cond = nx.condensation(sub)
-    core = []
-    for c in cond.nodes:
-        if cond.out_degree(c) == 0:
-            members = sorted(cond.nodes[c]["members"])
-            # a lone blocked rank with no edge at all waits on nothing we can name: keep it anyway
-            core.append(members)
-    wf.core = sorted(core)
-    core_ranks = {r for c in wf.core for r in c}
-    wf.culprits = sorted({b for a in core_ranks for b in g.successors(a) if b not in blocked})
+    cond = nx.condensation(g.subgraph(blocked))
+    sinks = [sorted(cond.nodes[c]["members"]) for c in cond.nodes if cond.out_degree(c) == 0]
+    wf.core = sorted(c for c in sinks if len(c) > 1 or g.has_edge(c[0], c[0]))
+    wf.roots = sorted(c[0] for c in sinks if len(c) == 1 and not g.has_edge(c[0], c[0]))
+    first = {r for c in wf.core for r in c} | set(wf.roots)
+    wf.culprits = sorted({b for a in first for b in g.successors(a) if b not in blocked})
     return wf
-
-
-def draw_waitfor(wf: WaitFor, path: str | Path, title: str = "wait-for graph") -> Path:
-    """Write the graph as an image (PNG/SVG/PDF by suffix): core ranks red, culprits orange."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    g = wf.graph
-    core = {r for c in wf.core for r in c}
-    colours = []
-    for n in g.nodes:
-        if n in core:
-            colours.append("#e74c3c")
-        elif n in wf.culprits:
-            colours.append("#f39c12")
-        elif n in wf.blocked:
-            colours.append("#f5b7b1")
-        else:
-            colours.append("#abebc6")
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(g)), max(3, 1.0 * len(g))))
-    pos = nx.circular_layout(g) if len(g) > 2 else nx.spring_layout(g, seed=0)
-    labels = {n: f"{n}\n{d['status']}" for n, d in g.nodes(data=True)}
-    nx.draw_networkx(g, pos, ax=ax, node_color=colours, labels=labels, node_size=1400, font_size=8,
-                     arrows=True, arrowsize=18, connectionstyle="arc3,rad=0.12")
-    edge_labels = {(a, b): f"{d['reason']} #{d['seq']}" for a, b, d in g.edges(data=True)}
-    nx.draw_networkx_edge_labels(g, pos, edge_labels=edge_labels, font_size=7, ax=ax)
-    ax.set_title(title)
-    ax.axis("off")
-    p = Path(path)
-    fig.savefig(p, bbox_inches="tight")
-    plt.close(fig)
-    return p

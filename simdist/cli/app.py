@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
+from simdist import __version__
 from simdist.cli import fuzz, scenario, timing
 from simdist.cli.console import ExitCode, err, say
 from simdist.errors import SimdistError
@@ -47,11 +48,33 @@ class _Escaped(Exception):
 
 app = typer.Typer(
     cls=_Commands,
-    add_completion=False,
+    add_completion=True,  # typer's --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
-    help="Simulate, check and replay PyTorch distributed training loops (Join, DDP, ZeRO, uneven inputs).",
     pretty_exceptions_enable=False,
+    # Help text is plain text: Rich markup would eat "[fuzz]" and "[expect]" (as it eats user text).
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        say(f"simdist {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print simdist's version and exit")] = False,
+) -> None:
+    """Simulate, check and replay PyTorch distributed training loops (Join, DDP, ZeRO, uneven inputs).
+
+    Exit codes, for every command: 0 ok, 1 a check failed, 2 bad input or usage (including
+    output paths), 3 a bug in simdist.
+    """
+
+
 scenario.register(app)  # run, real, compare, check
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz
@@ -68,12 +91,16 @@ def main() -> None:
     130 interrupted, 141 the output pipe was closed."""
     try:
         app()
+    except SystemExit as e:
+        if e.code == int(ExitCode.INTERRUPTED):  # typer's exit after Ctrl-C (said already)
+            _exit_interrupted()
+        raise
     except SimdistError as e:  # bad input that a command did not catch itself
         say(("error:", "red"), f" {e}", console=err)
         sys.exit(int(ExitCode.BAD_INPUT))
     except KeyboardInterrupt:
         say("interrupted", console=err)
-        sys.exit(int(ExitCode.INTERRUPTED))
+        _exit_interrupted()
     except _PipeClosed:
         with contextlib.suppress(OSError):  # nothing more reaches the reader, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -82,6 +109,18 @@ def main() -> None:
         if os.environ.get("SIMDIST_DEBUG"):
             raise
         _internal_error(e.__cause__ if isinstance(e, _Escaped) and e.__cause__ is not None else e)
+
+
+def _exit_interrupted() -> NoReturn:
+    """Exit 130 now, output flushed. Not sys.exit: CPython 3.11 marks a Ctrl-C that landed
+    inside exec() of a string (dataclasses and numpy run one while modules load, also the
+    ones a command loads late) as unhandled even once caught, and then ends the process by
+    SIGINT instead of the code asked for. Every `with` and `finally` has run by now, and
+    simdist registers nothing to run at exit."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe
+            stream.flush()
+    os._exit(int(ExitCode.INTERRUPTED))
 
 
 def _internal_error(e: BaseException) -> NoReturn:

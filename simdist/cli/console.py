@@ -1,9 +1,15 @@
-"""What every command shares: the consoles, exit codes, one-line errors, size parsing.
+"""What every command shares: the consoles, tables, exit codes, one-line errors, output
+paths and size parsing.
 
-Exit codes hold for every command: 0 ok (the run completed or met its `[expect]`; sim and
-real agree; the fuzzer found nothing), 1 a check failed (the thing checked did not hold),
-2 bad input or usage (one line naming the field, never a traceback), 3 a bug in simdist,
-130 interrupted (Ctrl-C), 141 the output pipe was closed.
+Exit codes hold for every command: 0 ok (the scenario passed -- see `simdist.expect.judge`;
+sim and real agree; the fuzzer's search ended as the template's `[fuzz].expect` says),
+1 a check failed (the thing checked did not hold), 2 bad input or usage (one line naming the
+field or option, never a traceback; an output path that cannot be written is bad usage too),
+3 a bug in simdist, 130 interrupted (Ctrl-C), 141 the output pipe was closed. Several files
+in one command: the worst code of any.
+
+Output is plain when stdout is not a terminal: no box drawing in tables, no wrapping at 80
+columns (`PlainWhenPiped`, `show`), so that piped output greps and diffs line by line.
 
 User text (scenario and group names, error messages from torch and Gloo, file names) is
 printed verbatim: the consoles have Rich markup switched off, so a Gloo error such as
@@ -14,13 +20,16 @@ through `rich.text.Text` styles (`say`), never by formatting markup into a strin
 from __future__ import annotations
 
 import contextlib
-import re
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from enum import IntEnum
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from pydantic import ByteSize, TypeAdapter, ValidationError
+from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 from rich.text import Text
 
 from simdist.errors import InputError, SimdistError
@@ -35,8 +44,42 @@ class ExitCode(IntEnum):
     PIPE_CLOSED = 141  # the reader of our output went away, as shells report SIGPIPE
 
 
-out = Console(markup=False, highlight=False)
-err = Console(stderr=True, markup=False, highlight=False)
+PIPE_WIDTH = 100_000  # "no wrapping": wider than any line simdist prints
+
+
+class PlainWhenPiped(Console):
+    """A Rich console that does not wrap lines at 80 columns when its file is not a terminal
+    (Rich's default width for pipes); on a terminal it is Rich's own. The file is looked up
+    when printing, so a console made at import time follows a later redirection."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+out = PlainWhenPiped(markup=False, highlight=False)
+err = PlainWhenPiped(stderr=True, markup=False, highlight=False)
+
+
+def table(*columns: str, title: str | None = None, **column_kw: Any) -> Table:
+    """A table with these columns (each column gets `column_kw`); print it with `show`."""
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, **column_kw)
+    return t
+
+
+def show(t: Table, console: Console = out) -> None:
+    """Print a table: with box drawing on a terminal, as plain aligned columns otherwise."""
+    if not console.is_terminal:
+        t.box = None
+        t.pad_edge = False
+    console.print(t)
 
 Part = str | tuple[str, str]  # plain text, or (text, Rich style)
 
@@ -66,6 +109,11 @@ def fail_input(message: str) -> NoReturn:
     fail(message, ExitCode.BAD_INPUT)
 
 
+def worst(codes: list[int]) -> int:
+    """The exit code of a command over several files: the worst of theirs (0 when none)."""
+    return max(codes, default=int(ExitCode.OK))
+
+
 @contextlib.contextmanager
 def bad_input(source: object = None) -> Iterator[None]:
     """Inside the block, a `SimdistError` (bad scenario, template, option, host, a resource
@@ -73,25 +121,74 @@ def bad_input(source: object = None) -> Iterator[None]:
     try:
         yield
     except SimdistError as e:
-        msg = str(e)
-        if source is not None and not msg.startswith(f"{source}: "):
-            msg = f"{source}: {msg}"
-        fail_input(msg)
+        fail_input(str(e) if source is None else sourced(str(e), source))
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+def sourced(message: str, source: object) -> str:
+    """`message` led by its source (the file), unless it already names it first."""
+    return message if message.startswith(f"{source}: ") else f"{source}: {message}"
+
+
+# nccl-tests' -b/-e convention: a bare K, M, G or T suffix is binary (1M = 2**20 bytes);
+# every other unit is pydantic's ByteSize (KiB and MiB binary, KB and MB decimal, ...).
+_BINARY_SUFFIX = {"k": "KiB", "m": "MiB", "g": "GiB", "t": "TiB"}
+_BYTES = TypeAdapter(ByteSize)
 
 
 def parse_size(text: str | int, field: str = "bytes") -> int:
-    """'1048576', '1M', '1MiB', '64KiB', '2g' -> bytes (binary multiples)."""
+    """'1048576', '1M', '1MiB', '64K', '2g', '1.5 GB' -> bytes (a bare K/M/G/T is binary)."""
     if isinstance(text, int):
         v = text
     else:
-        m = _SIZE.match(str(text))
-        if not m:
-            raise InputError(f"{field}: cannot read size {text!r} (e.g. 4096, 64K, 1MiB)")
-        mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-        v = int(float(m.group(1)) * mult)
+        raw = str(text).strip()
+        if raw and raw[-1].lower() in _BINARY_SUFFIX and raw[:-1].strip().replace(".", "", 1).isdigit():
+            raw = raw[:-1].strip() + _BINARY_SUFFIX[raw[-1].lower()]
+        try:
+            v = int(_BYTES.validate_python(raw))
+        except ValidationError:
+            raise InputError(f"{field}: cannot read size {text!r} (e.g. 4096, 64K, 1MiB)") from None
     if v < 0:
         raise InputError(f"{field}: must be >= 0")
     return v
+
+
+# --------------------------------------------------------------------------- output paths
+def check_output_file(path: Path | None, option: str) -> None:
+    """Before any work: `path` can be written (its folder exists and is writable, it is not a
+    folder). Raises InputError naming the option, which the commands turn into exit 2."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise InputError(f"{option}: {path} is a folder; give a file name")
+    folder = path.parent
+    if not folder.exists():
+        raise InputError(f"{option}: folder {folder} does not exist (for {path})")
+    if not folder.is_dir():
+        raise InputError(f"{option}: {folder} is not a folder (for {path})")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{option}: cannot write {path} (permission denied)")
+
+
+def check_output_folder(path: Path | None, option: str) -> None:
+    """Before any work: `path` is a writable folder, or can be made in the nearest existing one."""
+    if path is None:
+        return
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"{option}: {probe} is not a folder (for {path})")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{option}: cannot write in {probe} (permission denied)")
+
+
+def write_output(write: Callable[[], Any], path: Path, option: str) -> bool:
+    """Write an output file after the work is done: a failure now (disk full, the folder
+    removed meanwhile) is one line on stderr and False, so the caller still prints what it
+    computed and exits 2 at the end instead of losing the results."""
+    try:
+        write()
+        return True
+    except OSError as e:
+        say(("error:", "red"), f" {option}: cannot write {path} ({e.strerror or type(e).__name__})", console=err)
+        return False

@@ -1,7 +1,8 @@
 """`simdist fuzz`: draw schedules from templates, simulate and check each, shrink what fails.
 
-Exit codes: 0 = no failure found, 1 = a failure was found, 2 = bad input (one line naming
-the field).
+Exit codes: 0 = every template's search ended as its `[fuzz].expect` says (no failure found,
+or for ``expect = "failure"`` a failure found), 1 = one did not, 2 = bad input (one line
+naming the field or option).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
-from simdist.cli.console import ExitCode, bad_input, err, exit_on, exit_with, out, say
+from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say, show, table
 from simdist.jsonout import dumps
 
 
@@ -38,11 +38,17 @@ def fuzz(
 
     A failure (hang, error, collective mismatch, broken invariant) is shrunk to a minimal scenario and written
     under --out as a plain scenario file that replays with `simdist run` / `simdist real` / `simdist compare`.
+
+    Exit 0 when each template's search ends as its [fuzz].expect says ("failure": a failure was found;
+    "ok" or none: nothing was found), 1 otherwise, 2 for bad input.
     """
     from simdist.fuzz.runner import FuzzInterrupted, fuzz_template
     from simdist.fuzz.template import load_template
 
     with bad_input():
+        check_output_folder(out_dir, "out")
+        if not no_db:
+            check_output_folder(db, "db")
         tpls = [load_template(p) for p in templates]
     results = []
     for t in tpls:
@@ -71,11 +77,13 @@ def fuzz(
             progress.update(task, completed=n)
         results.append(r)
     failed = any(r.failed for r in results)
+    as_expected = all(r.as_expected for r in results)
     if json_:
-        sys.stdout.write(dumps({"failed": failed, "results": [r.to_dict() for r in results]}) + "\n")
+        sys.stdout.write(dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
+                                "results": [r.to_dict() for r in results]}) + "\n")
     else:
-        _print_results(results)
-    exit_on(not failed)
+        _print_results(results, seed)
+    exit_on(as_expected)
 
 
 def _interrupted(results: list, json_: bool) -> NoReturn:
@@ -92,14 +100,15 @@ def _interrupted(results: list, json_: bool) -> NoReturn:
     exit_with(ExitCode.INTERRUPTED)
 
 
-def _print_results(results: list) -> None:
-    table = Table(title="simdist fuzz")
-    for col in ("template", "examples", "schedules", "sched/s", "distinct failures", "verdict"):
-        table.add_column(col, overflow="fold")
+def _print_results(results: list, seed: int) -> None:
+    t = table("template", "expect", "examples", "schedules", "sched/s", "distinct failures", "verdict",
+              title=f"simdist fuzz (seed {seed}: --seed {seed} repeats this search)", overflow="fold")
     for r in results:
-        verdict = Text("FAIL", style="red") if r.failed else Text("ok", style="green")
-        table.add_row(r.template, str(r.examples), str(r.schedules), f"{r.rate:.1f}", str(len(r.failures)), verdict)
-    out.print(table)
+        verdict = "failure found" if r.failed else "no failure"
+        style = "green" if r.as_expected else "red"
+        t.add_row(r.template, r.expect or "ok", str(r.examples), str(r.schedules), f"{r.rate:.1f}",
+                  str(len(r.failures)), Text(verdict + ("" if r.as_expected else " (unexpected)"), style=style))
+    show(t)
     for r in results:
         for c in r.counterexamples:
             say((r.template, "red"), f": {c.key} -- {c.world_size} ranks, inputs {c.counts}, {c.steps} step(s); "

@@ -1,5 +1,7 @@
-"""Commands on one scenario file: `run` (simulate), `real` (real processes), `compare`
-(both, diffed rank by rank) and `check` (the checker's verdict and wait-for graph).
+"""Commands on scenario files: `run` (simulate), `real` (real processes), `compare` (both,
+diffed rank by rank) and `check` (the checker's verdict and wait-for graph). `run` and
+`check` take several files, print a summary line and exit with the worst code; both judge
+a file by `simdist.expect.judge`, so one verdict gives one exit code.
 
 This module and `simdist/__init__` are where `simdist` reaches `real_backend` (its
 `run_real`), and only when a command needs it, so `simdist run` never imports torch.
@@ -8,13 +10,32 @@ This module and `simdist/__init__` are where `simdist` reaches `real_backend` (i
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.table import Table
 
-from simdist.cli.console import bad_input, exit_on, out, say
+from simdist.check.classify import Verdict, check_run
+from simdist.check.explain import annotate_report
+from simdist.chrome_trace import write_chrome_trace
+from simdist.cli import script as script_cli
+from simdist.cli.console import (
+    ExitCode,
+    bad_input,
+    check_output_file,
+    err,
+    exit_on,
+    exit_with,
+    say,
+    show,
+    sourced,
+    table,
+    worst,
+    write_output,
+)
+from simdist.errors import InputError, SimdistError
+from simdist.expect import Judgement, judge
 from simdist.jsonout import finite, write_json
 from simdist.limits import check_timeout
 from simdist.program.budget import check_ops
@@ -38,9 +59,8 @@ def _load(path: Path, target: Target = "sim") -> Scenario:
 
 def print_report(report: Report, title: str | None = None) -> None:
     """Per-rank table, outcome, findings and the explanation of any hang or error."""
-    table = Table(title=title or f"{report.scenario} ({report.source})", show_lines=False)
-    for col in ("rank", "status", "inputs", "collectives", "time (s)", "observed / error"):
-        table.add_column(col, overflow="fold")
+    t = table("rank", "status", "inputs", "collectives", "time (s)", "observed / error",
+              title=title or f"{report.scenario} ({report.source})", overflow="fold")
     for r in report.ranks:
         detail = ""
         if r.error:
@@ -52,8 +72,8 @@ def print_report(report: Report, title: str | None = None) -> None:
         if r.observed:
             obs = ", ".join(f"{k}={_short(v)}" for k, v in r.observed.items())
             detail = f"{obs}; {detail}" if detail else obs
-        table.add_row(str(r.rank), r.status, str(r.inputs_processed), str(len(r.trace)), f"{r.time:.6g}", detail)
-    out.print(table)
+        t.add_row(str(r.rank), r.status, str(r.inputs_processed), str(len(r.trace)), f"{r.time:.6g}", detail)
+    show(t)
     say("outcome: ", (report.outcome, _OUTCOME_STYLE[report.outcome]))
     for f in report.findings:
         say(("finding", "magenta"), f" {f.kind}: {f.detail}")
@@ -67,40 +87,146 @@ def _short(v: Any) -> str:
     return str(v)
 
 
-def report_and_exit(report: Report, s: Scenario, json_: bool) -> None:
-    """Print the report (table or JSON) and exit 0/1 on the scenario's expectations or outcome."""
-    from simdist.expect import check_expectations
+@dataclass
+class FileResult:
+    """What one scenario file of a `run` or `check` came to."""
 
-    failures = check_expectations(report, s.expect)
+    path: Path
+    code: int  # ExitCode of this file
+    word: str  # "passed", "failed" or "bad input", for the summary line
+    data: dict[str, Any] = field(default_factory=dict)  # what --json prints for this file
+
+
+def _simulated(path: Path) -> tuple[Scenario, Report] | str:
+    """The scenario at `path` and its simulated run, or the one-line error that makes this
+    file bad input: invalid, over a resource limit, or meeting one while it runs (a huge
+    mismatched collective)."""
+    from simdist.sim import simulate
+
+    try:
+        s = load_scenario(path)
+        check_ops(s, str(path))
+        return s, simulate(s)
+    except SimdistError as e:
+        return sourced(str(e), path)
+
+
+def _bad_file(path: Path, message: str) -> FileResult:
+    say(("error:", "red"), " ", message, console=err)
+    return FileResult(path, int(ExitCode.BAD_INPUT), "bad input", {"file": str(path), "error": message})
+
+
+def output_for(option: Path | None, scenario: Path, suffix: str, several: bool) -> Path | None:
+    """Where one file's output goes: the option's path; with several scenarios, a folder
+    (then `<folder>/<scenario stem><suffix>`) or a path with `{name}` in it."""
+    if option is None:
+        return None
+    if "{name}" in str(option):
+        return Path(str(option).replace("{name}", scenario.stem))
+    if option.is_dir() and several:
+        return option / f"{scenario.stem}{suffix}"
+    return option
+
+
+def check_outputs(option: Path | None, name: str, scenarios: list[Path], suffix: str) -> list[Path | None]:
+    """Every file's output path, checked before anything runs (bad ones: exit 2)."""
+    several = len(scenarios) > 1
+    if option is not None and several and "{name}" not in str(option) and not option.is_dir():
+        raise InputError(f"{name}: with several scenarios, give a folder or a path with {{name}} in it")
+    paths = [output_for(option, p, suffix, several) for p in scenarios]
+    for path in paths:
+        check_output_file(path, name)
+    return paths
+
+
+def finish(results: list[FileResult], json_: bool, single_json: dict[str, Any] | None = None) -> NoReturn:
+    """Exit with the worst code; with several files, a summary line (or JSON object) first."""
+    code = worst([r.code for r in results])
+    if len(results) == 1:
+        if json_ and single_json is not None:
+            write_json(single_json, sys.stdout, default=str)
+            sys.stdout.write("\n")
+        exit_with(ExitCode(code))
     if json_:
-        report.write_json(sys.stdout)
+        write_json({"exit_code": code, "files": [r.data for r in results]}, sys.stdout, default=str)
         sys.stdout.write("\n")
     else:
-        print_report(report)
-        for f in failures:
+        counts = {w: sum(r.word == w for r in results) for w in ("passed", "failed", "bad input")}
+        say(("summary:", "bold"), f" {len(results)} files: " + ", ".join(f"{n} {w}" for w, n in counts.items())
+            + f" (exit {code})")
+    exit_with(ExitCode(code))
+
+
+def _judged(report: Report, s: Scenario, verdict: Verdict, json_: bool) -> Judgement:
+    """Judge the run; in text mode, say how it fared against [expect]."""
+    j = judge(report, s.expect, verdict)
+    if not json_:
+        for f in j.unmet:
             say(("expectation not met", "red"), f" {f}")
-        if s.expect is not None and not failures:
+        if j.by == "expect" and j.passed:
             say(("all expectations met", "green"))
-    exit_on(not failures if s.expect is not None else report.outcome == "completed")
+        if j.by == "checker" and not j.passed:
+            say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
+    return j
+
+
+def _code(j: Judgement, wrote: bool) -> int:
+    if not wrote:
+        return int(ExitCode.BAD_INPUT)
+    return int(ExitCode.OK if j.passed else ExitCode.CHECK_FAILED)
+
+
+def _word(code: int) -> str:
+    return {0: "passed", 1: "failed"}.get(code, "bad input")
+
+
+ScenariosArg = Annotated[list[Path], typer.Argument(help="scenario TOML file(s)")]
+RunArg = Annotated[list[Path], typer.Argument(
+    help="scenario TOML file(s), or one torch.distributed script (.py) followed by its own arguments (after --)")]
 
 
 def run(
-    scenario: ScenarioArg,
+    scenarios: RunArg,
     json_: JsonOpt = False,
-    trace_out: Annotated[Path | None, typer.Option("--trace-out", help="write a Chrome trace JSON (Perfetto)")] = None,
+    trace_out: Annotated[Path | None, typer.Option(
+        "--trace-out", help="write a Chrome trace JSON (Perfetto); with several scenarios a folder or a "
+                            "path with {name}")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    backend: script_cli.BackendOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
-    """Simulate SCENARIO and report what every rank did."""
-    from simdist.check.explain import annotate_report
-    from simdist.chrome_trace import write_chrome_trace
-    from simdist.sim import simulate
+    """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
-    s = _load(scenario)
-    with bad_input(scenario):  # a limit met while running (e.g. a huge mismatched collective)
-        report = simulate(s)
-    annotate_report(report, s)
-    if trace_out is not None:
-        write_chrome_trace(report, trace_out)
-    report_and_exit(report, s, json_)
+    Exit 0 when each passes (its [expect] holds; without [expect]: the checker finds nothing),
+    1 when one fails, 2 for bad input; with several files, the worst.
+    """
+    _check_timeout(timeout)  # a script's watchdog; a scenario refuses the option below
+    with bad_input():
+        if script_cli.is_script(scenarios[0]):
+            script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
+                                   json_, trace_out, print_report)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+        traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
+    results: list[FileResult] = []
+    single: dict[str, Any] | None = None
+    for path, trace_path in zip(scenarios, traces, strict=True):
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
+            continue
+        s, report = run_
+        verdict = annotate_report(report, s)
+        wrote = trace_path is None or write_output(lambda r=report, t=trace_path: write_chrome_trace(r, t),
+                                                   trace_path, "trace-out")
+        if not json_:
+            if len(scenarios) > 1:
+                say(("==", "bold"), f" {path}")
+            print_report(report)
+        j = _judged(report, s, verdict, json_)
+        code = _code(j, wrote)
+        single = report.to_jsonable()  # written as it streams out (simdist.jsonout)
+        results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, "report": single}))
+    finish(results, json_, single)
 
 
 def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
@@ -119,14 +245,27 @@ def _check_timeout(timeout: float | None) -> None:
 
 
 def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
-    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs)."""
+    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs).
+
+    Exit codes as for `simdist run`, judged on the real report.
+    """
     _check_timeout(timeout)
     s = _load(scenario, "real")
     report_and_exit(_run_real(s, timeout, json_), s, json_)
 
 
+def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
+    """Print a report (table or JSON) and exit 0/1 by `judge`, as `run` does for one file."""
+    if json_:
+        report.write_json(sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print_report(report)
+    exit_on(_judged(report, s, check_run(report, s), json_).passed)
+
+
 def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
-    """Run SCENARIO in the simulator and for real, and diff them rank by rank."""
+    """Run SCENARIO in the simulator and for real, and diff them rank by rank (exit 0: they agree)."""
     from dataclasses import asdict
 
     from simdist.compare import compare_reports, format_comparison
@@ -148,34 +287,55 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
 
 
 def check(
-    scenario: ScenarioArg,
+    scenarios: ScenariosArg,
     json_: Annotated[bool, typer.Option("--json", help="verdict, findings, explanation and wait-for graph as JSON")] = False,
-    graph: Annotated[Path | None, typer.Option("--graph", help="write the wait-for graph as an image (.png/.svg/.pdf)")] = None,
+    graph: Annotated[Path | None, typer.Option(
+        "--graph", help="write the wait-for graph: .dot/.gv (DOT), .png/.svg/.pdf (picture); with several "
+                        "scenarios a folder (DOT files) or a path with {name}")] = None,
 ) -> None:
-    """Simulate SCENARIO and explain any hang, mismatch or broken invariant (exit 1 when something failed)."""
-    from simdist.check.explain import annotate_report
-    from simdist.check.waitfor import draw_waitfor
-    from simdist.sim import simulate
+    """Simulate SCENARIO(S) and explain any hang, mismatch or broken invariant.
 
-    s = _load(scenario)
-    with bad_input(scenario):
-        report = simulate(s)
-    verdict = annotate_report(report, s)
-    if graph is not None and verdict.waitfor is not None:
-        draw_waitfor(verdict.waitfor, graph, title=f"{s.name}: wait-for graph")
-    if json_:
-        write_json({"verdict": finite(verdict.to_dict()), "explanation": report.notes,
-                    "report": report.to_jsonable()}, sys.stdout, default=str)
-        sys.stdout.write("\n")
-    else:
-        say((verdict.kind, "red" if verdict.failed else "green"), f" ({report.outcome})")
-        for f in report.findings:
-            say(f"finding {f.kind}: {f.detail}")
-        for line in report.notes:
-            say(line)
-        if graph is not None:
-            say(f"wait-for graph written to {graph}")
-    exit_on(not verdict.failed)
+    Exit codes as for `simdist run` (the same rule, so one verdict gives one code): 0 passed
+    (its [expect] holds, also when it expects a failure; without [expect]: nothing failed),
+    1 failed, 2 bad input.
+    """
+    from simdist.check.drawing import check_graph_path, to_dot, write_graph
+
+    with bad_input():
+        graphs = check_outputs(graph, "graph", scenarios, ".dot")
+        for g in graphs:
+            if g is not None:
+                check_graph_path(g)
+    results: list[FileResult] = []
+    single: dict[str, Any] | None = None
+    for path, graph_path in zip(scenarios, graphs, strict=True):
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
+            continue
+        s, report = run_
+        verdict = annotate_report(report, s)
+        wf = verdict.waitfor
+        assert wf is not None  # check_run always builds it
+        title = f"{s.name}: wait-for graph"
+        wrote = graph_path is None or write_output(lambda g=graph_path, w=wf, t=title: write_graph(w, g, t),
+                                                   graph_path, "graph")
+        if not json_:
+            if len(scenarios) > 1:
+                say(("==", "bold"), f" {path}")
+            say((verdict.kind, "red" if verdict.failed else "green"), f" ({report.outcome})")
+            for f in report.findings:
+                say(f"finding {f.kind}: {f.detail}")
+            for line in report.notes:
+                say(line)
+            if graph_path is not None and wrote:
+                say(f"wait-for graph written to {graph_path}")
+        j = _judged(report, s, verdict, json_)
+        code = _code(j, wrote)
+        single = {"verdict": finite(verdict.to_dict()), "passed": j.passed, "judged_by": j.by, "unmet": j.unmet,
+                  "explanation": report.notes, "waitfor_dot": to_dot(wf, title), "report": report.to_jsonable()}
+        results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, **single}))
+    finish(results, json_, single)
 
 
 def register(app: typer.Typer) -> None:

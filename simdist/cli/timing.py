@@ -9,25 +9,29 @@ options, call the real backend (`real_backend.bench`) or the timing model
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 from rich.progress import Progress
 
 import simdist.cli.timing_view as view
 from real_backend import bench
-from simdist.cli.console import err, fail, parse_size
+from simdist.chrome_trace import write_chrome_trace
+from simdist.cli.console import ExitCode, check_output_file, err, fail, parse_size, say, write_output
 from simdist.errors import InputError, SimdistError
 from simdist.jsonout import dumps
 from simdist.network.profile import OpProfile, Profile
-from simdist.network.simulate import write_chrome_trace
+from simdist.network.simulate import timeline_report
 from simdist.timing import experiments, plots
 from simdist.timing.explain import explain
+from simdist.timing.explain import sweep as explain_sweep
 from simdist.timing.sweeps import geometric_sizes
+from simdist.userfiles import read_json
 
-app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True)
+app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True,
+                  rich_markup_mode=None)
 CALIBRATABLE = tuple(o for o in bench.BENCH_OPS if o != "barrier")  # a barrier moves no bytes to fit
 
 _fail = fail  # shared: one line "error: ...", then the exit code (2 unless said)
@@ -89,6 +93,7 @@ def bench_cmd(
             raise InputError("factor: must be >= 2")
         if repeats < 1 or warmup < 0:
             raise InputError("repeats: must be >= 1 (and warmup >= 0)")
+        check_output_file(out, "out")
         _check_gpus(backend, ranks)
     except InputError as e:
         _fail(str(e))
@@ -114,14 +119,15 @@ def bench_cmd(
     except (RuntimeError, TimeoutError, ValueError) as e:
         _fail(_first_line(e), 1)
         return
-    if out is not None:
-        bench.save_rows(rows, out)
+    wrote = out is None or write_output(lambda: bench.save_rows(rows, out), out, "out")
     if json_out:
         typer.echo(dumps([r.to_dict() for r in rows], indent=1))
-        return
-    view.print_bench(rows, backend, ranks, repeats)
-    if out is not None:
-        typer.echo(f"wrote {out}")
+    else:
+        view.print_bench(rows, backend, ranks, repeats)
+        if out is not None and wrote:
+            typer.echo(f"wrote {out}")
+    if not wrote:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
 # =========================================================================== compare-timing
@@ -157,6 +163,8 @@ def compare_timing_cmd(
     """Measure, calibrate on one sweep, predict held-out sizes from another; report errors."""
     try:
         lo, hi = _check_compare(backend, ranks, op, stat, min_bytes, max_bytes, sweeps, repeats, max_error)
+        for path, name in ((plot, "plot"), (save_profile, "save-profile"), (save_raw, "save-raw")):
+            check_output_file(path, name)
         loaded = _load_raw(load) if load is not None else None
         if loaded is None:
             _check_gpus(backend, ranks)
@@ -180,14 +188,19 @@ def compare_timing_cmd(
     res["max_error"] = target
     res["ok"] = bool(res["median_abs_error"] <= target)
     plot_path = plot if plot is not None else Path("out") / f"compare-timing-{backend}-p{ranks}.png"
-    res["plot"] = str(plots.plot_compare(res, plot_path))
-    _save_compare(res, save_profile, save_raw)
+    if plot is None:
+        plot_path.parent.mkdir(parents=True, exist_ok=True)  # the default folder; a given one must exist
+    wrote = write_output(lambda: plots.plot_compare(res, plot_path), plot_path, "plot")
+    res["plot"] = str(plot_path) if wrote else None
+    wrote &= _save_compare(res, save_profile, save_raw)
     if json_out:
         typer.echo(dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
     else:
         view.print_compare(res)
+    if not wrote:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
     if not res["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 
 def _check_compare(
@@ -219,16 +232,28 @@ def _check_compare(
     return lo, hi
 
 
+_SWEEPS = TypeAdapter(list[list[bench.BenchRow]])
+
+
 def _load_raw(path: Path) -> tuple[list[list], list[list], float | None]:
-    """(calibration sweeps, held-out sweeps, gamma) from a --save-raw file."""
+    """(calibration sweeps, held-out sweeps, gamma) from a --save-raw file, read as any user
+    file is (`simdist.userfiles`) and checked in shape, so a wrong file is one line, exit 2."""
     try:
-        saved = json.loads(Path(path).read_text())
+        saved = read_json(path, "measurements")
         raw = saved["raw"]
-    except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"load: cannot read measurements from {path} ({type(e).__name__})") from None
-    train_rows = [[bench.BenchRow(**r) for r in sw] for sw in raw["train"]]
-    test_rows = [[bench.BenchRow(**r) for r in sw] for sw in raw["test"]]
-    return train_rows, test_rows, saved.get("gamma")
+        train_rows, test_rows = (_SWEEPS.validate_python(raw[k]) for k in ("train", "test"))
+        gamma = TypeAdapter(float | None).validate_python(saved.get("gamma"))
+    except SimdistError as e:
+        raise InputError(f"load: {e}") from None
+    except (KeyError, TypeError):
+        raise InputError(f"load: {path} is not a --save-raw file (it needs raw.train and raw.test)") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"load: {path} is not a --save-raw file ({where}: {first['msg']})") from None
+    if not train_rows or not train_rows[0] or not test_rows:
+        raise InputError(f"load: {path} holds no measurements")
+    return train_rows, test_rows, gamma
 
 
 def _measure_and_compare(
@@ -251,14 +276,16 @@ def _measure_and_compare(
         )
 
 
-def _save_compare(res: dict, save_profile: Path | None, save_raw: Path | None) -> None:
+def _save_compare(res: dict, save_profile: Path | None, save_raw: Path | None) -> bool:
+    """Write the profile and the raw result where asked; False when a write failed (said on stderr)."""
+    ok = True
     if save_profile is not None:
         prof = Profile()
         prof.add(OpProfile.from_dict(res["profile"]))
-        prof.save(save_profile)
+        ok &= write_output(lambda: prof.save(save_profile), save_profile, "save-profile")
     if save_raw is not None:
-        save_raw.parent.mkdir(parents=True, exist_ok=True)
-        save_raw.write_text(dumps(res, indent=1))
+        ok &= write_output(lambda: save_raw.write_text(dumps(res, indent=1)), save_raw, "save-raw")
+    return ok
 
 
 # =========================================================================== explain
@@ -278,18 +305,40 @@ def explain_cmd(
     gamma_gbps: Annotated[float | None, typer.Option(help="override 1/gamma (reduction GB/s)")] = None,
     trace: Annotated[Path | None, typer.Option(help="write the timeline as a Chrome trace JSON")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the explanation as JSON")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help="a size table in nccl-tests' columns (sizes -b .. -e)")] = False,
+    min_bytes: Annotated[str, typer.Option("--min-bytes", "-b", help="--sweep: smallest size per rank")] = "8",
+    max_bytes: Annotated[str, typer.Option("--max-bytes", "-e", help="--sweep: largest size per rank")] = "128M",
+    factor: Annotated[int, typer.Option("--factor", "-f", help="--sweep: size multiplication factor")] = 2,
 ) -> None:
-    """Formula with numbers, step table, time split, crossover sizes and a timeline."""
+    """Formula with numbers, algbw and busbw, step table, time split, crossover sizes and a timeline;
+    --sweep adds nccl-tests' size table (size, count, type, redop, time, algbw, busbw)."""
     try:
+        check_output_file(trace, "trace")
         x = explain(op, algo, ranks, parse_size(nbytes, "bytes"), preset, alpha_us, bandwidth_gbps, gamma_gbps)
+        rows = None
+        if sweep:
+            lo, hi = parse_size(min_bytes, "min-bytes"), parse_size(max_bytes, "max-bytes")
+            if lo < 1 or hi < lo:
+                raise InputError("max-bytes: must be >= min-bytes >= 1")
+            if factor < 2:
+                raise InputError("factor: must be >= 2")
+            rows = explain_sweep(op, algo, ranks, geometric_sizes(lo, hi, factor), preset, alpha_us, bandwidth_gbps,
+                                 gamma_gbps)
     except SimdistError as e:
         _fail(str(e))
         return
-    trace_path = str(write_chrome_trace([x.simulation], trace)) if trace is not None else None
+    wrote = trace is None or write_output(
+        lambda: write_chrome_trace(timeline_report([x.simulation], f"{x.op}/{x.algo}"), trace), trace, "trace")
+    trace_path = str(trace) if trace is not None and wrote else None
     if json_out:
-        typer.echo(json.dumps(view.explanation_json(x, trace_path), indent=1))
+        typer.echo(dumps(view.explanation_json(x, trace_path, rows), indent=1))
     else:
-        typer.echo(view.render_explanation(x, trace_path))
+        view.print_explanation(x, trace_path)
+        if rows is not None:
+            say("")
+            view.print_sweep(rows, x)
+    if not wrote:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
 # =========================================================================== mounting

@@ -7,13 +7,14 @@ results of `real_backend.bench`, `simdist.timing.experiments` and
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 from rich.table import Table
 
-from simdist.cli.console import out
+from simdist.cli.console import say, show, table
 from simdist.network.simulate import CollectiveResult
-from simdist.timing.explain import Explanation
+from simdist.timing.explain import Explanation, SweepRow
+from simdist.vocab import REDUCING_OPS
 
 
 def human_bytes(n: float) -> str:
@@ -49,31 +50,20 @@ def _gbps(per_byte: float) -> str:
 # =========================================================================== bench, compare-timing
 def print_bench(rows: list, backend: str, ranks: int, repeats: int) -> None:
     """nccl-tests' table: one row per op and size."""
-    t = Table(title=f"{backend} bench, {ranks} ranks (median of {repeats} batches; slowest rank)")
-    for c in ("op", "size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iters"):
-        t.add_column(c, justify="right", no_wrap=True, min_width=len(c) if c != "op" else 14)
+    t = table("op", "size", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iters",
+              title=f"{backend} bench, {ranks} ranks (median of {repeats} batches; slowest rank)", justify="right",
+              no_wrap=True)
     for r in rows:
-        t.add_row(
-            r.op,
-            str(r.nbytes),
-            str(r.count),
-            "float",
-            f"{r.time_s * 1e6:.1f}",
-            f"{r.algbw_gbps:.3f}",
-            f"{r.busbw_gbps:.3f}",
-            str(r.iters),
-        )
-    out.print(t)
+        t.add_row(r.op, str(r.nbytes), str(r.count), "float", "sum" if r.op in REDUCING_OPS else "none",
+                  f"{r.time_s * 1e6:.1f}", f"{r.algbw_gbps:.3f}", f"{r.busbw_gbps:.3f}", str(r.iters))
+    show(t)
 
 
 def print_compare(res: dict) -> None:
     """Held-out sizes with their errors, the regimes found, the closed forms, the verdict."""
-    con = out
-    t = Table(
-        title=f"{res['op']} on {res['backend']}, {res['ranks']} ranks: held-out sizes (statistic {res['stat']}, {res['sweeps']} sweeps)"
-    )
-    for c in ("size", "measured", "simulated", "rel. error"):
-        t.add_column(c, justify="right")
+    t = table("size", "measured", "simulated", "rel. error", justify="right",
+              title=f"{res['op']} on {res['backend']}, {res['ranks']} ranks: held-out sizes "
+                    f"(statistic {res['stat']}, {res['sweeps']} sweeps)")
     for r in res["sizes"]:
         t.add_row(
             human_bytes(r["nbytes"]),
@@ -81,18 +71,15 @@ def print_compare(res: dict) -> None:
             human_time(r["simulated_s"]),
             f"{r['rel_error'] * 100:+.1f}%",
         )
-    con.print(t)
+    show(t)
     bps = ", ".join(human_bytes(b) for b in res["gloo"]["breakpoints_bytes"]) or "none"
-    con.print(
-        f"regime breakpoints found: {bps}; gloo ring segment threshold: {human_bytes(res['gloo']['segment_threshold_bytes'][0])}"
-    )
+    say(f"regime breakpoints found: {bps}; gloo ring segment threshold: "
+        f"{human_bytes(res['gloo']['segment_threshold_bytes'][0])}")
     algo = ", ".join(f"{a} {e * 100:.1f}%" for a, e in res["algo_median_abs_error"].items())
-    con.print(f"single closed forms with fitted alpha/beta (held-out median |error|): {algo}")
+    say(f"single closed forms with fitted alpha/beta (held-out median |error|): {algo}")
     verdict = "OK" if res["ok"] else "MISSED"
-    con.print(
-        f"median |error| {res['median_abs_error'] * 100:.1f}%  worst {res['worst_abs_error'] * 100:.1f}%  "
-        f"target {res['max_error'] * 100:.0f}%: {verdict}   plot: {res['plot']}"
-    )
+    say(f"median |error| {res['median_abs_error'] * 100:.1f}%  worst {res['worst_abs_error'] * 100:.1f}%  "
+        f"target {res['max_error'] * 100:.0f}%: {verdict}   plot: {res['plot']}")
 
 
 # =========================================================================== explain
@@ -126,8 +113,8 @@ def ascii_timeline(res: CollectiveResult, p: int, width: int = 64) -> list[str]:
     return rows
 
 
-def explanation_json(x: Explanation, trace: str | None) -> dict:
-    """The explanation's numbers, with the filled formula, the timeline and the trace path."""
+def explanation_json(x: Explanation, trace: str | None, sweep: list[SweepRow] | None = None) -> dict:
+    """The explanation's numbers, with the filled formula, the timeline, the trace path and the sweep."""
     out = {}
     for k, v in x.to_dict().items():
         out[k] = v
@@ -135,64 +122,107 @@ def explanation_json(x: Explanation, trace: str | None) -> dict:
             out["filled"] = filled_formula(x)
     out["timeline"] = ascii_timeline(x.simulation, x.ranks)
     out["trace"] = trace
+    if sweep is not None:
+        out["sweep"] = [asdict(r) for r in sweep]
     return out
 
 
-def render_explanation(x: Explanation, trace: str | None) -> str:
-    """The text of `simdist explain`."""
-    lines = _formula_lines(x)
-    lines += ["", "Where the time goes:"]
+def print_explanation(x: Explanation, trace: str | None) -> None:
+    """What `simdist explain` prints: the formula it evaluated, bandwidths, time split, steps,
+    the other algorithms, the timeline."""
+    for line in _formula_lines(x) + _bandwidth_lines(x):
+        say(line)
+    say("")
+    say("Where the time goes:")
     tot = x.time_s or 1e-300
+    t = table("term", "time", "share", "", title=None)
     for f in fields(x.breakdown_s):
         v = getattr(x.breakdown_s, f.name)
-        bar = "#" * int(round(40 * v / tot)) if tot > 0 else ""
-        lines.append(f"  {f.name:<10} {human_time(v):>12} {100 * v / tot:5.1f}%  {bar}")
-    lines += [""] + _step_lines(x) + [""]
-    lines.append("Other algorithms at this size, and the crossover size where the faster one changes:")
+        t.add_row(f.name, human_time(v), f"{100 * v / tot:5.1f}%", "#" * int(round(40 * v / tot)))
+    show(t)
+    say("")
+    say(f"Steps ({len(x.steps)} steps, {x.messages} messages, {x.bytes_on_wire} bytes on the wire in total):")
+    show(_step_table(x))
+    say("")
+    say("Other algorithms at this size, and the crossover size where the faster one changes:")
+    t = table("algorithm", "time", "crossover")
     for name, o in x.others.items():
         cx = o.crossover_bytes
-        where = f"crossover at {human_bytes(cx)} ({cx} B)" if cx is not None else "no crossover between 1 B and 1 TiB"
-        lines.append(f"  {name:<20} {human_time(o.time_s):>12}   {where}")
-    lines.append("")
-    lines.append("Timeline (each character column is a slice of time; digits = step of the message a rank sends):")
-    lines.extend("  " + s for s in ascii_timeline(x.simulation, x.ranks))
+        t.add_row(name, human_time(o.time_s),
+                  f"at {human_bytes(cx)} ({cx} B)" if cx is not None else "none between 1 B and 1 TiB")
+    show(t)
+    say("")
+    say("Timeline (each character column is a slice of time; digits = step of the message a rank sends):")
+    for line in ascii_timeline(x.simulation, x.ranks):
+        say("  " + line)
     if trace:
-        lines.append(f"Chrome trace written to {trace} (open in chrome://tracing or ui.perfetto.dev)")
-    return "\n".join(lines)
+        say(f"Chrome trace written to {trace} (open in chrome://tracing or ui.perfetto.dev)")
 
 
 def _formula_lines(x: Explanation) -> list[str]:
     c = x.coefficients
+    special = bool(x.formula_note)
+    symbols = "; " + ", ".join(f"{k} = {v}" for k, v in x.symbols.items()) if x.symbols else ""
+    head = f"Formula (p = {x.ranks} is not a power of two{symbols}):" if special else "Formula:"
     lines = [
         f"{x.op} / {x.algo} on p = {x.ranks} ranks, n = {x.nbytes} B ({human_bytes(x.nbytes)}) per rank",
         f"  {x.description}",
         f"  parameters ({x.preset}): alpha = {human_time(x.alpha_s)}, "
         f"beta = {_gbps(x.beta_s_per_byte)}, gamma = {_gbps(x.gamma_s_per_byte)}",
         "",
-        "Formula (p a power of two):",
+        head,
         f"  T = {x.formula}",
+    ]
+    if special:
+        lines.append(f"  what the schedule does: {x.formula_note}")
+        lines.append(f"  (for a power of two the textbook form: T = {x.textbook_formula})")
+    lines += [
         f"  for p = {x.ranks}: T = {_g(c.alpha)}·α + {_g(c.beta_per_byte)}·n·β + {_g(c.gamma_per_byte)}·n·γ",
         f"    = {filled_formula(x)}",
         f"    = {human_time(x.time_s)}   (step-level simulation: {human_time(x.simulated_s)})",
     ]
-    if x.busbw_gbps is not None:
-        lines.append(f"  busbw = {x.busbw_gbps:.3f} GB/s (nccl-tests convention)")
     return lines
 
 
-def _step_lines(x: Explanation) -> list[str]:
-    lines = [
-        f"Steps ({len(x.steps)} steps, {x.messages} messages, {x.bytes_on_wire} bytes on the wire in total):",
-        f"  {'step':>4}  {'phase':<26} {'msgs':>5} {'bytes/msg':>10} {'red':>3} {'time':>11} {'ends at':>11}  pairs",
+def _bandwidth_lines(x: Explanation) -> list[str]:
+    """algbw and busbw as nccl-tests defines them (doc/PERFORMANCE.md), and how one gives the other."""
+    if x.algbw_gbps is None or x.busbw_gbps is None:
+        return []
+    what = "p·n, the gathered buffer" if x.op == "all_gather" else "n, the per-rank buffer"
+    return [
+        "",
+        "Bandwidth (nccl-tests' conventions, doc/PERFORMANCE.md):",
+        f"  algbw = S / t = {x.algbw_bytes} B / {human_time(x.time_s)} = {x.algbw_gbps:.4g} GB/s   (S = {what})",
+        f"  busbw = algbw · {x.bus_factor_formula} = algbw · {_g(x.bus_factor)} = {x.busbw_gbps:.4g} GB/s",
+        f"  the bus factor {x.bus_factor_formula} is the share of S each rank's link carries in an optimal ring, so "
+        f"busbw compares with the link's 1/β = {1 / x.beta_s_per_byte / 1e9 if x.beta_s_per_byte else float('inf'):.4g} "
+        "GB/s whatever p is",
     ]
+
+
+def _step_table(x: Explanation) -> Table:
+    t = table("step", "phase", "msgs", "bytes/msg", "reduce", "time", "ends at", "pairs")
     shown = x.steps if len(x.steps) <= 24 else x.steps[:12] + [None] + x.steps[-11:]
-    for s in shown:
-        if s is None:
-            lines.append("   ...")
+    for st in shown:
+        if st is None:
+            t.add_row("...", "", "", "", "", "", "", "")
             continue
-        pairs = " ".join(f"{a}->{b}" for a, b in s.pairs[:4]) + (" ..." if s.messages > 4 else "")
-        lines.append(
-            f"  {s.step:>4}  {s.phase[:26]:<26} {s.messages:>5} {s.max_bytes:>10} {'yes' if s.reduce else '':>3} "
-            f"{human_time(s.time_s):>11} {human_time(s.end_s):>11}  {pairs}"
-        )
-    return lines
+        pairs = " ".join(f"{a}->{b}" for a, b in st.pairs[:4]) + (" ..." if st.messages > 4 else "")
+        t.add_row(str(st.step), st.phase, str(st.messages), str(st.max_bytes), "yes" if st.reduce else "",
+                  human_time(st.time_s), human_time(st.end_s), pairs)
+    return t
+
+
+def print_sweep(rows: list[SweepRow], x: Explanation) -> None:
+    """nccl-tests' columns, predicted by the cost model (time = the closed form)."""
+    say(f"{x.op} on p = {x.ranks} ranks ({x.preset}: alpha = {human_time(x.alpha_s)}, beta = {_gbps(x.beta_s_per_byte)}, "
+        f"gamma = {_gbps(x.gamma_s_per_byte)}); busbw = algbw · {x.bus_factor_formula}"
+        + ("; size = the gathered buffer, p times the per-rank contribution" if x.op == "all_gather" else ""))
+    t = table("size", "count", "type", "redop", "time", "algbw", "busbw", "algo", justify="right")
+    t.columns[-1].justify = "left"
+    t.add_row("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+    for r in rows:
+        t.add_row(str(r.size), str(r.count), r.type, r.redop, f"{r.time_s * 1e6:.2f}",
+                  f"{r.algbw_gbps:.3f}" if r.algbw_gbps is not None else "-",
+                  f"{r.busbw_gbps:.3f}" if r.busbw_gbps is not None else "-", r.algo)
+    show(t)

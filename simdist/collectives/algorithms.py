@@ -39,6 +39,14 @@ class TimeSplit:
     reduction: float
 
 
+Terms = tuple[str, str, str]  # (ca, kb, kg) written out: what multiplies α, n·β and n·γ
+
+# How the folded algorithms handle p that is not a power of two (MPICH's folding).
+FOLD_NOTE = ("with p' = 2^⌊lg p⌋ and r = p - p' extra ranks: each extra rank first sends its buffer to a "
+             "partner in the core (fold-in), the p' core ranks run the power-of-two algorithm, then the "
+             "partners send the result back (fold-out); the two extra steps add the +2 and +1 terms")
+
+
 @dataclass(frozen=True)
 class Algorithm:
     op: str
@@ -46,9 +54,22 @@ class Algorithm:
     schedule: Callable[[int, int, int], Schedule]
     coeffs: Callable[[int], Coeffs]
     units: Callable[[int, int], int]
-    formula: str  # closed form in alpha/beta/gamma, p, n, for power-of-two p
+    formula: str  # the textbook closed form in alpha/beta/gamma, p, n, for power-of-two p
     description: str
     min_p: int = 1
+    # `coeffs` written out (tests evaluate these texts against `coeffs` for many p): `terms`
+    # for powers of two, `any_p` (with `any_p_note` saying what the schedule does) where the
+    # coefficients for other p differ. Symbols: p, p' = 2^⌊lg p⌋, r = p - p', ⌈lg p⌉, and
+    # Σ over the binomial distances d = 1, 2, 4, ... below p (or p' in a folded core).
+    terms: Terms = ("0", "0", "0")
+    any_p: Terms | None = None
+    any_p_note: str = ""
+
+    def terms_for(self, p: int) -> tuple[Terms, str]:
+        """The coefficient texts that `coeffs(p)` evaluates, and a note when p needs one."""
+        if self.any_p is not None and p & (p - 1):
+            return self.any_p, self.any_p_note
+        return self.terms, ""
 
     def time(self, p: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
         ca, kb, kg = self.coeffs(p)
@@ -116,8 +137,17 @@ def _rs_halving_coeffs(p: int) -> Coeffs:
 
 
 # =========================================================================== registry
-def _A(op, name, sched, coeffs, units, formula, desc) -> Algorithm:
-    return Algorithm(op, name, sched, coeffs, units, formula, desc)
+def _A(op, name, sched, coeffs, units, formula, desc, terms: Terms, any_p: Terms | None = None,
+       note: str = "") -> Algorithm:
+    return Algorithm(op, name, sched, coeffs, units, formula, desc, terms=terms, any_p=any_p, any_p_note=note)
+
+
+_MIN_NOTE = ("the binomial tree's subtrees are uneven, and the step at distance d moves min(d, p - d) "
+             "blocks (d = 1, 2, 4, ... < p)")
+_AG_FOLD = (FOLD_NOTE.replace("the +2 and +1 terms", "the +2 latency terms and the 1 and (p-1) blocks")
+            + "; a core exchange at distance d (= 1, 2, 4, ... < p') moves its d blocks and min(r, d) folded ones")
+_RS_FOLD = (FOLD_NOTE.replace("the +2 and +1 terms", "the +2 latency terms")
+            + "; a core exchange at distance d (= 1, 2, 4, ... < p') moves d + min(r, d) of p blocks")
 
 
 _ALGOS: list[Algorithm] = [
@@ -129,6 +159,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: 2 * (p - 1) * c,
         "2(p-1)·α + 2(p-1)/p·n·β + (p-1)/p·n·γ",
         "reduce-scatter then all-gather around a ring (Patarasuk & Yuan; NCCL ring, Gloo ring)",
+        ("2(p-1)", "2(p-1)/p", "(p-1)/p"),
     ),
     _A(
         "all_reduce",
@@ -138,6 +169,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: 2 * (p - 1) * c,
         "2⌈lg p⌉·α + 2⌈lg p⌉·n·β + ⌈lg p⌉·n·γ",
         "binomial-tree reduce to rank 0, then binomial-tree broadcast",
+        ("2⌈lg p⌉", "2⌈lg p⌉", "⌈lg p⌉"),
     ),
     _A(
         "all_reduce",
@@ -147,6 +179,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (pow2_floor(p) * (pow2_floor(p).bit_length() - 1) + 2 * (p - pow2_floor(p))) * c,
         "lg p·(α + n·β + n·γ)",
         "pairwise exchange of the whole buffer at distances 1, 2, 4, ... (folded for non powers of two)",
+        ("lg p", "lg p", "lg p"), ("lg p' + 2", "lg p' + 2", "lg p' + 1"), FOLD_NOTE,
     ),
     _A(
         "all_reduce",
@@ -156,6 +189,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (2 * (pow2_floor(p) - 1) + 2 * (p - pow2_floor(p))) * c,
         "2lg p·α + 2(p-1)/p·n·β + (p-1)/p·n·γ",
         "recursive-halving reduce-scatter then recursive-doubling all-gather (Rabenseifner)",
+        ("2·lg p", "2(p-1)/p", "(p-1)/p"), ("2·lg p' + 2", "2(p'-1)/p' + 2", "(p'-1)/p' + 1"), FOLD_NOTE,
     ),
     _A(
         "broadcast",
@@ -165,6 +199,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "⌈lg p⌉·(α + n·β)",
         "binomial tree from the root",
+        ("⌈lg p⌉", "⌈lg p⌉", "0"),
     ),
     _A(
         "broadcast",
@@ -174,6 +209,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (_popcount_sum(p) + p * (p - 1)) * c // p,
         "(lg p + p - 1)·α + 2(p-1)/p·n·β",
         "binomial scatter then ring all-gather (van de Geijn)",
+        ("lg p + p - 1", "2(p-1)/p", "0"), ("⌈lg p⌉ + p - 1", "(Σ min(d, p-d) + p - 1)/p", "0"), _MIN_NOTE,
     ),
     _A(
         "broadcast",
@@ -183,6 +219,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "(p-1)·(α + n·β)",
         "the root sends the whole buffer to each rank in turn",
+        ("p - 1", "p - 1", "0"),
     ),
     _A(
         "reduce",
@@ -192,6 +229,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "⌈lg p⌉·(α + n·β + n·γ)",
         "binomial tree towards the root",
+        ("⌈lg p⌉", "⌈lg p⌉", "⌈lg p⌉"),
     ),
     _A(
         "reduce",
@@ -201,6 +239,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "(p-1)·(α + n·β + n·γ)",
         "every rank sends to the root in turn",
+        ("p - 1", "p - 1", "p - 1"),
     ),
     _A(
         "all_gather",
@@ -210,6 +249,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: p * (p - 1) * c,
         "(p-1)·α + (p-1)/p·N·β   (N = p·n, n = per-rank contribution)",
         "each rank forwards the block it received last step to its successor",
+        ("p - 1", "p - 1", "0"),
     ),
     _A(
         "all_gather",
@@ -219,6 +259,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: p * (p - 1) * c,
         "lg p·α + (p-1)/p·N·β   (N = p·n)",
         "exchange of doubling block groups at distances 1, 2, 4, ... (folded for non powers of two)",
+        ("lg p", "p - 1", "0"), ("lg p' + 2", "1 + Σ (d + min(r, d)) + p - 1", "0"), _AG_FOLD,
     ),
     _A(
         "all_gather",
@@ -228,6 +269,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: p * (p - 1) * c,
         "(p-1)·α + (p-1)/p·N·β   (N = p·n)",
         "at step k every rank sends its own block to rank + k",
+        ("p - 1", "p - 1", "0"),
     ),
     _A(
         "reduce_scatter",
@@ -237,6 +279,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "(p-1)·α + (p-1)/p·n·(β + γ)",
         "partial sums travel around the ring, one block per step",
+        ("p - 1", "(p-1)/p", "(p-1)/p"),
     ),
     _A(
         "reduce_scatter",
@@ -246,6 +289,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (pow2_floor(p) - 1) * c + (p - pow2_floor(p)) * c + (p - pow2_floor(p)) * (c // p),
         "lg p·α + (p-1)/p·n·(β + γ)",
         "exchange of halving block ranges at distances p/2, p/4, ... (folded for non powers of two)",
+        ("lg p", "(p-1)/p", "(p-1)/p"), ("lg p' + 2", "1 + (Σ (d + min(r, d)) + 1)/p", "1 + Σ (d + min(r, d))/p"), _RS_FOLD,
     ),
     _A(
         "reduce_scatter",
@@ -255,6 +299,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "(p-1)·α + (p-1)/p·n·(β + γ)",
         "at step k every rank sends block rank+k to rank + k",
+        ("p - 1", "(p-1)/p", "(p-1)/p"),
     ),
     _A(
         "all_to_all",
@@ -264,6 +309,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * (c // p) * p,
         "(p-1)·α + (p-1)/p·n·β",
         "at step k every rank sends the block for rank + k",
+        ("p - 1", "(p-1)/p", "0"),
     ),
     _A(
         "gather",
@@ -273,6 +319,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: _popcount_sum(p) * c,
         "lg p·α + (p-1)·n·β",
         "binomial tree towards the root, subtrees forwarding what they gathered",
+        ("lg p", "p - 1", "0"), ("⌈lg p⌉", "Σ min(d, p-d)", "0"), _MIN_NOTE,
     ),
     _A(
         "gather",
@@ -282,6 +329,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c,
         "(p-1)·(α + n·β)",
         "every rank sends its block to the root in turn",
+        ("p - 1", "p - 1", "0"),
     ),
     _A(
         "scatter",
@@ -291,6 +339,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: _popcount_sum(p) * c // p,
         "lg p·α + (p-1)/p·n·β",
         "binomial tree from the root, each child getting its subtree's blocks",
+        ("lg p", "(p-1)/p", "0"), ("⌈lg p⌉", "Σ min(d, p-d)/p", "0"), _MIN_NOTE,
     ),
     _A(
         "scatter",
@@ -300,6 +349,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: (p - 1) * c // p,
         "(p-1)·α + (p-1)/p·n·β",
         "the root sends each rank its block in turn",
+        ("p - 1", "(p-1)/p", "0"),
     ),
     _A(
         "barrier",
@@ -309,6 +359,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: 0,
         "⌈lg p⌉·α",
         "at step k rank i signals rank i + 2^k (Hensgen, Finkel & Manber)",
+        ("⌈lg p⌉", "0", "0"),
     ),
     _A(
         "barrier",
@@ -318,6 +369,7 @@ _ALGOS: list[Algorithm] = [
         lambda p, c: 0,
         "2⌈lg p⌉·α",
         "binomial gather of empty messages to rank 0, then binomial release",
+        ("2⌈lg p⌉", "0", "0"),
     ),
 ]
 

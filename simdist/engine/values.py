@@ -7,6 +7,10 @@ gradient bucket is one run per parameter). Fills and segments stay exact for any
 under every elementwise reduction. Anything else carries
 no values (`None`), and results derived from it are unknown.
 
+An `exact` payload keeps its explicit elements at any size: the script backend carries
+the real tensors of a user's program, whose results must be what real ranks compute.
+Results derived only from exact payloads are exact too; scenario payloads never are.
+
 Values matter for control flow, not just for reports: Join's exit loop stops when its
 count all-reduce returns 0, DDP's join hook skips the bucket shadows when the sync flag
 sums to 0. Mismatched collectives that the backend pairs anyway therefore mix values
@@ -50,6 +54,7 @@ class Payload:
     fill: float | None = None  # every element equals this
     segments: tuple[tuple[int, float], ...] | None = None  # (length, value) runs, when not uniform
     meta: Any = field(default=None, compare=False)  # opaque data a broadcast carries (e.g. bucket layout)
+    exact: bool = field(default=False, compare=False)  # values kept at any size (script backend)
 
     @property
     def nbytes(self) -> int:
@@ -96,10 +101,11 @@ class Payload:
         return cls(numel, dtype, meta=meta)
 
     @classmethod
-    def from_array(cls, arr: np.ndarray, dtype: str, meta: Any = None) -> Payload:
+    def from_array(cls, arr: np.ndarray, dtype: str, meta: Any = None, exact: bool = False) -> Payload:
         arr = np.asarray(arr, dtype=NP_DTYPES[dtype])
         fill = float(arr[0]) if arr.size and np.all(arr == arr[0]) else None
-        return cls(int(arr.size), dtype, values=arr if arr.size <= MAX_EXPLICIT else None, fill=fill, meta=meta)
+        keep = exact or arr.size <= MAX_EXPLICIT
+        return cls(int(arr.size), dtype, values=arr if keep else None, fill=fill, meta=meta, exact=exact)
 
     def array(self) -> np.ndarray | None:
         """Explicit elements if known (materialising a fill for small tensors)."""
@@ -139,7 +145,8 @@ class Payload:
         if arr is None:
             return Payload.unknown(n, dtype)
         raw = np.ascontiguousarray(arr).tobytes()
-        return Payload.from_array(np.frombuffer(raw[: n * DTYPE_BYTES[dtype]], dtype=NP_DTYPES[dtype]).copy(), dtype)
+        return Payload.from_array(np.frombuffer(raw[: n * DTYPE_BYTES[dtype]], dtype=NP_DTYPES[dtype]).copy(), dtype,
+                                  exact=self.exact)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -223,13 +230,14 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     fn = _REDUCERS[name]
     npdt = NP_DTYPES[dtype]
     arrays = [p.array() for p in parts]
-    if all(a is not None for a in arrays) and numel <= MAX_EXPLICIT:
+    exact = all(p.exact for p in parts)
+    if all(a is not None for a in arrays) and (numel <= MAX_EXPLICIT or exact):
         acc = np.asarray(arrays[0], dtype=npdt).copy()
         for a in arrays[1:]:
             acc = fn(acc, np.asarray(a, dtype=npdt)).astype(npdt)
         if op == "avg":
             acc = (acc // len(parts)) if np.issubdtype(npdt, np.integer) else (acc / len(parts)).astype(npdt)
-        return Payload.from_array(acc, dtype)
+        return Payload.from_array(acc, dtype, exact=exact)
     runs = [p.run_values() for p in parts]
     if all(r is not None for r in runs) and len({tuple(n for n, _ in r) for r in runs}) == 1:  # type: ignore[union-attr]
         # same run layout on every rank (DDP buckets): reduce run by run
@@ -258,8 +266,10 @@ def concat_payloads(parts: list[Payload], dtype: str) -> Payload:
     """Concatenation in rank order (all_gather, gather)."""
     numel = sum(p.numel for p in parts)
     arrays = [p.array() for p in parts]
-    if numel <= MAX_EXPLICIT and all(a is not None for a in arrays):
-        return Payload.from_array(np.concatenate([np.asarray(a) for a in arrays]) if arrays else np.zeros(0), dtype)
+    exact = bool(parts) and all(p.exact for p in parts)
+    if (numel <= MAX_EXPLICIT or exact) and all(a is not None for a in arrays):
+        return Payload.from_array(np.concatenate([np.asarray(a) for a in arrays]) if arrays else np.zeros(0), dtype,
+                                  exact=exact)
     fills = {p.fill for p in parts}
     if len(fills) == 1 and None not in fills:
         return Payload.full(numel, dtype, next(iter(fills)))  # type: ignore[arg-type]
@@ -271,7 +281,7 @@ def chunk_payload(p: Payload, index: int, chunks: int) -> Payload:
     n = p.numel // chunks
     arr = p.array()
     if arr is not None:
-        return Payload.from_array(arr[index * n : (index + 1) * n], p.dtype)
+        return Payload.from_array(arr[index * n : (index + 1) * n], p.dtype, exact=p.exact)
     if p.fill is not None:
         return Payload.full(n, p.dtype, p.fill)
     return Payload.unknown(n, p.dtype)

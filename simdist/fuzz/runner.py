@@ -10,7 +10,6 @@ plain scenario file (stable name: a hash of its content) that replays bit for bi
 
 from __future__ import annotations
 
-import copy
 import re
 import threading
 import time
@@ -31,11 +30,22 @@ from simdist.errors import InputError, ScenarioError
 from simdist.fuzz.compress import passes_compressed
 from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical, write_counterexample
-from simdist.fuzz.strategies import scenarios
+from simdist.fuzz.shrink import greedy_shrink
+from simdist.fuzz.strategies import template_scenarios
 from simdist.fuzz.template import Template
 from simdist.procs import interrupt_event
 from simdist.scenario import Scenario, parse_scenario
 from simdist.sim import simulate
+
+# Health checks switched off, each for a reason; the others stay on:
+SUPPRESSED_HEALTH_CHECKS = [
+    # A template's instances may be rejected by the scenario schema (a subset naming a rank
+    # that the drawn world lacks, a step valid only for some world sizes): those draws are
+    # discarded with assume(), and a template that rejects many is still a valid search.
+    # (Every other check stays on: drawing an example only instantiates and validates a
+    # scenario, milliseconds; the simulation runs in the test body, which they do not time.)
+    HealthCheck.filter_too_much,
+]
 
 
 class FuzzFailure(AssertionError):
@@ -99,10 +109,17 @@ class FuzzResult:
     resimulated: int = 0  # compressed schedules re-simulated in full (failed, or ranks out of step)
     iterations_full: int = 0  # sum of the schedules' largest input counts
     iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
+    expect: str | None = None  # the template's [fuzz].expect: "failure", "ok" or None (= "ok")
 
     @property
     def failed(self) -> bool:
         return bool(self.counterexamples) or bool(self.failures)
+
+    @property
+    def as_expected(self) -> bool:
+        """Did the search end as the template says: a failure found for ``expect = "failure"``
+        (a deadlock-family template), none for ``"ok"`` or no expectation? The CLI exits on it."""
+        return self.failed if self.expect == "failure" else not self.failed
 
     @property
     def rate(self) -> float:
@@ -113,6 +130,7 @@ class FuzzResult:
 
         d = asdict(self)
         d["failed"] = self.failed
+        d["as_expected"] = self.as_expected
         d["schedules_per_second"] = round(self.rate, 2)
         d["distinct_failures"] = len(self.failures)
         return d
@@ -173,74 +191,6 @@ class Checker:
         return out
 
 
-# ---------------------------------------------------------------------------- greedy post-shrink
-def _drop_last_rank(d: dict[str, Any]) -> dict[str, Any] | None:
-    w = d.get("world_size")
-    if not isinstance(w, int) or w <= 1:
-        return None
-    gone = w - 1
-    n = copy.deepcopy(d)
-    n["world_size"] = gone
-    inp = n.get("inputs", {})
-    if isinstance(inp.get("counts"), list):
-        inp["counts"] = inp["counts"][:gone]
-    for g in n.get("groups", []):
-        g["ranks"] = [r for r in g.get("ranks", []) if r != gone]
-    n["groups"] = [g for g in n.get("groups", []) if g.get("ranks")]
-    for section in ("loop", "after"):
-        steps = []
-        for st in n.get(section, []):
-            if st.get("kind") == "p2p" and gone in (st.get("src"), st.get("dst")):
-                continue
-            if isinstance(st.get("ranks"), list):
-                st["ranks"] = [r for r in st["ranks"] if r != gone]
-                if not st["ranks"]:
-                    continue
-            steps.append(st)
-        n[section] = steps
-    return n
-
-
-def _candidates(d: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    r = _drop_last_rank(d)
-    if r is not None:
-        out.append(r)
-    counts = d.get("inputs", {}).get("counts")
-    if isinstance(counts, list):
-        for i, c in enumerate(counts):
-            for smaller in sorted({0, c // 2, c - 1}):
-                if 0 <= smaller < c:
-                    n = copy.deepcopy(d)
-                    n["inputs"]["counts"][i] = smaller
-                    out.append(n)
-    return out
-
-
-def greedy_shrink(d: dict[str, Any], key: str, checker: Checker, limit: int = 400,
-                  tick: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Drop ranks and inputs one at a time while the same failure class still fails.
-
-    Steps are not dropped here: hypothesis already drops the template's optional steps, and
-    a counterexample that stays an instance of its template still shows the family's bug."""
-    tried = 0
-    improved = True
-    while improved and tried < limit:
-        improved = False
-        for cand in _candidates(d):
-            tried += 1
-            if tick:
-                tick()
-            o = checker.check(cand)
-            if o is not None and o.key == key:
-                d = cand
-                improved = True
-                break
-            if tried >= limit:
-                break
-    return d
-
-
 # ---------------------------------------------------------------------------- the loop
 class FuzzInterrupted(KeyboardInterrupt):
     """Ctrl-C during a search. What it had found is written (`result.counterexamples`, each
@@ -271,14 +221,17 @@ def fuzz_template(
     written and `FuzzInterrupted` raised. `compress=False` simulates every schedule in full
     (see `Checker`)."""
     budget = template.budget if budget is None else budget
-    res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress)
+    res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress,
+                     expect=template.expect)
     checker = Checker(template, compress=compress)
     files = _Files(template, seed, Path(out_dir) if out_dir is not None else None, res)
     search = _Search(template, checker, res, on_example, files)
     db = None
     if use_db:
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
-        db = DirectoryBasedExampleDatabase(str(db_path))
+        # one database per template (and version of it): hypothesis keys saved examples by the
+        # property function, which is the same for every template
+        db = DirectoryBasedExampleDatabase(str(db_path / f"{template.name}-{template.digest[:12]}"))
     t0 = time.perf_counter()
     # Ctrl-C (and SIGTERM) set an event that the search checks between schedules: a
     # KeyboardInterrupt raised wherever the signal lands can be lost (hypothesis runs code in
@@ -397,16 +350,13 @@ class _Search:
     def run(self, budget: int, seed: int, db: DirectoryBasedExampleDatabase | None, shrink: bool) -> list[str]:
         """Run hypothesis; the failure classes found (each shrunk by hypothesis), in order."""
         phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+        test = hypothesis_seed(seed)(given(template_scenarios(self.template))(self.check))
+        # settings go on last: hypothesis.seed() switches the example database off (it is meant
+        # for replaying one run), and a settings decorator applied after it decides the database
+        # again. We want both: a reproducible search that still starts from saved failures.
         prop = settings(max_examples=budget, database=db, deadline=None, derandomize=False, phases=phases,
-                        suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
-                        verbosity=Verbosity.quiet, print_blob=False)(given(scenarios(self.template))(self.check))
-        prop._hypothesis_internal_database_key = (  # type: ignore[attr-defined]
-            f"simdist-fuzz:{self.template.name}:{self.template.digest}".encode())
-        prop = hypothesis_seed(seed)(prop)
-        # hypothesis.seed() switches the example database off (it is meant for replaying one run);
-        # we want both a reproducible search and a database a rerun starts from, so put it back.
-        prop._hypothesis_internal_use_settings = settings(  # type: ignore[attr-defined]
-            prop._hypothesis_internal_use_settings, database=db)  # type: ignore[attr-defined]
+                        suppress_health_check=SUPPRESSED_HEALTH_CHECKS, report_multiple_bugs=True,
+                        verbosity=Verbosity.quiet, print_blob=False)(test)
         raised: list[BaseException] = []
         try:
             with warnings.catch_warnings():  # hypothesis's notes on its own reprs are not the user's news

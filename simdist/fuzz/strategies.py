@@ -39,8 +39,10 @@ class DrawChooser:
         return self.draw(st.lists(st.sampled_from(items), min_size=1, max_size=len(items), unique=True))
 
 
-def scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, Any], Scenario]]:
-    """Valid (dict, Scenario) pairs; instances the schema rejects are discarded."""
+def template_scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, Any], Scenario]]:
+    """Valid (dict, Scenario) pairs drawn from `template`; instances the schema rejects are
+    discarded. Public (`simdist.template_scenarios`): use it in your own ``@given`` tests to
+    check a property of your loop over a template's schedules (docs/fuzzing.md)."""
 
     @st.composite
     def draw_valid(draw: Any) -> tuple[dict[str, Any], Scenario]:

@@ -13,9 +13,7 @@ uniform network.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import simpy
 
@@ -24,6 +22,7 @@ from simdist.collectives.schedule import Schedule, Transfer
 from simdist.errors import ScenarioError
 from simdist.network.links import LinkSet
 from simdist.network.topology import Network
+from simdist.report import RankResult, Report, TraceEntry
 
 
 @dataclass
@@ -150,34 +149,26 @@ def _launch(
     return [env.process(finisher(i, last[i])) for i in range(s.p)]
 
 
-# --------------------------------------------------------------------------- Chrome trace
-def chrome_trace(results: list[CollectiveResult]) -> dict:
-    """Chrome trace (chrome://tracing, Perfetto): one row per rank, a slice per message
-    on the sender's row (and a reduction marker on the receiver's)."""
-    events = []
+# --------------------------------------------------------------------------- as a report
+def timeline_report(results: list[CollectiveResult], name: str = "timeline") -> Report:
+    """The messages of simulated collectives as a `Report`, for the one trace writer
+    (`simdist.chrome_trace`): each transfer is a send on its source rank and the recv it
+    pairs with on its destination, from when the message started to when it arrived
+    (reduction included); concurrent messages of a rank are async work."""
+    per_rank: dict[int, list[TraceEntry]] = {}
+    horizon = 0.0
     for ci, res in enumerate(results):
-        label = res.request.name or f"{res.request.op}#{ci}"
-        events.append({"name": "process_name", "ph": "M", "pid": ci, "args": {"name": f"{label} ({res.algo})"}})
-        for r in sorted(res.rank_finish):
-            events.append({"name": "thread_name", "ph": "M", "pid": ci, "tid": r, "args": {"name": f"rank {r}"}})
-        for t in res.transfers:
-            events.append(
-                {
-                    "name": f"{'reduce ' if t.reduce else ''}send {t.src}->{t.dst}",
-                    "cat": t.phase or "step",
-                    "ph": "X",
-                    "pid": ci,
-                    "tid": t.src,
-                    "ts": t.begin * 1e6,
-                    "dur": max((t.end - t.begin) * 1e6, 0.001),
-                    "args": {"step": t.step, "bytes": t.nbytes, "dst": t.dst, "phase": t.phase},
-                }
-            )
-    return {"traceEvents": events, "displayTimeUnit": "ns"}
-
-
-def write_chrome_trace(results: list[CollectiveResult], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(chrome_trace(results)))
-    return path
+        group = res.request.name or f"{res.request.op}#{ci}"
+        for t in sorted(res.transfers, key=lambda t: (t.begin, t.src, t.dst)):
+            origin = f"{res.algo}.step{t.step}" + (f".{t.phase}" if t.phase else "")
+            for rank, op, peer in ((t.src, "send", t.dst), (t.dst, "recv", t.src)):
+                trace = per_rank.setdefault(rank, [])
+                trace.append(TraceEntry(seq=len(trace) + 1, op=op, numel=t.nbytes, dtype="uint8", group=group,
+                                        group_size=2, origin=origin, peer=peer, async_op=True, phase="loop",
+                                        t_issue=t.begin, t_done=t.end, completed=True))
+            horizon = max(horizon, t.end)
+        for r in res.rank_finish:
+            per_rank.setdefault(r, [])
+    ranks = [RankResult(rank=r, status="completed", trace=per_rank[r],
+                        time=max((e.t_done or 0.0 for e in per_rank[r]), default=0.0)) for r in sorted(per_rank)]
+    return Report(scenario=name, source="sim", outcome="completed", ranks=ranks, world_size=len(ranks))

@@ -10,16 +10,18 @@ prints it; a script can read the numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
-from simdist.collectives.algorithms import REGISTRY, Algorithm, TimeSplit, algorithms_for, make_schedule, resolve
+from simdist.collectives.algorithms import REGISTRY, Algorithm, Terms, TimeSplit, algorithms_for, make_schedule, resolve
 from simdist.collectives.execute import TransferTime, run_times
 from simdist.collectives.schedule import Schedule
 from simdist.errors import InputError, SimdistError
 from simdist.network.cost import CostModel
 from simdist.network.simulate import CollectiveRequest, CollectiveResult, simulate
 from simdist.network.topology import preset_network
-from simdist.timing.sweeps import busbw_gbps
+from simdist.timing.sweeps import algbw_bytes, bus_factor, bus_factor_text, dtype_count
+from simdist.vocab import REDUCING_OPS
 
 MAX_RANKS = 4096
 CROSSOVER_RANGE = (1.0, float(1 << 40))  # bytes searched for a crossover: 1 B .. 1 TiB
@@ -67,7 +69,10 @@ class Explanation:
     alpha_s: float
     beta_s_per_byte: float
     gamma_s_per_byte: float
-    formula: str  # for power-of-two p, as the registry writes it
+    formula: str  # the closed form evaluated for this p (folded or general where p needs it)
+    formula_note: str  # what the schedule does for this p when that differs from the power-of-two case
+    symbols: dict[str, int]  # values of the formula's other symbols (p' and r), when it has them
+    textbook_formula: str  # the power-of-two form, as the literature writes it
     description: str
     coefficients: Coefficients
     time_s: float  # the closed form
@@ -77,6 +82,10 @@ class Explanation:
     messages: int
     simulated_s: float  # the step-level simulation (equals time_s when blocks divide evenly)
     others: dict[str, Alternative]
+    algbw_bytes: int  # S in algbw = S / t (nccl-tests: all_gather's whole gathered buffer)
+    algbw_gbps: float | None
+    bus_factor: float  # busbw = algbw * bus_factor (nccl-tests' PERFORMANCE.md)
+    bus_factor_formula: str  # the factor in p, e.g. 2(p-1)/p
     busbw_gbps: float | None
     simulation: CollectiveResult = field(repr=False)  # the timeline: every transfer's begin and end
 
@@ -111,7 +120,10 @@ def explain(
     name = chosen if chosen is not None else cm.choose(op, nbytes, ranks)
     a = REGISTRY[(op, name)]
     ca, kb, kg = a.coeffs(ranks)
+    terms, note = a.terms_for(ranks)
     total = a.time(ranks, nbytes, alpha, beta, gamma)
+    s_bytes = algbw_bytes(op, nbytes, ranks)
+    algbw = s_bytes / total / 1e9 if total > 0 and op != "barrier" else None
     sched = make_schedule(op, name, ranks, nbytes, 0)
     _, log = run_times(sched, lambda i, j: (alpha, beta), gamma, record=True)
     res = simulate(cm.network, [CollectiveRequest(op, nbytes, list(range(ranks)), algo=name, name=f"{op}/{name}")])
@@ -132,7 +144,10 @@ def explain(
         alpha_s=alpha,
         beta_s_per_byte=beta,
         gamma_s_per_byte=gamma,
-        formula=a.formula,
+        formula=render_formula(terms),
+        formula_note=note,
+        symbols=_symbols(terms, ranks),
+        textbook_formula=a.formula,
         description=a.description,
         coefficients=Coefficients(ca, kb, kg),
         time_s=total,
@@ -142,7 +157,11 @@ def explain(
         messages=sched.messages,
         simulated_s=res[0].duration,
         others=others,
-        busbw_gbps=busbw_gbps(op, nbytes, ranks, total),
+        algbw_bytes=s_bytes,
+        algbw_gbps=algbw,
+        bus_factor=bus_factor(op, ranks),
+        bus_factor_formula=bus_factor_text(op),
+        busbw_gbps=algbw * bus_factor(op, ranks) if algbw is not None else None,
         simulation=res[0],
     )
 
@@ -189,21 +208,77 @@ def _steps(sched: Schedule, log: list[TransferTime]) -> list[Step]:
 
 
 def crossover(a: Algorithm, b: Algorithm, p: int, alpha: float, beta: float, gamma: float) -> int | None:
-    """Smallest size in [1 B, 1 TiB] where the faster of a, b changes (bisection), if any."""
-
-    def d(n: float) -> float:
-        return a.time(p, n, alpha, beta, gamma) - b.time(p, n, alpha, beta, gamma)
-
+    """Smallest whole size in [1 B, 1 TiB] from which the faster of a and b is the other one,
+    if any. Both times are affine in n (T = fixed + n * per_byte), so the sizes where they are
+    equal solve a linear equation: no search needed."""
+    fa, fb = a.time(p, 0, alpha, beta, gamma), b.time(p, 0, alpha, beta, gamma)
+    sa, sb = a.time(p, 1, alpha, beta, gamma) - fa, b.time(p, 1, alpha, beta, gamma) - fb
+    if sa == sb:
+        return None  # parallel lines: one is faster everywhere (or they are equal)
+    n = (fb - fa) / (sa - sb)
     lo, hi = CROSSOVER_RANGE
-    dlo, dhi = d(lo), d(hi)
-    if dlo == 0 or dhi == 0 or (dlo > 0) == (dhi > 0):
-        return None
-    for _ in range(200):
-        mid = (lo * hi) ** 0.5
-        if (d(mid) > 0) == (dlo > 0):
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1:
-            break
-    return int(round(hi))
+    return math.ceil(n) if lo < n < hi else None
+
+
+def render_formula(terms: Terms) -> str:
+    """T = a·α + b·n·β + c·n·γ from coefficient texts, zero terms left out."""
+    parts = []
+    for text, symbol in zip(terms, ("α", "n·β", "n·γ"), strict=True):
+        if text == "0":
+            continue
+        factor = f"({text})" if _has_top_level_sum(text) or text.startswith("Σ") else text
+        parts.append(symbol if text == "1" else f"{factor}·{symbol}")
+    return " + ".join(parts) or "0"
+
+
+def _has_top_level_sum(text: str) -> bool:
+    """Does `text` add or subtract outside parentheses (so it needs them as a factor)?"""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and ch in "+-" and text[i - 1:i] == " ":
+            return True
+    return False
+
+
+def _symbols(terms: Terms, p: int) -> dict[str, int]:
+    """p' = 2^⌊lg p⌋ and r = p - p' when the formula uses them (a folded one)."""
+    q = 1 << (p.bit_length() - 1)
+    text = " ".join(terms)
+    return {"p'": q, "r": p - q} if ("p'" in text or "min(r" in text) else {}
+
+
+# =========================================================================== sweep
+@dataclass(frozen=True)
+class SweepRow:
+    """One size of `simdist explain --sweep`, in nccl-tests' columns."""
+
+    size: int  # S: bytes per rank (all_gather: the gathered buffer, p times the contribution)
+    count: int  # elements of `type` in S
+    type: str
+    redop: str  # "sum" for reducing collectives, "none" otherwise
+    algo: str
+    time_s: float  # the closed form's time
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+
+
+def sweep(op: str, algo: str, ranks: int, sizes: list[int], preset: str = "loopback", alpha_us: float | None = None,
+          bandwidth_gbps: float | None = None, gamma_gbps: float | None = None, dtype: str = "float32") -> list[SweepRow]:
+    """The cost model's predicted time, algbw and busbw per size (`sizes`: bytes per rank, n)."""
+    chosen = resolve(op, algo, "algo")
+    if ranks < 1 or ranks > MAX_RANKS:
+        raise InputError(f"ranks: must be between 1 and {MAX_RANKS}")
+    alpha, beta, gamma = _parameters(preset, ranks, alpha_us, bandwidth_gbps, gamma_gbps)
+    cm = CostModel.from_params(ranks, alpha, beta, gamma)
+    rows = []
+    for n in sizes:
+        name = chosen if chosen is not None else cm.choose(op, n, ranks)
+        t = REGISTRY[(op, name)].time(ranks, n, alpha, beta, gamma)
+        s_bytes = algbw_bytes(op, n, ranks)
+        algbw = s_bytes / t / 1e9 if t > 0 and op != "barrier" else None
+        rows.append(SweepRow(s_bytes, dtype_count(s_bytes, dtype), "float" if dtype == "float32" else dtype,
+                             "sum" if op in REDUCING_OPS else "none", name, t, algbw,
+                             algbw * bus_factor(op, ranks) if algbw is not None else None))
+    return rows

@@ -15,6 +15,14 @@ Both kinds of fit minimise *relative* error (1 KiB counts as much as 64 MiB):
   (`fit_hinge`), chosen by leave-one-out cross-validation; a breakpoint that falls
   between two fitted sizes snaps to Gloo's structural threshold when one lies there.
 
+Every curve is *non-decreasing* in n (`fit_monotone`): moving more bytes never takes less
+time, so no segment has a negative slope and a jump at a breakpoint only goes up. Segments
+fitted one by one do not know that: a first segment whose slope is pulled up by its last
+points, extrapolated to a breakpoint placed between two measured sizes, can end above where
+the next one starts, and the curve then falls as size grows (what docs/img/compare-gloo-p2.png
+showed). All fits are non-negative least squares (`scipy.optimize.nnls`) in a basis whose
+coefficients are the intercept, each segment's slope and each jump.
+
 `calibrate` bundles both for one sweep into the `OpProfile` that the cost model reads.
 """
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.optimize import nnls
 
 from simdist.collectives.algorithms import REGISTRY, algorithms_for
 from simdist.collectives.gloo import segment_thresholds
@@ -30,12 +39,49 @@ from simdist.network.profile import AlgoFit, OpProfile, PiecewiseFit, Segment
 
 
 def fit_affine(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Minimise sum(((a + b*x) - y) / y)^2 with a, b >= 0. Returns (a, b, sse).
-
-    Relative error is weighted least squares with weights 1/y^2 (see `_wls`)."""
-    a, b = _wls(xs, ys, [1.0 / (y * y) for y in ys])
-    sse = sum(((a + b * x) - y) ** 2 / (y * y) for x, y in zip(xs, ys, strict=False))
+    """Minimise sum(((a + b*x) - y) / y)^2 with a, b >= 0. Returns (a, b, sse)."""
+    x = np.asarray(xs, dtype=float)
+    a, b = _nnls_relative(np.stack([np.ones_like(x), x], axis=1), np.asarray(ys, dtype=float))
+    sse = sum(((a + b * xi) - y) ** 2 / (y * y) for xi, y in zip(xs, ys, strict=False))
     return a, b, sse
+
+
+def _nnls_relative(basis: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients c >= 0 minimising sum(((basis @ c) - y) * w)^2, w = 1/y unless given
+    (relative error). Columns are scaled to unit norm first: sizes span 1 KiB .. 64 MiB and
+    seconds are ~1e-4, so the raw columns differ by ten orders of magnitude."""
+    w = 1.0 / y if weight is None else weight
+    a = basis * w[:, None]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    c, _ = nnls(a / norms, y * w)
+    return c / norms
+
+
+def fit_monotone(xs: list[float], ys: list[float], knots: list[float], jumps: bool) -> PiecewiseFit:
+    """The best non-decreasing piecewise-affine curve with breaks at `knots` (relative error):
+    T(n) = a + sum_i s_i * (clip(n, k_i, k_i+1) - k_i) [+ sum_i j_i * (n >= k_i)], every
+    coefficient >= 0, so each segment's slope is s_i >= 0 and each jump j_i >= 0 (``jumps``;
+    without them the curve is continuous). Returned as one `Segment` per interval."""
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    ks = sorted({float(k) for k in knots if k > 0})
+    bounds = [0.0, *ks, math.inf]
+    cols = [np.ones_like(x)]
+    cols += [np.clip(x, lo, hi) - lo for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    if jumps:
+        cols += [(x >= k).astype(float) for k in ks]
+    c = _nnls_relative(np.stack(cols, axis=1), y)
+    a0, slopes, steps = float(c[0]), [float(v) for v in c[1:len(bounds)]], [float(v) for v in c[len(bounds):]]
+    segs = []
+    base = a0
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if i > 0:
+            base += slopes[i - 1] * (lo - bounds[i - 1]) + (steps[i - 1] if jumps else 0.0)
+        segs.append(Segment(lo, hi, base - slopes[i] * lo, slopes[i]))
+    fit = PiecewiseFit(segs)
+    fit.sse = sum(((fit.predict(xi) - yi) / yi) ** 2 for xi, yi in zip(xs, ys, strict=False))
+    return fit
 
 
 def fit_piecewise(
@@ -88,38 +134,31 @@ def fit_piecewise(
         bounds.append((i, j))
         j = i
     bounds.reverse()
-    segs = []
-    for idx, (i, j) in enumerate(bounds):
-        a, b, _ = cost[(i, j)]
-        lo = 0.0 if idx == 0 else _breakpoint(xs[i - 1], xs[i], hints or [])
-        segs.append(Segment(lo, inf, a, b))
-    for s, nxt in zip(segs, segs[1:], strict=False):
-        s.hi = nxt.lo
-    return PiecewiseFit(segs, best[k][n])
+    # the regimes found segment by segment, refitted together as one non-decreasing curve
+    return _monotone_regimes(xs, ys, [(xs[i - 1], xs[i]) for i, _ in bounds[1:]], hints or [])
+
+
+def _monotone_regimes(xs: list[float], ys: list[float], gaps: list[tuple[float, float]],
+                      hints: list[float]) -> PiecewiseFit:
+    """One non-decreasing curve through regimes that change in the given gaps between measured
+    sizes. A gap holding a structural threshold breaks there; any other breaks at the gap's
+    geometric mean, or at its right end when that fits better: where the later regime starts
+    lower but rises faster, a jump up is only possible late in the gap."""
+    breaks = [_breakpoint(left, right, hints) for left, right in gaps]
+    best = fit_monotone(xs, ys, breaks, jumps=True)
+    for i, (left, right) in enumerate(gaps):
+        if any(left <= h < right for h in hints):
+            continue
+        trial = [*breaks[:i], right, *breaks[i + 1:]]
+        f = fit_monotone(xs, ys, trial, jumps=True)
+        if f.sse < best.sse * (1 - 1e-9):
+            breaks, best = trial, f
+    return best
 
 
 def fit_hinge(xs: list[float], ys: list[float], knots: list[float]) -> PiecewiseFit:
-    """Continuous piecewise-linear fit T = a + b*n + sum_k c_k*max(0, n - knot_k), weighted
-    for relative error, returned as segments (one per interval between knots)."""
-    x = np.asarray(xs, dtype=float)
-    y = np.asarray(ys, dtype=float)
-    ks = sorted(set(float(k) for k in knots))
-    cols = [np.ones_like(x), x] + [np.maximum(0.0, x - k) for k in ks]
-    A = np.stack(cols, axis=1) / y[:, None]
-    coef, *_ = np.linalg.lstsq(A, np.ones_like(y), rcond=None)
-    a, b, cs = float(coef[0]), float(coef[1]), [float(c) for c in coef[2:]]
-    segs = []
-    bounds = [0.0, *ks, float("inf")]
-    for i in range(len(bounds) - 1):
-        # on [bounds[i], bounds[i+1]): active hinges are knots <= bounds[i]
-        sa, sb = a, b
-        for k, c in zip(ks[:i], cs[:i], strict=False):
-            sa -= c * k
-            sb += c
-        segs.append(Segment(bounds[i], bounds[i + 1], sa, sb))
-    fit = PiecewiseFit(segs)
-    fit.sse = sum(((fit.predict(xi) - yi) / yi) ** 2 for xi, yi in zip(xs, ys, strict=False))
-    return fit
+    """Continuous non-decreasing piecewise-affine fit with breaks at `knots` (relative error)."""
+    return fit_monotone(xs, ys, knots, jumps=False)
 
 
 def _greedy_hinge(xs: list[float], ys: list[float], n_knots: int, cands: list[float]) -> PiecewiseFit:
@@ -178,10 +217,13 @@ def fit_model(sizes: list[float], times: list[float], hints: list[float] | None 
 
 def _breakpoint(left: float, right: float, hints: list[float]) -> float:
     """Where a regime change between two measured sizes goes: a structural threshold of
-    the backend if one lies between them, else their geometric mean."""
+    the backend if one lies between them, else their geometric mean. Gloo's rule is
+    "n > threshold", so a threshold h puts the break at h + 1: `left` must be <= h (old
+    regime) and `right` > h (new regime), as the fit found them; a threshold equal to
+    `right` would put the measured `right` back into the old regime."""
     for h in hints:
-        if left < h <= right:
-            return float(h) + 1  # gloo's rule is "n > threshold"
+        if left <= h < right:
+            return float(h) + 1
     return math.sqrt(left * right)
 
 
@@ -189,35 +231,16 @@ def fit_algorithm(op: str, algo: str, p: int, sizes: list[float], times: list[fl
     """alpha, beta of one closed form (gamma given), minimising relative error."""
     ca, kb, kg = REGISTRY[(op, algo)].coeffs(p)
     # T - n*kg*gamma = ca*alpha + n*kb*beta: an affine fit in n with a = ca*alpha, b = kb*beta.
-    ys = [max(t - n * kg * gamma, 1e-12) for n, t in zip(sizes, times, strict=False)]
+    ys = np.asarray([max(t - n * kg * gamma, 1e-12) for n, t in zip(sizes, times, strict=False)])
+    x = np.asarray(sizes, dtype=float)
     # Weights stay those of the measured times (relative error of T, not of T - reduction).
-    w = [1.0 / (t * t) for t in times]
-    a, b = _wls(list(sizes), ys, w)
-    alpha = a / ca if ca else 0.0
-    beta = b / kb if kb else 0.0
+    a, b = _nnls_relative(np.stack([np.ones_like(x), x], axis=1), ys, 1.0 / np.asarray(times, dtype=float))
+    alpha = float(a) / ca if ca else 0.0
+    beta = float(b) / kb if kb else 0.0
     sse = sum(
         ((ca * alpha + n * (kb * beta + kg * gamma)) - t) ** 2 / (t * t) for n, t in zip(sizes, times, strict=False)
     )
     return AlgoFit(algo, alpha, beta, gamma, sse)
-
-
-def _wls(xs: list[float], ys: list[float], w: list[float]) -> tuple[float, float]:
-    sw = sum(w)
-    sx = sum(wi * x for wi, x in zip(w, xs, strict=False))
-    sy = sum(wi * y for wi, y in zip(w, ys, strict=False))
-    sxx = sum(wi * x * x for wi, x in zip(w, xs, strict=False))
-    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys, strict=False))
-    det = sw * sxx - sx * sx
-    if det > 0:
-        b = (sw * sxy - sx * sy) / det
-        a = (sy - b * sx) / sw
-        if a >= 0 and b >= 0:
-            return a, b
-    # clamp one parameter at zero and refit the other
-    opts = [(sy / sw, 0.0)]
-    if sxx > 0:
-        opts.append((0.0, max(sxy / sxx, 0.0)))
-    return min(opts, key=lambda ab: sum(wi * (ab[0] + ab[1] * x - y) ** 2 for wi, x, y in zip(w, xs, ys, strict=False)))
 
 
 def calibrate(

@@ -56,16 +56,12 @@ def compare_figure(result: dict):
         label=f"simulated: {result['backend']} ring, piecewise fit",
     )
     styles = ["--", "-.", ":", (0, (5, 1))]
-    for (name, f), ls in zip(prof.algos.items(), styles * 3, strict=False):
-        ax.plot(
-            grid,
-            [f.predict(op, x, p) * 1e3 for x in grid],
-            linestyle=ls,
-            lw=1.2,
-            label=f"closed form: {name} (fitted α, β)",
-        )
-    for b in prof.piecewise.breakpoints:
-        ax.axvline(b, color="grey", lw=0.6, alpha=0.6)
+    for names, curve, ls in zip(*_distinct_curves(prof, op, p, grid), styles * 3, strict=False):
+        same = f" (the same curve at p = {p})" if len(names) > 1 else ""
+        ax.plot(grid, [t * 1e3 for t in curve], linestyle=ls, lw=1.2,
+                label=f"closed form{'s' if len(names) > 1 else ''}: {', '.join(names)} (fitted α, β){same}")
+    for i, b in enumerate(prof.piecewise.breakpoints):
+        ax.axvline(b, color="grey", lw=0.6, alpha=0.6, label="regime break of the piecewise fit" if i == 0 else None)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("bytes per rank")
@@ -76,3 +72,20 @@ def compare_figure(result: dict):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _distinct_curves(prof: OpProfile, op: str, p: int, grid: list[float]) -> tuple[list[list[str]], list[list[float]]]:
+    """The fitted closed forms, those that predict the same times drawn once (at p = 2 every
+    all_reduce algorithm is one affine function of n: four lines would hide each other)."""
+    names: list[list[str]] = []
+    curves: list[list[float]] = []
+    for name, f in prof.algos.items():
+        ys = [f.predict(op, x, p) for x in grid]
+        for k, other in enumerate(curves):
+            if all(abs(a - b) <= 1e-9 * max(abs(a), abs(b)) for a, b in zip(ys, other, strict=True)):
+                names[k].append(name)
+                break
+        else:
+            names.append([name])
+            curves.append(ys)
+    return names, curves

@@ -7,6 +7,10 @@ busbw and a measured one mean the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from simdist.vocab import dtype_bytes
+
 
 def geometric_sizes(lo: int = 1024, hi: int = 64 << 20, factor: int = 2) -> list[int]:
     """lo, lo*factor, ... up to hi (nccl-tests' -b, -e, -f)."""
@@ -35,13 +39,28 @@ def midpoint_sizes(lo: int = 1024, hi: int = 64 << 20, align: int = 64) -> list[
     return out
 
 
+# nccl-tests' busbw factors (doc/PERFORMANCE.md): the share of S that crosses each rank's
+# link in an optimal ring, written out and as a function of p; other ops: 1.
+_BUS_FACTORS: dict[str, tuple[str, Callable[[int], float]]] = {
+    "all_reduce": ("2(p-1)/p", lambda p: 2.0 * (p - 1) / p),
+    **{op: ("(p-1)/p", lambda p: (p - 1) / p) for op in ("all_gather", "reduce_scatter", "all_to_all")},
+}
+_NO_FACTOR: tuple[str, Callable[[int], float]] = ("1", lambda p: 1.0)
+
+
 def bus_factor(op: str, p: int) -> float:
-    """nccl-tests busbw factor (doc/PERFORMANCE.md)."""
-    if op == "all_reduce":
-        return 2.0 * (p - 1) / p
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return 1.0
+    """nccl-tests busbw factor (doc/PERFORMANCE.md): busbw = algbw * bus_factor."""
+    return _BUS_FACTORS.get(op, _NO_FACTOR)[1](p)
+
+
+def bus_factor_text(op: str) -> str:
+    """`bus_factor` written in p, e.g. 2(p-1)/p, for explanations."""
+    return _BUS_FACTORS.get(op, _NO_FACTOR)[0]
+
+
+def dtype_count(nbytes: int, dtype: str = "float32") -> int:
+    """Elements of `dtype` in `nbytes` (nccl-tests' count column)."""
+    return nbytes // dtype_bytes(dtype)
 
 
 def algbw_bytes(op: str, nbytes: int, p: int) -> int:
@@ -49,10 +68,3 @@ def algbw_bytes(op: str, nbytes: int, p: int) -> int:
     if op == "all_gather":
         return nbytes * p  # nbytes = per-rank contribution
     return nbytes
-
-
-def busbw_gbps(op: str, nbytes: int, p: int, t: float) -> float | None:
-    """Bus bandwidth (GB/s) of one operation taking t seconds; None where it means nothing."""
-    if t <= 0 or op == "barrier":
-        return None
-    return algbw_bytes(op, nbytes, p) / t / 1e9 * bus_factor(op, p)

@@ -7,6 +7,7 @@ from typing import Any
 
 from simdist.engine.core import Engine, RankRaised, Work
 from simdist.engine.values import Payload
+from simdist.report import Span
 from simdist.vocab import WORLD, reduce_op_of
 
 
@@ -17,6 +18,7 @@ class Dist:
         self.engine = engine
         self.rank = rank
         self.warnings: list[str] = []  # what the rank's process shows, in order
+        self.compute_spans: list[Span] = []  # the rank's compute, for reports and traces
 
     def warn(self, text: str) -> None:
         """`warnings.warn` in the modelled torch code, as the rank's process shows it: each
@@ -62,4 +64,6 @@ class Dist:
 
     def compute(self, seconds: float) -> Generator[Any, Any, None]:
         if seconds > 0:
+            begin = self.engine.env.now
             yield self.engine.env.timeout(seconds)
+            self.compute_spans.append(Span(begin, self.engine.env.now))

@@ -1,0 +1,184 @@
+"""The `Report` of a script run: per rank its trace, status, error, printed lines, and the
+line of the user's code where it is blocked or where it left; findings and explanations.
+
+The report is the scenario path's (`simdist.report.Report`, source "sim"), so the checker's
+findings, the wait-for graph, `--json` and the Chrome trace work unchanged.
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import Any
+
+from simdist.check.classify import run_findings
+from simdist.check.waitfor import build_waitfor
+from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
+from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.report import (
+    CodeLocation,
+    Finding,
+    RankError,
+    RankResult,
+    Report,
+    TraceEntry,
+    error_category,
+    overall_outcome,
+)
+from simdist.script.coordinator import Coordinator, Ending, phase_of
+from simdist.script.ranks import RankConn
+
+
+class _Groups:
+    """The checker asks a scenario for group members; a script's groups are the engine's."""
+
+    def __init__(self, groups: dict[str, list[int]]):
+        self.groups = groups
+
+    def group_ranks(self, name: str) -> list[int]:
+        return self.groups[name]
+
+
+def location(file: str, line: int, function: str) -> CodeLocation:
+    return CodeLocation(file, int(line), function, linecache.getline(file, int(line)).strip())
+
+
+def _user_location(raw: list[Any]) -> CodeLocation | None:
+    for f in raw:
+        if f[3]:
+            return location(f[0], f[1], f[2])
+    return None
+
+
+def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
+    for f, u in zip(frames, user, strict=True):
+        if u:
+            return location(f.filename, f.line, f.name)
+    return None
+
+
+def fr_trace(fr: dict[str, Any]) -> list[TraceEntry]:
+    """A rank's collectives on real Gloo, from its Flight Recorder (see `rank.flight`), in the
+    simulator's terms. FR records neither the reduce op nor the root; times are relative."""
+    entries = fr.get("entries") or []
+    groups = fr.get("groups") or {}
+    t0 = min((e["t"] for e in entries), default=0)
+    out = []
+    for e in entries:
+        raw = e["frames"]
+        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
+        op, dtype = fr_op_name(e["op"]), fr_dtype(e["dtypes"])
+        out.append(TraceEntry(seq=e["seq"], op=op, numel=0 if op == "barrier" else fr_numel(e["sizes"]), dtype=dtype,
+                              group=e["pg"], group_size=len(groups.get(e["pg"], [])),
+                              origin=script_origin(frames, [bool(f[3]) for f in raw], dtype), phase=phase_of(frames),
+                              t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
+    return out
+
+
+def _how(conn: RankConn, returncode: int | None) -> str:
+    x = conn.exit
+    if x is None:
+        if returncode is not None and returncode < 0:
+            return f"killed by signal {-returncode}"
+        return "ended without a word (killed?)"
+    how, code = x.get("how"), x.get("code")
+    if how == "returned":
+        return "returned normally"
+    if how == "exception":
+        return f"raised {x['error']['type']}"
+    return f"{how}({code if code is not None else ''})"
+
+
+def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) -> tuple[str, RankError | None]:
+    if aborted is not None:
+        return "aborted", aborted
+    x = conn.exit
+    if x is None:
+        return "error", RankError("Killed", "the process ended without reporting how (killed by a signal?)", "killed")
+    if x.get("error"):
+        msg = x["error"]["message"]
+        return "error", RankError(x["error"]["type"], msg, error_category(msg, runtime_error=True))
+    code = x.get("code") or 0
+    if code:
+        return "error", RankError("SystemExit", f"exit code {code}", "other")
+    return "completed", None
+
+
+def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None, real: bool) -> RankResult:
+    assert coord.engine is not None
+    rs = coord.engine.ranks[r]
+    conn = coord.by_rank.get(r)
+    if real:  # nothing went through the engine: the trace is the Flight Recorder's
+        rs.trace = fr_trace((conn.exit or {}).get("fr") or {}) if conn is not None else []
+    if conn is None:
+        err = RankError("ScriptError", "no process initialised this rank's process group", "other")
+        return RankResult(rank=r, status="error", error=err, trace=rs.trace)
+    where: CodeLocation | None = None
+    blocked = waiting = None
+    if conn.connected and conn.exit is None and ending.kind in ("hang", "timeout"):
+        status, error = "hang", None
+        pending = [e for e in rs.trace if not e.completed and e.t_done is None]
+        if conn.block is not None:
+            waiting = conn.ops[conn.block.ids[0]].entry
+            where = _user_location(conn.block.frames)
+        blocked = pending[0] if pending else waiting
+        how = "still running" if ending.kind == "timeout" else "blocked"
+    else:
+        status, error = _ended(conn, rs.abort_error, returncode)
+        x = conn.exit or {}
+        if x.get("where"):
+            where = location(*x["where"][:3])
+        how = _how(conn, returncode)
+    if where is None and (last := conn.last_op()) is not None:
+        where = _op_location(last.frames, last.user)
+    return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
+                      blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
+                      location=where, exit=how)
+
+
+def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
+    notes: list[str] = []
+    for r in report.ranks:
+        at = f" at {r.location.short()}" if r.location is not None else ""
+        if r.status == "hang" and r.waiting_in is not None:
+            notes.append(f"rank {r.rank} is blocked in {r.waiting_in.short()}{at}")
+        elif r.status == "hang":
+            notes.append(f"rank {r.rank} is still running{at}")
+        elif r.exit is not None:
+            err = f": {r.error.type}: {r.error.message.splitlines()[0] if r.error.message else ''}" if r.error else ""
+            last = next((e for e in reversed(r.trace)), None)
+            after = f" (its last operation: {last.short()})" if last is not None else ""
+            notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
+    if ending.kind == "hang":
+        wf = build_waitfor(report, _Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
+        gone = [r.rank for r in report.ranks if r.status != "hang"]
+        line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {wf.blocked}"
+        if wf.culprits or gone:
+            line += f", waiting on ranks {wf.culprits or gone}"
+        notes.append(line)
+        if coord.backend == "nccl" and gone:
+            notes.append("backend nccl: a peer that exits leaves its partners blocked (NCCL's watchdog would end "
+                         "them after its timeout); with gloo they would fail with 'Connection closed by peer'")
+    elif ending.kind == "timeout":
+        notes.append("watchdog: the run did not finish in time and no hang was proven (a rank may be computing "
+                     "or spinning without communicating)")
+    return notes
+
+
+def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: list[int | None],
+                 timings: dict[str, float], real: bool = False) -> Report:
+    """The report of a run that initialised a process group (`coord.engine` is set).
+    `returncodes[r]`: rank r's process exit status, where the launcher started the ranks.
+    `real`: the ranks ran on real Gloo (the launcher's "gloo" mode), their traces come from FR."""
+    assert coord.engine is not None
+    ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
+             for r in range(coord.world_size)]
+    report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
+                    findings=list(coord.engine.findings), backend=coord.backend or "gloo",
+                    world_size=coord.world_size, timings=dict(timings))
+    have = {(f.kind, f.group, f.seq, tuple(f.ranks)) for f in report.findings}
+    for f in run_findings(report, _Groups(coord.engine.groups)):  # type: ignore[arg-type]
+        if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
+            report.findings.append(f)
+    report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
+    report.notes = _notes(report, coord, ending)
+    return report

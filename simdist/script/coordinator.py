@@ -1,0 +1,311 @@
+"""The coordinator: the simdist side of a script run, driving the engine for every rank.
+
+Rank processes connect to a Unix socket and send what their process groups do; the
+coordinator issues each operation on the shared `simdist.engine.core.Engine` (pairing per
+group by sequence number, the backend's rules on mismatches, exact result values) and
+answers with the result bytes when the operation completes.
+
+Hang detection needs no timer: when every live rank is blocked in operations that have
+not completed (a visible `wait()`, or idle on futures torch waits for in C++; see
+`rank.client`), no message can arrive that would let one complete, so the run hangs. On
+Gloo, `settle_absent` first completes what Gloo completes without an absent member.
+
+Rank exits follow the backend the script asked for (or `backend=` overrides): on Gloo a
+peer that exits makes its partners' unfinished collectives fail ("Connection closed by
+peer", `Engine.rank_gone`); on NCCL nothing tells them, so they stay blocked: a hang, which
+NCCL's watchdog would end only after its timeout.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simdist.engine.core import Engine, RankRaised
+from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.script import payloads, wire
+from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
+from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
+
+POLL_S = 0.05
+
+
+def semantics_of(requested: str) -> str:
+    """The backend whose semantics a run gets from what the script asked for."""
+    return "nccl" if "nccl" in requested.lower() else "gloo"
+
+
+@dataclass
+class Ending:
+    """Why the serving loop stopped: finished, hang, timeout or interrupted."""
+
+    kind: str
+    at: float  # wall time
+    last_blocked: float | None = None  # hang: when the last rank became blocked
+
+
+class Coordinator:
+    def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
+                 measure_compute: bool = True):
+        self.listener = listener
+        self.cost_factory = cost_factory
+        self.forced_backend = backend
+        self.backend: str | None = backend
+        self.measure_compute = measure_compute
+        self.engine: Engine | None = None
+        self.timeline: Timeline | None = None
+        self.world_size = 0
+        self.conns: list[RankConn] = []
+        self.by_rank: dict[int, RankConn] = {}
+        self.requested: list[str] = []
+        self.protocol_errors: list[str] = []
+        self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ, None)
+
+    # ------------------------------------------------------------------ loop
+    def serve(self, launched_done: Any, deadline: float) -> Ending:
+        """Serve until the processes are done, a hang is proven, or the deadline passes.
+        `launched_done()` says whether every process the launcher started has exited."""
+        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+            return self._serve(launched_done, deadline)
+
+    def _serve(self, launched_done: Any, deadline: float) -> Ending:
+        while True:
+            for key, _ in self.sel.select(POLL_S):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key.data)
+            self._pump()
+            if launched_done() and not any(c.connected for c in self.conns):
+                return Ending("finished", time.time())
+            if self._hung():
+                return Ending("hang", time.time(), self._last_event())
+            if time.monotonic() > deadline:
+                return Ending("timeout", time.time())
+
+    def _accept(self) -> None:
+        sock, _ = self.listener.accept()
+        sock.setblocking(True)
+        conn = RankConn(sock)
+        self.conns.append(conn)
+        self.sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: RankConn) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self._closed(conn)
+            return
+        for header, buffers in conn.decoder.feed(data):
+            self._handle(conn, header, buffers)
+
+    def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
+        if not conn.connected:
+            return
+        try:
+            wire.send(conn.sock, header, buffers)
+        except OSError:
+            pass  # the process is gone; its connection's end is seen by the reader
+
+    def _pump(self) -> None:
+        """Let the engine finish everything it can (completions call back into `_completed`)."""
+        if self.engine is None:
+            return
+        self.engine.env.run()
+        for r, rs in enumerate(self.engine.ranks):
+            conn = self.by_rank.get(r)
+            if rs.abort_error is not None and conn is not None and not conn.abort_sent:
+                conn.abort_sent = True
+                self._send(conn, {"t": "abort", "detail": rs.abort_error.message.split(" (std::terminate")[0]})
+
+    # ------------------------------------------------------------------ messages
+    def _handle(self, conn: RankConn, h: dict[str, Any], buffers: list[bytearray]) -> None:
+        kind = h["t"]
+        if kind == "op":
+            self._op(conn, h, buffers[0] if buffers else None)
+        elif kind == "wait":
+            self._wait(conn, h)
+        elif kind == "idle":
+            self._idle(conn, h)
+        elif kind == "fut":
+            if (rec := conn.ops.get(int(h["id"]))) is not None:
+                conn.waited_on(rec)
+        elif kind == "out":
+            (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
+        elif kind == "init":
+            self._init(conn, h)
+        elif kind == "group":
+            self._group(h)
+        elif kind == "exit":
+            conn.exit = h
+            conn.exit_at = time.time()
+
+    def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
+        rank, size = int(h["rank"]), int(h["world_size"])
+        error = None
+        if self.engine is None:
+            self.world_size = size
+            self.backend = self.forced_backend or semantics_of(h.get("backend") or "")
+            self.engine = Engine(size, {WORLD: list(range(size))}, ZeroCost(), self.backend)
+            self.timeline = Timeline(self.cost_factory(size))
+        if size != self.world_size:
+            error = f"rank {rank} initialised with world_size={size}, other ranks with {self.world_size}"
+        elif not 0 <= rank < size:
+            error = f"rank {rank} is out of range for world_size={size}"
+        elif rank in self.by_rank:
+            error = f"two processes initialised as rank {rank}"
+        if error is None:
+            conn.rank, conn.pid = rank, h.get("pid")
+            self.by_rank[rank] = conn
+            self.requested.append(str(h.get("backend")))
+        else:
+            self.protocol_errors.append(error)
+        self._send(conn, {"t": "reply", "req": h["req"], "error": error})
+
+    def _group(self, h: dict[str, Any]) -> None:
+        assert self.engine is not None
+        ranks = sorted(int(r) for r in h["ranks"])
+        have = self.engine.groups.setdefault(h["g"], ranks)
+        if have != ranks:
+            self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
+
+    def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
+        engine, timeline = self.engine, self.timeline
+        assert engine is not None and timeline is not None and conn.rank is not None
+        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.block = None
+        rank, op, group = conn.rank, h["op"], h["g"]
+        raw = h.get("frames") or []
+        frames, user, origin = self._classify(raw, h["dt"])
+        payload = payloads.to_payload(data, h["dt"], int(h["n"]))
+        if op in P2P_OPS:
+            work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
+                              group=group)
+            members = [rank, int(h["peer"])] if op == "send" else [int(h["peer"]), rank]
+        else:
+            work = engine.issue(rank, op, payload, group=group, origin=origin, reduce_op=reduce_op_of(op, h.get("ro")),
+                                root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
+            members = engine.groups[group]
+        entry = work.call.entry
+        entry.t_issue = conn.clock
+        entry.phase, entry.iteration = phase_of(frames), None
+        rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members)
+        conn.ops[rec.id] = rec
+        timeline.issued(rank, entry, int(h.get("tag") or 0))
+        work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
+        if not h.get("async", True):  # the caller waits at once (dist.all_reduce(..., async_op=False))
+            conn.waited_on(rec)
+            conn.block = Block([rec.id], time.time(), raw)
+
+    def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
+        """Frames and origin of a call site; the same site recurs every iteration, so cached."""
+        key = (dtype, *(tuple(f) for f in raw))
+        hit = self._sites.get(key)
+        if hit is None:
+            frames, user = self.frames_of(raw)
+            hit = self._sites[key] = (frames, user, script_origin(frames, user, dtype))
+        return hit
+
+    def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
+        conn.advance(h.get("cpu"), self.measure_compute)
+        rec = conn.ops.get(int(h["id"]))
+        if rec is None:
+            return
+        conn.waited_on(rec)
+        if not rec.done:
+            conn.block = Block([rec.id], time.time(), h.get("frames") or [])
+
+    def _idle(self, conn: RankConn, h: dict[str, Any]) -> None:
+        recs = [conn.ops[i] for i in h["ids"] if i in conn.ops]
+        for rec in recs:
+            conn.waited_on(rec)
+        if recs and all(not r.done for r in recs):
+            conn.block = Block([r.id for r in recs], float(h.get("since") or time.time()), h.get("frames") or [])
+
+    def _completed(self, conn: RankConn, rec: OpRecord, ev: Any) -> None:
+        assert self.timeline is not None
+        rec.done = True
+        entry = rec.entry
+        if ev.ok:
+            entry.t_done = self.timeline.completion(entry, rec.members, ev.value.nbytes)
+            data = payloads.to_bytes(ev.value) if rec.want_data else None
+            self._send(conn, {"t": "done", "id": rec.id}, [data] if data is not None else [])
+        else:
+            err = ev.value
+            message = str(err.error.message) if isinstance(err, RankRaised) else str(err)
+            entry.t_done = None
+            self._send(conn, {"t": "done", "id": rec.id, "error": message})
+        if conn.block is not None and rec.id in conn.block.ids:
+            conn.block = None
+
+    def _closed(self, conn: RankConn) -> None:
+        if not conn.connected:
+            return
+        conn.connected = False
+        conn.ended_at = time.time()
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        conn.advance(None, self.measure_compute)
+        if conn.rank is None or self.engine is None:
+            return
+        if self.backend == "gloo":
+            killed = conn.exit is None  # no word from it: killed by a signal, its sockets reset
+            self.engine.rank_gone(conn.rank, abrupt=killed)
+        self._pump()
+
+    # ------------------------------------------------------------------ hang
+    def _live(self) -> list[RankConn]:
+        """Ranks that may still communicate. On NCCL a rank that announced its exit is gone
+        for its peers already; on Gloo its peers learn only when its process ends."""
+        leaving_counts = self.backend == "nccl"
+        return [c for c in self.by_rank.values() if c.connected and not (leaving_counts and c.exit is not None)]
+
+    def _last_event(self) -> float:
+        """When the hang became certain: the last rank blocking or (NCCL) announcing its exit."""
+        live = self._live()
+        times = [c.block.since for c in live if c.block is not None]
+        times += [c.exit_at for c in self.by_rank.values() if c not in live and c.exit_at is not None]
+        times += [c.ended_at for c in self.by_rank.values() if c.ended_at is not None]
+        return max(times)
+
+    def _hung(self) -> bool:
+        if self.engine is None or len(self.by_rank) < self.world_size:
+            return False
+        live = self._live()
+        if not live or not all(c.blocked() for c in live):
+            return False
+        if self.backend == "gloo" and self.engine.settle_absent():
+            self._pump()
+            return False
+        return True
+
+    def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
+        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
+        return frames, [bool(f[3]) for f in raw]
+
+    def close(self) -> None:
+        for c in self.conns:
+            if c.connected:
+                c.sock.close()
+        self.sel.close()
+
+
+def phase_of(frames: list[Frame]) -> str:
+    """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
+    if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
+        return "init"
+    if any(f.tag == "join" and f.qual == "Join.__exit__" for f in frames):
+        return "join_exit"
+    return "loop"

@@ -1,0 +1,37 @@
+"""What both sides of a script run agree on: the environment through which the launcher
+reaches every process, and the names of process groups.
+
+Children inherit the environment, including those the script starts itself
+(`torch.multiprocessing.spawn`, `multiprocessing.Process`), so this is how the rank-side
+layer finds the coordinator without the user's code passing anything along.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SOCKET = "SIMDIST_SCRIPT_SOCKET"  # the coordinator's Unix socket; its presence switches the layer on
+RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds them by it)
+GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
+MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
+SIM, GLOO = "sim", "gloo"
+PARENT = "SIMDIST_SCRIPT_PPID"  # the pid a process expects as its parent (orphan check at start)
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "rank" / "bootstrap"
+
+
+def active() -> bool:
+    return bool(os.environ.get(SOCKET))
+
+
+def mode() -> str:
+    return os.environ.get(MODE, SIM)
+
+
+def group_name(torch_name: str, default: bool) -> str:
+    """The report's name of a process group: WORLD, or pg<torch's group name> (the same on
+    every rank: torch names groups by creation count or by a hash of their ranks)."""
+    if default:
+        return "WORLD"
+    return f"pg{torch_name}" if torch_name.isdigit() else f"pg{torch_name[:10]}"

@@ -1,0 +1,123 @@
+"""Process-level set-up of the rank-side layer, run at interpreter start (sitecustomize).
+
+Every process of a script run, whether the launcher started it or the script did:
+
+* dies with its parent (PR_SET_PDEATHSIG, re-armed in forked children), and exits at once
+  if its parent is already gone, so killing `simdist` leaves no process behind;
+* reports its printed lines and how it ends (`output`, `exits`);
+* counts `time.sleep` as busy (a sleeping rank is not blocked in a collective);
+* installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
+  remapping right after the script imports torch (an import hook: torch is not imported
+  before the script does, so its environment settings still apply). In the "gloo" mode
+  the groups are real Gloo ones instead (the same script on real ranks, for comparison).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from simdist.script import env
+from simdist.script.rank import client, exits, output
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(expected_parent: int | None) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if expected_parent is not None and os.getppid() != expected_parent:
+        client.coordinator_gone()  # the parent died before the signal was armed
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `callback(module)` once the top-level module `name` has been executed."""
+
+    def __init__(self, name: str, callback: Callable[[Any], None]):
+        self.name = name
+        self.callback = callback
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        run = spec.loader.exec_module
+        finder = self
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+            finder.callback(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _on_torch(_torch: Any) -> None:
+    from simdist.script.rank import devices, patches
+
+    patches.install(env.mode())
+    devices.install(int(os.environ.get(env.GPUS, "8")))
+
+
+def _patch_sleep() -> None:
+    orig = time.sleep
+    main = threading.main_thread()
+
+    def sleep(seconds: float) -> None:
+        c = client.CLIENT
+        if c is None or threading.current_thread() is not main:
+            return orig(seconds)
+        c.sleeping += 1
+        try:
+            orig(seconds)
+        finally:
+            c.sleeping -= 1
+
+    time.sleep = sleep
+
+
+_forking_parent: list[int] = []
+
+
+def _before_fork() -> None:
+    _forking_parent[:] = [os.getpid()]
+
+
+def _after_fork_child() -> None:
+    client.forget_after_fork()
+    output.forget_after_fork()
+    _die_with_parent(_forking_parent[0] if _forking_parent else None)
+
+
+def install() -> None:
+    parent = os.environ.get(env.PARENT)
+    _die_with_parent(int(parent) if parent else None)
+    os.environ[env.PARENT] = str(os.getpid())
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
+    output.install()
+    exits.install()
+    _patch_sleep()
+    if "torch" in sys.modules:
+        _on_torch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _on_torch))

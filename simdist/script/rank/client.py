@@ -1,0 +1,173 @@
+"""A rank's connection to the coordinator: requests, completions, and the idle watcher.
+
+One client per rank process, made when the script calls `init_process_group`. A reader
+thread receives completions (result bytes are copied into the op's output tensors there,
+as a real backend's progress thread would) and ends the process at once when the
+coordinator goes away, so no rank outlives the `simdist` process that simulates it.
+
+The idle watcher makes waits that torch does in C++ visible. DDP's reducer waits on the
+futures of its bucket all-reduces inside autograd, where no Python code runs; a rank whose
+main thread holds requested, unfinished futures and has stopped using CPU (for
+`IDLE_CONFIRM_S`) while standing in a C++ call reports itself blocked on them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Protocol
+
+from simdist.script import wire
+from simdist.script.rank import stack
+
+IDLE_POLL_S = 0.04
+IDLE_CONFIRM_S = 0.12
+IDLE_CPU_EPS_S = 0.0005
+EXIT_COORDINATOR_GONE = 70
+_hard_exit = os._exit  # the real one: `exits` wraps os._exit to report the exit first
+
+
+class Completable(Protocol):
+    def complete(self, data: bytearray | None, error: str | None) -> None: ...
+
+
+class Client:
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.rank: int | None = None
+        self._send_lock = threading.Lock()
+        self._state = threading.Lock()
+        self._ids = itertools.count(1)
+        self._works: dict[int, Completable] = {}
+        self._futures: set[int] = set()  # requested futures not yet complete
+        self._replies: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
+        self.main_waits = 0  # visible waits in progress on the main thread
+        self.sleeping = 0  # time.sleep in progress on the main thread (busy, not blocked)
+
+    # ------------------------------------------------------------------ sending
+    def send(self, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
+        try:
+            with self._send_lock:
+                wire.send(self.sock, header, buffers)
+        except OSError:
+            coordinator_gone()
+
+    def request(self, header: dict[str, Any]) -> dict[str, Any]:
+        """Send and block for the coordinator's reply (used at init)."""
+        rid = next(self._ids)
+        ev, box = threading.Event(), []
+        with self._state:
+            self._replies[rid] = (ev, box)
+        self.send({**header, "req": rid})
+        ev.wait()
+        return box[0]
+
+    def new_op(self, work: Completable) -> int:
+        op_id = next(self._ids)
+        with self._state:
+            self._works[op_id] = work
+        return op_id
+
+    def future_requested(self, op_id: int) -> None:
+        with self._state:
+            if op_id in self._works:
+                self._futures.add(op_id)
+
+    # ------------------------------------------------------------------ receiving
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="simdist-reader", daemon=True).start()
+        threading.Thread(target=self._watch_idle, name="simdist-idle", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = wire.recv(self.sock)
+            except OSError:
+                msg = None
+            if msg is None:
+                coordinator_gone()
+                return
+            header, buffers = msg
+            kind = header["t"]
+            if kind == "done":
+                with self._state:
+                    work = self._works.pop(header["id"], None)
+                    self._futures.discard(header["id"])
+                if work is not None:
+                    work.complete(buffers[0] if buffers else None, header.get("error"))
+            elif kind == "reply":
+                with self._state:
+                    ev, box = self._replies.pop(header["req"])
+                box.append(header)
+                ev.set()
+            elif kind == "abort":
+                _abort(header.get("detail", ""))
+
+    # ------------------------------------------------------------------ idle watcher
+    def _watch_idle(self) -> None:
+        main = threading.main_thread()
+        try:
+            clock = time.pthread_getcpuclockid(main.ident or 0)
+        except (AttributeError, OSError):
+            return
+        last = time.clock_gettime(clock)
+        idle_since: float | None = None
+        reported: frozenset[int] | None = None
+        while main.is_alive():
+            time.sleep(IDLE_POLL_S)
+            now, cpu = time.time(), time.clock_gettime(clock)
+            with self._state:
+                waiting = frozenset(self._futures)
+            idle = (waiting and cpu - last < IDLE_CPU_EPS_S and not self.main_waits and not self.sleeping)
+            last = cpu
+            if not idle:
+                idle_since, reported = None, None
+                continue
+            idle_since = idle_since or now - IDLE_POLL_S
+            if now - idle_since < IDLE_CONFIRM_S or waiting == reported:
+                continue
+            frame = sys._current_frames().get(main.ident or 0)
+            if frame is None or not _in_native_call(frame):
+                continue  # waiting on something else (a queue, a socket, input): busy for us
+            reported = waiting
+            self.send({"t": "idle", "ids": sorted(waiting), "since": idle_since, "frames": stack.capture(frame)})
+
+
+def _in_native_call(frame: Any) -> bool:
+    """Whether the main thread waits inside a C/C++ call made from torch or user code (a
+    future wait in autograd), not in a Python-level wait of the standard library."""
+    return stack.is_user_file(frame.f_code.co_filename) or "torch" in frame.f_code.co_filename
+
+
+def coordinator_gone() -> None:
+    """The simdist process is gone: nothing can complete any more, so end at once."""
+    _hard_exit(EXIT_COORDINATOR_GONE)
+
+
+def _abort(detail: str) -> None:
+    """Gloo's I/O thread threw (a mismatch the backend cannot pair): std::terminate, SIGABRT."""
+    sys.stderr.write(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  {detail}\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+CLIENT: Client | None = None
+
+
+def connect(path: str) -> Client:
+    global CLIENT
+    if CLIENT is None:
+        CLIENT = Client(path)
+        CLIENT.start()
+    return CLIENT
+
+
+def forget_after_fork() -> None:
+    """In a forked child (a DataLoader worker): the parent's connection is not ours to use."""
+    global CLIENT
+    CLIENT = None

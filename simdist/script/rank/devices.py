@@ -1,0 +1,176 @@
+"""CUDA on a machine without one: every CUDA device the script names is the CPU.
+
+Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set_device`,
+`DDP(..., device_ids=[rank])`) run unmodified on CPU tensors:
+
+* a global `TorchFunctionMode` rewrites device arguments of torch calls (factories'
+  `device=`, `Tensor.to`, `Tensor.cuda`, `Tensor.pin_memory`) from CUDA to the CPU. A mode
+  sees a call before torch parses its arguments, so it also catches an int device (`.to(0)`,
+  which torch resolves through the accelerator). `torch.device("cuda:1")` objects stay what
+  they are: only where a tensor is placed changes;
+* `Module.to` parses its device before any tensor call, so it is remapped directly;
+* `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
+  `device_count`, `set_device`, `current_device`, `synchronize`, ...);
+* DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
+
+The mode is entered on the main thread, where scripts (and CPU autograd) run.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_CPU = torch.device("cpu")
+
+
+def is_accelerator(device: Any) -> bool:
+    """Whether a device argument means a CUDA device (an int is an accelerator index)."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return False
+
+
+def _remap_args(args: tuple) -> tuple:
+    return tuple(_CPU if is_accelerator(a) else a for a in args)
+
+
+class CudaToCpu(TorchFunctionMode):
+    """Rewrites CUDA device arguments of torch calls to the CPU."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if kwargs:
+            dev = kwargs.get("device")
+            if dev is not None and is_accelerator(dev):
+                kwargs = {**kwargs, "device": _CPU}
+        else:
+            kwargs = {}
+        if func in _MOVES:
+            return _MOVES[func](args, kwargs, func)
+        return func(*args, **kwargs)
+
+
+def _to(args: tuple, kwargs: dict, func: Any) -> Any:
+    return func(args[0], *_remap_args(args[1:]), **kwargs)
+
+
+def _cuda(args: tuple, kwargs: dict, func: Any) -> Any:
+    non_blocking = kwargs.get("non_blocking", False)
+    return args[0].to(_CPU, non_blocking=non_blocking)
+
+
+def _same(args: tuple, kwargs: dict, func: Any) -> Any:
+    return args[0]
+
+
+_MOVES = {
+    torch.Tensor.to: _to,
+    torch.Tensor.cuda: _cuda,
+    torch.Tensor.pin_memory: _same,
+}
+
+
+class _Gpus:
+    """What the `torch.cuda` shims report."""
+
+    count = 8
+    current = 0
+
+
+def _index(device: Any) -> int:
+    if isinstance(device, torch.device):
+        return device.index or 0
+    if isinstance(device, str):
+        return torch.device(device).index or 0
+    return int(device)
+
+
+class _DeviceContext:
+    """`torch.cuda.device(n)`: selects nothing on the CPU."""
+
+    def __init__(self, device: Any):
+        self.device = device
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _install_cuda_shims(gpus: int) -> None:
+    import torch.cuda as tc
+
+    _Gpus.count = gpus
+    shims: dict[str, Any] = {
+        "is_available": lambda: True,
+        "device_count": lambda: _Gpus.count,
+        "set_device": lambda device: setattr(_Gpus, "current", _index(device)),
+        "current_device": lambda: _Gpus.current,
+        "synchronize": lambda device=None: None,
+        "empty_cache": lambda: None,
+        "get_device_name": lambda device=None: "simdist simulated GPU (CPU)",
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
+        "reset_peak_memory_stats": lambda device=None: None,
+        "device": _DeviceContext,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+
+
+def _patch_module_to() -> None:
+    orig = torch.nn.Module.to
+
+    @functools.wraps(orig)
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if "device" in kwargs and is_accelerator(kwargs["device"]):
+            kwargs["device"] = _CPU
+        return orig(self, *_remap_args(args), **kwargs)
+
+    torch.nn.Module.to = to  # type: ignore[method-assign]
+
+
+def _patch_ddp() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    orig = DDP.__init__
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        module = bound.arguments.get("module")
+        on_cpu = module is not None and all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu:
+            for name in ("device_ids", "output_device"):
+                if name in bound.arguments:
+                    bound.arguments[name] = None
+        orig(*bound.args, **bound.kwargs)
+
+    DDP.__init__ = __init__  # type: ignore[method-assign]
+
+
+_MODE: CudaToCpu | None = None
+
+
+def install(gpus: int) -> None:
+    """Remap CUDA to the CPU for the rest of this process (main thread)."""
+    global _MODE
+    if _MODE is not None:
+        return
+    _install_cuda_shims(gpus)
+    _patch_module_to()
+    _patch_ddp()
+    _MODE = CudaToCpu()
+    _MODE.__enter__()

@@ -1,0 +1,138 @@
+"""How a rank process ends, and where the user's code stood when it did.
+
+The coordinator learns that a rank ended when its connection closes; this module tells it
+how first: an exception (with the innermost user frame of its traceback), `sys.exit` or
+`os._exit` (with the user line that called it), or a normal return. For a normal return,
+"where it left" is the last line the user's entry function ran: the outermost user frame
+that was on the stack when the rank called `init_process_group` (e.g. the `worker` that
+`mp.spawn` called); a finished frame still knows its last line.
+
+Exceptions are seen wherever they end a rank: `sys.excepthook` (a script run directly),
+`torch.multiprocessing.spawn`'s wrapper (it catches the exception, then calls `sys.exit(1)`
+inside its handler, where `sys.exc_info()` still holds it), and `multiprocessing.Process.run`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from simdist.script.rank import client, output, stack
+
+_info: dict[str, Any] = {}
+_entry: list[FrameType] = []
+_extras: list[Callable[[], dict[str, Any]]] = []  # more to say at exit (the Flight Recorder)
+
+
+def add_to_exit(fn: Callable[[], dict[str, Any]]) -> None:
+    _extras.append(fn)
+
+
+def registered(caller: FrameType | None) -> None:
+    """Remember the user's entry frame when the process becomes a rank."""
+    frames = []
+    f = caller
+    while f is not None:
+        if stack.is_user_file(f.f_code.co_filename):
+            frames.append(f)
+        f = f.f_back
+    functions = [f for f in frames if f.f_code.co_name != "<module>"]
+    _entry[:] = [functions[-1] if functions else frames[-1]] if frames else []
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def record(how: str, code: Any = None, exc: BaseException | None = None, where: list | None = None) -> None:
+    """Note how the process is ending (the first exception and its place win)."""
+    if exc is not None and not isinstance(exc, SystemExit) and "error" not in _info:
+        _info["error"] = _error(exc)
+        _info["where"] = stack.traceback_user_frame(exc.__traceback__) or where
+        _info["how"] = "exception"
+    elif "how" not in _info:
+        _info["how"] = how
+        if where is not None:
+            _info["where"] = where
+    if code is not None:
+        _info["code"] = _exit_code(code)
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def send() -> None:
+    """Tell the coordinator (once) how this rank ends, as soon as the process is leaving."""
+    c = client.CLIENT
+    if c is None or c.rank is None or _info.get("sent"):
+        return
+    output.flush()
+    if "how" not in _info:
+        _info["how"] = "returned"
+    if "where" not in _info and _entry:
+        _info["where"] = stack.where(_entry[0])
+    _info["sent"] = True
+    for fn in _extras:
+        try:
+            _info.update(fn())
+        except Exception as e:  # noqa: BLE001 - the exit report must still go out
+            _info.setdefault("warnings", []).append(f"{type(e).__name__}: {e}")
+    c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
+
+
+def _how(wanted: str) -> tuple[str, list | None]:
+    """`wanted` with the caller's line when the user's code called it directly; a library
+    ending the process (multiprocessing once the target returned) is a normal return."""
+    caller = sys._getframe(2)
+    if stack.is_user_file(caller.f_code.co_filename):
+        return wanted, stack.where(caller)
+    return "returned", None
+
+
+def install() -> None:
+    orig_exit, orig_os_exit, orig_hook = sys.exit, os._exit, sys.excepthook
+
+    def sys_exit(code: Any = None) -> None:
+        how, where = _how("sys.exit")
+        record(how, code, sys.exc_info()[1], where)
+        send()  # the process is on its way out: tell the coordinator now, not at atexit
+        orig_exit(code)
+
+    def os_exit(code: int) -> None:
+        how, where = _how("os._exit")
+        record(how, code, None, where)
+        send()
+        orig_os_exit(code)
+
+    def excepthook(etype: Any, value: BaseException, tb: Any) -> None:
+        record("exception", 1, value)
+        orig_hook(etype, value, tb)
+        send()
+
+    sys.exit = sys_exit
+    os._exit = os_exit
+    sys.excepthook = excepthook
+    _patch_process_run()
+    atexit.register(send)
+
+
+def _patch_process_run() -> None:
+    import multiprocessing.process as mpp
+
+    orig = mpp.BaseProcess.run
+
+    def run(self: Any) -> None:
+        try:
+            orig(self)
+        except BaseException as e:
+            record("exception", 1, e)
+            raise
+
+    mpp.BaseProcess.run = run  # type: ignore[method-assign]

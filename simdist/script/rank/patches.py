@@ -1,0 +1,123 @@
+"""`init_process_group` and group creation, redirected to the simulated backend (or to Gloo).
+
+Whatever backend the script names (`nccl`, `gloo`, `"cpu:gloo,cuda:nccl"`, None), its groups
+run on `simdist`; no TCP rendezvous happens (MASTER_ADDR/PORT and `init_method` only
+supply the rank and world size, as `env://` and `tcp://...?rank=` URLs do), and the rank
+registers with the coordinator before torch builds the default group. Every later group
+(`new_group`, whatever backend it names) is made by the same creator.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from simdist.script import env
+from simdist.script.rank import client, exits, output, pg
+
+
+def _from_url(init_method: str | None) -> dict[str, int]:
+    if not init_method or "?" not in init_method:
+        return {}
+    query = parse_qs(urlparse(init_method).query)
+    return {k: int(v[0]) for k, v in query.items() if k in ("rank", "world_size") and v}
+
+
+def rank_and_size(rank: int, world_size: int, init_method: str | None) -> tuple[int, int]:
+    """The rank and world size as torch's rendezvous would find them (argument, URL, env)."""
+    url = _from_url(init_method)
+    if rank is None or rank < 0:
+        rank = url.get("rank", int(os.environ.get("RANK", -1)))
+    if world_size is None or world_size < 0:
+        world_size = url.get("world_size", int(os.environ.get("WORLD_SIZE", -1)))
+    if rank < 0 or world_size < 1:
+        raise ValueError("init_process_group: the rank and world size are not given as arguments, in the "
+                         "init_method URL, or by the RANK and WORLD_SIZE environment variables")
+    return rank, world_size
+
+
+def _patch_init(backend: str) -> None:
+    orig = c10d.init_process_group
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
+        c = client.connect(os.environ[env.SOCKET])
+        reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
+                           "backend": str(a.get("backend"))})
+        if reply.get("error"):
+            raise RuntimeError(f"simdist: {reply['error']}")
+        c.rank = rank
+        exits.registered(sys._getframe(1))
+        output.registered()
+        for name in ("device_id", "pg_options"):
+            a.pop(name, None)
+        if backend == pg.BACKEND_NAME:
+            a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
+            if a.get("store") is None:
+                a["store"] = dist.HashStore()
+        else:  # real ranks: torch's own rendezvous (MASTER_ADDR/PORT or init_method)
+            a.update(backend=backend, rank=rank, world_size=world_size)
+        orig(*bound.args, **bound.kwargs)
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+
+def _patch_group_helper(backend: str) -> None:
+    orig = c10d._new_process_group_helper
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def helper(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.arguments["backend"] = backend
+        for name in ("device_id", "backend_options"):
+            if name in bound.arguments:
+                bound.arguments[name] = None
+        return orig(*bound.args, **bound.kwargs)
+
+    c10d._new_process_group_helper = helper
+
+
+def _patch_backward() -> None:
+    """A gradient all-reduce that failed (its peer exited) fails the backward that waited on
+    it, as on a real backend (see `pg._settle`)."""
+    import torch.autograd
+    import torch.autograd.graph
+
+    orig = torch.autograd.graph._engine_run_backward
+
+    @functools.wraps(orig)
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        out = orig(*args, **kwargs)
+        pg.raise_failed()
+        return out
+
+    torch.autograd.graph._engine_run_backward = run_backward
+    torch.autograd._engine_run_backward = run_backward  # type: ignore[attr-defined]
+
+
+def install(mode: str) -> None:
+    """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
+    if mode == env.GLOO:
+        from simdist.script.rank import flight
+
+        _patch_init("gloo")
+        _patch_group_helper("gloo")
+        exits.add_to_exit(lambda: {"fr": flight.dump()})
+        return
+    pg.register()
+    _patch_init(pg.BACKEND_NAME)
+    _patch_group_helper(pg.BACKEND_NAME)
+    _patch_backward()

@@ -1,0 +1,136 @@
+"""The coordinator's view of each rank process, its operations and its simulated clock.
+
+Simulated time per rank is the rank's measured compute (CPU time of the thread that
+issues, between its messages) plus modelled communication: a collective completes at the
+latest issue time among its members plus the cost model's duration, a p2p transfer at the
+later of its two sides plus the link time. A rank's clock catches up with an operation's
+completion when the rank waited for it (visibly, or through a future torch waits on in C++);
+the catch-up is applied at the rank's next message, which the rank can only send after the
+wait, so the clock does not depend on the order in which ranks' messages arrive. With
+`measure_compute=False` compute counts as zero and every time in the report is a pure
+function of the program.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from simdist.frames import Frame
+from simdist.report import TraceEntry
+from simdist.script.wire import Decoder
+
+
+@dataclass
+class OpRecord:
+    """One operation a rank issued."""
+
+    rank: int
+    id: int
+    entry: TraceEntry
+    frames: list[Frame]
+    user: list[bool]
+    want_data: bool
+    members: list[int]
+    done: bool = False
+    waited: bool = False
+
+
+@dataclass
+class Block:
+    """What a rank is blocked on: a visible wait (one op) or an idle future wait (several)."""
+
+    ids: list[int]
+    since: float  # wall time at which it blocked
+    frames: list[Any]  # raw frames of the blocked thread
+
+
+@dataclass
+class RankConn:
+    """One connection from a process of the script (a rank once it calls init)."""
+
+    sock: socket.socket
+    decoder: Decoder = field(default_factory=Decoder)
+    rank: int | None = None
+    pid: int | None = None
+    connected: bool = True
+    ops: dict[int, OpRecord] = field(default_factory=dict)
+    block: Block | None = None
+    clock: float = 0.0
+    cpu_mark: float | None = None
+    to_sync: list[OpRecord] = field(default_factory=list)
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    exit: dict[str, Any] | None = None
+    abort_sent: bool = False
+    exit_at: float | None = None  # wall time of its exit announcement
+    ended_at: float | None = None  # wall time its connection closed
+
+    def blocked(self) -> bool:
+        """Blocked in operations none of which has completed."""
+        return self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
+
+    def advance(self, cpu: float | None, measure: bool) -> None:
+        """At a message: catch up with completed waits, then add the compute since the last one."""
+        for rec in [r for r in self.to_sync if r.done]:
+            if rec.entry.t_done is not None:
+                self.clock = max(self.clock, rec.entry.t_done)
+            self.to_sync.remove(rec)
+        if cpu is not None:
+            if measure and self.cpu_mark is not None:
+                self.clock += max(0.0, cpu - self.cpu_mark)
+            self.cpu_mark = cpu
+
+    def waited_on(self, rec: OpRecord) -> None:
+        if not rec.waited:
+            rec.waited = True
+            self.to_sync.append(rec)
+
+    def last_op(self) -> OpRecord | None:
+        return max(self.ops.values(), key=lambda r: r.id) if self.ops else None
+
+
+class Timeline:
+    """Issue and completion times of operations, from the ranks' clocks and the cost model."""
+
+    def __init__(self, cost: Any):
+        self.cost = cost
+        self._collectives: dict[tuple[str, int], list[TraceEntry]] = defaultdict(list)
+        self._sends: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
+        self._recvs: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
+        self._p2p_start: dict[int, float] = {}  # id(entry) -> start of its transfer
+
+    def issued(self, rank: int, entry: TraceEntry, tag: int) -> None:
+        if entry.op in ("send", "recv"):
+            peer = entry.peer if entry.peer is not None else -1
+            key = (rank, peer, tag) if entry.op == "send" else (peer, rank, tag)
+            mine, theirs = (self._sends, self._recvs) if entry.op == "send" else (self._recvs, self._sends)
+            if theirs[key]:
+                other = theirs[key].popleft()
+                start = max(other.t_issue, entry.t_issue)
+                self._p2p_start[id(other)] = self._p2p_start[id(entry)] = start
+            else:
+                mine[key].append(entry)
+        else:
+            self._collectives[(entry.group, entry.seq)].append(entry)
+
+    def completion(self, entry: TraceEntry, members: list[int], nbytes: int) -> float:
+        if entry.op in ("send", "recv"):
+            start = self._p2p_start.get(id(entry), entry.t_issue)
+            src, dst = (members[0], members[1]) if len(members) == 2 else (0, 0)
+            return start + self.cost.p2p_time(nbytes, src, dst)
+        posted = self._collectives.get((entry.group, entry.seq), [entry])
+        start = max(e.t_issue for e in posted)
+        return start + self.cost.collective_time(entry.op, nbytes, members)
+
+
+class ZeroCost:
+    """The engine's own clock is not used for scripts (see Timeline): every step takes 0 s."""
+
+    def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None) -> float:
+        return 0.0
+
+    def p2p_time(self, nbytes: int, src: int, dst: int) -> float:
+        return 0.0

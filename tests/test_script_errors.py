@@ -1,0 +1,185 @@
+"""Bad input and ranks that fail: one-line errors, reports that say what happened and where,
+and no process left behind (after an error, a hang, Ctrl-C, or SIGKILL of simdist itself)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from simdist.errors import ScriptError
+from simdist.script import run_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.real
+
+HEAD = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+"""
+
+
+def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    p = tmp_path / name
+    p.write_text(HEAD + textwrap.dedent(body))
+    return p
+
+
+def _run(path: Path, **kw):
+    run_id = new_run_id()
+    rep = run_script(path, nproc_per_node=2, timeout_s=120, run_id=run_id, stdout=subprocess.DEVNULL, **kw)
+    assert tagged_processes(run_id) == []
+    return rep
+
+
+def _line(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_rank_that_raises(tmp_path):
+    p = _script(tmp_path, """
+        if rank == 1:
+            raise ValueError("bad batch")
+        dist.all_reduce(torch.ones(1))
+    """)
+    rep = _run(p)
+    assert rep.outcome == "error"
+    r0, r1 = rep.ranks
+    assert r1.status == "error" and (r1.error.type, r1.error.message) == ("ValueError", "bad batch")
+    assert r1.location.line == _line(p, "raise ValueError") and r1.exit == "raised ValueError"
+    assert r0.status == "error" and r0.error.category == "peer_lost"  # Gloo: the peer's exit fails the all_reduce
+    assert r0.location.line == _line(p, "dist.all_reduce")
+
+
+def test_a_rank_that_calls_os_exit(tmp_path):
+    p = _script(tmp_path, """
+        if rank == 1:
+            os._exit(3)
+        dist.all_reduce(torch.ones(1))
+    """)
+    rep = _run(p, backend="nccl")
+    r0, r1 = rep.ranks
+    assert r1.status == "error" and r1.exit == "os._exit(3)" and r1.location.line == _line(p, "os._exit(3)")
+    assert rep.outcome == "error" and r0.status == "hang"  # nccl: nobody tells rank 0
+
+
+def test_sleeping_and_computing_ranks_are_not_hung(tmp_path):
+    p = _script(tmp_path, """
+        if rank == 0:
+            time.sleep(1.0)
+        else:
+            x = torch.randn(200, 200)
+            t0 = time.time()
+            while time.time() - t0 < 1.0:
+                x = (x @ x).tanh()
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        print(int(t.item()))
+    """)
+    rep = _run(p)
+    assert rep.outcome == "completed" and [r.output for r in rep.ranks] == [["2"], ["2"]]
+
+
+def test_an_operation_the_backend_cannot_model_is_named(tmp_path):
+    p = _script(tmp_path, """
+        t = torch.zeros(1)
+        if rank == 0:
+            dist.recv(t)
+        else:
+            dist.send(t, dst=0)
+    """)
+    rep = _run(p)
+    r0 = rep.ranks[0]
+    assert r0.status == "error" and "recv from any source" in r0.error.message and "not supported" in r0.error.message
+
+
+def test_a_rank_spinning_without_communicating_is_caught_by_the_watchdog(tmp_path):
+    p = _script(tmp_path, """
+        if rank == 0:
+            while True:
+                pass
+        dist.barrier()
+    """)
+    run_id = new_run_id()
+    rep = run_script(p, nproc_per_node=2, timeout_s=6, run_id=run_id, stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == []
+    assert rep.outcome == "hang" and [r.status for r in rep.ranks] == ["hang", "hang"]
+    assert rep.ranks[1].waiting_in.op == "barrier"
+    assert any("watchdog" in n for n in rep.notes)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n")
+    never = tmp_path / "never.py"
+    never.write_text("print('no process group here')\n")
+    for args, text in (((str(bad),), "does not parse"), ((str(tmp_path / "missing.py"),), "does not exist"),
+                       ((str(never),), "never initialised a process group"),
+                       (("scenarios/ddp_join_uneven.toml", "--nproc-per-node", "2"), "only for a script")):
+        res = run_cli("run", *args)
+        assert res.returncode == 2, res.stderr
+        assert text in res.stderr and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    with pytest.raises(ScriptError):
+        run_script(never, stdout=subprocess.DEVNULL)
+
+
+def _start_cli(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    p = _script(tmp_path, f"""
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        if rank == 0:
+            time.sleep(600)
+        dist.all_reduce(torch.ones(1))
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "simdist", "run", str(p), "--nproc-per-node", "2"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(os.listdir(pids)) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # both ranks are in the loop now: rank 0 sleeping, rank 1 waiting
+    return proc, [int(x) for x in os.listdir(pids)]
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.time() + within
+    while time.time() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    if fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                        alive.append(pid)
+            except OSError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ctrl_c_ends_every_process(tmp_path):
+    proc, pids = _start_cli(tmp_path)
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130  # typer turns KeyboardInterrupt into exit 130
+    assert _gone(pids, 5)
+
+
+def test_sigkill_of_simdist_ends_every_process(tmp_path):
+    proc, pids = _start_cli(tmp_path)
+    assert len(pids) == 2
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _gone(pids, 5)

@@ -1,0 +1,84 @@
+"""The Join tutorial's DDP loop without Join: rank 1's sixth backward has no partner.
+
+Asked for nccl (as the tutorial does), the exited rank 0 leaves rank 1 blocked: reported as a
+hang at once, naming rank 1's blocked gradient all-reduce, the line of its `loss.backward()`,
+and where rank 0 left. With gloo semantics the same program fails instead ("Connection closed
+by peer"), as scenarios/no_join_exit.toml does on real Gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.script import run_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import EXAMPLES, line_of
+
+pytestmark = pytest.mark.real
+
+NO_JOIN = EXAMPLES / "join_tutorial_no_join.py"
+
+
+def _run(**kw):
+    run_id = new_run_id()
+    report = run_script(NO_JOIN, timeout_s=180, run_id=run_id, **kw)
+    assert tagged_processes(run_id) == []  # every process ended with the report
+    return report
+
+
+def test_no_join_hang_is_reported_at_once_with_the_users_lines():
+    rep = _run()
+    assert rep.outcome == "hang" and rep.backend == "nccl"
+    r0, r1 = rep.ranks
+    assert r1.status == "hang"
+    for e in (r1.blocked_in, r1.waiting_in):
+        assert (e.op, e.numel, e.origin, e.group, e.seq) == ("all_reduce", 2, "ddp.backward.bucket_allreduce", "WORLD", 11)
+        assert not e.completed
+    assert (r1.location.line, r1.location.function, r1.location.code) == \
+        (line_of(NO_JOIN, "loss.backward()"), "worker", "loss.backward()")
+    assert r0.status == "completed" and r0.exit == "returned normally"
+    assert r0.output == ["Rank 0 has exhausted all 5 of its inputs!"] and r1.output == []
+    assert r0.location.line == line_of(NO_JOIN, "has exhausted all")
+    assert len(r0.trace) == 10 and all(e.completed for e in r0.trace)
+    hang = [f for f in rep.findings if f.kind == "hang"]
+    assert len(hang) == 1 and hang[0].ranks == [0] and hang[0].seq == 11
+    notes = "\n".join(rep.notes)
+    assert "rank 1 is blocked in #11 all_reduce[2]" in notes and "loss.backward()" in notes
+    assert "rank 0 left: returned normally" in notes
+    # within 2 s of the last rank blocking (rank 1's wait, or rank 0's exit, whichever came last)
+    assert rep.timings["hang_detect_s"] < 2.0 and rep.timings["hang_report_s"] < 2.0
+
+
+def test_no_join_with_gloo_semantics_fails_on_the_exited_peer():
+    rep = _run(backend="gloo")
+    assert rep.outcome == "error"
+    r0, r1 = rep.ranks
+    assert r0.status == "completed"
+    assert r1.status == "error" and r1.error.category == "peer_lost"
+    assert "Connection closed by peer (rank 0 has exited)" in r1.error.message
+    assert r1.location.code == "loss.backward()"  # the backward that waited on the failed all-reduce
+    assert r1.trace[-1].origin == "ddp.backward.bucket_allreduce" and not r1.trace[-1].completed
+    assert any(f.kind == "peer_exited" for f in rep.findings)
+
+
+def _without_times(report) -> dict:
+    d = report.to_dict()
+    d.pop("timings", None)
+    for r in d["ranks"]:
+        r["time"] = None
+        for e in r["trace"] + [r["blocked_in"], r["waiting_in"]]:
+            if e is not None:
+                e["t_issue"] = e["t_done"] = None
+    return d
+
+
+@pytest.mark.parametrize("name", ["join_tutorial_no_join.py", "join_tutorial_counter.py"])
+def test_two_runs_give_the_same_report(name):
+    """Trace, outcome, values, lines: the same; times too when compute is not measured."""
+    a = run_script(EXAMPLES / name, timeout_s=180)
+    b = run_script(EXAMPLES / name, timeout_s=180)
+    assert _without_times(a) == _without_times(b)
+    c = run_script(EXAMPLES / name, timeout_s=180, measure_compute=False).to_dict()
+    d = run_script(EXAMPLES / name, timeout_s=180, measure_compute=False).to_dict()
+    c.pop("timings")
+    d.pop("timings")
+    assert c == d

@@ -1,0 +1,112 @@
+"""Script backend pieces that need no process: wire format, exact payloads, origins, report JSON."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.frames import Frame, script_origin, user_label
+from simdist.report import CodeLocation, RankResult, Report
+from simdist.script import payloads, wire
+
+
+def test_wire_roundtrip_blocking_and_incremental():
+    a, b = socket.socketpair()
+    big = np.arange(300_000, dtype=np.float32)
+
+    def sender() -> None:  # more than a socket buffer: the other end must read meanwhile
+        wire.send(a, {"t": "op", "id": 1}, [big.tobytes(), b"xy"])
+        wire.send(a, {"t": "out", "x": "line"})
+
+    th = threading.Thread(target=sender)
+    th.start()
+    header, bufs = wire.recv(b)
+    assert header == {"t": "op", "id": 1}
+    assert np.array_equal(np.frombuffer(bufs[0], dtype=np.float32), big) and bytes(bufs[1]) == b"xy"
+    assert wire.recv(b) == ({"t": "out", "x": "line"}, [])
+    th.join()
+    # the coordinator's decoder takes the same bytes in arbitrary pieces
+    wire.send(a, {"t": "done", "id": 7}, [b"abc"])
+    wire.send(a, {"t": "done", "id": 8})
+    a.close()
+    raw = b""
+    while chunk := b.recv(5):
+        raw += chunk
+    dec = wire.Decoder()
+    got = []
+    for i in range(0, len(raw), 3):
+        got += dec.feed(raw[i : i + 3])
+    assert [(h["id"], [bytes(x) for x in bs]) for h, bs in got] == [(7, [b"abc"]), (8, [])]
+    assert wire.recv(b) is None  # closed
+
+
+def test_exact_payloads_keep_values_at_any_size():
+    n = 1000
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    y = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    px, py = Payload.from_array(x, "float32", exact=True), Payload.from_array(y, "float32", exact=True)
+    s = reduce_payloads([px, py], "sum", "float32", n)
+    assert s.exact and np.array_equal(s.values, x + y)  # float32 adds, as Gloo does for two ranks
+    g = concat_payloads([px, py], "float32")
+    assert g.exact and np.array_equal(g.values, np.concatenate([x, y]))
+    c = chunk_payload(g, 1, 2)
+    assert np.array_equal(c.values, y)
+    # scenario payloads are unchanged: no values kept above the explicit limit
+    assert Payload.from_array(x, "float32").values is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "int32", "uint8", "bool", "bfloat16"])
+def test_payload_bytes_roundtrip(dtype):
+    import torch
+
+    t = (torch.arange(10) * 3 - 7).to(getattr(torch, dtype))
+    raw = t.contiguous().view(torch.uint8).numpy().tobytes()
+    p = payloads.to_payload(raw, dtype, t.numel())
+    back = torch.frombuffer(bytearray(payloads.to_bytes(p)), dtype=t.dtype)
+    assert torch.equal(back, t)
+
+
+def test_bfloat16_sum_rounds_like_torch():
+    import torch
+
+    a = torch.tensor([1.0, 3.14159, -2.5e3, 1e-3], dtype=torch.bfloat16)
+    b = torch.tensor([0.00390625, 2.71828, 7.0, 1e-3], dtype=torch.bfloat16)
+    pa = payloads.to_payload(a.view(torch.uint8).numpy().tobytes(), "bfloat16", 4)
+    pb = payloads.to_payload(b.view(torch.uint8).numpy().tobytes(), "bfloat16", 4)
+    s = reduce_payloads([pa, pb], "sum", "bfloat16", 4)
+    got = torch.frombuffer(bytearray(payloads.to_bytes(s)), dtype=torch.bfloat16)
+    assert torch.equal(got, a + b)
+
+
+def _frame(filename: str, line: int, name: str, tag: str | None = None, qual: str | None = None) -> Frame:
+    return Frame(tag, qual, name, filename, line)
+
+
+def test_script_origin_user_call_inside_torch_context_is_the_users():
+    torch_c10d = _frame("/site-packages/torch/distributed/distributed_c10d.py", 10, "all_reduce")
+    hook = _frame("/home/u/train.py", 42, "hook")
+    autograd = _frame("/site-packages/torch/autograd/graph.py", 5, "_engine_run_backward", "autograd",
+                      "_engine_run_backward")
+    backward = _frame("/home/u/train.py", 60, "main")
+    # a user's gradient hook under loss.backward(): the user's call, not DDP's bucket
+    assert script_origin([torch_c10d, hook, autograd, backward], [False, True, False, True], "float32") == \
+        user_label("/home/u/train.py", 42) == "user.train.py:42"
+    # DDP's reducer under the same backward: torch's component label
+    assert script_origin([autograd, backward], [False, True], "float32") == "ddp.backward.bucket_allreduce"
+    assert script_origin([torch_c10d], [False], "float32") == "unknown"
+
+
+def test_report_json_leaves_script_fields_out_unless_set():
+    plain = Report("s", "sim", "completed", [RankResult(0, "completed")])
+    d = plain.to_dict()
+    assert "timings" not in d and not {"output", "stderr", "location", "exit"} & set(d["ranks"][0])
+    r = RankResult(0, "hang", output=["hi"], location=CodeLocation("/x/t.py", 3, "main", "f()"), exit="blocked")
+    rep = Report("t.py", "sim", "hang", [r], timings={"wall_s": 1.0})
+    back = Report.from_dict(json.loads(rep.to_json()))
+    assert back.ranks[0].location == r.location and back.ranks[0].output == ["hi"] and back.timings == {"wall_s": 1.0}
+    assert back.ranks[0].location.short() == "t.py:3 in main: f()"
