@@ -4,7 +4,7 @@ before the work starts.
 A scenario is a small program, and a valid one can still ask for work no machine finishes
 (``counts = [1000000000]``, a 4 TB all_reduce that ranks issue with different sizes) or
 memory no machine has (a 1 GB file of TOML). So each kind of work has a limit, checked
-before it starts, with a default that keeps one run within seconds and a few hundred MB,
+before it starts, with a default that keeps one run within a few hundred MB and a minute or two,
 and an environment variable that raises it; the error says which limit was hit and how:
 
 ==================  =========  ================================================================

@@ -2,7 +2,7 @@
 
 Every loader and resource-limit repro of the issue is a case here (undecodable, deep, huge
 or special files; inf/nan and coerced values; work and memory bounds; template expansion),
-plus a hypothesis property over bench/malformed_inputs.py's generator of malformed inputs.
+plus a hypothesis property over bench/malformed_cases.py's generator of malformed inputs.
 What happens to runs (the fuzzer's files, exit codes, Ctrl-C, the real backend) is in
 test_reliability.py; the store on loopback in test_procs.py and test_real_backend.py.
 """
@@ -333,23 +333,24 @@ def test_template_errors_come_before_any_expansion(patch, expect):
 
 
 # ----------------------------------------------------------------------------- the property
-def _generator():
-    spec = importlib.util.spec_from_file_location("malformed_inputs", ROOT / "bench" / "malformed_inputs.py")
+def _cases_module():
+    """bench/malformed_cases.py (bench/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("malformed_cases", ROOT / "bench" / "malformed_cases.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["malformed_inputs"] = mod  # dataclasses look their module up
+    sys.modules["malformed_cases"] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
 
-MALFORMED = _generator()
-BASES = MALFORMED._bases()
+MALFORMED = _cases_module()
+BASES = MALFORMED.bundled_bases()
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(rng=st.randoms(use_true_random=False), index=st.integers(0, 10**6))
 def test_malformed_inputs_are_rejected_in_one_line_or_run(rng: random.Random, index: int):
-    """bench/malformed_inputs.py's generator, driven by hypothesis (which shrinks a failure to
+    """bench/malformed_cases.py's generator, driven by hypothesis (which shrinks a failure to
     a small input): every input either runs (and writes valid JSON) or is refused with one
     SimdistError line that starts with its source; nothing else escapes, nothing takes long."""
     case = MALFORMED.make_case(index, rng, BASES)
