@@ -9,6 +9,7 @@ import simpy
 
 from simdist.engine.core import CostLike, Engine, RankRaised
 from simdist.network.cost import CostModel
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, overall_outcome
 from simdist.scenario import Scenario
 from simdist.simrank import RankOutcome, SimRank
@@ -39,7 +40,11 @@ def default_cost(scenario: Scenario) -> CostLike:
 
 
 def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
-    """Simulate every rank's program until all finish or nothing more can happen."""
+    """Simulate every rank's program until all finish or nothing more can happen.
+
+    A scenario that may need more operations than `limits.OPS` allows raises LimitError
+    before anything runs (`simdist.program.budget`)."""
+    check_ops(scenario)
     groups = {WORLD: list(range(scenario.world_size))}
     groups.update({g.name: list(g.ranks) for g in scenario.groups})
     engine = Engine(scenario.world_size, groups, cost or default_cost(scenario), scenario.backend)

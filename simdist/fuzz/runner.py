@@ -226,7 +226,7 @@ def _smallest(shards: list[ShardResult], key: str) -> dict[str, Any]:
 
 
 def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, out_dir: str | Path | None,
-                    found_at: int) -> Counterexample:
+                    found_at: int, state: str = "shrunk") -> Counterexample:
     """Judge the (shrunk) schedule once more, explain it, and write it when `out_dir` is set."""
     s = parse_scenario(d, source=template.source)
     report = simulate(s)
@@ -237,7 +237,7 @@ def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, 
     path = None
     if out_dir is not None:
         path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
-                                        expect))
+                                        expect, state))
     return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
                           found_at=found_at, world_size=s.world_size, counts=s.counts(),
                           steps=len(s.loop) + len(s.after), explanation=expl)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from simdist.errors import ScriptError
+from simdist.limits import check_timeout
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
@@ -123,6 +124,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
             mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+    check_timeout(timeout_s, "timeout_s")
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
