@@ -7,7 +7,7 @@ the same dependency rules as the simpy executor in `simdist.network.simulate`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +111,36 @@ class TransferTime:
     end: float  # arrival (+ reduction) at dst
 
 
+class StepTimes(Sequence[TransferTime]):
+    """When every message of a schedule started and ended, step by step (`begin[k]`,
+    `end[k]`: arrays over step k's messages); indexing gives `TransferTime`s."""
+
+    def __init__(self, s: Schedule, unit_bytes: float):
+        self.schedule = s
+        self.unit_bytes = unit_bytes
+        self.begin: list[np.ndarray] = []
+        self.end: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.begin)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        for k, b in enumerate(self.begin):
+            if i < len(b):
+                t = self.schedule.steps[k][i]
+                return TransferTime(k, t.src, t.dst, int(t.count * self.unit_bytes), t.reduce, float(b[i]),
+                                    float(self.end[k][i]))
+            i -= len(b)
+        raise IndexError("message index out of range")
+
+    def __iter__(self) -> Iterator[TransferTime]:
+        return (self[i] for i in range(len(self)))
+
+
 def run_times(
     s: Schedule,
     pair_cost: PairCost,
@@ -118,33 +148,37 @@ def run_times(
     unit_bytes: float = 1.0,
     start: list[float] | float = 0.0,
     record: bool = False,
-) -> tuple[list[float], list[TransferTime]]:
+) -> tuple[list[float], StepTimes]:
     """No-contention timing: per-rank finish times (and every transfer if `record`).
 
     A transfer of step k starts when both its sender and its receiver have finished step
     k-1 (a rendezvous: the receiver posts its receive in program order, as Gloo's and
     MPI's blocking receives do), takes alpha + bytes*beta of its route, then gamma per
     byte if the receiver reduces it. A rank finishes step k when all its step-k
-    transfers are done.
+    transfers are done. Steps are computed whole (arrays over their messages), and
+    `pair_cost` is asked once per pair of each step pattern.
     """
     p = s.p
-    ready = list(start) if isinstance(start, list) else [float(start)] * p
-    log: list[TransferTime] = []
-    for k, step in enumerate(s.steps):
-        new = list(ready)
-        for t in step:
-            nbytes = t.count * unit_bytes
-            a, b = pair_cost(t.src, t.dst)
-            begin = max(ready[t.src], ready[t.dst])
-            done = begin + a + nbytes * b + (nbytes * gamma if t.reduce else 0.0)
-            if done > new[t.src]:
-                new[t.src] = done
-            if done > new[t.dst]:
-                new[t.dst] = done
-            if record:
-                log.append(TransferTime(k, t.src, t.dst, int(nbytes), t.reduce, begin, done))
-        ready = new
-    return ready, log
+    ready = np.array(start if isinstance(start, list) else [float(start)] * p, dtype=np.float64)
+    log = StepTimes(s, unit_bytes)
+    costs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for step in s.steps:
+        pattern = step.pattern
+        ab = costs.get(id(pattern))
+        if ab is None:
+            pairs = [pair_cost(i, j) for i, j in zip(pattern.src.tolist(), pattern.dst.tolist(), strict=True)]
+            ab = costs[id(pattern)] = (np.array([a for a, _ in pairs], dtype=np.float64),
+                                       np.array([b for _, b in pairs], dtype=np.float64))
+        nbytes = step.count * unit_bytes
+        begin = np.maximum(ready[pattern.src], ready[pattern.dst])
+        done = begin + ab[0] + nbytes * ab[1] + np.where(step.reduce, nbytes * gamma, 0.0)
+        ready = ready.copy()
+        np.maximum.at(ready, pattern.src, done)
+        np.maximum.at(ready, pattern.dst, done)
+        if record:
+            log.begin.append(begin)
+            log.end.append(done)
+    return ready.tolist(), log
 
 
 def schedule_time(s: Schedule, pair_cost: PairCost, gamma: float, unit_bytes: float = 1.0) -> float:

@@ -68,7 +68,7 @@ class CostModel:
         if world_size < 1:
             raise ScenarioError(f"world_size: must be >= 1, got {world_size}")
         if topo.preset is not None:
-            net = _copy_net(cached_preset(topo.preset, world_size))
+            net = cached_preset(topo.preset, world_size).shared_copy()
         else:
             net = scenario_network(topo, world_size)
         # An optional `topology.profile` (path to a calibrated profile JSON written by
@@ -172,7 +172,3 @@ class CostModel:
         sched = make_schedule(op, algo, p, count, local_root)
         net = self.network
         return schedule_time(sched, lambda i, j: net.pair_cost(ranks[i], ranks[j]), self.gamma, unit)
-
-
-def _copy_net(net: Network) -> Network:
-    return Network(net.graph, net.world_size, dict(net.rank_node), net.gamma, net.name, net._routes)

@@ -17,6 +17,7 @@ the scenario's `TopoLink`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -45,6 +46,8 @@ class Network:
     gamma: float
     name: str = "custom"
     _routes: dict[tuple[int, int], tuple[tuple[str, str], ...]] = field(default_factory=dict, repr=False)
+    _router: Router | None = field(default=None, repr=False)
+    _links: LinkIndex | None = field(default=None, repr=False)
 
     def route(self, src: int, dst: int) -> tuple[tuple[str, str], ...]:
         """Directed hops (u, v) from rank src to rank dst."""
@@ -55,10 +58,19 @@ class Network:
             if a == b:
                 r = ()
             else:
-                path = _shortest(self.graph, a, b)
+                if self._router is None:
+                    self._router = Router(self.graph)
+                path = self._router.path(a, b)
                 r = tuple(zip(path[:-1], path[1:], strict=False))
             self._routes[key] = r
         return r
+
+    @property
+    def links(self) -> LinkIndex:
+        """Every directed link a route has used so far, numbered (see `LinkIndex`)."""
+        if self._links is None:
+            self._links = LinkIndex(self)
+        return self._links
 
     def link(self, u: str, v: str) -> dict:
         return self.graph.edges[u, v]
@@ -80,6 +92,100 @@ class Network:
     def uniform_params(self) -> tuple[float, float]:
         return self.pair_cost(0, 1) if self.world_size > 1 else (0.0, 0.0)
 
+    def shared_copy(self) -> Network:
+        """The same topology with its own rank placement and gamma, sharing what routing
+        has found (routes do not depend on either)."""
+        return Network(self.graph, self.world_size, dict(self.rank_node), self.gamma, self.name, self._routes,
+                       self._router, self._links)
+
+
+class LinkIndex:
+    """The directed links of a network, numbered as routes first use them, with the
+    per-link numbers the link model needs as lists indexed by that number (the step-level
+    simulation keeps per-link state in arrays)."""
+
+    def __init__(self, net: Network):
+        self.net = net
+        self.ids: dict[tuple[str, str], int] = {}
+        self.names: list[str] = []
+        self.latency_s: list[float] = []
+        self.bandwidth_Bps: list[float] = []
+        self._route_ids: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """The link numbers of the route from rank src to rank dst."""
+        r = self._route_ids.get((src, dst))
+        if r is None:
+            r = self._route_ids[(src, dst)] = tuple(self._id(u, v) for u, v in self.net.route(src, dst))
+        return r
+
+    def _id(self, u: str, v: str) -> int:
+        i = self.ids.get((u, v))
+        if i is None:
+            e = self.net.graph.edges[u, v]
+            i = self.ids[(u, v)] = len(self.names)
+            self.names.append(f"{u}->{v}")
+            self.latency_s.append(e["latency_us"] * 1e-6)
+            self.bandwidth_Bps.append(e["bandwidth_gbps"] * 1e9)
+        return i
+
+
+class Router:
+    """Shortest paths by latency between graph nodes; ties: fewer hops, then name order.
+
+    On a tree (every preset but ring) the only path is the tree path, found by climbing
+    from both ends to their common ancestor: no search per pair, which matters when a
+    1,024-rank ring asks for 1,024 routes. Elsewhere Dijkstra runs once per source node
+    and every route from it comes from its predecessor lists (what
+    `networkx.all_shortest_paths` does per call)."""
+
+    def __init__(self, g: nx.Graph):
+        self.g = g
+        self._pred: dict[str, dict[str, list[str]]] = {}
+        self._parent: dict[str, str | None] = {}
+        self._depth: dict[str, int] = {}
+        if g.number_of_nodes() and nx.is_tree(g):
+            root = min(g.nodes)
+            self._parent[root], self._depth[root] = None, 0
+            for u, v in nx.bfs_edges(g, root):
+                self._parent[v], self._depth[v] = u, self._depth[u] + 1
+
+    def path(self, a: str, b: str) -> list[str]:
+        return self._tree_path(a, b) if self._parent else self._shortest(a, b)
+
+    def _tree_path(self, a: str, b: str) -> list[str]:
+        up, down = [a], [b]
+        while self._depth[up[-1]] > self._depth[down[-1]]:
+            up.append(self._parent[up[-1]])  # type: ignore[arg-type]
+        while self._depth[down[-1]] > self._depth[up[-1]]:
+            down.append(self._parent[down[-1]])  # type: ignore[arg-type]
+        while up[-1] != down[-1]:
+            up.append(self._parent[up[-1]])  # type: ignore[arg-type]
+            down.append(self._parent[down[-1]])  # type: ignore[arg-type]
+        return up + down[-2::-1]
+
+    def _shortest(self, a: str, b: str) -> list[str]:
+        pred = self._pred.get(a)
+        if pred is None:
+            pred = self._pred[a] = nx.dijkstra_predecessor_and_distance(self.g, a, weight="latency_us")[0]
+        if b not in pred:
+            raise ScenarioError(f"topology.links: no path between {a} and {b} (the topology is disconnected)")
+        return min(_paths_back(pred, a, b), key=lambda path: (len(path), path))
+
+
+def _paths_back(pred: dict[str, list[str]], a: str, b: str) -> Iterator[list[str]]:
+    """Every simple path a -> b along the predecessor lists of a shortest-path search from a."""
+    stack = [[b]]
+    while stack:
+        path = stack.pop()
+        if path[-1] == a:
+            yield path[::-1]
+            continue
+        stack.extend(path + [u] for u in pred[path[-1]] if u not in path)
+
 
 def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return all(abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30) for x, y in zip(a, b, strict=False))
@@ -92,14 +198,6 @@ def _pair_cost(net: Network, src: int, dst: int) -> tuple[float, float]:
         alpha += e["latency_us"] * 1e-6
         beta += 1.0 / (e["bandwidth_gbps"] * 1e9)
     return alpha, beta
-
-
-def _shortest(g: nx.Graph, a: str, b: str) -> list[str]:
-    try:
-        paths = nx.all_shortest_paths(g, a, b, weight="latency_us")
-        return min(paths, key=lambda path: (len(path), path))
-    except nx.NetworkXNoPath:
-        raise ScenarioError(f"topology.links: no path between {a} and {b} (the topology is disconnected)") from None
 
 
 # --------------------------------------------------------------------------- building
