@@ -52,7 +52,7 @@ def test_replay_equals_events_on_every_algorithm(preset):
             slow = simulate_events(net, [req])
             assert _same(fast[0], slow[0]), (preset, p, op, algo)
             sched = make_schedule(op, algo, p, req.nbytes, req.ranks.index(req.root) if req.root is not None else 0)
-            alone = schedule_time(sched, net.pair_cost, net.gamma)
+            alone = schedule_time(sched, net.pair_costs, net.gamma)
             queued += fast[0].duration > alone * 1.01
     assert replayed >= 0.95 * total
     if preset == "two_nodes":
@@ -114,3 +114,42 @@ def test_transfer_log_columns_and_per_rank_view_agree():
     assert [(t.step, t.dst, t.begin, t.end) for t in mine] == \
         [(t.step, t.dst, t.begin, t.end) for t in records if t.src in (0, 5)]
     assert max(t.end for t in records) == res.finish
+
+
+def test_routes_of_many_pairs_at_once_are_the_routes_pair_by_pair():
+    """Above a few pairs, tree routes and pair costs come from arrays of ancestors; they must
+    be the routes and sums the pair-by-pair search gives, on every tree preset and on a
+    deeper custom tree with several ranks on one host (ports)."""
+    from simdist.network import scenario_network
+    from simdist.schema import Topology
+
+    custom = Topology(nodes=[{"name": "core", "kind": "switch"}, {"name": "leaf0", "kind": "switch"},
+                             {"name": "leaf1", "kind": "switch"},
+                             {"name": "h0", "kind": "host", "ranks": list(range(0, 40))},
+                             {"name": "h1", "kind": "host", "ranks": list(range(40, 70))},
+                             {"name": "h2", "kind": "gpu", "ranks": [70]}],
+                      links=[{"a": "core", "b": "leaf0", "latency_us": 3, "bandwidth_gbps": 10},
+                             {"a": "core", "b": "leaf1", "latency_us": 4, "bandwidth_gbps": 12},
+                             {"a": "leaf0", "b": "h0", "latency_us": 1, "bandwidth_gbps": 20},
+                             {"a": "leaf1", "b": "h1", "latency_us": 1.5, "bandwidth_gbps": 25},
+                             {"a": "core", "b": "h2", "latency_us": 2, "bandwidth_gbps": 50}])
+    nets = [preset_network(name, 80) for name in ("loopback", "two_nodes")] + [scenario_network(custom, 71)]
+    for net in nets:
+        p = net.world_size
+        src = np.repeat(np.arange(p), p)
+        dst = np.tile(np.arange(p), p)
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        assert net.router.tree is not None
+        hops = net.links.routes(src, dst)
+        alpha, beta = net.pair_costs(src, dst)
+        for j in range(0, len(src), 7):
+            a, b = int(src[j]), int(dst[j])
+            assert tuple(int(x) for x in hops[:, j] if x >= 0) == net.links.route(a, b), (net.name, a, b)
+            assert (alpha[j], beta[j]) == net.pair_cost(a, b)
+    # and the executors on the array routes: replay equals events at 96 ranks on two_nodes
+    net = preset_network("two_nodes", 96)
+    for op, algo in (("all_reduce", "ring"), ("all_to_all", "pairwise"), ("broadcast", "tree")):
+        req = [CollectiveRequest(op, 96 * 1000, list(range(96)), algo=algo)]
+        fast = simulate_replay(net, req)
+        assert fast is not None and _same(fast[0], simulate_events(net, req)[0]), (op, algo)

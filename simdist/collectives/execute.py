@@ -14,7 +14,8 @@ import numpy as np
 
 from simdist.collectives.schedule import Schedule, split
 
-PairCost = Callable[[int, int], tuple[float, float]]  # (src, dst) -> (alpha s, beta s/byte)
+# (src ranks, dst ranks) -> (alpha s, beta s/byte) per pair, as arrays (or two numbers for all)
+PairCost = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray | float, np.ndarray | float]]
 
 
 # --------------------------------------------------------------------------- values
@@ -112,12 +113,14 @@ class TransferTime:
 
 
 class StepTimes(Sequence[TransferTime]):
-    """When every message of a schedule started and ended, step by step (`begin[k]`,
-    `end[k]`: arrays over step k's messages); indexing gives `TransferTime`s."""
+    """When each step ended (`step_end[k]`: its last message), and when recorded, when
+    every message started and ended (`begin[k]`, `end[k]`: arrays over step k's
+    messages); indexing gives `TransferTime`s."""
 
     def __init__(self, s: Schedule, unit_bytes: float):
         self.schedule = s
         self.unit_bytes = unit_bytes
+        self.step_end: list[float] = []
         self.begin: list[np.ndarray] = []
         self.end: list[np.ndarray] = []
 
@@ -156,7 +159,7 @@ def run_times(
     MPI's blocking receives do), takes alpha + bytes*beta of its route, then gamma per
     byte if the receiver reduces it. A rank finishes step k when all its step-k
     transfers are done. Steps are computed whole (arrays over their messages), and
-    `pair_cost` is asked once per pair of each step pattern.
+    `pair_cost` is asked once per step pattern, for all its pairs.
     """
     p = s.p
     ready = np.array(start if isinstance(start, list) else [float(start)] * p, dtype=np.float64)
@@ -166,15 +169,14 @@ def run_times(
         pattern = step.pattern
         ab = costs.get(id(pattern))
         if ab is None:
-            pairs = [pair_cost(i, j) for i, j in zip(pattern.src.tolist(), pattern.dst.tolist(), strict=True)]
-            ab = costs[id(pattern)] = (np.array([a for a, _ in pairs], dtype=np.float64),
-                                       np.array([b for _, b in pairs], dtype=np.float64))
+            ab = costs[id(pattern)] = pair_cost(pattern.src, pattern.dst)
         nbytes = step.count * unit_bytes
         begin = np.maximum(ready[pattern.src], ready[pattern.dst])
         done = begin + ab[0] + nbytes * ab[1] + np.where(step.reduce, nbytes * gamma, 0.0)
         ready = ready.copy()
         np.maximum.at(ready, pattern.src, done)
         np.maximum.at(ready, pattern.dst, done)
+        log.step_end.append(float(done.max()))
         if record:
             log.begin.append(begin)
             log.end.append(done)

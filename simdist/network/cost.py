@@ -23,6 +23,8 @@ the root's whole buffer).
 
 from __future__ import annotations
 
+import numpy as np
+
 from simdist.collectives.algorithms import REGISTRY, algorithms_for, make_schedule, resolve
 from simdist.collectives.execute import schedule_time
 from simdist.errors import ScenarioError
@@ -171,4 +173,5 @@ class CostModel:
             count = grain
         sched = make_schedule(op, algo, p, count, local_root)
         net = self.network
-        return schedule_time(sched, lambda i, j: net.pair_cost(ranks[i], ranks[j]), self.gamma, unit)
+        on = np.array(ranks, dtype=np.int64)
+        return schedule_time(sched, lambda i, j: net.pair_costs(on[i], on[j]), self.gamma, unit)

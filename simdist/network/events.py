@@ -53,7 +53,8 @@ class _Flat:
         src = np.concatenate([st.src for st in steps])
         dst = np.concatenate([st.dst for st in steps])
         step = np.concatenate([np.full(len(st), k) for k, st in enumerate(steps)])
-        route = [r for st in steps for r in run.routes[id(st.pattern)].lists]
+        lists = {key: r.lists() for key, r in run.routes.items()}
+        route = [r for st in steps for r in lists[id(st.pattern)]]
         ends = np.concatenate([src, dst])
         msg = np.concatenate([np.arange(len(src))] * 2)
         order = np.lexsort((msg, ends))  # by rank, then message (so by step)

@@ -56,7 +56,6 @@ class Routes:
     pattern: Pattern
     hops: np.ndarray  # (max hops, messages): link number of each hop, -1 past a route's end
     lengths: np.ndarray  # hops per message
-    lists: list[tuple[int, ...]]  # the same, one tuple per message (the event executor)
     bandwidth: np.ndarray  # (max hops, messages), bytes/s
     latency: np.ndarray  # (max hops, messages), seconds
     dense: list[bool]  # per hop: every message has that hop
@@ -64,21 +63,16 @@ class Routes:
 
     @classmethod
     def of(cls, pattern: Pattern, ranks: np.ndarray, index: LinkIndex) -> Routes:
-        lists = [index.route(a, b) for a, b in zip(ranks[pattern.src].tolist(), ranks[pattern.dst].tolist(),
-                                                      strict=True)]
-        lengths = np.array([len(r) for r in lists], dtype=np.int64)
-        h = int(lengths.max(initial=0))
-        if len(lists) and (lengths == h).all():
-            hops = np.array(lists, dtype=np.int64).reshape(len(lists), h).T.copy()
-        else:
-            hops = np.full((h, len(lists)), -1, dtype=np.int64)
-            for j, r in enumerate(lists):
-                hops[: len(r), j] = r
+        hops = index.routes(ranks[pattern.src], ranks[pattern.dst])
         present = hops >= 0
         bandwidth = np.where(present, np.array(index.bandwidth_Bps + [1.0])[hops], 1.0)
         latency = np.where(present, np.array(index.latency_s + [0.0])[hops], 0.0)
-        unique = [len(np.unique(row[row >= 0])) == int((row >= 0).sum()) for row in hops]
-        return cls(pattern, hops, lengths, lists, bandwidth, latency, [bool(x.all()) for x in present], unique)
+        unique = [int(np.bincount(row[row >= 0], minlength=1).max()) <= 1 for row in hops]
+        return cls(pattern, hops, present.sum(axis=0), bandwidth, latency, [bool(x.all()) for x in present], unique)
+
+    def lists(self) -> list[tuple[int, ...]]:
+        """The route of each message as a tuple of link numbers (the event executor)."""
+        return [tuple(x for x in col if x >= 0) for col in self.hops.T.tolist()]
 
     def links(self) -> set[int]:
         return set(np.unique(self.hops[self.hops >= 0]).tolist())

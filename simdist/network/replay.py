@@ -57,7 +57,7 @@ def replay(runs: list[Run], links: LinkState, gamma: float, record: bool,
     """Every run's result, or None when some link would be reached out of step order.
     `busy`: add up each link's busy time (for utilization), in the order it serves."""
     used: set[int] = set()
-    for run in runs:
+    for run in runs if len(runs) > 1 else ():
         mine = run.links()
         if mine & used:
             return None

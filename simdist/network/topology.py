@@ -17,13 +17,14 @@ the scenario's `TopoLink`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from simdist.errors import ScenarioError
+from simdist.network.routing import FEW_PAIRS, LinkIndex, Router
 
 PRESETS = ("loopback", "switch8", "two_nodes", "ring")
 
@@ -58,12 +59,16 @@ class Network:
             if a == b:
                 r = ()
             else:
-                if self._router is None:
-                    self._router = Router(self.graph)
-                path = self._router.path(a, b)
+                path = self.router.path(a, b)
                 r = tuple(zip(path[:-1], path[1:], strict=False))
             self._routes[key] = r
         return r
+
+    @property
+    def router(self) -> Router:
+        if self._router is None:
+            self._router = Router(self.graph)
+        return self._router
 
     @property
     def links(self) -> LinkIndex:
@@ -78,6 +83,23 @@ class Network:
     def pair_cost(self, src: int, dst: int) -> tuple[float, float]:
         """(alpha seconds, beta seconds/byte) of the store-and-forward route src -> dst."""
         return _pair_cost(self, src, dst)
+
+    def pair_costs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`pair_cost` for many pairs at once (rank arrays), with the same sums in the same
+        order: alpha adds each hop's latency, beta each hop's 1/bandwidth, from the first hop."""
+        if len(src) <= FEW_PAIRS:  # the arrays cost more than they save
+            pairs = [self.pair_cost(a, b) for a, b in zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), strict=True)]
+            return np.array([a for a, _ in pairs], dtype=np.float64), np.array([b for _, b in pairs], dtype=np.float64)
+        hops = self.links.routes(src, dst)
+        index = self.links
+        latency = np.array(index.latency_s + [0.0])[hops]
+        inverse = 1.0 / np.array(index.bandwidth_Bps + [np.inf])[hops]
+        alpha = np.zeros(hops.shape[1])
+        beta = np.zeros(hops.shape[1])
+        for h in range(hops.shape[0]):
+            alpha = alpha + latency[h]  # an absent hop adds 0.0: the sum is unchanged
+            beta = beta + inverse[h]
+        return alpha, beta
 
     def is_uniform(self) -> bool:
         """True when every ordered pair of distinct ranks has the same (alpha, beta)."""
@@ -97,94 +119,6 @@ class Network:
         has found (routes do not depend on either)."""
         return Network(self.graph, self.world_size, dict(self.rank_node), self.gamma, self.name, self._routes,
                        self._router, self._links)
-
-
-class LinkIndex:
-    """The directed links of a network, numbered as routes first use them, with the
-    per-link numbers the link model needs as lists indexed by that number (the step-level
-    simulation keeps per-link state in arrays)."""
-
-    def __init__(self, net: Network):
-        self.net = net
-        self.ids: dict[tuple[str, str], int] = {}
-        self.names: list[str] = []
-        self.latency_s: list[float] = []
-        self.bandwidth_Bps: list[float] = []
-        self._route_ids: dict[tuple[int, int], tuple[int, ...]] = {}
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def route(self, src: int, dst: int) -> tuple[int, ...]:
-        """The link numbers of the route from rank src to rank dst."""
-        r = self._route_ids.get((src, dst))
-        if r is None:
-            r = self._route_ids[(src, dst)] = tuple(self._id(u, v) for u, v in self.net.route(src, dst))
-        return r
-
-    def _id(self, u: str, v: str) -> int:
-        i = self.ids.get((u, v))
-        if i is None:
-            e = self.net.graph.edges[u, v]
-            i = self.ids[(u, v)] = len(self.names)
-            self.names.append(f"{u}->{v}")
-            self.latency_s.append(e["latency_us"] * 1e-6)
-            self.bandwidth_Bps.append(e["bandwidth_gbps"] * 1e9)
-        return i
-
-
-class Router:
-    """Shortest paths by latency between graph nodes; ties: fewer hops, then name order.
-
-    On a tree (every preset but ring) the only path is the tree path, found by climbing
-    from both ends to their common ancestor: no search per pair, which matters when a
-    1,024-rank ring asks for 1,024 routes. Elsewhere Dijkstra runs once per source node
-    and every route from it comes from its predecessor lists (what
-    `networkx.all_shortest_paths` does per call)."""
-
-    def __init__(self, g: nx.Graph):
-        self.g = g
-        self._pred: dict[str, dict[str, list[str]]] = {}
-        self._parent: dict[str, str | None] = {}
-        self._depth: dict[str, int] = {}
-        if g.number_of_nodes() and nx.is_tree(g):
-            root = min(g.nodes)
-            self._parent[root], self._depth[root] = None, 0
-            for u, v in nx.bfs_edges(g, root):
-                self._parent[v], self._depth[v] = u, self._depth[u] + 1
-
-    def path(self, a: str, b: str) -> list[str]:
-        return self._tree_path(a, b) if self._parent else self._shortest(a, b)
-
-    def _tree_path(self, a: str, b: str) -> list[str]:
-        up, down = [a], [b]
-        while self._depth[up[-1]] > self._depth[down[-1]]:
-            up.append(self._parent[up[-1]])  # type: ignore[arg-type]
-        while self._depth[down[-1]] > self._depth[up[-1]]:
-            down.append(self._parent[down[-1]])  # type: ignore[arg-type]
-        while up[-1] != down[-1]:
-            up.append(self._parent[up[-1]])  # type: ignore[arg-type]
-            down.append(self._parent[down[-1]])  # type: ignore[arg-type]
-        return up + down[-2::-1]
-
-    def _shortest(self, a: str, b: str) -> list[str]:
-        pred = self._pred.get(a)
-        if pred is None:
-            pred = self._pred[a] = nx.dijkstra_predecessor_and_distance(self.g, a, weight="latency_us")[0]
-        if b not in pred:
-            raise ScenarioError(f"topology.links: no path between {a} and {b} (the topology is disconnected)")
-        return min(_paths_back(pred, a, b), key=lambda path: (len(path), path))
-
-
-def _paths_back(pred: dict[str, list[str]], a: str, b: str) -> Iterator[list[str]]:
-    """Every simple path a -> b along the predecessor lists of a shortest-path search from a."""
-    stack = [[b]]
-    while stack:
-        path = stack.pop()
-        if path[-1] == a:
-            yield path[::-1]
-            continue
-        stack.extend(path + [u] for u in pred[path[-1]] if u not in path)
 
 
 def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:

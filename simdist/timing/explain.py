@@ -136,7 +136,7 @@ def explain(
     s_bytes = algbw_bytes(op, nbytes, ranks)
     algbw = s_bytes / total / 1e9 if total > 0 and op != "barrier" else None
     sched = make_schedule(op, name, ranks, nbytes, 0)
-    _, log = run_times(sched, lambda i, j: (alpha, beta), gamma, record=True)
+    _, log = run_times(sched, lambda i, j: (alpha, beta), gamma)
     steps = _steps(sched, log)
     res = simulate(cm.network, [CollectiveRequest(op, nbytes, list(range(ranks)), algo=name, name=f"{op}/{name}")])
     others = {
@@ -214,7 +214,7 @@ def _steps(sched: Schedule, log: StepTimes) -> list[Step]:
     steps = []
     prev_end = 0.0
     for k, st in enumerate(sched.steps):
-        end = float(log.end[k].max())
+        end = log.step_end[k]
         n = min(len(st), 8)
         steps.append(Step(k, sched.phases[k], len(st), list(zip(st.src[:n].tolist(), st.dst[:n].tolist(), strict=True)),
                           int(st.count.max()), bool(st.reduce.any()), end - prev_end, end))
