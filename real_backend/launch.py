@@ -42,6 +42,14 @@ from typing import IO, Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 from simdist.errors import HostError
+from simdist.flightrec.format import (
+    DEFAULT_DUMP_PREFIX,
+    ERROR_FILE_ENV,
+    ERROR_FILE_NAME,
+    FR_DUMP_ENV,
+    WORKER_SOCKET_ENV,
+    dump_path,
+)
 from simdist.procs import (
     LocalProcess,
     LocalProcesses,
@@ -105,6 +113,8 @@ def run_real(
     workdir: Path | None = None,
     progress: bool = False,
     kill_at: tuple[int, int] | None = None,
+    fr_dumps: Path | None = None,
+    fr_on_demand: bool = False,
 ) -> Report:
     """Run `scenario` on real processes of this host and return their Report (source "real").
 
@@ -112,6 +122,9 @@ def run_real(
     results and logs there (default: a temporary directory, removed afterwards).
     `progress` prints one line per event (rank ended, watchdog) to stderr. `kill_at =
     (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
+    `fr_dumps`: a folder that gets what a production job leaves there, through torch's own
+    environment variables (`fr_env`): each rank's Flight Recorder dump and torchelastic error
+    file; `fr_on_demand` also opens each rank's control-plane socket there (``rank<r>.sock``).
     """
     check_host(scenario)
     check_target(scenario, "real", scenario.name)
@@ -125,7 +138,7 @@ def run_real(
         stale.unlink()
     keep = not own_dir
     try:
-        report, interrupted = _run(scenario, wd, timeout, progress, kill_at)
+        report, interrupted = _run(scenario, wd, timeout, progress, kill_at, fr_dumps, fr_on_demand)
         if interrupted:
             keep = True
             (wd / "report.partial.json").write_text(report.to_json())
@@ -139,15 +152,32 @@ def run_real(
             shutil.rmtree(wd, ignore_errors=True)
 
 
-def _worker_env(scenario: Scenario, rank: int, port: int) -> dict[str, str]:
+def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None, fr_on_demand: bool) -> dict[str, str]:
     env = with_pythonpath(rank_env(rank, scenario.world_size, port), REPO_ROOT)
     env["SIMDIST_HOSTED_STORE"] = "1"  # the worker connects to our store (see _run)
     env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
+    if fr_dumps is not None:
+        env.update(fr_env(fr_dumps, rank, fr_on_demand))
+    return env
+
+
+def fr_env(folder: Path, rank: int, on_demand: bool = False) -> dict[str, str]:
+    """What a production launcher sets for rank `rank` so that torch leaves its records in
+    `folder`: the Flight Recorder dump prefix (the rank is appended by the writer), the
+    torchelastic error file in its per-rank layout, and the control-plane socket."""
+    (folder / str(rank)).mkdir(parents=True, exist_ok=True)
+    env = {FR_DUMP_ENV: str(folder / DEFAULT_DUMP_PREFIX), ERROR_FILE_ENV: str(folder / str(rank) / ERROR_FILE_NAME)}
+    if on_demand:
+        env[WORKER_SOCKET_ENV] = str(folder / f"rank{rank}.sock")
+    for stale in (dump_path(env[FR_DUMP_ENV], rank), env[ERROR_FILE_ENV], env.get(WORKER_SOCKET_ENV)):
+        if stale:  # a record left by an earlier run would be read as this one's
+            Path(stale).unlink(missing_ok=True)
     return env
 
 
 def _run(
-    scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None
+    scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None,
+    fr_dumps: Path | None = None, fr_on_demand: bool = False,
 ) -> tuple[Report, bool]:
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
@@ -162,7 +192,7 @@ def _run(
             log: IO[bytes] = logs.enter_context(open(log_path, "wb"))  # noqa: SIM115 - the stack closes it
             proc = procs.start(
                 [sys.executable, "-m", "real_backend.worker", str(spec), "--out", str(wd), "--control", "stdin"],
-                env=_worker_env(scenario, r, store.port), cwd=REPO_ROOT,
+                env=_worker_env(scenario, r, store.port, fr_dumps, fr_on_demand), cwd=REPO_ROOT,
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             )
             ranks.append(_Rank(r, proc, log_path))
@@ -204,10 +234,24 @@ def _watch(ranks: list[_Rank], procs: LocalProcesses, wd: Path, dog: Watchdog, p
         if dog.fired(now, starting=starting):
             if progress:
                 print(f"[real] watchdog: no progress for {dog.timeout_s:g} s", file=sys.stderr)
-            for rk in ranks:
-                rk.tell("hang")
+            _tell_hang(ranks, procs, wd, dog.started)
             return now - dog.started
         time.sleep(POLL_S)
+
+
+def _tell_hang(ranks: list[_Rank], procs: LocalProcesses, wd: Path, t_start: float) -> None:
+    """Tell every rank that the run hangs: the blocked ones first, and the finished ones (which
+    then exit) only once those have recorded where they are blocked -- a finished rank's exit
+    would otherwise fail a blocked rank's collective (peer lost) before it records the hang."""
+    blocked = [rk for rk in ranks if rk.result_at is None]
+    for rk in blocked:
+        rk.tell("hang")
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(rk.result_at is None and rk.proc.alive() for rk in blocked):
+        _observe(ranks, procs, wd, time.monotonic(), t_start, False)
+        time.sleep(POLL_S)
+    for rk in ranks:
+        rk.tell("hang")
 
 
 def _observe(ranks: list[_Rank], procs: LocalProcesses, wd: Path, now: float, t_start: float,

@@ -11,7 +11,10 @@ the optimizer, the custom joinables, ``with Join([...], ...)``, the loop steps f
 this rank's inputs, the `after` steps), executed by `real_backend.torchrank`; then
 `on_finish`. Each rank writes ``rank<r>.json`` (a RankResult plus extras) to the output
 directory: when its program ends, when it raises, when C++ terminates it (Gloo abort), or
-when the launcher's watchdog tells it that the run hangs.
+when the launcher's watchdog tells it that the run hangs. As torch does in production, it also
+writes its Flight Recorder dump to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` and its uncaught
+exception to ``TORCHELASTIC_ERROR_FILE`` when those are set, and answers torch's control plane
+(``fr_trace_json`` on demand) on ``TORCH_WORKER_SERVER_SOCKET``.
 
 Control protocol (``--control stdin``): one line from the launcher ends the process:
 ``hang`` (record a hang if still running), ``interrupt`` (user pressed Ctrl-C) or
@@ -74,7 +77,7 @@ class Worker:
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> None:
-        from real_backend.failure import categorise, install_terminate_hook
+        from real_backend.failure import categorise, install_terminate_hook, record_error_file, serve_on_demand
 
         install_terminate_hook(self._on_terminate)
         threading.Thread(target=_warm_symbolizer, name="simdist-warmup", daemon=True).start()
@@ -85,10 +88,16 @@ class Worker:
         try:
             from real_backend.torchrank import TorchRank  # imports torch
 
+            # torch's control-plane server, when TORCH_WORKER_SERVER_SOCKET is set; only once torch
+            # is imported (started while the warm-up thread imports torch, it terminates the process)
+            serve_on_demand()
+
             self.prog = TorchRank(self.s, self.rank, self.world_size, self.local_rank, self.t0_ns)
             self.prog.run()
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             status, error = "error", categorise(exc)
+            if not self.written:  # not after the watchdog's hang record: that is how this rank ended
+                record_error_file(exc)  # torchelastic's error file, when TORCHELASTIC_ERROR_FILE is set
         self.finished = True
         self.write_result(status, error)
         self._announce_end()
@@ -222,30 +231,34 @@ class Worker:
 
     # ------------------------------------------------------------------ result
     def write_result(self, status: str, error: Any, *, wait_retired: bool = True) -> None:
-        from real_backend.record import build_trace, dump_fr, first_pending, waiting_entry
+        from real_backend.record import build_trace, dump_fr_bytes, first_pending, waiting_entry, write_dump_file
 
         if not self.lock.acquire(timeout=10):
             return
         try:
             if self.written:
                 return
-            fr = None
+            fr = raw = None
             if self.dist_ready:
+                import pickle
+
                 deadline = time.monotonic() + (0.5 if wait_retired and status == "completed" else 0)
                 while True:
                     try:
-                        fr = dump_fr()
+                        raw = dump_fr_bytes()
+                        fr = pickle.loads(raw)
                     except Exception:
-                        fr = None
+                        fr = raw = None
                         break
                     # the last entry's retirement can lag the Python return by a little
                     if all(e.get("retired") for e in fr.get("entries", [])) or time.monotonic() >= deadline:
                         break
                     time.sleep(0.05)
+            if raw is not None:
+                with contextlib.suppress(OSError):
+                    write_dump_file(self.rank, raw)  # where TORCH_FR_DUMP_TEMP_FILE says, as torch does
             if fr is not None and os.environ.get("SIMDIST_KEEP_FR"):
-                import pickle
-
-                (self.out / f"rank{self.rank}.fr.pkl").write_bytes(pickle.dumps(fr))
+                (self.out / f"rank{self.rank}.fr.pkl").write_bytes(raw or b"")
             p = self.prog
             if p is not None:
                 p.marks.post_hook_root = p.post_hook_root()

@@ -21,3 +21,8 @@ class InputError(SimdistError):
 class ScriptError(SimdistError):
     """A user's script cannot be run on simulated ranks (missing, does not parse, never
     initialises a process group, ...); the message says which and why."""
+
+
+class DumpError(SimdistError):
+    """A Flight Recorder dump (or a file given as one) cannot be read: truncated, foreign, of
+    an unknown format version, or a pickle that asks to run code; the message names the file."""

@@ -2,7 +2,7 @@
 
 One launcher for every place that runs ranks as processes on this host: the real backend
 (`real_backend.launch`), the benchmark sweeps (`real_backend.bench`), the Gloo mismatch
-probe (`bench/gloo_mismatch_probe.py`) and, later, users' own scripts on simulated ranks.
+probe (`bench/gloo_mismatch_probe.py`) and users' own scripts (`simdist.script.launch`).
 It lives in `simdist` (not in `real_backend`) because simdist itself launches processes
 and must not import `real_backend`. Importing it starts neither torch nor a process.
 
@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -54,8 +54,9 @@ REAP_WAIT_S = 10.0  # a SIGKILLed process is gone within this (Linux: at once)
 
 
 # ----------------------------------------------------------------------------- rendezvous
-def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
+def loopback_store(world_size: int | None, timeout_s: float = 300.0) -> dist.TCPStore:
     """A c10d TCPStore server that listens on 127.0.0.1 only; its port is `store.port`.
+    `world_size` may be None where it is not known yet (a script that starts its own ranks).
 
     torch binds its server socket to every interface (``*:PORT``, IPv4 and IPv6) whatever
     `host_name` says, and nothing authenticates clients. Handed an already bound and
@@ -69,7 +70,7 @@ def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((LOOPBACK, 0))
-        sock.listen(max(128, world_size))
+        sock.listen(max(128, world_size or 0))
         port = int(sock.getsockname()[1])
     except OSError:
         sock.close()
@@ -131,11 +132,24 @@ def die_with_parent() -> None:
 
 
 # ----------------------------------------------------------------------------- processes
+class Child(Protocol):
+    """What a launcher needs of a process it owns: a `subprocess.Popen`, or a process a fork
+    server forked for it (`simdist.script.zygote.ForkedProcess`), which must lead its own
+    session too."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class LocalProcess:
     """One started process (leader of its own session) and what its launcher saw of it."""
 
-    popen: subprocess.Popen
+    popen: subprocess.Popen | Child
     ended_at: float | None = None  # time.monotonic() when the launcher saw it end
     killed_by_us: bool = False  # SIGKILLed by the launcher (not ended by itself)
 
@@ -152,14 +166,18 @@ class LocalProcess:
 
     def kill(self) -> None:
         """SIGKILL the process and everything in its process group."""
-        if self.alive():
+        alive = self.alive()
+        if alive:
             self.killed_by_us = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
+        if alive:  # a forked process may not have made its session yet (its pid is not reaped: still ours)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.popen.pid, signal.SIGKILL)
 
     def tell(self, line: str) -> bool:
         """Write one line to its stdin (when it was started with stdin=PIPE and still runs)."""
-        stdin = self.popen.stdin
+        stdin = getattr(self.popen, "stdin", None)
         if stdin is None or not self.alive():
             return False
         with contextlib.suppress(OSError, ValueError):
@@ -182,13 +200,19 @@ class LocalProcesses:
         self.close()
 
     def start(self, argv: list[str], *, env: dict[str, str], cwd: str | Path | None = None,
-              stdin: Any = None, stdout: Any = None, stderr: Any = None, text: bool = False) -> LocalProcess:
+              stdin: Any = None, stdout: Any = None, stderr: Any = None, text: bool = False,
+              pass_fds: tuple[int, ...] = ()) -> LocalProcess:
         """Start `argv` as the leader of a new session (see the module docstring)."""
         env = dict(env)
         env[LAUNCHER_PID_ENV] = str(os.getpid())
         popen = subprocess.Popen(argv, env=env, cwd=None if cwd is None else str(cwd), stdin=stdin,
-                                 stdout=stdout, stderr=stderr, text=text, start_new_session=True)
-        proc = LocalProcess(popen)
+                                 stdout=stdout, stderr=stderr, text=text, start_new_session=True,
+                                 pass_fds=pass_fds)
+        return self.adopt(popen)
+
+    def adopt(self, child: subprocess.Popen | Child) -> LocalProcess:
+        """Own a process started otherwise (a fork server's): it is ended with the others."""
+        proc = LocalProcess(child)
         self.procs.append(proc)
         return proc
 
@@ -226,8 +250,8 @@ class LocalProcesses:
             p.kill()
         self._wait_all()
         for p in self.procs:
-            for stream in (p.popen.stdin, p.popen.stdout, p.popen.stderr):
-                if stream is not None:
+            for name in ("stdin", "stdout", "stderr"):
+                if (stream := getattr(p.popen, name, None)) is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
 

@@ -199,6 +199,10 @@ def overall_outcome(statuses: list[str]) -> Outcome:
     return "completed"
 
 
+# Files whose raising makes an exception a `model` error: DDP, ZeRO and their helpers.
+MODEL_FILES = ("nn/parallel/distributed.py", "optim/zero_redundancy_optimizer.py", "torch/distributed/utils.py")
+
+
 def error_category(message: str, *, runtime_error: bool, timeout_error: bool = False, in_model: bool = False) -> str:
     """`RankError.category` of an exception from its message (shared by both sides).
 

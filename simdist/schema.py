@@ -10,6 +10,7 @@ is decided by the interpreter (`simdist.program.interpret`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -90,12 +91,17 @@ class Inputs(Strict):
 
 # --------------------------------------------------------------------------- model / optimizer
 class Model(Strict):
-    """The DDP-wrapped model, described by its parameter and buffer sizes.
+    """A DDP-wrapped model, described by its parameter and buffer sizes.
 
     `params` are element counts in registration order. Backward produces gradients in
     reverse registration order (a chain model), which is the order DDP's reducer sees.
+    `[model]` is the model named `ddp` on WORLD; `[[models]]` adds more, each named and on
+    its own process group (`DistributedDataParallel(..., process_group=group)`, built only
+    on the group's ranks).
     """
 
+    name: str = Field(default="ddp", description="how steps and [join] name it")
+    group: str = Field(default=WORLD, description="its process group; only the group's ranks build it")
     params: list[Annotated[int, Field(gt=0)] | list[Annotated[int, Field(gt=0)]]] = Field(min_length=1)
     dtype: Dtype = "float32"
     buffers: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
@@ -105,7 +111,7 @@ class Model(Strict):
     find_unused_parameters: bool = False
     broadcast_buffers: bool = True
     gradient_as_bucket_view: bool = False
-    # Record the first parameter's gradient (first element) after every backward as `ddp.grad`.
+    # Record the first parameter's gradient (first element) after every backward as `<name>.grad`.
     observe_grad: bool = False
 
     @model_validator(mode="after")
@@ -129,11 +135,17 @@ class Model(Strict):
 
 
 class Optimizer(Strict):
-    """The optimizer stepped by `optimizer_step`; `zero = true` wraps it in ZeroRedundancyOptimizer."""
+    """The optimizer stepped by `optimizer_step`; `zero = true` wraps it in ZeroRedundancyOptimizer.
+
+    It optimises the parameters of `models` (default: every model) that the rank holds.
+    ZeRO shards them over `group` (default: the group its models share), and only that
+    group's ranks build it."""
 
     kind: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.01
     zero: bool = False
+    models: list[str] | None = Field(default=None, min_length=1, description="whose parameters (default: every model)")
+    group: str | None = Field(default=None, description="ZeRO's process group (default: its models' group)")
 
 
 class JoinableDecl(Strict):
@@ -185,31 +197,74 @@ class Expect(Strict):
     collectives: list[int] | None = None
 
 
-# --------------------------------------------------------------------------- steps
-class _Cond(Strict):
-    """Conditions shared by every step: it runs on iteration i (0-based) of rank r only when
-    all given conditions hold."""
+# --------------------------------------------------------------------------- conditions
+class When(Strict):
+    """A condition on rank r and iteration i (0-based), written as data: it holds when every
+    key given holds. `not` and `any` nest conditions, so offsets, negations and ranges
+    combine without any user text being evaluated. The interpreter decides what a condition
+    means at run time (`simdist.program.conditions`)."""
 
-    every: int | None = Field(default=None, ge=1, description="only when i % every == 0")
-    ranks: list[int] | None = Field(default=None, description="only on these ranks")
+    every: int | None = Field(default=None, ge=1, description="only when i % every == offset")
+    offset: int | None = Field(default=None, ge=0, description="with every: only when i % every == offset (default 0)")
     below: int | None = Field(default=None, ge=0, description="only for iterations i < below")
     from_iteration: int | None = Field(default=None, ge=0, description="only for i >= from_iteration")
+    ranks: list[int] | None = Field(default=None, description="only on these ranks")
+    not_: When | None = Field(default=None, alias="not", description="only when this condition does not hold")
+    any_: list[When] | None = Field(default=None, alias="any", min_length=1,
+                                    description="only when at least one of these conditions holds")
+    flag: str | None = Field(default=None, description="only when the latest result this rank observed under "
+                                                       "this name (a step's observe) is nonzero")
 
-    def applies(self, rank: int, i: int | None) -> bool:
-        if self.ranks is not None and rank not in self.ranks:
-            return False
-        if i is None:
-            return self.every is None and self.below is None and self.from_iteration is None
-        if self.every is not None and i % self.every != 0:
-            return False
-        if self.below is not None and i >= self.below:
-            return False
-        return not (self.from_iteration is not None and i < self.from_iteration)
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
+
+    @model_validator(mode="after")
+    def _offset_below_every(self) -> When:
+        if self.offset is not None and self.every is None:
+            raise ValueError("offset: needs every (i % every == offset)")
+        if self.offset is not None and self.every is not None and self.offset >= self.every:
+            raise ValueError(f"offset: must be below every ({self.every}), got {self.offset}")
+        return self
+
+    def parts(self) -> Iterator[When]:
+        """This condition and every condition nested in it (`not`, `any`), depth first."""
+        yield self
+        for c in ([self.not_] if self.not_ is not None else []) + list(self.any_ or []):
+            yield from c.parts()
+
+    def uses_iteration(self) -> bool:
+        """Whether the condition looks at the iteration (meaningless after the loop)."""
+        return any(c.every is not None or c.below is not None or c.from_iteration is not None for c in self.parts())
+
+
+ScalarValue = float | Literal["rank", "iteration"]
+
+
+class ValueWhen(Strict):
+    """A value that depends on a condition: `then` where `when` holds, else `else` (e.g. a
+    per-rank "I want to stop" flag for an all-reduced stop decision)."""
+
+    when: When
+    then: ScalarValue = 1.0
+    else_: ScalarValue = Field(default=0.0, alias="else")
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
+
+
+Value = ScalarValue | ValueWhen
+Seconds = Annotated[float, Field(ge=0)]
+
+
+# --------------------------------------------------------------------------- steps
+class _Cond(When):
+    """Conditions shared by every step: it runs on iteration i of rank r only when all the
+    keys of `When` it carries hold (docs/scenarios.md, Conditions)."""
 
 
 class ComputeStep(_Cond):
+    """Busy without communicating: one duration, or one per rank (stragglers)."""
+
     kind: Literal["compute"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds | list[Seconds]
 
 
 class ForwardStep(_Cond):
@@ -217,12 +272,14 @@ class ForwardStep(_Cond):
 
     kind: Literal["forward"]
     no_sync: bool = False
+    model: str | None = Field(default=None, description="which DDP model (default: the only one)")
 
 
 class BackwardStep(_Cond):
     """DDP backward: gradient bucket all-reduces from the reducer."""
 
     kind: Literal["backward"]
+    model: str | None = Field(default=None, description="which DDP model (default: the only one)")
 
 
 class OptimizerStep(_Cond):
@@ -254,7 +311,7 @@ class CollectiveStep(_Cond):
     group: str = WORLD
     async_op: bool = Field(default=False, alias="async")
     wait: Literal["now", "end_of_iteration", "never"] = "now"
-    value: float | Literal["rank", "iteration"] = 1.0
+    value: Value = 1.0
     observe: str | None = None
     name: str | None = None
 
@@ -276,7 +333,7 @@ class P2PStep(_Cond):
     tag: int = 0
     blocking: bool = True
     wait: Literal["now", "end_of_iteration"] = "now"
-    value: float | Literal["rank", "iteration"] = "rank"
+    value: Value = "rank"
     observe: str | None = None
 
 
@@ -284,7 +341,25 @@ class SleepStep(_Cond):
     """Stay alive for a while without communicating (wall time on the real backend)."""
 
     kind: Literal["sleep"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds | list[Seconds]
+
+
+class StopStep(_Cond):
+    """`break`: leave the loop here, on the iterations and ranks where its conditions hold.
+
+    The rest of the iteration does not run and it does not count as processed; the work
+    deferred to the end of the iteration is still waited; then the Join block exits and
+    the `after` steps run, as after the last input."""
+
+    kind: Literal["stop"]
+
+
+class RaiseStep(_Cond):
+    """The script raises ``RuntimeError(message)`` here and its program ends: a rank that failed
+    with that error (a replay of Flight Recorder dumps writes one where a rank's error file was)."""
+
+    kind: Literal["raise"]
+    message: str = Field(min_length=1)
 
 
 Step = Annotated[
@@ -295,9 +370,11 @@ Step = Annotated[
     | JoinableCallStep
     | CollectiveStep
     | P2PStep
-    | SleepStep,
+    | SleepStep
+    | StopStep
+    | RaiseStep,
     Field(discriminator="kind"),
 ]
 # The `kind` tag of every step class (pydantic puts it into error locations).
-STEP_KINDS: frozenset[str] = frozenset(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
+STEP_KINDS: tuple[str, ...] = tuple(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
 

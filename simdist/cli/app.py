@@ -2,7 +2,7 @@
 
 Commands live in one module per group and are mounted here with `register(app)`:
 `scenario` (run, check, real, compare), `fuzz` (fuzz), `timing` (explain, bench,
-compare-timing). Exit codes are those of `simdist.cli.console.ExitCode`.
+compare-timing), `flightrec` (diagnose, export: the c10d Flight Recorder's dumps). Exit codes are those of `simdist.cli.console.ExitCode`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 
 from simdist import __version__
-from simdist.cli import fuzz, scenario, timing
-from simdist.cli.console import ExitCode, err, say
+from simdist.cli import flightrec, fuzz, scenario, timing
+from simdist.cli.console import ExitCode, err, say, say_error
 from simdist.errors import SimdistError
 
 app = typer.Typer(
@@ -46,9 +46,10 @@ def _root(
     """
 
 
-scenario.register(app)  # run, real, compare, check
+scenario.register(app)  # run, real, compare, check, schema
 timing.register(app)  # bench, compare-timing, explain
 fuzz.register(app)  # fuzz
+flightrec.register(app)  # diagnose, export
 
 
 def main() -> None:
@@ -56,7 +57,7 @@ def main() -> None:
     try:
         app()
     except SimdistError as e:  # bad input that a command did not catch itself
-        say(("error:", "red"), f" {e}", console=err)
+        say_error(str(e))
         sys.exit(int(ExitCode.BAD_INPUT))
     except KeyboardInterrupt:
         say("interrupted", console=err)

@@ -96,9 +96,16 @@ def exit_on(ok: bool) -> NoReturn:
     exit_with(ExitCode.OK if ok else ExitCode.CHECK_FAILED)
 
 
+def say_error(message: str) -> None:
+    """"error: LINE" on stderr for each line of `message` (a scenario with several problems
+    has one line per problem, each naming its field)."""
+    for line in message.splitlines() or [""]:
+        say(("error:", "red"), " ", line, console=err)
+
+
 def fail(message: str, code: int = ExitCode.BAD_INPUT) -> NoReturn:
-    """One line "error: MESSAGE" on stderr, then exit `code` (default 2, bad input)."""
-    say(("error:", "red"), " ", message, console=err)
+    """"error: MESSAGE" on stderr (one line per line of it), then exit `code` (default 2, bad input)."""
+    say_error(message)
     raise typer.Exit(int(code))
 
 

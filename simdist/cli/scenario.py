@@ -1,5 +1,6 @@
 """Commands on scenario files: `run` (simulate), `real` (real processes), `compare` (both,
-diffed rank by rank) and `check` (the checker's verdict and wait-for graph). `run` and
+diffed rank by rank), `check` (the checker's verdict and wait-for graph) and `schema` (the
+files' JSON schema, for editors). `run` and
 `check` take several files, print a summary line and exit with the worst code; both judge
 a file by `simdist.expect.judge`, so one verdict gives one exit code.
 
@@ -25,10 +26,12 @@ from simdist.cli.console import (
     ExitCode,
     bad_input,
     check_output_file,
+    check_output_folder,
     err,
     exit_on,
     exit_with,
     say,
+    say_error,
     show,
     table,
     worst,
@@ -45,7 +48,7 @@ TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (defaul
 _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
 
-def _load(path: Path, target: Target = "sim") -> Scenario:
+def load_or_exit(path: Path, target: Target = "sim") -> Scenario:
     """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
     with bad_input():
         return load_scenario(path, target)
@@ -100,7 +103,7 @@ def _try_load(path: Path, target: Target = "sim") -> Scenario | str:
 
 
 def _bad_file(path: Path, message: str) -> FileResult:
-    say(("error:", "red"), " ", message, console=err)
+    say_error(message)
     return FileResult(path, int(ExitCode.BAD_INPUT), "bad input", {"file": str(path), "error": message})
 
 
@@ -181,6 +184,7 @@ def run(
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
@@ -192,8 +196,8 @@ def run(
     with bad_input():
         if script_cli.is_script(scenarios[0]):
             script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
-                                   json_, trace_out, print_report)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+                                   json_, trace_out, print_report, batches)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, None, batches)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
@@ -217,21 +221,31 @@ def run(
     finish(results, json_, single)
 
 
-def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
+def run_real_or_exit(s: Scenario, timeout: float | None, quiet: bool, fr_dumps: Path | None = None) -> Report:
     """The real run, with a machine that cannot host it (HostError) as bad input (exit 2)."""
     from real_backend.launch import run_real
 
     with bad_input():
-        return run_real(s, timeout_s=timeout, progress=not quiet)
+        return run_real(s, timeout_s=timeout, progress=not quiet, fr_dumps=fr_dumps)
 
 
-def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
+def real(
+    scenario: ScenarioArg,
+    json_: JsonOpt = False,
+    timeout: TimeoutOpt = None,
+    fr_dumps: Annotated[Path | None, typer.Option(
+        "--fr-dumps", help="leave each rank's Flight Recorder dump and torchelastic error file in this folder, "
+                           "as torch does (TORCH_FR_DUMP_TEMP_FILE, TORCHELASTIC_ERROR_FILE): simdist diagnose "
+                           "reads them")] = None,
+) -> None:
     """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs).
 
     Exit codes as for `simdist run`, judged on the real report.
     """
-    s = _load(scenario, "real")
-    report_and_exit(_run_real(s, timeout, json_), s, json_)
+    with bad_input():
+        check_output_folder(fr_dumps, "fr-dumps")
+    s = load_or_exit(scenario, "real")
+    report_and_exit(run_real_or_exit(s, timeout, json_, fr_dumps), s, json_)
 
 
 def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
@@ -250,9 +264,9 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
-    s = _load(scenario, "real")
+    s = load_or_exit(scenario, "real")
     sim_report = simulate(s)
-    real_report = _run_real(s, timeout, json_)
+    real_report = run_real_or_exit(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
         sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp),
@@ -315,7 +329,29 @@ def check(
     finish(results, json_, single)
 
 
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write it to this file instead of stdout")] = None,
+) -> None:
+    """Print the scenario files' JSON schema, generated from the model, for TOML editors.
+
+    Save it next to your scenarios and put `#:schema ./scenario.schema.json` on the first
+    line of a scenario file: taplo and Even Better TOML then complete keys, show each key's
+    meaning and flag mistakes as you type (docs/scenarios.md, Editor support).
+    """
+    from simdist.scenario import json_schema
+
+    with bad_input():
+        check_output_file(out, "out")
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if not write_output(lambda: out.write_text(text), out, "out"):
+        exit_with(ExitCode.BAD_INPUT)
+    say(f"scenario schema written to {out}", console=err)
+
+
 def register(app: typer.Typer) -> None:
-    """Add run, real, compare and check as top-level commands of `app`."""
-    for command in (run, real, compare, check):
+    """Add run, real, compare, check and schema as top-level commands of `app`."""
+    for command in (run, real, compare, check, schema):
         app.command()(command)

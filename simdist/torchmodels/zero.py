@@ -45,14 +45,18 @@ def shard_broadcasts(numels: tuple[int, ...], world_size: int) -> tuple[tuple[in
 
 
 class ZeroModel(Joinable):
-    """`ZeroRedundancyOptimizer` over the DDP model's parameters (`numels` elements of `dtype`)."""
+    """`ZeroRedundancyOptimizer(params, process_group=group)` over parameters of `numels`
+    elements and `dtypes`: sharded over the group's ranks, rank k's shard broadcast from
+    the group's k-th rank (`get_global_rank(group, k)`, as torch does)."""
 
-    def __init__(self, dist: Dist, numels: list[int], dtype: str):
+    def __init__(self, dist: Dist, numels: list[int], dtypes: list[str], group: str = WORLD):
         super().__init__()
         self.dist = dist
         self.numels = list(numels)
-        self.dtype = dtype
-        self.broadcasts = shard_broadcasts(tuple(self.numels), dist.world_size)
+        self.dtypes = list(dtypes)
+        self.group = group
+        self.members = dist.members(group)
+        self.broadcasts = shard_broadcasts(tuple(self.numels), len(self.members))
 
     @property
     def join_dist(self) -> Dist:
@@ -60,12 +64,13 @@ class ZeroModel(Joinable):
 
     @property
     def join_process_group(self) -> str:
-        return WORLD
+        return self.group
 
     def step(self, origin: str = "zero.step.broadcast_shard") -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)  # the returned work is not waited
         works = [
-            self.dist.issue("broadcast", Payload.unknown(self.numels[i], self.dtype), origin=origin, root=r, async_op=True)
+            self.dist.issue("broadcast", Payload.unknown(self.numels[i], self.dtypes[i]), origin=origin,
+                            root=self.members[r], group=self.group, async_op=True)
             for r, i in self.broadcasts
         ]
         for w in works:
