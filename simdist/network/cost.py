@@ -23,6 +23,8 @@ the root's whole buffer).
 
 from __future__ import annotations
 
+import numpy as np
+
 from simdist.collectives.algorithms import REGISTRY, algorithms_for, make_schedule, resolve
 from simdist.collectives.execute import schedule_time
 from simdist.errors import ScenarioError
@@ -68,7 +70,7 @@ class CostModel:
         if world_size < 1:
             raise ScenarioError(f"world_size: must be >= 1, got {world_size}")
         if topo.preset is not None:
-            net = _copy_net(cached_preset(topo.preset, world_size))
+            net = cached_preset(topo.preset, world_size).shared_copy()
         else:
             net = scenario_network(topo, world_size)
         # An optional `topology.profile` (path to a calibrated profile JSON written by
@@ -166,8 +168,5 @@ class CostModel:
             count = grain
         sched = make_schedule(op, algo, p, count, local_root)
         net = self.network
-        return schedule_time(sched, lambda i, j: net.pair_cost(ranks[i], ranks[j]), self.gamma, unit)
-
-
-def _copy_net(net: Network) -> Network:
-    return Network(net.graph, net.world_size, dict(net.rank_node), net.gamma, net.name, net._routes)
+        on = np.array(ranks, dtype=np.int64)
+        return schedule_time(sched, lambda i, j: net.pair_costs(on[i], on[j]), self.gamma, unit)
