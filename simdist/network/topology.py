@@ -24,8 +24,8 @@ import networkx as nx
 import numpy as np
 
 from simdist.errors import ScenarioError
-from simdist.vocab import PRESET_MAX_WORLD, PRESETS
 from simdist.network.routing import FEW_PAIRS, LinkIndex, Router
+from simdist.vocab import PRESET_MAX_WORLD, PRESETS
 
 # Per-hop defaults (latency us, bandwidth GB/s). Ranks on one host talk through it.
 INTRA_NODE = {"host": (15.0, 6.0), "gpu": (1.0, 300.0), "switch": (1.0, 300.0), "nic": (1.0, 64.0)}

@@ -57,7 +57,6 @@ def _nnls_relative(basis: np.ndarray, y: np.ndarray, weight: np.ndarray | None =
     a = basis * w[:, None]
     norms = np.linalg.norm(a, axis=0)
     norms[norms == 0] = 1.0
-    from scipy.optimize import nnls  # here, not at the top: importing scipy.optimize costs every CLI command ~0.5 s
 
     c, _ = nnls(a / norms, y * w)
     return c / norms
