@@ -245,3 +245,12 @@ def test_an_unreachable_scheduler_is_bad_input():
 
     with pytest.raises(InputError, match=r"--cluster: cannot connect to tcp://127.0.0.1:9 "):
         DaskExecutor("tcp://127.0.0.1:9", connect_timeout_s=2)
+
+
+def test_jobs_and_cluster_with_a_script_are_bad_input(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    for opts in (["--jobs", "2"], ["--cluster", "local"]):
+        p = run_cli("fuzz", str(script), *opts, "--out", str(tmp_path / "out"))
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.strip().endswith("--jobs, --cluster: only for templates, not a script (.py)"), p.stderr

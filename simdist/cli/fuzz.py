@@ -61,6 +61,9 @@ def fuzz(
     "ok" or none: nothing was found), for a script when nothing was found; 1 otherwise, 2 for bad input.
     """
     if templates and script_cli.is_script(templates[0]):
+        if jobs != 1 or cluster is not None:  # say so instead of ignoring them
+            with bad_input():
+                raise InputError("--jobs, --cluster: only for templates, not a script (.py)")
         fuzz_script.fuzz_script_command(templates, budget=budget, seed=seed, out_dir=out_dir, no_shrink=no_shrink,
                                         json_=json_, quiet=quiet, nproc=nproc_per_node, nproc_range=nproc_range,
                                         batches_range=batches_range, backend=backend, timeout=timeout)
