@@ -322,20 +322,6 @@ def _path(parts: list[str | int]) -> str:
     return out or "scenario"
 
 
-_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*)$")
-
-
-def _union_member(part: object) -> bool:
-    """Whether a pydantic error-path part names a union's member type, not a field."""
-    return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
-
-
-def _brief(value: object) -> str:
-    """A user's value, short: what a type error quotes."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
 def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target = "sim") -> Scenario:
     """Validate a dict into a Scenario that `target` can run, raising ScenarioError with one
     line per problem ("SOURCE: FIELD: message"), every problem at once."""

@@ -23,6 +23,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
+from simdist.errors import InputError
 from simdist.fuzz.campaign import SHARD_SIZE, CampaignResult, Executor, InProcess, LocalPool, plan_shards, run_campaign
 from simdist.fuzz.checker import Checker
 from simdist.fuzz.counterexample import write_counterexample
@@ -160,16 +161,37 @@ def fuzz_template(
             apply_ops(db, r.db_ops)
     checker = Checker(template, compress=compress)  # the greedy pass's own judge (its schedules count too)
     keys = _keys(camp.shards)
-    for key in keys:
-        d = _smallest(camp.shards, key)
-        if shrink and not camp.interrupted:
-            d = greedy_shrink(d, key, checker, tick=lambda: _tick(res, on_example))
-        res.counterexamples.append(_counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0)))
+    # Each class is on disk before the greedy pass starts (it can take long, and Ctrl-C may
+    # come): hypothesis's shrunk schedule first, replaced by the greedy pass's result.
+    first = {key: _smallest(camp.shards, key) for key in keys}
+    state = "interrupted" if camp.interrupted else "unshrunk"
+    written = {key: _counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0), state)
+               for key, d in first.items()}
+    try:
+        for key in keys:
+            if shrink and not camp.interrupted:
+                d = greedy_shrink(first[key], key, checker, tick=lambda: _tick(res, on_example))
+                c = _counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0))
+                _replace(written[key], c)
+                written[key] = c
+            res.counterexamples.append(written[key])
+    except KeyboardInterrupt:
+        for key in keys[len(res.counterexamples):]:
+            c = _counterexample(first[key], key, template, seed, out_dir, res.classes.get(key, 0), "interrupted")
+            _replace(written[key], c)
+            res.counterexamples.append(c)
+        camp.interrupted = True
     res.schedules += checker.simulated
     res.seconds = time.perf_counter() - t0
     if camp.interrupted:
         raise FuzzInterrupted(res)
     return res
+
+
+def _replace(old: Counterexample, new: Counterexample) -> None:
+    """A class's file, replaced by its smaller schedule (the older file removed)."""
+    if old.path is not None and old.path != new.path:
+        Path(old.path).unlink(missing_ok=True)
 
 
 def _progress(on_example: Callable[[int, str], None] | None, executor: Executor) -> Callable[[ShardResult], None] | None:
@@ -236,8 +258,11 @@ def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, 
               "status": [r.status for r in report.ranks]}
     path = None
     if out_dir is not None:
-        path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
-                                        expect, state))
+        try:
+            path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}",
+                                            v.summary, expect, state))
+        except OSError as e:  # the CLI checks --out first; the API meets it here
+            raise InputError(f"--out: cannot write counterexamples in {out_dir} ({e.strerror or e})") from None
     return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
                           found_at=found_at, world_size=s.world_size, counts=s.counts(),
                           steps=len(s.loop) + len(s.after), explanation=expl)
