@@ -2,7 +2,7 @@
 dumps' replays run on real Gloo.
 
 * A live recording: the ranks run with TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE and
-  TORCHELASTIC_ERROR_FILE (`real_backend.launch.fr_env`) and torch's control-plane socket;
+  TORCHELASTIC_ERROR_FILE (`simdist.flightrec.format.fr_env`) and torch's control-plane socket;
   while the job hangs, each rank's dump is fetched on demand (``fr_trace_json``, JSON form),
   and when the watchdog ends it each rank writes torch's pickle where
   TORCH_FR_DUMP_TEMP_FILE says. `simdist diagnose` on either gives `simdist check`'s verdict.
