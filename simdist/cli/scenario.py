@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -29,56 +29,24 @@ from simdist.cli.console import (
     exit_on,
     exit_with,
     say,
-    show,
-    table,
     worst,
     write_output,
 )
+from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import InputError, SimdistError
 from simdist.expect import Judgement, judge
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
 
-ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the machine-readable report (docs/report.md)")]
-TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
-_OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
+TimeoutOpt = Annotated[float | None, typer.Option(
+    help="watchdog seconds (default: the scenario's timeout_s; a script: 300 s without communication)")]
 
 
 def _load(path: Path, target: Target = "sim") -> Scenario:
     """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
     with bad_input():
         return load_scenario(path, target)
-
-
-def print_report(report: Report, title: str | None = None) -> None:
-    """Per-rank table, outcome, findings and the explanation of any hang or error."""
-    t = table("rank", "status", "inputs", "collectives", "time (s)", "observed / error",
-              title=title or f"{report.scenario} ({report.source})", overflow="fold")
-    for r in report.ranks:
-        detail = ""
-        if r.error:
-            detail = f"{r.error.type}: {r.error.message}"
-        elif r.blocked_in is not None:
-            detail = f"blocked in {r.blocked_in.short()}"
-            if r.waiting_in is not None and r.waiting_in is not r.blocked_in and r.waiting_in.seq != r.blocked_in.seq:
-                detail += f"; waiting in {r.waiting_in.short()}"
-        if r.observed:
-            obs = ", ".join(f"{k}={_short(v)}" for k, v in r.observed.items())
-            detail = f"{obs}; {detail}" if detail else obs
-        t.add_row(str(r.rank), r.status, str(r.inputs_processed), str(len(r.trace)), f"{r.time:.6g}", detail)
-    show(t)
-    say("outcome: ", (report.outcome, _OUTCOME_STYLE[report.outcome]))
-    for f in report.findings:
-        say(("finding", "magenta"), f" {f.kind}: {f.detail}")
-    for n in report.notes:
-        say(n)
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list) and len(v) > 8:
-        return f"[{', '.join(map(str, v[:3]))}, ... {len(v)} values, last {v[-1]}]"
-    return str(v)
 
 
 @dataclass
@@ -148,12 +116,7 @@ def _judged(report: Report, s: Scenario, verdict: Verdict, json_: bool) -> Judge
     """Judge the run; in text mode, say how it fared against [expect]."""
     j = judge(report, s.expect, verdict)
     if not json_:
-        for f in j.unmet:
-            say(("expectation not met", "red"), f" {f}")
-        if j.by == "expect" and j.passed:
-            say(("all expectations met", "green"))
-        if j.by == "checker" and not j.passed:
-            say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
+        say_judgement(j, verdict)
     return j
 
 
@@ -167,21 +130,40 @@ def _word(code: int) -> str:
     return {0: "passed", 1: "failed"}.get(code, "bad input")
 
 
-ScenariosArg = Annotated[list[Path], typer.Argument(help="scenario TOML file(s)")]
-RunArg = Annotated[list[Path], typer.Argument(
-    help="scenario TOML file(s), or one torch.distributed script (.py) followed by its own arguments (after --)")]
+InputsArg = Annotated[list[str], typer.Argument(
+    help="scenario TOML file(s), or one torch.distributed script (.py) followed by its own arguments (after --)",
+    show_default=False)]
+OneInputArg = Annotated[list[str], typer.Argument(
+    help="a scenario TOML file, or a torch.distributed script (.py) followed by its own arguments (after --)",
+    show_default=False)]
+
+
+def _inputs(inputs: list[str], **script_options: Any) -> tuple[script_cli.ScriptInput | None, list[Path]]:
+    """A script and its arguments, or scenario files (which take no script option). Call
+    inside `bad_input()`."""
+    if script_cli.is_script(inputs[0]):
+        return script_cli.ScriptInput(Path(inputs[0]), tuple(inputs[1:]), **script_options), []
+    script_cli.reject_for_scenario(**script_options)
+    return None, [Path(p) for p in inputs]
+
+
+def _one_scenario(paths: list[Path], command: str) -> Path:
+    if len(paths) != 1:
+        raise InputError(f"{command}: takes one scenario file (or one script and its arguments), got {len(paths)}")
+    return paths[0]
 
 
 def run(
-    scenarios: RunArg,
+    inputs: InputsArg,
     json_: JsonOpt = False,
     trace_out: Annotated[Path | None, typer.Option(
         "--trace-out", help="write a Chrome trace JSON (Perfetto); with several scenarios a folder or a "
                             "path with {name}")] = None,
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
-    timeout: TimeoutOpt = None,
+    timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
+    zero_compute: script_cli.ZeroComputeOpt = False,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
@@ -191,10 +173,10 @@ def run(
     from simdist.sim import simulate
 
     with bad_input():
-        if script_cli.is_script(scenarios[0]):
-            script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
-                                   json_, trace_out, print_report, batches)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None, batches)
+        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+                                    batches=batches, zero_compute=zero_compute)
+        if script is not None:
+            script_cli.run_command(script, json_, trace_out)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
@@ -226,12 +208,25 @@ def _run_real(s: Scenario, timeout: float | None, quiet: bool) -> Report:
         return run_real(s, timeout_s=timeout, progress=not quiet)
 
 
-def real(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
-    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs).
+def real(
+    inputs: OneInputArg,
+    json_: JsonOpt = False,
+    timeout: TimeoutOpt = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    backend: script_cli.RealBackendOpt = None,
+) -> None:
+    """Run SCENARIO (or SCRIPT.py) on real torch.distributed processes (Gloo on CPU; a
+    scenario's NCCL on GPUs).
 
     Exit codes as for `simdist run`, judged on the real report.
     """
-    s = _load(scenario, "real")
+    with bad_input():
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        if script is not None:
+            script_cli.real_command(replace(script, timeout=timeout), json_)
+        path = _one_scenario(paths, "real")
+    s = _load(path, "real")
     report_and_exit(_run_real(s, timeout, json_), s, json_)
 
 
@@ -244,14 +239,28 @@ def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
     exit_on(_judged(report, s, check_run(report, s), json_).passed)
 
 
-def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
-    """Run SCENARIO in the simulator and for real, and diff them rank by rank (exit 0: they agree)."""
+def compare(
+    inputs: OneInputArg,
+    json_: JsonOpt = False,
+    timeout: TimeoutOpt = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    backend: script_cli.RealBackendOpt = None,
+) -> None:
+    """Run SCENARIO (or SCRIPT.py) in the simulator and on real processes, and diff them rank
+    by rank: collectives, outcome, errors (and a script's printed lines). Exit 0: they agree.
+    """
     from dataclasses import asdict
 
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
-    s = _load(scenario, "real")
+    with bad_input():
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        if script is not None:
+            script_cli.compare_command(replace(script, timeout=timeout), json_)
+        path = _one_scenario(paths, "compare")
+    s = _load(path, "real")
     sim_report = simulate(s)
     real_report = _run_real(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
@@ -264,11 +273,16 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
 
 
 def check(
-    scenarios: ScenariosArg,
+    inputs: InputsArg,
     json_: Annotated[bool, typer.Option("--json", help="verdict, findings, explanation and wait-for graph as JSON")] = False,
     graph: Annotated[Path | None, typer.Option(
         "--graph", help="write the wait-for graph: .dot/.gv (DOT), .png/.svg/.pdf (picture); with several "
                         "scenarios a folder (DOT files) or a path with {name}")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    backend: script_cli.BackendOpt = None,
+    timeout: script_cli.TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    zero_compute: script_cli.ZeroComputeOpt = False,
 ) -> None:
     """Simulate SCENARIO(S) and explain any hang, mismatch or broken invariant.
 
@@ -280,6 +294,10 @@ def check(
     from simdist.sim import simulate
 
     with bad_input():
+        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+                                    batches=batches, zero_compute=zero_compute)
+        if script is not None:
+            script_cli.check_command(script, json_, graph)
         graphs = check_outputs(graph, "graph", scenarios, ".dot")
         for g in graphs:
             if g is not None:

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from simdist.check.classify import Verdict, judge
+from simdist.check.waitfor import build_waitfor
 from simdist.errors import ScriptError
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology
 from simdist.script import env, launch
-from simdist.script.build import build_report
+from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
 from simdist.script.zygote import Zygote, same_script
 
@@ -75,6 +77,11 @@ class ScriptRun:
     longest_epoch: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
 
+    def verdict(self) -> Verdict:
+        """The checker's verdict, as for a scenario without [expect]: failed when the run did
+        not complete or a finding was made (the report carries its findings already)."""
+        return judge(self.report, list(self.report.findings), build_waitfor(self.report, Groups(self.groups)))
+
 
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
@@ -118,6 +125,17 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
     return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
 
 
+def _refuse_unsupported(report: Report) -> None:
+    """A script that calls an operation the simulated backend cannot model is bad input for
+    the simulator (what follows on the other ranks would be the simulator's artefact, not
+    the program's): one line naming the operation, the rank and the user's line."""
+    for r in report.ranks:
+        what = env.unsupported_in(r.error.message) if r.error is not None else None
+        if what is not None:
+            at = f" at {r.location.short()}" if r.location is not None else ""
+            raise ScriptError(f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (rank {r.rank}{at})")
+
+
 def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
@@ -157,6 +175,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
+    _refuse_unsupported(report)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     conns = [coord.by_rank.get(r) for r in range(coord.world_size)]

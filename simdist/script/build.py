@@ -15,6 +15,7 @@ from simdist.check.waitfor import build_waitfor
 from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, resolve_frames, script_origin
 from simdist.report import (
+    SHUTDOWN_ABORT,
     CodeLocation,
     Finding,
     RankError,
@@ -23,7 +24,9 @@ from simdist.report import (
     TraceEntry,
     error_category,
     overall_outcome,
+    shutdown_abort,
 )
+from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending, phase_of
 from simdist.script.ranks import RankConn
 
@@ -67,6 +70,8 @@ def fr_trace(fr: dict[str, Any]) -> list[TraceEntry]:
         raw = e["frames"]
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
         op, dtype = fr_op_name(e["op"]), fr_dtype(e["dtypes"])
+        if op == "barrier":
+            dtype = env.BARRIER_DTYPE
         out.append(TraceEntry(seq=e["seq"], op=op, numel=0 if op == "barrier" else fr_numel(e["sizes"]), dtype=dtype,
                               group=e["pg"], group_size=len(groups.get(e["pg"], [])),
                               origin=script_origin(frames, [bool(f[3]) for f in raw], dtype), phase=phase_of(frames),
@@ -182,4 +187,10 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
     report.notes = _notes(report, coord, ending)
+    for r in range(coord.world_size):
+        conn = coord.by_rank.get(r)
+        rc = returncodes[r] if r < len(returncodes) else None
+        if conn is not None and shutdown_abort(rc, finished=conn.exit is not None):
+            report.notes.append(f"rank {r}: ended by SIGABRT after it had reported its end "
+                                f"({report.ranks[r].exit}): {SHUTDOWN_ABORT}")
     return report
