@@ -235,21 +235,50 @@ def _check_expect(s: Scenario) -> None:
 
 
 def _check_topology(s: Scenario) -> None:
-    if s.topology.preset is not None:
-        return
-    node_names = {n.name for n in s.topology.nodes}
-    for li, link in enumerate(s.topology.links):
+    problem = topology_problem(s.topology, s.world_size)
+    if problem is not None:
+        raise _FieldError(*problem)
+
+
+def topology_problem(topo: Topology, world_size: int) -> tuple[str, str] | None:
+    """(field, message) of the first thing wrong with `topo`'s nodes for `world_size` ranks,
+    or None: a link to an unknown node, a rank placed on no node, twice, or out of range.
+    A scenario's topology and a script's (`--topology`, whose world size is known only once
+    its ranks start) are checked by this one rule; a preset's name by the cost model."""
+    if topo.preset is not None:
+        return None
+    node_names = {n.name for n in topo.nodes}
+    for li, link in enumerate(topo.links):
         for end in ("a", "b"):
             if getattr(link, end) not in node_names:
-                raise _FieldError(f"topology.links[{li}].{end}", f"unknown node '{getattr(link, end)}'")
-    placed = [r for n in s.topology.nodes for r in n.ranks]
+                return f"topology.links[{li}].{end}", f"unknown node '{getattr(link, end)}'"
+    placed = [r for n in topo.nodes for r in n.ranks]
     for r in placed:
-        _check_rank(s, r, "topology.nodes")
-    missing = sorted(set(range(s.world_size)) - set(placed))
+        if not 0 <= r < world_size:
+            return "topology.nodes", f"rank {r} out of range for world_size {world_size}"
+    missing = sorted(set(range(world_size)) - set(placed))
     if missing:
-        raise _FieldError("topology.nodes", f"ranks {missing} are not placed on any node")
+        return "topology.nodes", f"ranks {missing} are not placed on any node"
     if len(placed) != len(set(placed)):
-        raise _FieldError("topology.nodes", "a rank is placed on two nodes")
+        return "topology.nodes", "a rank is placed on two nodes"
+    return None
+
+
+def load_topology(spec: str | Path) -> Topology:
+    """A topology on its own (a script has no scenario file to hold one): a preset name, or a
+    TOML file with a `[topology]` table as a scenario has (or that table's keys at the top).
+    Bad input raises a one-line ScenarioError naming the field."""
+    from simdist.network.topology import PRESETS  # (networkx: only when a topology is named)
+
+    if str(spec) in PRESETS:
+        return Topology(preset=str(spec))
+    if not Path(spec).is_file():
+        raise ScenarioError(f"topology: '{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+    data = read_toml(spec, "topology")
+    try:
+        return Topology.model_validate(data.get("topology", data))
+    except ValidationError as err:
+        raise ScenarioError(f"{spec}: topology.{_format_validation_error(err)}") from None
 
 
 def check_target(s: Scenario, target: Target, source: str = "<dict>") -> None:

@@ -164,6 +164,7 @@ def run(
     timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
     zero_compute: script_cli.ZeroComputeOpt = False,
+    topology: script_cli.TopologyOpt = None,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
@@ -174,7 +175,7 @@ def run(
 
     with bad_input():
         script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
-                                    batches=batches, zero_compute=zero_compute)
+                                    batches=batches, zero_compute=zero_compute, topology=topology)
         if script is not None:
             script_cli.run_command(script, json_, trace_out)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
@@ -283,6 +284,7 @@ def check(
     timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
     zero_compute: script_cli.ZeroComputeOpt = False,
+    topology: script_cli.TopologyOpt = None,
 ) -> None:
     """Simulate SCENARIO(S) and explain any hang, mismatch or broken invariant.
 
@@ -295,7 +297,7 @@ def check(
 
     with bad_input():
         script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
-                                    batches=batches, zero_compute=zero_compute)
+                                    batches=batches, zero_compute=zero_compute, topology=topology)
         if script is not None:
             script_cli.check_command(script, json_, graph)
         graphs = check_outputs(graph, "graph", scenarios, ".dot")

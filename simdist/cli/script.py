@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -41,6 +41,9 @@ RealBackendOpt = Annotated[str | None, typer.Option(
 TimeoutOpt = Annotated[float | None, typer.Option(
     "--timeout", help="script: watchdog seconds without communication before the run counts as a timeout "
                       "(default 300)")]
+TopologyOpt = Annotated[str | None, typer.Option(
+    "--topology", help="script: the network communication is timed on: a preset (loopback, switch8, two_nodes, "
+                       "ring) or a TOML file with a [topology] table as in a scenario (default: loopback)")]
 ZeroComputeOpt = Annotated[bool, typer.Option(
     "--zero-compute", help="script: count the ranks' own compute as 0 s, so every time in the report is a "
                            "function of the program (default: measured CPU time)")]
@@ -63,6 +66,7 @@ class ScriptInput:
     batches: str | None = None
     timeout: float | None = None
     zero_compute: bool = False
+    topology: str | None = None
 
     def execute(self, *, real: bool = False, json_: bool = False) -> Any:
         """Run it in the simulator (or on real Gloo); the script's own output goes to the
@@ -73,16 +77,17 @@ class ScriptInput:
         return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend,
                        timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
                        stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
-                       batches=self.batches)
+                       batches=self.batches, topology=self.topology)
 
 
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
                         timeout: float | None = None, batches: str | None = None, zero_compute: bool = False,
-                        script_args: list[str] | None = None) -> None:
-    """A scenario takes none of the script options: say so instead of ignoring them."""
+                        topology: str | None = None, script_args: list[str] | None = None) -> None:
+    """A scenario takes none of the script options (its file says all): say so instead of
+    ignoring them."""
     given = [name for name, v in (("--nproc-per-node", nproc_per_node), ("--backend", backend),
                                   ("--timeout", timeout), ("--batches", batches), ("--zero-compute", zero_compute),
-                                  ("script arguments", script_args)) if v]
+                                  ("--topology", topology), ("script arguments", script_args)) if v]
     if given:
         raise ScriptError(f"{', '.join(given)}: only for a script (.py), not a scenario")
 
@@ -91,7 +96,7 @@ def _gloo_only(inp: ScriptInput, command: str) -> ScriptInput:
     """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused."""
     if inp.backend not in (None, "gloo"):
         raise ScriptError(f"--backend: {command} runs the script on real Gloo; got {inp.backend!r}")
-    return ScriptInput(inp.path, inp.args, inp.nproc_per_node, "gloo", inp.batches, inp.timeout, inp.zero_compute)
+    return replace(inp, backend="gloo")
 
 
 def _judge_and_exit(run: Any, verdict: Any, json_: bool, extra: dict[str, Any] | None = None) -> NoReturn:

@@ -8,7 +8,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -19,7 +19,7 @@ from simdist.errors import ScriptError
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
-from simdist.scenario import Topology
+from simdist.scenario import Topology, load_topology, topology_problem
 from simdist.script import env, launch
 from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
@@ -61,9 +61,22 @@ def check_script(path: Path) -> None:
         raise ScriptError(f"script: cannot read {path}: {e}") from None
 
 
-def default_cost(world_size: int) -> CostModel:
-    """The default topology's cost model (docs/cost-model.md), as for a scenario without one."""
-    return CostModel.from_scenario_topology(Topology(), world_size)
+Topo = str | os.PathLike | Topology | None
+
+
+def cost_factory(topology: Topology | None) -> Callable[[int], CostModel]:
+    """The cost model for a world size, made once the ranks say how many they are: the given
+    topology's (`--topology`), else the default one (docs/cost-model.md), as for a scenario
+    without a [topology] table. A topology that cannot hold the world raises, naming the field."""
+    topo = topology or Topology()
+
+    def make(world_size: int) -> CostModel:
+        problem = topology_problem(topo, world_size)
+        if problem is not None:
+            raise ScriptError(f"{problem[0]}: {problem[1]}")
+        return CostModel.from_scenario_topology(topo, world_size)
+
+    return make
 
 
 @dataclass
@@ -86,7 +99,8 @@ class ScriptRun:
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> Report:
+               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
+               topology: Topo = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -97,16 +111,18 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
-    simulated ones (source "real"; printed lines and exits, no trace yet), for comparison.
+    simulated ones (source "real"; the trace from the Flight Recorder), for comparison.
     `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
     one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
     (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
     `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
     ranks instead of starting an interpreter for each (output goes where the zygote's goes).
+    `topology`: the network the cost model times communication on: a preset name, a TOML
+    file with a [topology] table (as a scenario's), or a `Topology` (default: loopback).
     """
     return execute(path, args, nproc_per_node=nproc_per_node, backend=backend, timeout_s=timeout_s, gpus=gpus,
                    measure_compute=measure_compute, stdout=stdout, run_id=run_id, mode=mode, batches=batches,
-                   zygote=zygote).report
+                   zygote=zygote, topology=topology).report
 
 
 def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int | None, batches: Batches,
@@ -139,17 +155,19 @@ def _refuse_unsupported(report: Report) -> None:
 def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> ScriptRun:
+            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
+            topology: Topo = None) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
+    topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)
     gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))
     listener.listen(256)
     listener.setblocking(False)
-    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute, batches=caps)
+    coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps)
     run: launch.Launch | None = None
     t0 = time.time()
     try:

@@ -138,7 +138,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
                       inputs_processed=conn.batches,
                       blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
-                      location=where, exit=how)
+                      location=where, exit=how, compute=list(conn.compute))
 
 
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:

@@ -20,6 +20,8 @@ import gc
 import io
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -82,6 +84,8 @@ def send() -> None:
     if "where" not in _info and _entry:
         _info["where"] = stack.where(_entry[0])
     _info["sent"] = True
+    if threading.current_thread() is threading.main_thread():  # (the thread whose compute is measured)
+        _info["cpu"] = time.thread_time()  # its compute after the last operation counts too
     for fn in _extras:
         try:
             _info.update(fn())
