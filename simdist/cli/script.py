@@ -15,7 +15,6 @@ for ranks that exit, whatever backend the script names.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from simdist.cli.console import bad_input, check_output_file, exit_on, say, writ
 from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
+from simdist.jsonout import finite, write_json
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
@@ -103,9 +103,10 @@ def _judge_and_exit(run: Any, verdict: Any, json_: bool, extra: dict[str, Any] |
     """Exit 0 when the run passes (`simdist.expect.judge` without [expect]), else 1."""
     j = judge(run.report, None, verdict)
     if json_:
-        doc = run.report.to_dict() if extra is None else {**extra, "passed": j.passed, "judged_by": j.by,
-                                                           "report": run.report.to_dict()}
-        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+        doc = run.report.to_jsonable() if extra is None else {**extra, "passed": j.passed, "judged_by": j.by,
+                                                               "report": run.report.to_jsonable()}
+        write_json(doc, sys.stdout, default=str)
+        sys.stdout.write("\n")
     else:
         say_judgement(j, verdict)
     exit_on(j.passed)
@@ -145,8 +146,9 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         real = inp.execute(real=True, json_=json_).report
     cmp = compare_reports(sim, real)
     if json_:
-        sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp), "sim": sim.to_dict(),
-                                     "real": real.to_dict()}, default=str) + "\n")
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim.to_jsonable(),
+                    "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
     exit_on(cmp.agree)

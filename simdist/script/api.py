@@ -16,10 +16,11 @@ from typing import IO
 from simdist.check.classify import Verdict, judge
 from simdist.check.waitfor import build_waitfor
 from simdist.errors import ScriptError
+from simdist.limits import check_timeout
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
-from simdist.scenario import Topology, load_topology, topology_problem
+from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch
 from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
@@ -71,9 +72,9 @@ def cost_factory(topology: Topology | None) -> Callable[[int], CostModel]:
     topo = topology or Topology()
 
     def make(world_size: int) -> CostModel:
-        problem = topology_problem(topo, world_size)
-        if problem is not None:
-            raise ScriptError(f"{problem[0]}: {problem[1]}")
+        problems = topology_problems(topo, world_size)
+        if problems:
+            raise ScriptError("; ".join(problems))
         return CostModel.from_scenario_topology(topo, world_size)
 
     return make
@@ -158,6 +159,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
             topology: Topo = None) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+    check_timeout(timeout_s, "timeout_s")
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)

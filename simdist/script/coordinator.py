@@ -18,6 +18,7 @@ NCCL's watchdog would end only after its timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import selectors
 import socket
 import time
@@ -27,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
+from simdist.engine.values import Splits
 from simdist.errors import SimdistError
-from simdist.frames import Frame, resolve_frames, script_origin
+from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
@@ -194,7 +196,7 @@ class Coordinator:
             self.requested.append(str(h.get("backend")))
         else:
             self.protocol_errors.append(error)
-        self._send(conn, {"t": "reply", "req": h["req"], "error": error})
+        self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend})
 
     def _group(self, h: dict[str, Any]) -> None:
         assert self.engine is not None
@@ -212,10 +214,13 @@ class Coordinator:
         raw = h.get("frames") or []
         frames, user, origin = self._classify(raw, h["dt"])
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
+        if h.get("splits"):
+            payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
         if op in P2P_OPS:
-            work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
+            peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
+            work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,
                               group=group)
-            members = [rank, int(h["peer"])] if op == "send" else [int(h["peer"]), rank]
+            members = [rank, peer] if op == "send" else [peer, rank]  # type: ignore[list-item]
         else:
             work = engine.issue(rank, op, payload, group=group, origin=origin, reduce_op=reduce_op_of(op, h.get("ro")),
                                 root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
@@ -227,7 +232,7 @@ class Coordinator:
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
-        if not h.get("async", True):  # the caller waits at once (dist.all_reduce(..., async_op=False))
+        if h.get("wait", not h.get("async", True)):  # the caller waits at once (dist.all_reduce(..., async_op=False))
             conn.waited_on(rec)
             conn.block = Block([rec.id], time.time(), raw)
 
@@ -261,9 +266,12 @@ class Coordinator:
         rec.done = True
         entry = rec.entry
         if ev.ok:
+            if entry.op == "recv" and None in rec.members:  # from any source: now known
+                rec.members = [entry.peer, rec.rank]  # type: ignore[list-item]
             entry.t_done = self.timeline.completion(entry, rec.members, ev.value.nbytes)
             data = payloads.to_bytes(ev.value) if rec.want_data else None
-            self._send(conn, {"t": "done", "id": rec.id}, [data] if data is not None else [])
+            done = {"t": "done", "id": rec.id} if entry.op != "recv" else {"t": "done", "id": rec.id, "src": entry.peer}
+            self._send(conn, done, [data] if data is not None else [])
         else:
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)
@@ -325,12 +333,3 @@ class Coordinator:
             if c.connected:
                 c.sock.close()
         self.sel.close()
-
-
-def phase_of(frames: list[Frame]) -> str:
-    """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
-    if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
-        return "init"
-    if any(f.tag == "join" and f.qual == "Join.__exit__" for f in frames):
-        return "join_exit"
-    return "loop"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from simdist.flightrec import FR_BUFFER_SIZE, FR_ENV
+from simdist.flightrec.format import FR_BUFFER_SIZE, FR_ENV
 from simdist.procs import (
     LOOPBACK,
     LOOPBACK_IFNAME,

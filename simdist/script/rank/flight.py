@@ -62,6 +62,7 @@ def dump() -> dict[str, Any]:
                    stack.is_user_file(f.get("filename", ""))] for f in e.get("frames") or []]
         entries.append({"seq": int(e["collective_seq_id"]), "pg": env.group_name(str(pg[0]), pg[1] == "default_pg"),
                         "op": e["profiling_name"], "sizes": e.get("input_sizes") or [],
+                        "out_sizes": e.get("output_sizes") or [], "out_dtypes": e.get("output_dtypes") or [],
                         "dtypes": e.get("input_dtypes") or [], "frames": frames, "retired": bool(e.get("retired")),
                         "t": int(e.get("time_created_ns") or 0)})
     return {"entries": entries, "groups": {**_before_destroy.get("groups", {}), **_groups()}}

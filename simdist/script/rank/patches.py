@@ -60,6 +60,7 @@ def _patch_init(backend: str) -> None:
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
+        c.semantics = reply.get("backend") or c.semantics
         exits.registered(sys._getframe(1))
         output.registered()
         for name in ("device_id", "pg_options"):
@@ -103,35 +104,18 @@ def _patch_group_helper(backend: str) -> None:
     c10d._new_process_group_helper = helper
 
 
-def _patch_backward() -> None:
-    """A gradient all-reduce that failed (its peer exited) fails the backward that waited on
-    it, as on a real backend (see `pg._settle`)."""
-    import torch.autograd
-    import torch.autograd.graph
-
-    orig = torch.autograd.graph._engine_run_backward
-
-    @functools.wraps(orig)
-    def run_backward(*args: Any, **kwargs: Any) -> Any:
-        out = orig(*args, **kwargs)
-        pg.raise_failed()
-        return out
-
-    torch.autograd.graph._engine_run_backward = run_backward
-    torch.autograd._engine_run_backward = run_backward  # type: ignore[attr-defined]
-
-
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     if mode == env.GLOO:
-        from simdist.script.rank import flight
+        from simdist.script.rank import flight, pylog
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
         flight.install()
+        pylog.install()
         exits.add_to_exit(lambda: {"fr": flight.dump()})
+        exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)
     _patch_group_helper(pg.BACKEND_NAME)
-    _patch_backward()
