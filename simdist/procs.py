@@ -267,6 +267,30 @@ class LocalProcesses:
                 p.popen.wait(timeout=REAP_WAIT_S)
 
 
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes (not zombies), other than this one, whose environment holds KEY=VALUE:
+    what a run tags its processes with (every child inherits it, also the ones a script
+    starts itself), so ending a run, and a test, can find every one of them.
+
+    /proc/PID/environ is the environment the process started with (Linux)."""
+    mark = f"{key}={value}".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            out.append(int(name))
+    return out
+
+
 def read_lines(stream: IO[Any], deadline: float) -> Iterator[str]:
     """Lines of a child's output pipe until EOF; TimeoutError once time.monotonic() passes
     `deadline`, also while the child is silent (which a plain `for line in stream` misses).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import signal
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import IO, Any, Literal
 
@@ -271,6 +272,19 @@ def error_category(message: str, *, runtime_error: bool, timeout_error: bool = F
     if "Timed out" in message or "timed out" in message or timeout_error:
         return "timeout"
     return "model" if in_model else "other"
+
+
+SHUTDOWN_ABORT = ("std::terminate during shutdown ('terminate called without an active exception', a Gloo "
+                  "thread at interpreter exit), not a failure of the run")
+
+
+def shutdown_abort(returncode: int | None, finished: bool, thrown: bool = False) -> bool:
+    """Whether a rank's SIGABRT is Gloo at interpreter exit rather than a failure: the rank had
+    finished its program and said so (a record written, an exit reported) before its process
+    died of SIGABRT, with no C++ exception in flight (`thrown`: the log names one, as a Gloo
+    abort mid-run does). Such a rank is reported by what it said, with `SHUTDOWN_ABORT` as a
+    note; every backend that runs real processes judges its ranks by this one rule."""
+    return finished and not thrown and returncode == -signal.SIGABRT
 
 
 _DIGITS = re.compile(r"\d+")

@@ -56,7 +56,7 @@ from simdist.schema import (
     When,
 )
 from simdist.userfiles import check_data, read_toml
-from simdist.vocab import MODEL_JOINABLES, WORLD
+from simdist.vocab import MODEL_JOINABLES, PRESETS, WORLD
 
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
@@ -354,6 +354,34 @@ def json_schema() -> dict[str, Any]:
     `simdist schema` prints for editors (docs/scenarios.md, Editor support)."""
     body = Scenario.model_json_schema(by_alias=True, schema_generator=_TomlJsonSchema)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **body, "title": "simdist scenario"}
+
+
+def topology_problems(topo: Topology, world_size: int) -> list[str]:
+    """What is wrong with `topo` for `world_size` ranks, one "field: message" per problem:
+    the scenario's own topology checks (`crosscheck`), for a topology given apart from a
+    scenario (a script's `--topology`, whose world size is known only once its ranks start)."""
+    p = crosscheck.Problems()
+    crosscheck.check_topology(p, topo, world_size)
+    crosscheck.check_connected(p, topo, world_size)
+    return [f"{loc}: {msg}" for loc, msg in p.items]
+
+
+def load_topology(spec: str | Path) -> Topology:
+    """A topology on its own (a script has no scenario file to hold one): a preset name, or a
+    TOML file with a `[topology]` table as a scenario has (or that table's keys at the top).
+    Bad input raises a one-line ScenarioError naming the field."""
+    if str(spec) in PRESETS:
+        return Topology(preset=str(spec))
+    if not Path(spec).is_file():
+        raise ScenarioError(f"topology: '{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+    data = read_toml(spec, "topology")
+    table = data.get("topology", data)
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{spec}: topology: a table of keys, not {type(table).__name__}")
+    try:
+        return Topology.model_validate(table)
+    except ValidationError as err:
+        raise ScenarioError(f"{spec}: topology." + "; topology.".join(_format_validation_errors(err))) from None
 
 
 def load_scenario(path: str | Path, target: Target = "sim") -> Scenario:

@@ -68,7 +68,7 @@ def fuzz(
                                         json_=json_, quiet=quiet, nproc=nproc_per_node, nproc_range=nproc_range,
                                         batches_range=batches_range, backend=backend, timeout=timeout)
     with bad_input():
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+        script_cli.reject_for_scenario(nproc_per_node=nproc_per_node, backend=backend, timeout=timeout)
         if nproc_range is not None or batches_range != fuzz_script.DEFAULT_BATCHES:
             raise InputError("--nproc-per-node-range, --batches-range: only for a script (.py), not a template")
     from simdist.fuzz.template import load_template
