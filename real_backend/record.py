@@ -103,13 +103,14 @@ def _reduce_op(op: str, origin: str, step: StepWindow | None) -> str | None:
     return "max" if origin.endswith("find_common_rank") else "sum"
 
 
-def _root(op: str, origin: str, marks: Marks, zero_index: int) -> int | None:
+def _root(op: str, origin: str, group: str, marks: Marks, zero_index: int) -> int | None:
     if op not in _ROOTED:
         return None
+    first = marks.group_ranks.get(group, [0])[0]  # DDP's group rank 0, as a global rank
     if origin.startswith(("ddp.init.", "ddp.pre_forward.rebuild", "ddp.join_hook.rebuild")):
-        return 0
+        return first
     if origin == "ddp.pre_forward.sync_buffers" and not marks.join_enabled:
-        return 0
+        return first
     if origin in (
         "ddp.post_hook.broadcast_final_model",
         "counter.post_hook.broadcast_max_count",
@@ -171,7 +172,7 @@ def _fr_rows(fr: dict[str, Any] | None, marks: Marks) -> list[_Row]:
         pg_name = str(e["process_group"][0]) if e.get("process_group") else str(e.get("pg_id"))
         group = marks.pg_names.get(pg_name, pg_name)
         phase, it = marks.phase_at(t_ns)
-        root = step.root if step is not None and op in _ROOTED else _root(op, origin, marks, zero_index)
+        root = step.root if step is not None and op in _ROOTED else _root(op, origin, group, marks, zero_index)
         if origin.startswith("zero."):
             zero_index += 1
         entry = TraceEntry(

@@ -2,7 +2,7 @@
 
 One launcher for every place that runs ranks as processes on this host: the real backend
 (`real_backend.launch`), the benchmark sweeps (`real_backend.bench`), the Gloo mismatch
-probe (`bench/gloo_mismatch_probe.py`) and, later, users' own scripts on simulated ranks.
+probe (`bench/gloo_mismatch_probe.py`) and users' own scripts (`simdist.script.launch`).
 It lives in `simdist` (not in `real_backend`) because simdist itself launches processes
 and must not import `real_backend`. Importing it starts neither torch nor a process.
 
@@ -25,6 +25,9 @@ What it guarantees, and how:
   still collect what they recorded; the previous handlers come back on the way out.
 * **Watchdog.** `Watchdog` says when nothing has progressed for `timeout_s`; the launcher
   decides what progress is (the real backend: each rank's progress fingerprint).
+* **No folder left behind.** `TempDir` is a temporary folder that a small reaper process
+  removes once its owner is gone, however it went (SIGKILL included), after the processes
+  it was told about have ended too (they may still write there while they stop).
 """
 
 from __future__ import annotations
@@ -34,15 +37,18 @@ import datetime
 import io
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -54,8 +60,9 @@ REAP_WAIT_S = 10.0  # a SIGKILLed process is gone within this (Linux: at once)
 
 
 # ----------------------------------------------------------------------------- rendezvous
-def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
+def loopback_store(world_size: int | None, timeout_s: float = 300.0) -> dist.TCPStore:
     """A c10d TCPStore server that listens on 127.0.0.1 only; its port is `store.port`.
+    `world_size` may be None where it is not known yet (a script that starts its own ranks).
 
     torch binds its server socket to every interface (``*:PORT``, IPv4 and IPv6) whatever
     `host_name` says, and nothing authenticates clients. Handed an already bound and
@@ -69,7 +76,7 @@ def loopback_store(world_size: int, timeout_s: float = 300.0) -> dist.TCPStore:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind((LOOPBACK, 0))
-        sock.listen(max(128, world_size))
+        sock.listen(max(128, world_size or 0))
         port = int(sock.getsockname()[1])
     except OSError:
         sock.close()
@@ -131,11 +138,24 @@ def die_with_parent() -> None:
 
 
 # ----------------------------------------------------------------------------- processes
+class Child(Protocol):
+    """What a launcher needs of a process it owns: a `subprocess.Popen`, or a process a fork
+    server forked for it (`simdist.script.zygote.ForkedProcess`), which must lead its own
+    session too."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class LocalProcess:
     """One started process (leader of its own session) and what its launcher saw of it."""
 
-    popen: subprocess.Popen
+    popen: subprocess.Popen | Child
     ended_at: float | None = None  # time.monotonic() when the launcher saw it end
     killed_by_us: bool = False  # SIGKILLed by the launcher (not ended by itself)
 
@@ -152,14 +172,18 @@ class LocalProcess:
 
     def kill(self) -> None:
         """SIGKILL the process and everything in its process group."""
-        if self.alive():
+        alive = self.alive()
+        if alive:
             self.killed_by_us = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
+        if alive:  # a forked process may not have made its session yet (its pid is not reaped: still ours)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.popen.pid, signal.SIGKILL)
 
     def tell(self, line: str) -> bool:
         """Write one line to its stdin (when it was started with stdin=PIPE and still runs)."""
-        stdin = self.popen.stdin
+        stdin = getattr(self.popen, "stdin", None)
         if stdin is None or not self.alive():
             return False
         with contextlib.suppress(OSError, ValueError):
@@ -182,13 +206,19 @@ class LocalProcesses:
         self.close()
 
     def start(self, argv: list[str], *, env: dict[str, str], cwd: str | Path | None = None,
-              stdin: Any = None, stdout: Any = None, stderr: Any = None, text: bool = False) -> LocalProcess:
+              stdin: Any = None, stdout: Any = None, stderr: Any = None, text: bool = False,
+              pass_fds: tuple[int, ...] = ()) -> LocalProcess:
         """Start `argv` as the leader of a new session (see the module docstring)."""
         env = dict(env)
         env[LAUNCHER_PID_ENV] = str(os.getpid())
         popen = subprocess.Popen(argv, env=env, cwd=None if cwd is None else str(cwd), stdin=stdin,
-                                 stdout=stdout, stderr=stderr, text=text, start_new_session=True)
-        proc = LocalProcess(popen)
+                                 stdout=stdout, stderr=stderr, text=text, start_new_session=True,
+                                 pass_fds=pass_fds)
+        return self.adopt(popen)
+
+    def adopt(self, child: subprocess.Popen | Child) -> LocalProcess:
+        """Own a process started otherwise (a fork server's): it is ended with the others."""
+        proc = LocalProcess(child)
         self.procs.append(proc)
         return proc
 
@@ -226,8 +256,8 @@ class LocalProcesses:
             p.kill()
         self._wait_all()
         for p in self.procs:
-            for stream in (p.popen.stdin, p.popen.stdout, p.popen.stderr):
-                if stream is not None:
+            for name in ("stdin", "stdout", "stderr"):
+                if (stream := getattr(p.popen, name, None)) is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
 
@@ -265,16 +295,26 @@ def read_lines(stream: IO[Any], deadline: float) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- signals, watchdog
 @contextlib.contextmanager
-def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[threading.Event]:
+def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), *,
+                    twice_raises: bool = False) -> Iterator[threading.Event]:
     """An event set by Ctrl-C / SIGTERM while the block runs; the old handlers come back after.
 
-    Only the main thread can install signal handlers; elsewhere the event is never set
-    (the caller's own thread handling applies)."""
+    With `twice_raises`, a second signal raises KeyboardInterrupt wherever the program is:
+    for loops that poll the event between steps that can each take long (one fuzzed
+    schedule), so a user who presses Ctrl-C again is not kept waiting. Only the main
+    thread can install signal handlers; elsewhere the event is never set (the caller's own
+    thread handling applies)."""
     event = threading.Event()
+
+    def handler(*_: Any) -> None:
+        if twice_raises and event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+
     restore: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in signals:
-            restore[sig] = signal.signal(sig, lambda *_: event.set())
+            restore[sig] = signal.signal(sig, handler)
     try:
         yield event
     finally:
@@ -303,3 +343,89 @@ class Watchdog:
         if starting and now - self.started < self.startup_limit_s:
             self.last = now
         return now - self.last > self.timeout_s
+
+
+# ----------------------------------------------------------------------------- temporary folders
+# The reaper: reads its owner's instructions until EOF (the owner closed the pipe, or died),
+# then, unless told to keep the folder, waits for the processes it was told about (at most
+# REAPER_WAIT_S) and removes the folder. It leads its own session, so Ctrl-C in a terminal
+# does not end it before its owner has said whether to keep the folder.
+REAPER_WAIT_S = 30.0
+_REAPER = """
+import os, shutil, sys, time
+path, wait_s = sys.argv[1], float(sys.argv[2])
+keep, pids = False, []
+for line in sys.stdin:
+    word = line.strip()
+    if word == "keep":
+        keep = True
+    elif word.isdigit():
+        pids.append(int(word))
+if not keep:
+    def alive(pid):  # a zombie (ended, not yet reaped by whoever adopted it) is gone
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not os.path.isdir("/proc")
+    deadline = time.monotonic() + wait_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(path, ignore_errors=True)
+"""
+
+
+class TempDir:
+    """A folder under the system's temporary directory that is removed when `close()` is
+    called, or, should its owner die first (even by SIGKILL), by its reaper process; `keep()`
+    leaves it in place, `watch(pid)` makes the reaper wait for that process to end first."""
+
+    def __init__(self, prefix: str):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        self._keep = False
+        try:
+            self._reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER, str(self.path),
+                                             str(REAPER_WAIT_S)], stdin=subprocess.PIPE, text=True,
+                                            start_new_session=True, close_fds=True)
+        except OSError:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
+
+    def _tell(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self._reaper.stdin is not None
+            self._reaper.stdin.write(line + "\n")
+            self._reaper.stdin.flush()
+
+    def watch(self, pid: int) -> None:
+        self._tell(str(pid))
+
+    def keep(self) -> None:
+        self._keep = True
+        self._tell("keep")
+
+    def close(self) -> None:
+        """Remove the folder (unless kept) and end the reaper."""
+        if not self._keep:
+            shutil.rmtree(self.path, ignore_errors=True)
+        if self._reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._reaper.stdin.close()
+        try:
+            self._reaper.wait(timeout=REAP_WAIT_S)
+        except subprocess.TimeoutExpired:  # pragma: no cover - it only waits on what we already reaped
+            self._reaper.kill()
+            self._reaper.wait()
+
+    def __enter__(self) -> TempDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -68,7 +68,9 @@ def test_broadcast_gather_scatter_values():
     rep = one_collective(2, op="reduce_scatter", value="rank", numel=4)
     assert [r.observed["out"] for r in rep.ranks] == [[[1.0, 1.0]], [[1.0, 1.0]]]
     rep = one_collective(3, op="reduce", root=1, value=2)
-    assert rep.ranks[1].observed["out"] == [6.0] and rep.ranks[0].observed["out"] == [2.0]
+    # Gloo's ring reduce works in place: a non-root keeps the partial sums that passed through
+    # it (rank 0 the whole sum of its block, rank 2 only its own value; see values.reduce_partial)
+    assert [r.observed["out"] for r in rep.ranks] == [[6.0], [6.0], [2.0]]
 
 
 def test_async_handle_waited_at_end_of_iteration():
@@ -204,3 +206,19 @@ def test_broadcast_rank_fed_by_root_completes_though_a_sibling_never_posts():
     assert rep.ranks[2].observed["b"] == [7.0]
     assert rep.ranks[2].blocked_in.origin == "user.next"
     assert rep.ranks[0].blocked_in.op == rep.ranks[3].blocked_in.op == "broadcast"
+
+
+def test_recv_from_any_source_takes_the_waiting_sender_or_the_next_one():
+    eng = Engine(3, {"WORLD": [0, 1, 2]}, AlphaBeta(alpha=1.0, beta=0.0))
+    sent = {r: eng.p2p(r, "send", Payload.full(2, "float32", r), 0, tag=0, origin="t") for r in (2, 1)}
+    first = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    second = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    later = eng.p2p(0, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t")
+    eng.env.run()
+    # both messages were waiting: the lowest sender first (gloo looks through its pairs in order)
+    assert (first.call.entry.peer, first.call.event.value.item()) == (1, 1.0)
+    assert (second.call.entry.peer, second.call.event.value.item()) == (2, 2.0)
+    assert all(w.done for w in sent.values()) and not later.done and later.call.entry.peer is None
+    eng.p2p(2, "send", Payload.full(2, "float32", 7), 0, tag=0, origin="t")  # a later send meets the waiting recv
+    eng.env.run()
+    assert (later.call.entry.peer, later.call.event.value.item()) == (2, 7.0)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from simdist.check.waitfor import WaitFor, build_waitfor, collective_index, group_members
 from simdist.report import Finding, Report, TraceEntry
-from simdist.scenario import Scenario
+from simdist.scenario import Scenario, StopStep
 from simdist.vocab import MISMATCH_KINDS, P2P_OPS
 
 # Which finding names the root cause when several are present (first wins).
@@ -145,9 +145,9 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
     w = len(report.ranks)
     counts = scenario.counts()
     done = [r.inputs_processed for r in report.ranks]
-    if done != counts:
-        out.append(Finding("invariant:inputs", "WORLD", 0, [r for r in range(w) if done[r] != counts[r]],
-                           f"ranks processed {done} inputs but were given {counts}"))
+    short = [r for r in range(w) if done[r] != counts[r] and not may_stop(scenario, r)]
+    if short:
+        out.append(Finding("invariant:inputs", "WORLD", 0, short, f"ranks processed {done} inputs but were given {counts}"))
     # one pass over every trace: per-group collective counts, unfinished ops, p2p pairs, final-model broadcasts
     groups = {"WORLD": list(range(w))} | {g.name: sorted(g.ranks) for g in scenario.groups}
     per_group: list[dict[str, int]] = []
@@ -187,25 +187,48 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
             out.append(Finding("invariant:p2p_counts", "WORLD", 0, [a, b],
                                f"rank {a} sent {sends.get((a, b), 0)} message(s) to rank {b}, which received "
                                f"{recvs.get((a, b), 0)}"))
-    j = scenario.join
-    if j is not None and j.enabled and "ddp" in j.joinables and not j.throw_on_early_termination:
-        # every rank's final model came from the same broadcast, rooted at a last joiner
-        roots = {x[1] for f in finals for x in f}
-        if any(not f for f in finals) or any(f != finals[0] for f in finals):
-            out.append(Finding("invariant:ddp_final_model", "WORLD", 0, list(range(w)),
-                               f"DDP replicas did not all take the same final-model broadcast: {finals}"))
-        elif roots and max(counts) > 0:
-            root = next(iter(roots))
-            if root is not None and counts[root] != max(counts):
-                out.append(Finding("invariant:ddp_final_model", "WORLD", finals[0][0][0], [root],
-                                   f"final model broadcast from rank {root} ({counts[root]} inputs), "
-                                   f"not from a last joiner ({max(counts)} inputs)"))
+    out += _final_model_findings(scenario, finals, done)
     # custom joinables whose post hooks synchronise a value: every rank ends with the same
     for key in ("counter.max_count", "allreducer.post_hook_tensor"):
         vals = [r.observed.get(key) for r in report.ranks if key in r.observed]
         if len(vals) == w and len({repr(v) for v in vals}) > 1:
             out.append(Finding("invariant:joinable_sync", "WORLD", 0, list(range(w)), f"{key} differs across ranks: {vals}"))
     return out
+
+
+def may_stop(scenario: Scenario, rank: int) -> bool:
+    """Whether a `stop` step of the loop may apply to `rank`: it may then leave its loop with
+    inputs left, as the scenario says (conservative: nested conditions are not looked at)."""
+    return any(isinstance(st, StopStep) and (st.ranks is None or rank in st.ranks) for st in scenario.loop)
+
+
+def _final_model_findings(scenario: Scenario, finals: list[list[tuple[int, int | None]]],
+                          counts: list[int]) -> list[Finding]:
+    """Every replica of the joined DDP models took the same final-model broadcast, rooted at
+    a last joiner (one that ran the most iterations, `counts`): on the models' group, whose
+    ranks all hold them (other ranks take none)."""
+    j = scenario.join
+    if j is None or not j.enabled or j.throw_on_early_termination:
+        return []
+    joined = [m for m in scenario.all_models() if m.name in j.joinables]
+    if not joined or len({m.group for m in joined}) > 1:
+        return []  # several groups: torch raises at Join's construction
+    group = joined[0].group
+    members = scenario.group_ranks(group)
+    mine = [finals[m] for m in members]
+    roots = {x[1] for f in mine for x in f}
+    if any(not f for f in mine) or any(f != mine[0] for f in mine):
+        return [Finding("invariant:ddp_final_model", group, 0, members,
+                        f"DDP replicas did not all take the same final-model broadcast: {mine}")]
+    if not roots or max(counts[m] for m in members) == 0:
+        return []
+    root = next(iter(roots))
+    most = max(counts[m] for m in members)
+    if root is not None and counts[root] != most:
+        return [Finding("invariant:ddp_final_model", group, mine[0][0][0], [root],
+                        f"final model broadcast from rank {root} ({counts[root]} inputs), not from a last joiner "
+                        f"({most} inputs)")]
+    return []
 
 
 def _primary(findings: list[Finding]) -> Finding | None:
@@ -236,6 +259,12 @@ def check_run(report: Report, scenario: Scenario, *, invariants: bool = True) ->
     findings = list(report.findings) + run_findings(report, scenario, wf)
     if invariants:
         findings += invariant_findings(report, scenario)
+    return judge(report, findings, wf)
+
+
+def judge(report: Report, findings: list[Finding], wf: WaitFor | None = None) -> Verdict:
+    """The verdict on a run given all its findings: a scenario's (`check_run`), or a script's,
+    whose report carries its findings already (`simdist.script.build`)."""
     failed = report.outcome != "completed" or bool(findings)
     primary = _primary(findings)
     if not failed:

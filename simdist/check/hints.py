@@ -50,6 +50,8 @@ def early_breakers(report: Report, scenario: Scenario) -> list[tuple[int, int, i
     """(rank, inputs processed, inputs given) of ranks that finished their loop with inputs
     left: they broke out of it (a `stop` step, a condition), they did not run out of data."""
     counts = scenario.counts()
+    if all(r.status == "completed" for r in report.ranks) and len({r.inputs_processed for r in report.ranks}) == 1:
+        return []  # every rank left at the same input and finished: a stop decided together (an all-reduced flag)
     return [(r.rank, r.inputs_processed, counts[r.rank]) for r in report.ranks
             if r.status == "completed" and r.rank < len(counts) and r.inputs_processed < counts[r.rank]]
 
@@ -93,12 +95,13 @@ def _loop_hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[st
     elif uneven and j is not None and not j.enabled:
         out.append("hint (Join(enable=False)): a disabled Join is no Join at all -- nothing shadows the collectives "
                    "of ranks that still have inputs; construct it with enable=True")
-    if j is not None and j.enabled and "zero" in j.joinables and "ddp" in j.joinables \
-            and j.joinables.index("zero") < j.joinables.index("ddp"):
+    models = [n for n in (j.joinables if j is not None else []) if n in {m.name for m in scenario.all_models()}]
+    if j is not None and j.enabled and "zero" in j.joinables and models \
+            and j.joinables.index("zero") < j.joinables.index(models[0]):
         out.append("hint (ZeRO listed before DDP): ZeRO is the first joinable, so the Join heartbeat moves into "
                    "optimizer.step() and the joined rank's shadow sequence no longer lines up with DDP's forward; "
                    "list the model before the optimizer in Join's joinables")
-    if j is not None and j.enabled and scenario.model is not None and "ddp" not in j.joinables \
+    if j is not None and j.enabled and any(m.name not in j.joinables for m in scenario.all_models()) \
             and kinds & {"forward", "backward"}:
         out.append("hint (DDP not a joinable): the loop runs DDP but the model is not one of Join's joinables, so "
                    "DDP's collectives are never shadowed; pass the model to Join([model, ...])")

@@ -1,5 +1,6 @@
 """Commands on scenario files: `run` (simulate), `real` (real processes), `compare` (both,
-diffed rank by rank) and `check` (the checker's verdict and wait-for graph). `run` and
+diffed rank by rank), `check` (the checker's verdict and wait-for graph) and `schema` (the
+files' JSON schema, for editors). `run` and
 `check` take several files, print a summary line and exit with the worst code; both judge
 a file by `simdist.expect.judge`, so one verdict gives one exit code.
 
@@ -30,13 +31,18 @@ from simdist.cli.console import (
     exit_on,
     exit_with,
     say,
+    say_error,
     show,
+    sourced,
     table,
     worst,
     write_output,
 )
 from simdist.errors import InputError, SimdistError
 from simdist.expect import Judgement, judge
+from simdist.jsonout import finite, write_json
+from simdist.limits import check_timeout
+from simdist.program.budget import check_ops
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
 
@@ -47,9 +53,12 @@ _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
 
 def load_or_exit(path: Path, target: Target = "sim") -> Scenario:
-    """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
+    """The scenario at `path`, valid for `target` and within the resource limits (a bad one:
+    one line naming the file, exit 2)."""
     with bad_input():
-        return load_scenario(path, target)
+        s = load_scenario(path, target)
+        check_ops(s, str(path))
+        return s
 
 
 def print_report(report: Report, title: str | None = None) -> None:
@@ -92,16 +101,22 @@ class FileResult:
     data: dict[str, Any] = field(default_factory=dict)  # what --json prints for this file
 
 
-def _try_load(path: Path, target: Target = "sim") -> Scenario | str:
-    """The scenario, or the one-line error that makes this file bad input."""
+def _simulated(path: Path) -> tuple[Scenario, Report] | str:
+    """The scenario at `path` and its simulated run, or the one-line error that makes this
+    file bad input: invalid, over a resource limit, or meeting one while it runs (a huge
+    mismatched collective)."""
+    from simdist.sim import simulate
+
     try:
-        return load_scenario(path, target)
+        s = load_scenario(path)
+        check_ops(s, str(path))
+        return s, simulate(s)
     except SimdistError as e:
-        return str(e)
+        return sourced(str(e), path)
 
 
 def _bad_file(path: Path, message: str) -> FileResult:
-    say(("error:", "red"), " ", message, console=err)
+    say_error(message)
     return FileResult(path, int(ExitCode.BAD_INPUT), "bad input", {"file": str(path), "error": message})
 
 
@@ -133,11 +148,12 @@ def finish(results: list[FileResult], json_: bool, single_json: dict[str, Any] |
     code = worst([r.code for r in results])
     if len(results) == 1:
         if json_ and single_json is not None:
-            sys.stdout.write(json.dumps(single_json, indent=2, default=str) + "\n")
+            write_json(single_json, sys.stdout, default=str)
+            sys.stdout.write("\n")
         exit_with(ExitCode(code))
     if json_:
-        sys.stdout.write(json.dumps({"exit_code": code, "files": [r.data for r in results]}, indent=2,
-                                    default=str) + "\n")
+        write_json({"exit_code": code, "files": [r.data for r in results]}, sys.stdout, default=str)
+        sys.stdout.write("\n")
     else:
         counts = {w: sum(r.word == w for r in results) for w in ("passed", "failed", "bad input")}
         say(("summary:", "bold"), f" {len(results)} files: " + ", ".join(f"{n} {w}" for w, n in counts.items())
@@ -182,28 +198,28 @@ def run(
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
     Exit 0 when each passes (its [expect] holds; without [expect]: the checker finds nothing),
     1 when one fails, 2 for bad input; with several files, the worst.
     """
-    from simdist.sim import simulate
-
+    _check_timeout(timeout)  # a script's watchdog; a scenario refuses the option below
     with bad_input():
         if script_cli.is_script(scenarios[0]):
             script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
-                                   json_, trace_out, print_report)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+                                   json_, trace_out, print_report, batches)
+        script_cli.reject_script_options(nproc_per_node, backend, timeout, None, batches)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
     for path, trace_path in zip(scenarios, traces, strict=True):
-        s = _try_load(path)
-        if isinstance(s, str):
-            results.append(_bad_file(path, s))
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
             continue
-        report = simulate(s)
+        s, report = run_
         verdict = annotate_report(report, s)
         wrote = trace_path is None or write_output(lambda r=report, t=trace_path: write_chrome_trace(r, t),
                                                    trace_path, "trace-out")
@@ -213,7 +229,7 @@ def run(
             print_report(report)
         j = _judged(report, s, verdict, json_)
         code = _code(j, wrote)
-        single = report.to_dict()
+        single = report.to_jsonable()  # written as it streams out (simdist.jsonout)
         results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, "report": single}))
     finish(results, json_, single)
 
@@ -224,6 +240,13 @@ def run_real_or_exit(s: Scenario, timeout: float | None, quiet: bool, fr_dumps: 
 
     with bad_input():
         return run_real(s, timeout_s=timeout, progress=not quiet, fr_dumps=fr_dumps)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """--timeout, checked before anything runs (a bad one: one line, exit 2)."""
+    if timeout is not None:
+        with bad_input():
+            check_timeout(timeout)
 
 
 def real(
@@ -239,6 +262,7 @@ def real(
 
     Exit codes as for `simdist run`, judged on the real report.
     """
+    _check_timeout(timeout)
     with bad_input():
         check_output_folder(fr_dumps, "fr-dumps")
     s = load_or_exit(scenario, "real")
@@ -248,7 +272,8 @@ def real(
 def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
     """Print a report (table or JSON) and exit 0/1 by `judge`, as `run` does for one file."""
     if json_:
-        sys.stdout.write(report.to_json() + "\n")
+        report.write_json(sys.stdout)
+        sys.stdout.write("\n")
     else:
         print_report(report)
     exit_on(_judged(report, s, check_run(report, s), json_).passed)
@@ -261,13 +286,16 @@ def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt =
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
+    _check_timeout(timeout)
     s = load_or_exit(scenario, "real")
-    sim_report = simulate(s)
+    with bad_input(scenario):
+        sim_report = simulate(s)
     real_report = run_real_or_exit(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
-        sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp),
-                                     "sim": sim_report.to_dict(), "real": real_report.to_dict()}, default=str) + "\n")
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim_report.to_jsonable(),
+                    "real": real_report.to_jsonable()}, sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
     exit_on(cmp.agree)
@@ -287,7 +315,6 @@ def check(
     1 failed, 2 bad input.
     """
     from simdist.check.drawing import check_graph_path, to_dot, write_graph
-    from simdist.sim import simulate
 
     with bad_input():
         graphs = check_outputs(graph, "graph", scenarios, ".dot")
@@ -297,11 +324,11 @@ def check(
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
     for path, graph_path in zip(scenarios, graphs, strict=True):
-        s = _try_load(path)
-        if isinstance(s, str):
-            results.append(_bad_file(path, s))
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
             continue
-        report = simulate(s)
+        s, report = run_
         verdict = annotate_report(report, s)
         wf = verdict.waitfor
         assert wf is not None  # check_run always builds it
@@ -320,13 +347,35 @@ def check(
                 say(f"wait-for graph written to {graph_path}")
         j = _judged(report, s, verdict, json_)
         code = _code(j, wrote)
-        single = {"verdict": verdict.to_dict(), "passed": j.passed, "judged_by": j.by, "unmet": j.unmet,
-                  "explanation": report.notes, "waitfor_dot": to_dot(wf, title), "report": report.to_dict()}
+        single = {"verdict": finite(verdict.to_dict()), "passed": j.passed, "judged_by": j.by, "unmet": j.unmet,
+                  "explanation": report.notes, "waitfor_dot": to_dot(wf, title), "report": report.to_jsonable()}
         results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, **single}))
     finish(results, json_, single)
 
 
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write it to this file instead of stdout")] = None,
+) -> None:
+    """Print the scenario files' JSON schema, generated from the model, for TOML editors.
+
+    Save it next to your scenarios and put `#:schema ./scenario.schema.json` on the first
+    line of a scenario file: taplo and Even Better TOML then complete keys, show each key's
+    meaning and flag mistakes as you type (docs/scenarios.md, Editor support).
+    """
+    from simdist.scenario import json_schema
+
+    with bad_input():
+        check_output_file(out, "out")
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if not write_output(lambda: out.write_text(text), out, "out"):
+        exit_with(ExitCode.BAD_INPUT)
+    say(f"scenario schema written to {out}", console=err)
+
+
 def register(app: typer.Typer) -> None:
-    """Add run, real, compare and check as top-level commands of `app`."""
-    for command in (run, real, compare, check):
+    """Add run, real, compare, check and schema as top-level commands of `app`."""
+    for command in (run, real, compare, check, schema):
         app.command()(command)

@@ -14,6 +14,7 @@ A hang is not a timer: it is the event queue running dry while some rank still w
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Generator
@@ -24,7 +25,9 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
-from simdist.engine.values import Payload, chunk_payload, concat_payloads, reduce_payloads
+from simdist.engine.results import collective_results
+from simdist.engine.values import Payload
+from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -118,15 +121,21 @@ class Engine:
         self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
         self._sends: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
+        self._any_recvs: dict[tuple[int, int], deque[Call]] = defaultdict(deque)  # recv from any source
         self.findings: list[Finding] = []
-        self._any_dead = False
+        # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
+        self._entries_left = OPS.value()
+        self._dead: list[int] = []  # ranks whose process is gone, ascending
+        self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
 
-    def _dead_member(self, members: list[int], posted: dict[int, Call]) -> int | None:
-        """A member whose process is gone and whose part in this collective cannot come:
-        it never posted it, or it died abruptly (see rank_gone)."""
-        for m in members:
-            rs = self.ranks[m]
-            if not rs.alive and (m not in posted or rs.abort_error is not None):
+    def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
+        """The lowest member whose process is gone and whose part in this collective cannot
+        come: it never posted it, or it died abruptly (see rank_gone). Looks at the dead
+        ranks only, not at every member: each issue pays for the ranks that exited, not
+        for the group's size."""
+        members = self._member_sets[group]
+        for m in self._dead:
+            if m in members and (m not in posted or self.ranks[m].abort_error is not None):
                 return m
         return None
 
@@ -152,6 +161,7 @@ class Engine:
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
+        self._record_one()
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
@@ -164,16 +174,20 @@ class Engine:
             self._open[group][seq] = inst
         calls = inst.calls
         calls[rank] = call
-        if self._any_dead and (dead := self._dead_member(members, calls)) is not None:
+        if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == len(members):
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
         return Work(self, call)
 
-    def p2p(self, rank: int, op: str, payload: Payload, peer: int, *, tag: int, origin: str, group: str = "WORLD") -> Work:
-        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag)."""
+    def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
+            group: str = "WORLD") -> Work:
+        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag).
+        A recv with `peer=None` takes a message from any source (`any_sender`); its trace
+        entry names the source once matched."""
         rs = self.ranks[rank]
+        self._record_one()
         self._p2p_seq[(group, rank)] += 1
         entry = TraceEntry(
             seq=self._p2p_seq[(group, rank)],
@@ -191,12 +205,21 @@ class Engine:
         )
         rs.trace.append(entry)
         call = Call(rank, op, payload, None, None, entry, self.env.event())
+        if peer is None:
+            peer = self.any_sender(rank, tag, self._sends)
+            if peer is None:
+                self._any_recvs[(rank, tag)].append(call)
+                return Work(self, call)
+            entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (src, dst, tag)
         if not self.ranks[peer].alive:
             self._fail_call(call, peer)
             return Work(self, call)
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
+        if not theirs[k] and op == "send" and self._any_recvs[(dst, tag)]:
+            theirs[k].append(self._any_recvs[(dst, tag)].popleft())
+            theirs[k][-1].entry.peer = rank
         if theirs[k]:
             other = theirs[k].popleft()
             send, recv = (call, other) if op == "send" else (other, call)
@@ -204,6 +227,18 @@ class Engine:
         else:
             mine[k].append(call)
         return Work(self, call)
+
+    @staticmethod
+    def any_sender(dst: int, tag: int, sends: dict[tuple[int, int, int], deque]) -> int | None:
+        """The source a receive from any source takes: of the ranks with a message waiting
+        for `dst` on `tag`, the lowest (gloo looks through its pairs in rank order)."""
+        return min((src for (src, d, t), q in sends.items() if d == dst and t == tag and q), default=None)
+
+    def _record_one(self) -> None:
+        self._entries_left -= 1
+        if self._entries_left < 0:
+            OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
+                                                     "collectives (the run does more than its scenario's estimate)")
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:
@@ -259,20 +294,29 @@ class Engine:
             self._open[inst.group].pop(inst.seq, None)
 
     def _match_p2p(self, send: Call, recv: Call) -> None:
-        if send.payload.nbytes > recv.payload.nbytes:
+        """A send and a receive pair up whatever their sizes (gloo's tcp transport): a
+        shorter message fills the front of the receive; a longer one kills the receiver
+        when it arrives (``GLOO_ENFORCE_LE(op.preamble.length, op.nbytes)`` on its I/O
+        thread: SIGABRT), while the sender's send completes (its bytes were written)."""
+        sent, room = send.payload.nbytes, recv.payload.nbytes
+        oversized = sent > room
+        if oversized:
             self.findings.append(
                 Finding("p2p_size_mismatch", send.entry.group, send.entry.seq, [send.rank, recv.rank],
-                        f"rank {send.rank} sends {send.payload.nbytes} B but rank {recv.rank} receives {recv.payload.nbytes} B")
+                        f"rank {send.rank} sends {sent} B but rank {recv.rank} receives {room} B")
             )
-        dur = self.cost.p2p_time(send.payload.nbytes, send.rank, recv.rank)
+        dur = self.cost.p2p_time(sent, send.rank, recv.rank)
 
         def finish(_ev: Any) -> None:
-            for c in (send, recv):
+            for c in (send, recv) if not oversized else (send,):
                 c.entry.t_done = self.env.now
                 c.entry.completed = True
             if not send.event.triggered:
                 send.event.succeed(send.payload)
-            if not recv.event.triggered:
+            if oversized:
+                self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
+                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}")
+            elif not recv.event.triggered:
                 recv.event.succeed(send.payload.reinterpret(recv.payload.dtype))
 
         self.env.timeout(dur).callbacks.append(finish)
@@ -308,7 +352,7 @@ class Engine:
         if not rs.alive:
             return
         rs.alive = False
-        self._any_dead = True
+        bisect.insort(self._dead, rank)
         for gname, members in self.groups.items():
             if rank not in members:
                 continue
@@ -369,49 +413,3 @@ class Engine:
                         self._complete_call(call, result)
                         progressed = True
         return progressed
-
-
-
-def collective_results(calls: list[Call]) -> dict[int, Payload]:
-    """What each rank's output holds after a matched collective, computed from every rank's input.
-
-    Each rank computes with its own view (its dtype, its reduce op, its root), which is
-    how a backend that pairs mismatched calls mixes their values. A well-formed
-    all_reduce/broadcast/all_gather gives every rank the same result, computed once.
-    """
-    ranks = [c.rank for c in calls]
-    c0 = calls[0]
-    if c0.op in ("all_reduce", "broadcast", "all_gather") and all(
-        c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op and c.root == c0.root
-        for c in calls
-    ):
-        return dict.fromkeys(ranks, _result_for(c0, calls, ranks))
-    return {c.rank: _result_for(c, calls, ranks) for c in calls}
-
-
-def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
-    n = len(calls)
-    dtype = c.payload.dtype
-    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
-    op = c.op
-    if op == "all_reduce":
-        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
-    if op == "broadcast":
-        src = next((x for x in calls if x.rank == c.root), c)
-        res = dataclasses.replace(src.payload)  # the root's tensor, meta (e.g. bucket layout) included
-        return res.reinterpret(dtype) if res.dtype != dtype else res
-    if op == "all_gather":
-        return concat_payloads(parts, dtype)
-    if op == "gather":
-        return concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
-    if op == "reduce":
-        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel) if c.rank == c.root else c.payload
-    if op == "reduce_scatter":
-        full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
-        return chunk_payload(full, ranks.index(c.rank), n)
-    if op == "scatter":
-        src = next((x for x in calls if x.rank == c.root), c)
-        return chunk_payload(src.payload, ranks.index(c.rank), n)
-    if op == "all_to_all":
-        return concat_payloads([chunk_payload(p, ranks.index(c.rank), n) for p in parts], dtype)
-    return Payload.unknown(0, dtype)  # barrier

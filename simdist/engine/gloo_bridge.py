@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from simdist.engine import gloo_rules
 from simdist.engine.calls import Call
+from simdist.engine.values import Splits
 from simdist.report import Finding
 from simdist.vocab import ROOTED_OPS
 
@@ -19,8 +20,27 @@ def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
     c0 = calls[0]
     fp0 = (c0.op, c0.payload.numel, c0.payload.dtype, c0.reduce_op, c0.root)
     if all((c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root) == fp0 for c in calls[1:]):
-        return _OK
+        return _OK if not _splits(calls) or _splits_agree(calls) else gloo_rules.classify_mismatch(
+            rule_calls(calls), group_size)
+    if _splits_agree(calls):
+        return _OK  # an all_to_all with uneven split sizes that every pair of ranks agrees on
     return gloo_rules.classify_mismatch(rule_calls(calls), group_size)
+
+
+def _splits(calls: list[Call]) -> list[Splits] | None:
+    s = [c.payload.meta for c in calls]
+    return s if all(isinstance(x, Splits) for x in s) and calls[0].op == "all_to_all" else None  # type: ignore[return-value]
+
+
+def _splits_agree(calls: list[Call]) -> bool:
+    """Whether what each rank sends to each other is what that one expects from it (Gloo's
+    alltoallv exchanges exactly these counts); dtypes must agree too."""
+    splits = _splits(calls)
+    if splits is None or any(c.op != "all_to_all" or c.payload.dtype != calls[0].payload.dtype for c in calls):
+        return False
+    n = len(calls)
+    return all(len(s.send) == n == len(s.recv) for s in splits) and all(
+        splits[i].send[j] == splits[j].recv[i] for i in range(n) for j in range(n))
 
 
 def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:

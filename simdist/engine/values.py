@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from simdist.collectives.gloo import ring_blocks, ring_chain
 from simdist.vocab import DTYPE_BYTES, OBSERVED_MAX_NUMEL
 
 MAX_EXPLICIT = OBSERVED_MAX_NUMEL
@@ -42,6 +43,15 @@ NP_DTYPES: dict[str, Any] = {
     "uint8": np.uint8,
     "bool": np.bool_,
 }
+
+
+@dataclass(frozen=True)
+class Splits:
+    """An all_to_all's element counts, in group-rank order: what this rank sends to each
+    rank and receives from each (uneven for all_to_all_single with split sizes)."""
+
+    send: tuple[int, ...]
+    recv: tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -165,10 +175,11 @@ def _cast(value: float, dtype: str) -> float:
         return float(int(value))
     if dtype == "bool":
         return float(bool(value))
-    if dtype == "float32":
-        return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
-    if dtype == "float16":
-        return float(np.float16(value))
+    with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
+        if dtype == "float32":
+            return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
+        if dtype == "float16":
+            return float(np.float16(value))
     return float(value)
 
 
@@ -206,7 +217,15 @@ _REDUCERS = {
 }
 
 
-def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Payload:
+# Gloo's max/min are std::max(own, received) / std::min(own, received) (gloo/math.h): on a
+# tie (0.0 and -0.0) or a NaN they keep their first argument, where numpy's would not.
+_GLOO_REDUCERS = {
+    "max": lambda a, b: np.where(a < b, b, a),
+    "min": lambda a, b: np.where(b < a, b, a),
+}
+
+
+def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int, ring: str = "all_reduce") -> Payload:
     """Elementwise reduction of every rank's contribution, computed in `dtype`.
 
     `avg` is sum then divide by the number of contributions (integer division for
@@ -231,9 +250,7 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     arrays = [p.array() for p in parts]
     exact = all(p.exact for p in parts)
     if all(a is not None for a in arrays) and (numel <= MAX_EXPLICIT or exact):
-        acc = np.asarray(arrays[0], dtype=npdt).copy()
-        for a in arrays[1:]:
-            acc = fn(acc, np.asarray(a, dtype=npdt)).astype(npdt)
+        acc = ring_reduce([np.asarray(a, dtype=npdt) for a in arrays], _GLOO_REDUCERS.get(name, fn), dtype, ring)
         if op == "avg":
             acc = (acc // len(parts)) if np.issubdtype(npdt, np.integer) else (acc / len(parts)).astype(npdt)
         return Payload.from_array(acc, dtype, exact=exact)
@@ -261,6 +278,58 @@ def reduce_payloads(parts: list[Payload], op: str, dtype: str, numel: int) -> Pa
     return Payload.unknown(numel, dtype)
 
 
+def bf16_bits(arr: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest, ties to even; NaN stays NaN), as bits."""
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    bits = arr.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(arr), 0x7FC0, rounded).astype(np.uint16)
+
+
+def bf16_round(arr: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16, kept as float32 (numpy has no bfloat16)."""
+    return (bf16_bits(arr).astype(np.uint32) << 16).view(np.float32)
+
+
+def ring_reduce(arrays: list[np.ndarray], fn: Any, dtype: str, op: str = "all_reduce",
+                upto: int | None = None) -> np.ndarray:
+    """Every rank's elements reduced in the order of Gloo's ring all_reduce or reduce
+    (`simdist.collectives.gloo.ring_blocks`), so float results are the real ones bit for
+    bit; each step is rounded to `dtype` as Gloo's typed reduction functions do.
+    `upto=r`: what rank r's buffer holds after a ring reduce it is not the root of (each
+    block reduced only along the ring from its first rank down to r)."""
+    p, n = len(arrays), arrays[0].size
+    rnd = bf16_round if dtype == "bfloat16" else None
+    out = np.empty(n, dtype=arrays[0].dtype)
+    # each rank reduces its own elements (first argument) with those it received (second)
+    for j, (lo, hi) in enumerate(ring_blocks(n, p, DTYPE_BYTES[dtype], op)):
+        if lo == hi:
+            continue
+        chain = ring_chain(j, p)
+        if upto is not None:
+            chain = chain[:chain.index(upto) + 1]
+        acc = arrays[chain[0]][lo:hi]
+        for r in chain[1:]:
+            acc = fn(arrays[r][lo:hi], acc).astype(out.dtype)
+            if rnd is not None:
+                acc = rnd(acc)
+        out[lo:hi] = acc
+    return out
+
+
+def reduce_partial(parts: list[Payload], op: str, dtype: str, index: int) -> Payload:
+    """A non-root rank's tensor after Gloo's ring reduce: Gloo reduces in place in it, so it
+    ends with partial sums (`ring_reduce(upto=...)`); its own input where values are unknown."""
+    arrays = [p.array() if p.exact or p.numel <= MAX_EXPLICIT else None for p in parts]
+    if any(a is None for a in arrays) or len({p.numel for p in parts}) != 1 or op == "avg":
+        return parts[index]
+    name = op
+    npdt = NP_DTYPES[dtype]
+    acc = ring_reduce([np.asarray(a, dtype=npdt) for a in arrays], _GLOO_REDUCERS.get(name, _REDUCERS[name]), dtype,
+                      "reduce", upto=index)
+    return Payload.from_array(acc, dtype, exact=all(p.exact for p in parts))
+
+
 def concat_payloads(parts: list[Payload], dtype: str) -> Payload:
     """Concatenation in rank order (all_gather, gather)."""
     numel = sum(p.numel for p in parts)
@@ -273,6 +342,28 @@ def concat_payloads(parts: list[Payload], dtype: str) -> Payload:
     if len(fills) == 1 and None not in fills:
         return Payload.full(numel, dtype, next(iter(fills)))  # type: ignore[arg-type]
     return Payload.unknown(numel, dtype)
+
+
+def alltoall_payload(parts: list[Payload], index: int, dtype: str) -> Payload:
+    """What the rank at group index `index` receives in an all_to_all: from every rank, in
+    rank order, the piece that rank addressed to it (`Splits` in each payload's meta;
+    equal chunks where a payload has none)."""
+    pieces = []
+    for p in parts:
+        splits = p.meta if isinstance(p.meta, Splits) else None
+        if splits is None:
+            pieces.append(chunk_payload(p, index, len(parts)))
+            continue
+        lo = sum(splits.send[:index])
+        n = splits.send[index]
+        arr = p.array() if p.exact or p.numel <= MAX_EXPLICIT else None
+        if arr is not None:
+            pieces.append(Payload.from_array(arr[lo:lo + n], dtype, exact=p.exact))
+        elif p.fill is not None:
+            pieces.append(Payload.full(n, dtype, p.fill))
+        else:
+            pieces.append(Payload.unknown(n, dtype))
+    return concat_payloads(pieces, dtype)
 
 
 def chunk_payload(p: Payload, index: int, chunks: int) -> Payload:

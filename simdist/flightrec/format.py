@@ -80,8 +80,9 @@ NO_DTYPE = "none"
 
 
 def fr_numel(sizes: list[list[int]]) -> int:
-    """Element count of an entry's first input."""
-    return math.prod(sizes[0]) if sizes else 0
+    """Element count of an entry's inputs, all of them (a list all_to_all records one size
+    per tensor; the simulator counts what a rank sends in all)."""
+    return sum(math.prod(s) for s in sizes)
 
 
 def fr_dtype(dtypes: list[str]) -> str:

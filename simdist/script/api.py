@@ -9,19 +9,43 @@ import socket
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from simdist.errors import ScriptError
+from simdist.limits import check_timeout
 from simdist.network.cost import CostModel
+from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology
 from simdist.script import env, launch
 from simdist.script.build import build_report
 from simdist.script.coordinator import Coordinator
+from simdist.script.zygote import Zygote, same_script
 
 DEFAULT_GPUS = 8
 BACKENDS = ("gloo", "nccl")
+Batches = str | int | Sequence[int] | None
+
+
+def parse_caps(batches: Batches, nproc_per_node: int | None) -> list[int]:
+    """`--batches` as a list of caps ([] for none); bad input raises ScriptError naming the field."""
+    if batches is None:
+        return []
+    try:
+        if isinstance(batches, str):
+            caps = env.parse_batches(batches)
+        else:
+            caps = [int(batches)] if isinstance(batches, int) else [int(b) for b in batches]
+            if not caps or any(c < 0 for c in caps):
+                raise ValueError(f"expected non-negative batch counts, got {list(caps)}")
+    except ValueError as e:
+        raise ScriptError(f"batches: {e}") from None
+    if nproc_per_node is not None and len(caps) not in (1, nproc_per_node):
+        raise ScriptError(f"batches: {len(caps)} caps given ({env.format_batches(caps)}) for --nproc-per-node "
+                          f"{nproc_per_node} (give one per rank, or one for every rank)")
+    return caps
 
 
 def check_script(path: Path) -> None:
@@ -41,50 +65,91 @@ def default_cost(world_size: int) -> CostModel:
     return CostModel.from_scenario_topology(Topology(), world_size)
 
 
+@dataclass
+class ScriptRun:
+    """A finished run: its report, plus what only the coordinator knew (the groups' members
+    for the wait-for graph; per rank, the longest DataLoader epoch and how many epochs a
+    `--batches` cap ended early, which tell the fuzzer which caps mean something)."""
+
+    report: Report
+    groups: dict[str, list[int]] = field(default_factory=dict)
+    longest_epoch: list[int] = field(default_factory=list)
+    capped: list[int] = field(default_factory=list)
+
+
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-               mode: str = env.SIM) -> Report:
+               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
     (it starts its own ranks). `backend`: "gloo" or "nccl" semantics for peers that exit
-    (default: what the script asks for). `timeout_s`: watchdog for ranks that never block
-    nor finish. `measure_compute=False` makes every time in the report deterministic.
+    (default: what the script asks for). `timeout_s`: watchdog: how long the ranks may go
+    without communicating (start-up not counted) before the run is reported as a timeout.
+    `measure_compute=False` makes every time in the report deterministic.
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
     simulated ones (source "real"; printed lines and exits, no trace yet), for comparison.
+    `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
+    one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
+    (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
+    `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
+    ranks instead of starting an interpreter for each (output goes where the zygote's goes).
     """
-    script = Path(path)
+    return execute(path, args, nproc_per_node=nproc_per_node, backend=backend, timeout_s=timeout_s, gpus=gpus,
+                   measure_compute=measure_compute, stdout=stdout, run_id=run_id, mode=mode, batches=batches,
+                   zygote=zygote).report
+
+
+def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int | None, batches: Batches,
+               zygote: Zygote | None) -> tuple[str | None, list[int]]:
+    """Bad input found before any process starts (one line naming the field); the backend
+    semantics to use and the caps."""
     check_script(script)
     if backend is not None and backend not in BACKENDS:
         raise ScriptError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if mode not in (env.SIM, env.GLOO):
         raise ScriptError(f"mode: must be {env.SIM} or {env.GLOO}, got {mode!r}")
-    if mode == env.GLOO:
-        backend = "gloo"
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
+    if zygote is not None and (not same_script(zygote, script) or zygote.mode != mode):
+        raise ScriptError(f"zygote: a fork server for {zygote.script} ({zygote.mode}) cannot run {script} ({mode})")
+    return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
+
+
+def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
+            backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
+            measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
+            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> ScriptRun:
+    """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+    check_timeout(timeout_s, "timeout_s")
+    script = Path(path)
+    backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
+    gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))
     listener.listen(256)
     listener.setblocking(False)
-    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute)
+    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute, batches=caps)
     run: launch.Launch | None = None
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
-                           gpus=gpus or max(DEFAULT_GPUS, nproc_per_node or 0), stdout=stdout,
-                           run_id=run_id, mode=mode)
-        ending = coord.serve(run.done, time.monotonic() + timeout_s)
+                           gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
+                           batches=env.format_batches(caps) if caps else None,
+                           spawn=zygote.spawn if zygote is not None else None)
+        ending = coord.serve(run.done, Watchdog(timeout_s))
     finally:
         if run is not None:
             launch.end(run)
         coord.close()
         listener.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if coord.input_error is not None:
+        raise ScriptError(coord.input_error)
     if coord.engine is None:
         codes = run.returncodes() if run is not None else []
         raise ScriptError(f"script: {script} never initialised a process group (no rank called "
@@ -96,4 +161,6 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
-    return report
+    conns = [coord.by_rank.get(r) for r in range(coord.world_size)]
+    return ScriptRun(report, {g: list(m) for g, m in coord.engine.groups.items()},
+                     [c.longest_epoch if c else 0 for c in conns], [c.capped if c else 0 for c in conns])

@@ -8,6 +8,7 @@ findings, the wait-for graph, `--json` and the Chrome trace work unchanged.
 from __future__ import annotations
 
 import linecache
+import signal
 from typing import Any
 
 from simdist.check.classify import run_findings
@@ -28,7 +29,7 @@ from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.ranks import RankConn
 
 
-class _Groups:
+class Groups:
     """The checker asks a scenario for group members; a script's groups are the engine's."""
 
     def __init__(self, groups: dict[str, list[int]]):
@@ -56,22 +57,39 @@ def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
     return None
 
 
-def fr_trace(fr: dict[str, Any]) -> list[TraceEntry]:
-    """A rank's collectives on real Gloo, from its Flight Recorder (see `rank.flight`), in the
-    simulator's terms. FR records neither the reduce op nor the root; times are relative."""
+def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
+             args: list[list[Any]] | None = None) -> list[TraceEntry]:
+    """A rank's operations on real Gloo in the simulator's terms, in the order it issued them:
+    its collectives from its Flight Recorder (see `rank.flight`), with the reduce op and root
+    of those called from Python, and its p2p operations (`rank.pylog`). Times are relative."""
     entries = fr.get("entries") or []
     groups = fr.get("groups") or {}
-    t0 = min((e["t"] for e in entries), default=0)
+    p2p = p2p or []
+    known = {(g, seq): (red, root) for g, seq, red, root in args or []}
+    t0 = min([e["t"] for e in entries] + [o["t"] for o in p2p], default=0)
     out = []
     for e in entries:
-        raw = e["frames"]
-        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-        op, dtype = fr_op_name(e["op"]), fr_dtype(e["dtypes"])
-        out.append(TraceEntry(seq=e["seq"], op=op, numel=0 if op == "barrier" else fr_numel(e["sizes"]), dtype=dtype,
-                              group=e["pg"], group_size=len(groups.get(e["pg"], [])),
-                              origin=script_origin(frames, [bool(f[3]) for f in raw], dtype), phase=phase_of(frames),
+        frames, user = _frames(e["frames"])
+        op, dtype, size = fr_op_name(e["op"]), fr_dtype(e["dtypes"]), len(groups.get(e["pg"], []))
+        numel = 0 if op == "barrier" else fr_numel(e["sizes"])
+        if op == "scatter":  # a non-root has no input: the size is its output's, times the group's (as simulated)
+            numel, dtype = fr_numel(e.get("out_sizes") or []) * size, fr_dtype(e.get("out_dtypes") or [])
+        red, root = known.get((e["pg"], e["seq"]), (None, None))
+        out.append(TraceEntry(seq=e["seq"], op=op, numel=numel, dtype=dtype, group=e["pg"], group_size=size,
+                              origin=script_origin(frames, user, dtype), reduce_op=red, root=root, phase=phase_of(frames),
                               t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
+    for o in p2p:
+        frames, user = _frames(o["frames"])
+        out.append(TraceEntry(seq=o["seq"], op=o["op"], numel=o["n"], dtype=o["dt"], group=o["pg"],
+                              group_size=len(groups.get(o["pg"], [])), origin=script_origin(frames, user, o["dt"]),
+                              peer=o["peer"], async_op=False, phase=phase_of(frames), t_issue=(o["t"] - t0) / 1e9,
+                              completed=o["done"]))
+    out.sort(key=lambda e: e.t_issue)
     return out
+
+
+def _frames(raw: list[Any]) -> tuple[list[Frame], list[bool]]:
+    return resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw]), [bool(f[3]) for f in raw]
 
 
 def _how(conn: RankConn, returncode: int | None) -> str:
@@ -92,6 +110,10 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
     if aborted is not None:
         return "aborted", aborted
     x = conn.exit
+    if x is None and returncode == -signal.SIGABRT:
+        # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
+        return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
+                                               "message longer than its receive", "gloo_abort")
     if x is None:
         return "error", RankError("Killed", "the process ended without reporting how (killed by a signal?)", "killed")
     if x.get("error"):
@@ -108,7 +130,8 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     rs = coord.engine.ranks[r]
     conn = coord.by_rank.get(r)
     if real:  # nothing went through the engine: the trace is the Flight Recorder's
-        rs.trace = fr_trace((conn.exit or {}).get("fr") or {}) if conn is not None else []
+        x = (conn.exit or {}) if conn is not None else {}
+        rs.trace = fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")) if conn is not None else []
     if conn is None:
         err = RankError("ScriptError", "no process initialised this rank's process group", "other")
         return RankResult(rank=r, status="error", error=err, trace=rs.trace)
@@ -131,6 +154,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     if where is None and (last := conn.last_op()) is not None:
         where = _op_location(last.frames, last.user)
     return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
+                      inputs_processed=conn.batches,
                       blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
                       location=where, exit=how)
 
@@ -149,7 +173,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     if ending.kind == "hang":
-        wf = build_waitfor(report, _Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
+        wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
         line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {wf.blocked}"
         if wf.culprits or gone:
@@ -176,7 +200,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
                     findings=list(coord.engine.findings), backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
     have = {(f.kind, f.group, f.seq, tuple(f.ranks)) for f in report.findings}
-    for f in run_findings(report, _Groups(coord.engine.groups)):  # type: ignore[arg-type]
+    for f in run_findings(report, Groups(coord.engine.groups)):  # type: ignore[arg-type]
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)

@@ -18,6 +18,7 @@ NCCL's watchdog would end only after its timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import selectors
 import socket
 import time
@@ -27,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
+from simdist.engine.values import Splits
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
+from simdist.procs import Watchdog
 from simdist.script import payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
@@ -51,7 +54,7 @@ class Ending:
 
 class Coordinator:
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
-                 measure_compute: bool = True):
+                 measure_compute: bool = True, batches: list[int] | None = None):
         self.listener = listener
         self.cost_factory = cost_factory
         self.forced_backend = backend
@@ -64,30 +67,36 @@ class Coordinator:
         self.by_rank: dict[int, RankConn] = {}
         self.requested: list[str] = []
         self.protocol_errors: list[str] = []
+        self.batches = batches or []  # --batches caps: one per rank, or one for every rank
+        self.input_error: str | None = None  # bad input found only once ranks said who they are
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
     # ------------------------------------------------------------------ loop
-    def serve(self, launched_done: Any, deadline: float) -> Ending:
-        """Serve until the processes are done, a hang is proven, or the deadline passes.
-        `launched_done()` says whether every process the launcher started has exited."""
-        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
-            return self._serve(launched_done, deadline)
+    def serve(self, launched_done: Any, dog: Watchdog) -> Ending:
+        """Serve until the processes are done, a hang is proven, or the watchdog fires.
+        `launched_done()` says whether every process the launcher started has exited.
 
-    def _serve(self, launched_done: Any, deadline: float) -> Ending:
+        Progress for the watchdog is any message of a rank but its printed lines (a rank
+        that prints in a loop without communicating is spinning); until every rank has
+        said who it is the run is starting (importing torch on a busy host takes long)."""
+        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+            return self._serve(launched_done, dog)
+
+    def _serve(self, launched_done: Any, dog: Watchdog) -> Ending:
         while True:
             for key, _ in self.sel.select(POLL_S):
                 if key.data is None:
                     self._accept()
-                else:
-                    self._read(key.data)
+                elif self._read(key.data):
+                    dog.progressed()
             self._pump()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
             if self._hung():
                 return Ending("hang", time.time(), self._last_event())
-            if time.monotonic() > deadline:
+            if dog.fired(starting=self.engine is None or len(self.by_rank) < self.world_size):
                 return Ending("timeout", time.time())
 
     def _accept(self) -> None:
@@ -97,16 +106,20 @@ class Coordinator:
         self.conns.append(conn)
         self.sel.register(sock, selectors.EVENT_READ, conn)
 
-    def _read(self, conn: RankConn) -> None:
+    def _read(self, conn: RankConn) -> bool:
+        """Handle what arrived; whether it was progress (anything but printed lines)."""
         try:
             data = conn.sock.recv(1 << 20)
         except OSError:
             data = b""
         if not data:
             self._closed(conn)
-            return
+            return True
+        progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
+            progress = progress or header["t"] != "out"
+        return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
         if not conn.connected:
@@ -139,6 +152,8 @@ class Coordinator:
         elif kind == "fut":
             if (rec := conn.ops.get(int(h["id"]))) is not None:
                 conn.waited_on(rec)
+        elif kind == "batches":
+            conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
         elif kind == "init":
@@ -157,7 +172,10 @@ class Coordinator:
             self.backend = self.forced_backend or semantics_of(h.get("backend") or "")
             self.engine = Engine(size, {WORLD: list(range(size))}, ZeroCost(), self.backend)
             self.timeline = Timeline(self.cost_factory(size))
-        if size != self.world_size:
+        if len(self.batches) > 1 and len(self.batches) != size:
+            error = self.input_error = (f"batches: {len(self.batches)} caps given ({','.join(map(str, self.batches))}) "
+                                        f"for a world of {size} ranks (give one per rank, or one for every rank)")
+        elif size != self.world_size:
             error = f"rank {rank} initialised with world_size={size}, other ranks with {self.world_size}"
         elif not 0 <= rank < size:
             error = f"rank {rank} is out of range for world_size={size}"
@@ -169,7 +187,7 @@ class Coordinator:
             self.requested.append(str(h.get("backend")))
         else:
             self.protocol_errors.append(error)
-        self._send(conn, {"t": "reply", "req": h["req"], "error": error})
+        self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend})
 
     def _group(self, h: dict[str, Any]) -> None:
         assert self.engine is not None
@@ -187,10 +205,13 @@ class Coordinator:
         raw = h.get("frames") or []
         frames, user, origin = self._classify(raw, h["dt"])
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
+        if h.get("splits"):
+            payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
         if op in P2P_OPS:
-            work = engine.p2p(rank, op, payload, int(h["peer"]), tag=int(h.get("tag") or 0), origin=origin,
+            peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
+            work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,
                               group=group)
-            members = [rank, int(h["peer"])] if op == "send" else [int(h["peer"]), rank]
+            members = [rank, peer] if op == "send" else [peer, rank]  # type: ignore[list-item]
         else:
             work = engine.issue(rank, op, payload, group=group, origin=origin, reduce_op=reduce_op_of(op, h.get("ro")),
                                 root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
@@ -202,7 +223,7 @@ class Coordinator:
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
-        if not h.get("async", True):  # the caller waits at once (dist.all_reduce(..., async_op=False))
+        if h.get("wait", not h.get("async", True)):  # the caller waits at once (dist.all_reduce(..., async_op=False))
             conn.waited_on(rec)
             conn.block = Block([rec.id], time.time(), raw)
 
@@ -236,9 +257,12 @@ class Coordinator:
         rec.done = True
         entry = rec.entry
         if ev.ok:
+            if entry.op == "recv" and None in rec.members:  # from any source: now known
+                rec.members = [entry.peer, rec.rank]  # type: ignore[list-item]
             entry.t_done = self.timeline.completion(entry, rec.members, ev.value.nbytes)
             data = payloads.to_bytes(ev.value) if rec.want_data else None
-            self._send(conn, {"t": "done", "id": rec.id}, [data] if data is not None else [])
+            done = {"t": "done", "id": rec.id} if entry.op != "recv" else {"t": "done", "id": rec.id, "src": entry.peer}
+            self._send(conn, done, [data] if data is not None else [])
         else:
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)

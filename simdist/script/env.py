@@ -16,7 +16,8 @@ RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds th
 GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
-PARENT = "SIMDIST_SCRIPT_PPID"  # the pid a process expects as its parent (orphan check at start)
+STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
+BATCHES = "SIMDIST_SCRIPT_BATCHES"  # per-rank DataLoader caps, "5,6" or "5" (rank.batches)
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "rank" / "bootstrap"
 
@@ -35,3 +36,18 @@ def group_name(torch_name: str, default: bool) -> str:
     if default:
         return "WORLD"
     return f"pg{torch_name}" if torch_name.isdigit() else f"pg{torch_name[:10]}"
+
+
+def parse_batches(text: str) -> list[int]:
+    """The `--batches` caps: '5,6' -> [5, 6] (one per rank); '5' -> [5] (every rank).
+    Raises ValueError naming the problem."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or any(not p.isdigit() for p in parts):
+        raise ValueError(f"expected batches per rank as non-negative integers separated by commas "
+                         f"(e.g. 5,6) or one for every rank, got {text!r}")
+    return [int(p) for p in parts]
+
+
+def format_batches(caps: list[int]) -> str:
+    return ",".join(str(c) for c in caps)
+

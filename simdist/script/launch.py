@@ -3,72 +3,76 @@
 Two ways users start ranks, one interface:
 
 * torchrun-style (`nproc_per_node=N`): N processes `python SCRIPT ARGS`, each with the
-  environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...);
+  environment torchrun gives its workers (`simdist.procs.rank_env` plus torchrun's own
+  RANK/ROLE/TORCHELASTIC variables);
 * as-is (`nproc_per_node=None`): one process `python SCRIPT ARGS` that starts its own
   ranks (`torch.multiprocessing.spawn`, `multiprocessing.Process`); they reach the
   coordinator through the inherited environment and identify themselves at init.
 
-Every process of a run carries SIMDIST_SCRIPT_RUN=<run id> in its environment. Ending a run
-kills the launched processes' groups, then every process still tagged with the run id, so
-nothing survives a hang, an error or Ctrl-C; processes also die with their parent
-(`rank.boot`), which covers SIGKILL of simdist itself. Kept small and self-contained so it
-can move onto a shared local-process launcher later.
+Processes are started and ended by `simdist.procs.LocalProcesses` (each leads its own
+session; ending a run kills every session's group), and every process of a run also carries
+SIMDIST_SCRIPT_RUN=<run id>, so a process that left its group (a script may call setsid) is
+found and killed too. Each process dies with its parent (`procs.die_with_parent`, called by
+the rank-side bootstrap), which covers SIGKILL of simdist itself.
+
+Rendezvous: simulated ranks need none (no TCP at all; MASTER_PORT is only what torchrun
+would show). On real Gloo the launcher hosts the c10d store itself, on 127.0.0.1 only
+(`procs.loopback_store`), and every rank's `init_process_group` uses it whatever address the
+script names (`rank.patches`): nothing listens beyond this host, and two runs of a script
+with a hard-coded MASTER_PORT do not collide.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from simdist.flightrec import FR_BUFFER_SIZE, FR_ENV
+from simdist.flightrec.format import FR_BUFFER_SIZE, FR_ENV
+from simdist.procs import LOOPBACK, LOOPBACK_IFNAME, Child, LocalProcesses, loopback_store, rank_env
 from simdist.script import env
 
-MASTER_ADDR = "127.0.0.1"
+TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what a simulated rank sees (nothing listens)
 
 
-def free_port() -> str:
-    """A TCP port nobody listens on now (real Gloo ranks rendezvous there)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind((MASTER_ADDR, 0))
-        return str(s.getsockname()[1])
-
-
-def torchrun_env(rank: int, nproc: int, run_id: str, port: str) -> dict[str, str]:
+def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, str]) -> dict[str, str]:
     """What torchrun (standalone, one node) sets for worker `rank` of `nproc`."""
-    return {
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
-        "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(nproc),
-        "ROLE_NAME": "default", "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": port,
+    e = rank_env(rank, nproc, port, base)
+    e.update({
+        "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc), "ROLE_NAME": "default",
         "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
-    }
+        "TORCHELASTIC_USE_AGENT_STORE": "True" if env.STORE in base else "False",
+    })
+    return e
+
+
+# A fork server's way to start a rank (`simdist.script.zygote.Zygote.spawn`): (environment,
+# argv after the interpreter) -> the forked process, owned and ended like a launched one.
+Spawn = Callable[[dict[str, str], list[str]], Child]
 
 
 @dataclass
 class Launch:
-    """The processes of one script run."""
+    """The processes of one script run (and, on real Gloo, the store its ranks meet at)."""
 
     run_id: str
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: LocalProcesses = field(default_factory=LocalProcesses)
+    store: Any = None  # gloo mode: the rendezvous store, kept alive for the whole run
 
     def done(self) -> bool:
-        return all(p.poll() is not None for p in self.procs)
+        return self.procs.all_ended()
 
     def returncodes(self) -> list[int | None]:
-        return [p.poll() for p in self.procs]
+        return [p.popen.poll() for p in self.procs.procs]
 
 
-def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, str]:
+def base_env(socket_path: str, run_id: str, gpus: int, mode: str, batches: str | None = None) -> dict[str, str]:
     e = dict(os.environ)
     paths = [str(env.BOOTSTRAP_DIR)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
     e.update({
@@ -77,10 +81,13 @@ def base_env(socket_path: str, run_id: str, gpus: int, mode: str) -> dict[str, s
         env.RUN_ID: run_id,
         env.GPUS: str(gpus),
         env.MODE: mode,
-        env.PARENT: str(os.getpid()),
     })
+    e.pop(env.BATCHES, None)
+    if batches:
+        e[env.BATCHES] = batches
     if mode == env.GLOO:
         e.setdefault(FR_ENV, FR_BUFFER_SIZE)
+        e.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME)
     return e
 
 
@@ -89,20 +96,27 @@ def new_run_id() -> str:
 
 
 def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node: int | None, gpus: int,
-          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM) -> Launch:
+          stdout: int | IO | None = None, run_id: str | None = None, mode: str = env.SIM,
+          batches: str | None = None, spawn: Spawn | None = None) -> Launch:
+    """Start the script's processes; `spawn` (a fork server's) instead of a new interpreter
+    for each (the processes' output then goes where the fork server's goes)."""
     run = Launch(run_id or new_run_id())
-    common = base_env(socket_path, run.run_id, gpus, mode)
-    port = free_port()
-    cmd = [sys.executable, str(script), *args]
-    envs = [common] if nproc_per_node is None else [
-        {**common, **torchrun_env(r, nproc_per_node, run.run_id, port),
-         "OMP_NUM_THREADS": common.get("OMP_NUM_THREADS", "1")}
-        for r in range(nproc_per_node)
-    ]
     try:
+        common = base_env(socket_path, run.run_id, gpus, mode, batches)
+        port = TORCHRUN_PORT
+        if mode == env.GLOO:
+            run.store = loopback_store(nproc_per_node)
+            port = int(run.store.port)
+            common[env.STORE] = f"{LOOPBACK}:{port}"
+        cmd = [sys.executable, str(script), *args]
+        envs = [common] if nproc_per_node is None else [
+            torchrun_env(r, nproc_per_node, run.run_id, port, common) for r in range(nproc_per_node)]
         for e in envs:
-            run.procs.append(subprocess.Popen(cmd, env=e, start_new_session=True, stdout=stdout))
-    except OSError:
+            if spawn is not None:
+                run.procs.adopt(spawn(e, cmd[1:]))
+            else:
+                run.procs.start(cmd, env=e, stdout=stdout)
+    except BaseException:
         end(run)
         raise
     return run
@@ -129,25 +143,15 @@ def tagged_processes(run_id: str) -> list[int]:
 
 
 def end(run: Launch, grace_s: float = 2.0) -> None:
-    """Kill every process of the run and reap the ones we started."""
-    for p in run.procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)  # its session's group, even after the leader exited
-        except OSError:
-            pass
+    """Kill every process of the run (the launched sessions, then anything still tagged),
+    reap the ones we started, and close the store."""
+    run.procs.close()
     deadline = time.monotonic() + grace_s
-    while True:
-        left = tagged_processes(run.run_id)
+    while (left := tagged_processes(run.run_id)) and time.monotonic() < deadline:
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        for p in run.procs:
-            try:
-                p.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
-        if (not left and run.done()) or time.monotonic() > deadline:
-            return
         time.sleep(0.02)
+    run.store = None  # the store closes its socket when the last reference goes

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist.engine.values import NP_DTYPES, Payload
+from simdist.engine.values import NP_DTYPES, Payload, bf16_bits
 
 
 def to_payload(raw: bytes | bytearray | None, dtype: str, numel: int) -> Payload:
@@ -40,9 +40,5 @@ def to_bytes(p: Payload) -> bytes | None:
     if arr is None:
         return None
     if p.dtype == "bfloat16":
-        bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32).astype(np.uint64)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        nan = np.isnan(np.asarray(arr, dtype=np.float32))
-        out = np.where(nan, 0x7FC0, rounded).astype(np.uint16)
-        return out.tobytes()
+        return bf16_bits(arr).tobytes()
     return np.ascontiguousarray(arr, dtype=NP_DTYPES[p.dtype]).tobytes()

@@ -65,6 +65,9 @@ class RankConn:
     stderr: list[str] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     abort_sent: bool = False
+    batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
+    longest_epoch: int = 0  # the most batches one DataLoader iteration yielded
+    capped: int = 0  # DataLoader iterations that a --batches cap ended early
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
 
@@ -100,13 +103,21 @@ class Timeline:
         self._collectives: dict[tuple[str, int], list[TraceEntry]] = defaultdict(list)
         self._sends: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
         self._recvs: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
+        self._any: dict[tuple[int, int], deque[TraceEntry]] = defaultdict(deque)  # recvs from any source
         self._p2p_start: dict[int, float] = {}  # id(entry) -> start of its transfer
 
     def issued(self, rank: int, entry: TraceEntry, tag: int) -> None:
+        """Called right after the engine issued `entry` (so a recv from any source already
+        names the source the engine paired it with, if any)."""
         if entry.op in ("send", "recv"):
-            peer = entry.peer if entry.peer is not None else -1
+            peer = entry.peer
+            if peer is None:  # a recv from any source with no message yet: the next send takes it
+                self._any[(rank, tag)].append(entry)
+                return
             key = (rank, peer, tag) if entry.op == "send" else (peer, rank, tag)
             mine, theirs = (self._sends, self._recvs) if entry.op == "send" else (self._recvs, self._sends)
+            if not theirs[key] and entry.op == "send" and self._any[(peer, tag)]:
+                theirs[key].append(self._any[(peer, tag)].popleft())
             if theirs[key]:
                 other = theirs[key].popleft()
                 start = max(other.t_issue, entry.t_issue)

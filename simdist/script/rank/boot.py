@@ -2,8 +2,8 @@
 
 Every process of a script run, whether the launcher started it or the script did:
 
-* dies with its parent (PR_SET_PDEATHSIG, re-armed in forked children), and exits at once
-  if its parent is already gone, so killing `simdist` leaves no process behind;
+* dies with its parent (`simdist.procs.die_with_parent`, re-armed in forked children), and
+  exits at once if its parent is already gone, so killing `simdist` leaves no process behind;
 * reports its printed lines and how it ends (`output`, `exits`);
 * counts `time.sleep` as busy (a sleeping rank is not blocked in a collective);
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
@@ -14,31 +14,18 @@ Every process of a script run, whether the launcher started it or the script did
 
 from __future__ import annotations
 
-import ctypes
 import importlib.abc
 import importlib.util
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from simdist import procs
 from simdist.script import env
 from simdist.script.rank import client, exits, output
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(expected_parent: int | None) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if expected_parent is not None and os.getppid() != expected_parent:
-        client.coordinator_gone()  # the parent died before the signal was armed
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -73,10 +60,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(_torch: Any) -> None:
-    from simdist.script.rank import devices, patches
+    from simdist.script.rank import batches, devices, patches
 
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
+    batches.install()
 
 
 def _patch_sleep() -> None:
@@ -96,24 +84,17 @@ def _patch_sleep() -> None:
     time.sleep = sleep
 
 
-_forking_parent: list[int] = []
-
-
-def _before_fork() -> None:
-    _forking_parent[:] = [os.getpid()]
-
-
 def _after_fork_child() -> None:
     client.forget_after_fork()
     output.forget_after_fork()
-    _die_with_parent(_forking_parent[0] if _forking_parent else None)
+    procs.die_with_parent()  # the environment still names the parent (set in `install`)
+    os.environ[procs.LAUNCHER_PID_ENV] = str(os.getpid())
 
 
 def install() -> None:
-    parent = os.environ.get(env.PARENT)
-    _die_with_parent(int(parent) if parent else None)
-    os.environ[env.PARENT] = str(os.getpid())
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
+    procs.die_with_parent()  # checks that the parent named in the environment is still ours
+    os.environ[procs.LAUNCHER_PID_ENV] = str(os.getpid())  # what this process's children check
+    os.register_at_fork(after_in_child=_after_fork_child)
     output.install()
     exits.install()
     _patch_sleep()

@@ -32,7 +32,7 @@ _hard_exit = os._exit  # the real one: `exits` wraps os._exit to report the exit
 
 
 class Completable(Protocol):
-    def complete(self, data: bytearray | None, error: str | None) -> None: ...
+    def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None: ...
 
 
 class Client:
@@ -40,6 +40,7 @@ class Client:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.rank: int | None = None
+        self.semantics = "gloo"  # the backend the simulator models for this run (told at init)
         self._send_lock = threading.Lock()
         self._state = threading.Lock()
         self._ids = itertools.count(1)
@@ -99,7 +100,10 @@ class Client:
                     work = self._works.pop(header["id"], None)
                     self._futures.discard(header["id"])
                 if work is not None:
-                    work.complete(buffers[0] if buffers else None, header.get("error"))
+                    try:
+                        work.complete(buffers[0] if buffers else None, header.get("error"), header.get("src"))
+                    except Exception as e:  # noqa: BLE001 - the reader must live on, the op must end
+                        work.complete(None, f"simdist: could not deliver the result of this operation: {e}")
             elif kind == "reply":
                 with self._state:
                     ev, box = self._replies.pop(header["req"])

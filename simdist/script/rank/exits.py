@@ -44,8 +44,16 @@ def registered(caller: FrameType | None) -> None:
     _entry[:] = [functions[-1] if functions else frames[-1]] if frames else []
 
 
+# A failed op's future fails through `Future.then` (see `pg.SimWork.get_future`), which
+# wraps the message; the report keeps the op's own message, as the backend gave it.
+_CALLBACK_PREFIX = "Got the following error when running the callback: "
+
+
 def _error(exc: BaseException) -> dict[str, str]:
-    return {"type": type(exc).__name__, "message": str(exc)}
+    message = str(exc)
+    if message.startswith(_CALLBACK_PREFIX):
+        message = message[len(_CALLBACK_PREFIX):].split("\n\nAt:\n")[0].removeprefix("RuntimeError: ")
+    return {"type": type(exc).__name__, "message": message}
 
 
 def record(how: str, code: Any = None, exc: BaseException | None = None, where: list | None = None) -> None:

@@ -26,10 +26,32 @@ def _groups() -> dict[str, list[int]]:
     return out
 
 
+_before_destroy: dict[str, Any] = {}  # the last dump taken before a group was destroyed
+
+
+def install() -> None:
+    """Scripts often end with `destroy_process_group()`, after which torch no longer knows
+    the groups' names and members: dump FR just before any group is destroyed, and merge."""
+    import functools
+
+    import torch.distributed.distributed_c10d as c10d
+
+    orig = c10d.destroy_process_group
+
+    @functools.wraps(orig)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        if dist.is_initialized():
+            _before_destroy.update(dump())
+        return orig(*args, **kwargs)
+
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
+
+
 def dump() -> dict[str, Any]:
     """This rank's collectives as FR recorded them (p2p excluded: Gloo's FR has none)."""
     if not dist.is_initialized():
-        return {}
+        return dict(_before_destroy)
     d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
     entries = []
     for e in d.get("entries", []):
@@ -40,6 +62,7 @@ def dump() -> dict[str, Any]:
                    stack.is_user_file(f.get("filename", ""))] for f in e.get("frames") or []]
         entries.append({"seq": int(e["collective_seq_id"]), "pg": env.group_name(str(pg[0]), pg[1] == "default_pg"),
                         "op": e["profiling_name"], "sizes": e.get("input_sizes") or [],
+                        "out_sizes": e.get("output_sizes") or [], "out_dtypes": e.get("output_dtypes") or [],
                         "dtypes": e.get("input_dtypes") or [], "frames": frames, "retired": bool(e.get("retired")),
                         "t": int(e.get("time_created_ns") or 0)})
-    return {"entries": entries, "groups": _groups()}
+    return {"entries": entries, "groups": {**_before_destroy.get("groups", {}), **_groups()}}

@@ -4,7 +4,8 @@ Whatever backend the script names (`nccl`, `gloo`, `"cpu:gloo,cuda:nccl"`, None)
 run on `simdist`; no TCP rendezvous happens (MASTER_ADDR/PORT and `init_method` only
 supply the rank and world size, as `env://` and `tcp://...?rank=` URLs do), and the rank
 registers with the coordinator before torch builds the default group. Every later group
-(`new_group`, whatever backend it names) is made by the same creator.
+(`new_group`, whatever backend it names) is made by the same creator. In the "gloo" mode the
+groups are real Gloo ones and the ranks meet at the launcher's loopback store.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def _patch_init(backend: str) -> None:
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
+        c.semantics = reply.get("backend") or c.semantics
         exits.registered(sys._getframe(1))
         output.registered()
         for name in ("device_id", "pg_options"):
@@ -66,12 +68,23 @@ def _patch_init(backend: str) -> None:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
                 a["store"] = dist.HashStore()
-        else:  # real ranks: torch's own rendezvous (MASTER_ADDR/PORT or init_method)
-            a.update(backend=backend, rank=rank, world_size=world_size)
+        else:  # real ranks meet at the launcher's loopback store, whatever address the script names
+            a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
+            if a.get("store") is None:
+                a["store"] = _launcher_store(world_size, a.get("timeout"))
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
+
+
+def _launcher_store(world_size: int, timeout: Any) -> dist.Store:
+    """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`)."""
+    import datetime
+
+    host, port = os.environ[env.STORE].rsplit(":", 1)
+    return dist.TCPStore(host, int(port), world_size, is_master=False,
+                         timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
 
 
 def _patch_group_helper(backend: str) -> None:
@@ -90,34 +103,18 @@ def _patch_group_helper(backend: str) -> None:
     c10d._new_process_group_helper = helper
 
 
-def _patch_backward() -> None:
-    """A gradient all-reduce that failed (its peer exited) fails the backward that waited on
-    it, as on a real backend (see `pg._settle`)."""
-    import torch.autograd
-    import torch.autograd.graph
-
-    orig = torch.autograd.graph._engine_run_backward
-
-    @functools.wraps(orig)
-    def run_backward(*args: Any, **kwargs: Any) -> Any:
-        out = orig(*args, **kwargs)
-        pg.raise_failed()
-        return out
-
-    torch.autograd.graph._engine_run_backward = run_backward
-    torch.autograd._engine_run_backward = run_backward  # type: ignore[attr-defined]
-
-
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     if mode == env.GLOO:
-        from simdist.script.rank import flight
+        from simdist.script.rank import flight, pylog
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
+        flight.install()
+        pylog.install()
         exits.add_to_exit(lambda: {"fr": flight.dump()})
+        exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)
     _patch_group_helper(pg.BACKEND_NAME)
-    _patch_backward()

@@ -15,17 +15,16 @@ when the coordinator answers, after copying the result bytes into the output ten
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.futures import Future
 
 from simdist.script import env
 from simdist.script.rank import client, stack
+from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES
 
 BACKEND_NAME = "simdist"
@@ -37,127 +36,6 @@ class UnsupportedOperation(RuntimeError):
 
     def __init__(self, what: str):
         super().__init__(f"simdist: {what} is not supported by the simulated backend")
-
-
-class SimWork(dist._Work):
-    """torch's `Work` for a simulated op: `wait()` is a visible wait (the coordinator knows
-    this rank now blocks on it); `get_future()` is what DDP's reducer waits on in C++."""
-
-    def __init__(self, outputs: Sequence[torch.Tensor], result: Any):
-        super().__init__()
-        self.id = 0
-        self._outputs = list(outputs)
-        self._result = result
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._error: str | None = None
-        self._future: Future | None = None
-        self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
-
-    def complete(self, data: bytearray | None, error: str | None) -> None:
-        """Called on the reader thread when the coordinator answers."""
-        if error is None and data is not None:
-            _fill(self._outputs, data)
-        with self._lock:
-            self._error = error
-            self._done.set()
-            fut = self._future
-        if fut is not None:
-            _settle(fut, self._result, error)
-
-    def wait(self, timeout: Any = None) -> bool:
-        c = client.CLIENT
-        if c is None:
-            self._done.wait()
-        else:
-            on_main = threading.current_thread() is threading.main_thread()
-            if on_main:
-                c.main_waits += 1
-            try:
-                if self.announced:
-                    self.announced = False
-                elif self._done.is_set():
-                    # still told: the rank's simulated clock waits for the op whether or not
-                    # its result happened to arrive first (reports must not depend on that race)
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
-                else:
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
-                self._done.wait()
-            finally:
-                if on_main:
-                    c.main_waits -= 1
-        if self._error is not None:
-            raise RuntimeError(self._error)
-        return True
-
-    def get_future(self) -> Future:
-        with self._lock:
-            if self._future is not None:
-                return self._future
-            self._future = fut = Future()
-            done = self._done.is_set()
-        c = client.CLIENT
-        if c is not None:
-            c.send({"t": "fut", "id": self.id})  # a future is waited on (by C++ or Python)
-        if done:
-            _settle(fut, self._result, self._error)
-        elif c is not None:
-            c.future_requested(self.id)
-        return fut
-
-    def is_completed(self) -> bool:
-        return self._done.is_set()
-
-    def is_success(self) -> bool:
-        return self._done.is_set() and self._error is None
-
-    def exception(self) -> Any:
-        return RuntimeError(self._error) if self._error is not None else None
-
-    def result(self) -> Any:
-        return self._result
-
-
-# Errors of futures that C++ may be waiting on (DDP's reducer), raised by `raise_failed`.
-FAILED_FUTURES: list[str] = []
-
-
-def _settle(fut: Future, result: Any, error: str | None) -> None:
-    """Complete a future. C++ consumers cannot see an error set from Python (torch's
-    `set_exception` stores the exception as the value, which DDP's reducer would read as
-    its bucket), so a failed future holds its result tensors for C++ and raises for Python
-    readers; the error reaches C++ waiters when their backward returns (`raise_failed`)."""
-    if error is not None:
-        FAILED_FUTURES.append(error)
-
-        def raise_error(_value: Any) -> None:
-            if error in FAILED_FUTURES:
-                FAILED_FUTURES.remove(error)
-            raise RuntimeError(error)
-
-        fut._set_unwrap_func(raise_error)
-    fut.set_result(result)
-
-
-def raise_failed() -> None:
-    """Raise the first error of a failed future that no Python code has seen yet."""
-    if FAILED_FUTURES:
-        error = FAILED_FUTURES[0]
-        FAILED_FUTURES.clear()
-        raise RuntimeError(error)
-
-
-def _fill(outputs: list[torch.Tensor], data: bytearray) -> None:
-    """Copy the result bytes, in order, into the output tensors. Written through `.data`,
-    like a backend writing memory: the tensors' autograd version counters stay as they are."""
-    off = 0
-    with torch.no_grad():
-        for t in outputs:
-            n = t.numel()
-            if n:
-                src = torch.frombuffer(data, dtype=t.dtype, count=n, offset=off)
-                t.data.copy_(src.view(t.shape))
-            off += n * t.element_size()
 
 
 def _as_bytes(tensors: Sequence[torch.Tensor]) -> Any:
@@ -174,7 +52,8 @@ def dtype_name(t: torch.Tensor) -> str:
     return name
 
 
-def _reduce_name(op: Any) -> str:
+def reduce_name(op: Any) -> str:
+    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...)."""
     for name, value in dist.ReduceOp.RedOpType.__members__.items():
         if op == value:
             if name == "PREMUL_SUM":
@@ -185,6 +64,18 @@ def _reduce_name(op: Any) -> str:
 
 def _numel(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() for t in tensors)
+
+
+def _element_splits(t: torch.Tensor, rows: list[int], size: int) -> list[int]:
+    """all_to_all_single's split sizes (rows of dim 0; none: equal parts) as element counts."""
+    if not rows:
+        return [t.numel() // size] * size
+    per_row = t.numel() // t.shape[0] if t.dim() and t.shape[0] else 1
+    return [int(n) * per_row for n in rows]
+
+
+def _shape(dims: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ")"
 
 
 def _async(opts: Any) -> bool:
@@ -205,18 +96,31 @@ class SimProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------------------ issuing
     def _issue(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], result: Any, *,
                numel: int, dtype: str, send: bool = True, reduce_op: str | None = None, root: int | None = None,
-               peer: int | None = None, tag: int = 0, async_op: bool = True) -> SimWork:
+               peer: int | None = None, tag: int = 0, async_op: bool = True, announce: bool | None = None,
+               splits: tuple[list[int], list[int]] | None = None, after: Any = None,
+               frames: list | None = None) -> SimWork:
+        """Send one operation to the coordinator. `announce`: the op message says the caller
+        waits on it at once (default: a synchronous call); `splits`: all_to_all's element
+        counts (to each rank, from each rank); `after`: run once the outputs hold the result."""
         c = client.CLIENT
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
-        work = SimWork(outputs, result)
+        work = SimWork(outputs, result, after)
         work.id = c.new_op(work)
-        work.announced = not async_op
+        work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
-                  "root": root, "peer": peer, "tag": tag, "async": async_op, "want": bool(outputs), "cpu": time.thread_time(),
-                  "frames": stack.caller_stack(2)}
+                  "root": root, "peer": peer, "tag": tag, "async": async_op, "wait": work.announced,
+                  "want": bool(outputs), "cpu": time.thread_time(), "frames": frames or stack.caller_stack(2)}
+        if splits is not None:
+            header["splits"] = splits
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
         return work
+
+    @staticmethod
+    def _gloo() -> bool:
+        """Whether the run models Gloo, which runs some ops as others (reduce_scatter)."""
+        c = client.CLIENT
+        return c is None or c.semantics == "gloo"
 
     def _root(self, opts: Any) -> int:
         return self.global_ranks[opts.rootRank]
@@ -225,7 +129,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.AllreduceOptions()
         return self._issue("all_reduce", tensors, tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
-                           reduce_op=_reduce_name(opts.reduceOp), async_op=_async(opts))
+                           reduce_op=reduce_name(opts.reduceOp), async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         return self.allreduce(tensors, opts)
@@ -238,9 +142,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.ReduceOptions()
-        is_root = opts.rootRank == self.rank()
-        return self._issue("reduce", tensors, tensors if is_root else [], tensors, numel=_numel(tensors),
-                           dtype=dtype_name(tensors[0]), reduce_op=_reduce_name(opts.reduceOp), root=self._root(opts),
+        # every rank's tensor changes: Gloo reduces in place, non-roots keep partial sums
+        return self._issue("reduce", tensors, tensors, tensors, numel=_numel(tensors),
+                           dtype=dtype_name(tensors[0]), reduce_op=reduce_name(opts.reduceOp), root=self._root(opts),
                            async_op=_async(opts))
 
     # ------------------------------------------------------------------ gathers and scatters
@@ -274,18 +178,40 @@ class SimProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
-                       opts: Any = None) -> SimWork:
+                       opts: Any = None) -> SimWork | SimWorks:
         opts = opts or dist.ReduceScatterOptions()
-        ins = input_lists[0]
-        if len(outputs) != 1 or any(t.numel() != outputs[0].numel() for t in ins):
-            raise UnsupportedOperation("reduce_scatter with uneven or several outputs")
+        ins, red = input_lists[0], reduce_name(opts.reduceOp)
+        if len(outputs) != 1:
+            raise UnsupportedOperation("reduce_scatter with several outputs")
+        if self._gloo():
+            # ProcessGroupGloo (torch 2.13) runs it as one all_reduce per input, in rank
+            # order (the Flight Recorder shows them); each rank keeps the one of its own index
+            frames = stack.caller_stack(1)
+            parts = [self._issue("all_reduce", [t], outputs if k == self.rank() else [], outputs, numel=t.numel(),
+                                 dtype=dtype_name(t), reduce_op=red, async_op=_async(opts), announce=False,
+                                 frames=frames)
+                     for k, t in enumerate(ins)]
+            return SimWorks(parts, outputs)
+        if any(t.numel() != outputs[0].numel() for t in ins):
+            raise UnsupportedOperation("reduce_scatter with uneven inputs")
         return self._issue("reduce_scatter", ins, outputs, outputs, numel=_numel(ins), dtype=dtype_name(outputs[0]),
-                           reduce_op=_reduce_name(opts.reduceOp), async_op=_async(opts))
+                           reduce_op=red, async_op=_async(opts))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         opts = opts or dist.ReduceScatterOptions()
+        red = reduce_name(opts.reduceOp)
+        if self._gloo():
+            # ProcessGroupGloo (torch 2.13): one all_reduce of the whole input, then each rank
+            # copies out its chunk (the input itself is left as it was)
+            stage, n, r = torch.empty_like(input), output.numel(), self.rank()
+
+            def keep_own_chunk() -> None:
+                output.data.copy_(stage.reshape(-1).narrow(0, r * n, n).view(output.shape))
+
+            return self._issue("all_reduce", [input], [stage], [output], numel=input.numel(), dtype=dtype_name(input),
+                               reduce_op=red, async_op=_async(opts), after=keep_own_chunk)
         return self._issue("reduce_scatter", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
-                           reduce_op=_reduce_name(opts.reduceOp), async_op=_async(opts))
+                           reduce_op=red, async_op=_async(opts))
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -309,17 +235,21 @@ class SimProcessGroup(dist.ProcessGroup):
                            dtype=dtype_name(outputs[0]), send=is_root, root=self._root(opts), async_op=_async(opts))
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
-        if len({t.numel() for t in inputs} | {t.numel() for t in outputs}) > 1:
-            raise UnsupportedOperation("all_to_all with tensors of different sizes")
+        if self._gloo():  # Gloo's list all_to_all takes equal tensors only (checked before anything is sent)
+            want = tuple(inputs[0].shape)
+            for k, t in [*enumerate(inputs), *enumerate(outputs)]:
+                if tuple(t.shape) != want:
+                    raise RuntimeError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {k} "
+                                       f"(expected {_shape(want)}, got {_shape(tuple(t.shape))})")
+        splits = ([t.numel() for t in inputs], [t.numel() for t in outputs])
         return self._issue("all_to_all", inputs, outputs, outputs, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
-                           async_op=_async(opts))
+                           async_op=_async(opts), splits=splits)
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
                           input_splits: list[int], opts: Any = None) -> SimWork:
-        if len(set(output_splits)) > 1 or len(set(input_splits)) > 1:
-            raise UnsupportedOperation("all_to_all_single with uneven split sizes")
+        splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()))
         return self._issue("all_to_all", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
-                           async_op=_async(opts))
+                           async_op=_async(opts), splits=splits)
 
     alltoall_base = all_to_all_single
 
@@ -336,7 +266,10 @@ class SimProcessGroup(dist.ProcessGroup):
                            send=False, peer=self.global_ranks[src], tag=tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
-        raise UnsupportedOperation("recv from any source (dist.recv without src)")
+        work = self._issue("recv", [], tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
+                           send=False, peer=None, tag=tag)
+        work.group_ranks = self.global_ranks
+        return work
 
 
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:

@@ -1,0 +1,71 @@
+"""Early stopping done right: the stop decision is all-reduced, so every rank stops together.
+
+The same training as early_stop_break.py, but each epoch every rank contributes its own
+stop flag to an all_reduce with MAX: as soon as one rank wants to stop, all of them
+leave the loop after the same epoch, and no collective is left without partners.
+
+    torchrun --nproc-per-node 3 examples/early_stop_flag.py
+    simdist run examples/early_stop_flag.py --nproc-per-node 3
+"""
+
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--patience", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.3)
+    return p.parse_args()
+
+
+def shard(rank, n, seed):
+    g = torch.Generator().manual_seed(seed + rank)
+    x = torch.randn(n, 6, generator=g)
+    y = x @ torch.tensor([[0.5], [-1.0], [0.25], [0.0], [2.0], [-0.5]]) + 0.3 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def main():
+    args = parse_args()
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(6, 1).to(device))
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    train_x, train_y = shard(rank, 32, seed=10)
+    val_x, val_y = shard(rank, 8, seed=20 * (rank + 1))
+
+    best, bad = float("inf"), 0
+    for epoch in range(args.epochs):
+        model.train()
+        for xb, yb in zip(train_x.split(8), train_y.split(8)):
+            opt.zero_grad()
+            F.mse_loss(model(xb.to(device)), yb.to(device)).backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            val = F.mse_loss(model(val_x.to(device)), val_y.to(device)).item()
+        print(f"rank {rank} epoch {epoch}: val loss {val:.5f}")
+        if val < best - 1e-3:
+            best, bad = val, 0
+        else:
+            bad += 1
+        stop = torch.tensor([1.0 if bad >= args.patience else 0.0], device=device)
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item() > 0:
+            print(f"rank {rank}: early stop at epoch {epoch}")
+            break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

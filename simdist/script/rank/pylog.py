@@ -1,0 +1,93 @@
+"""What a rank's Flight Recorder leaves out on real Gloo: p2p operations, and the reduce op
+and root of the collectives that Python code calls.
+
+In the "gloo" mode every `send`/`recv` (and a recv from any source) that Python code asks
+of a process group -- `dist.send`, `isend`, `batch_isend_irecv`, ... all end in the
+group's methods -- is noted with its peer, size, group and call site, numbered per group
+as the simulator numbers p2p operations; and each all_reduce, reduce, broadcast, gather
+and scatter called from Python notes its reduce op and root under the group's sequence
+number, which is the Flight Recorder's. Collectives that C++ issues (DDP's buckets) pass
+no Python code and keep neither. Sent with the rank's exit beside the Flight Recorder
+(`rank.flight`), so both sides of a comparison show the same operations.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch.distributed as dist
+
+from simdist.script import env
+from simdist.script.rank import stack
+from simdist.script.rank.pg import reduce_name
+
+_ops: list[dict[str, Any]] = []
+_seq: dict[str, int] = {}
+_args: list[list[Any]] = []  # [group, seq, reduce op, root] of collectives called from Python
+
+
+def _group_name(pg: Any) -> str:
+    world = dist.distributed_c10d._world
+    return env.group_name(str(world.pg_names.get(pg, "")), pg is world.default_pg)
+
+
+def _wrap(method: str, op: str) -> None:
+    orig = getattr(dist.ProcessGroup, method)
+
+    def call(self: Any, tensors: list, *args: Any) -> Any:
+        frames = stack.caller_stack(1)
+        work = orig(self, tensors, *args)
+        name = _group_name(self)
+        _seq[name] = _seq.get(name, 0) + 1
+        ranks = dist.get_process_group_ranks(self)  # kept: the group may be destroyed before the dump
+        peer = ranks[args[0]] if method != "recv_anysource" else None
+        _ops.append({"seq": _seq[name], "op": op, "pg": name, "peer": peer, "ranks": ranks,
+                     "n": sum(t.numel() for t in tensors), "dt": str(tensors[0].dtype).removeprefix("torch."),
+                     "frames": frames, "t": time.time_ns(), "work": work})
+        return work
+
+    setattr(dist.ProcessGroup, method, call)
+
+
+def _wrap_collective(method: str) -> None:
+    orig = getattr(dist.ProcessGroup, method)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        work = orig(self, *args, **kwargs)
+        opts = next((a for a in args if hasattr(a, "rootRank") or hasattr(a, "reduceOp")), None)
+        if opts is not None:
+            root = getattr(opts, "rootRank", None)
+            red = getattr(opts, "reduceOp", None)
+            _args.append([_group_name(self), int(self._get_sequence_number_for_group()),
+                          reduce_name(red) if red is not None else None,
+                          dist.get_process_group_ranks(self)[root] if root is not None else None])
+        return work
+
+    setattr(dist.ProcessGroup, method, call)
+
+
+def install() -> None:
+    _wrap("send", "send")
+    _wrap("recv", "recv")
+    _wrap("recv_anysource", "recv")
+    for method in ("allreduce", "reduce", "broadcast", "gather", "scatter"):
+        _wrap_collective(method)
+
+
+def collective_args() -> list[list[Any]]:
+    """[group, seq, reduce op, root] of each collective called from Python."""
+    return list(_args)
+
+
+def dump() -> list[dict[str, Any]]:
+    """The rank's p2p operations so far, JSON-ready (a recv from any source names its
+    sender once it completed)."""
+    out = []
+    for o in _ops:
+        work, peer = o["work"], o["peer"]
+        done = bool(work.is_completed())
+        if peer is None and done:
+            peer = o["ranks"][work._source_rank()]
+        out.append({k: v for k, v in o.items() if k not in ("work", "ranks")} | {"peer": peer, "done": done})
+    return out

@@ -1,0 +1,182 @@
+"""torch `Work` objects for simulated operations: completion, visible waits, futures.
+
+A `SimWork` is one engine operation; it completes on the client's reader thread when the
+coordinator answers, after copying the result bytes into the output tensors. `SimWorks`
+is one torch call that the backend runs as several operations (Gloo's list
+reduce_scatter is one all_reduce per input chunk).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future, collect_all
+
+from simdist.script.rank import client, stack
+
+
+class SimWork(dist._Work):
+    """torch's `Work` for a simulated op: `wait()` is a visible wait (the coordinator knows
+    this rank now blocks on it); `get_future()` is what DDP's reducer waits on in C++."""
+
+    def __init__(self, outputs: Sequence[torch.Tensor], result: Any, after: Callable[[], None] | None = None):
+        super().__init__()
+        self.id = 0
+        self._outputs = list(outputs)
+        self._after = after  # run once the outputs hold the result (copy a staged result out)
+        self.source: int | None = None
+        self.group_ranks: list[int] = []  # a receive's group (global ranks), for `_source_rank`
+        self._result = result
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._error: str | None = None
+        self._future: Future | None = None  # what callers get: `_base.then(self._deliver)`
+        self._base: Future | None = None
+        self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
+
+    def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
+        """Called on the reader thread when the coordinator answers (`source`: a receive's
+        sender, as a global rank)."""
+        self.source = source
+        if error is None and data is not None:
+            _fill(self._outputs, data)
+            if self._after is not None:
+                self._after()
+        with self._lock:
+            self._error = error
+            self._done.set()
+            base = self._base
+        if base is not None:
+            base.set_result(None)
+
+    def wait(self, timeout: Any = None) -> bool:
+        c = client.CLIENT
+        if c is None:
+            self._done.wait()
+        else:
+            on_main = threading.current_thread() is threading.main_thread()
+            if on_main:
+                c.main_waits += 1
+            try:
+                if self.announced:
+                    self.announced = False
+                elif self._done.is_set():
+                    # still told: the rank's simulated clock waits for the op whether or not
+                    # its result happened to arrive first (reports must not depend on that race)
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
+                else:
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
+                self._done.wait()
+            finally:
+                if on_main:
+                    c.main_waits -= 1
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        return True
+
+    def get_future(self) -> Future:
+        """The op's future, completed (with its result tensors, or with an error that C++
+        waiters see too) when the coordinator answers."""
+        with self._lock:
+            if self._future is not None:
+                return self._future
+            self._base = base = Future()
+            self._future = fut = base.then(self._deliver)
+            done = self._done.is_set()
+        c = client.CLIENT
+        if c is not None:
+            c.send({"t": "fut", "id": self.id})  # a future is waited on (by C++ or Python)
+        if done:
+            base.set_result(None)
+        elif c is not None:
+            c.future_requested(self.id)
+        return fut
+
+    def _deliver(self, _base: Future) -> Any:
+        """The future's value; raising here is how a Python-made future fails for C++ too:
+        `then` marks its child future with a real error (`Future.set_exception` from Python
+        would only store the exception as the value, which DDP's reducer reads as a bucket)."""
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        return self._result
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def _source_rank(self) -> int:
+        """The group rank a receive got its message from (what `dist.recv` without `src` returns)."""
+        if self.source is None:
+            raise RuntimeError("simdist: the source rank is known once a receive completes")
+        return self.group_ranks.index(self.source) if self.group_ranks else self.source
+
+    source_rank = _source_rank
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self) -> Any:
+        return RuntimeError(self._error) if self._error is not None else None
+
+    def result(self) -> Any:
+        return self._result
+
+
+def _fill(outputs: list[torch.Tensor], data: bytearray) -> None:
+    """Copy the result bytes, in order, into the output tensors. Written through `.data`,
+    like a backend writing memory: the tensors' autograd version counters stay as they are.
+    Fewer bytes than the outputs hold (a receive longer than the message that came) fill
+    the front and leave the rest as it was, as Gloo writes only the bytes it got."""
+    off = 0
+    with torch.no_grad():
+        for t in outputs:
+            n = min(t.numel(), max(0, (len(data) - off) // t.element_size()))
+            if n:
+                src = torch.frombuffer(data, dtype=t.dtype, count=n, offset=off)
+                if n == t.numel():
+                    t.data.copy_(src.view(t.shape))
+                else:
+                    t.data.view(-1)[:n].copy_(src)
+            off += t.numel() * t.element_size()
+
+
+class SimWorks(dist._Work):
+    """One torch call run as several simulated operations, in order: waits for each in
+    turn (each wait visible to the coordinator), and its future fails if any part fails."""
+
+    def __init__(self, parts: list[SimWork], result: Any):
+        super().__init__()
+        self.parts = parts
+        self._result = result
+        self._future: Future | None = None
+
+    def wait(self, timeout: Any = None) -> bool:
+        for w in self.parts:
+            w.wait(timeout)
+        return True
+
+    def get_future(self) -> Future:
+        if self._future is None:
+            self._future = collect_all([w.get_future() for w in self.parts]).then(self._deliver)
+        return self._future
+
+    def _deliver(self, done: Future) -> Any:
+        for f in done.value():
+            f.value()  # raises the first part's error
+        return self._result
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.parts)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self.parts)
+
+    def exception(self) -> Any:
+        return next((e for w in self.parts if (e := w.exception()) is not None), None)
+
+    def result(self) -> Any:
+        return self._result

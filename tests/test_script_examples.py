@@ -1,0 +1,127 @@
+"""The realistic example scripts (examples/examples.toml) on simulated ranks and on real
+Gloo: each runs once in each mode, and the two must agree rank by rank -- outcome and
+error category, the script's printed lines (values included), the line of the user's code
+where it ended, and the collective sequence -- and match what the manifest says.
+
+Real Gloo's side of the sequence is its Flight Recorder plus what the rank layer notes of
+Python calls (`simdist.script.rank.pylog`: p2p operations, reduce ops and roots of
+collectives called from Python); reduce ops and roots are compared where the real side
+has them, and nothing survives a rank killed by a signal (it is all read when the process
+exits), so its operations are not compared; a real rank killed by SIGABRT counts as
+aborted (`simdist.script.build`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tomllib
+
+from simdist.report import Report
+from simdist.script import run_script
+from simdist.script.launch import new_run_id, tagged_processes
+from simdist.vocab import ERROR_CATEGORIES, P2P_OPS, STATUSES
+from tests.conftest import EXAMPLES, ROOT
+
+MANIFEST = tomllib.loads((EXAMPLES / "examples.toml").read_text())["example"]
+
+
+def _id(entry: dict) -> str:
+    return entry["script"].removesuffix(".py") + "".join(a.replace("--", "-") for a in entry.get("args", []))
+
+
+def _rank_verdict(rank) -> str:
+    return rank.status if rank.error is None or rank.status == "completed" else f"{rank.status}:{rank.error.category}"
+
+
+def _verdict(report: Report) -> list[str]:
+    return [_rank_verdict(r) for r in report.ranks]
+
+
+def _keys(trace) -> list[tuple]:
+    return [(e.seq, e.op, e.numel, e.dtype if e.numel else "-", e.group, e.origin,
+             e.peer if e.op in P2P_OPS else None) for e in trace]
+
+
+def _where(rank) -> tuple | None:
+    return (rank.location.file, rank.location.line) if rank.location is not None else None
+
+
+def differences(sim: Report, real: Report) -> list[str]:
+    """Where a simulated run and a real Gloo run of the same script disagree (empty: none)."""
+    out = []
+    if len(sim.ranks) != len(real.ranks):
+        return [f"{len(sim.ranks)} simulated ranks, {len(real.ranks)} real"]
+    for s, r in zip(sim.ranks, real.ranks, strict=True):
+        if _rank_verdict(s) != _rank_verdict(r):
+            out.append(f"rank {s.rank}: {s.status} {s.error} vs real {r.status} {r.error}")
+        if s.output != r.output:
+            out.append(f"rank {s.rank} printed {s.output} vs real {r.output}")
+        if r.status != "aborted":  # a rank killed by a signal tells no line and keeps no Flight Recorder
+            if _where(s) != _where(r):
+                out.append(f"rank {s.rank} ended at {_where(s)} vs real {_where(r)}")
+            if _keys(s.trace) != _keys(r.trace):
+                out.append(f"rank {s.rank} operations {_keys(s.trace)} vs real {_keys(r.trace)}")
+                continue
+            out += [f"rank {s.rank} #{a.seq} {a.op}: {field} {getattr(a, field)} vs real {getattr(b, field)}"
+                    for a, b in zip(s.trace, r.trace, strict=True) for field in ("reduce_op", "root")
+                    if getattr(b, field) is not None and getattr(a, field) != getattr(b, field)]
+    return out
+
+
+def _run(entry: dict, mode: str) -> Report:
+    run_id = new_run_id()
+    report = run_script(EXAMPLES / entry["script"], entry.get("args", []), nproc_per_node=entry.get("nproc"),
+                        backend="gloo", mode=mode, timeout_s=300, run_id=run_id, stdout=-3, measure_compute=False)
+    assert tagged_processes(run_id) == []
+    return report
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("entry", MANIFEST, ids=[_id(e) for e in MANIFEST])
+def test_example_agrees_with_real_gloo(entry):
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert (sim.source, real.source) == ("sim", "real")
+    assert _verdict(sim) == entry["ranks"]
+    assert differences(sim, real) == []
+    assert any(r.output for r in sim.ranks)  # every example prints something to compare
+
+
+def test_manifest_is_well_formed_and_covers_every_example():
+    seen = set()
+    for entry in MANIFEST:
+        assert set(entry) <= {"script", "nproc", "args", "ranks", "shows"}, entry
+        assert (EXAMPLES / entry["script"]).is_file(), entry["script"]
+        assert entry["shows"] and entry["ranks"]
+        for v in entry["ranks"]:
+            status, _, category = v.partition(":")
+            assert status in STATUSES, v
+            assert (status == "completed") == (not category) and (not category or category in ERROR_CATEGORIES), v
+        seen.add(entry["script"])
+    # every example script is in the manifest, except the tutorials' (test_script_real) and the fuzzer's
+    scripts = {p.name for p in EXAMPLES.glob("*.py") if not re.match(r"(join|dist)_tutorial_|fuzz_", p.name)}
+    assert scripts == seen
+    assert len(MANIFEST) >= 12
+
+
+def test_docs_list_every_example_with_its_verdict():
+    doc = (ROOT / "docs" / "script-backend.md").read_text()
+    for entry in MANIFEST:
+        name = "examples/" + entry["script"] + "".join(" " + a for a in entry.get("args", []))
+        assert f"`{name}`" in doc, name
+        assert entry["shows"] in doc, entry["shows"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [3, 4])
+def test_every_collective_agrees_with_real_gloo_bit_for_bit(nproc):
+    """tests/scripts/collectives_zoo.py prints a digest of the exact bytes of every result
+    (all reduce ops on float32/64/16 and bfloat16, reduce, both reduce_scatter forms, gathers,
+    scatter, all_to_all with uneven splits, p2p, objects) and Gloo's own error for a list
+    all_to_all of unequal tensors."""
+    entry = {"script": "../tests/scripts/collectives_zoo.py", "nproc": nproc}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == ["completed"] * nproc
+    assert differences(sim, real) == []
+    assert any("all_to_all uneven: ProcessGroupGloo::alltoall: invalid tensor size" in line
+               for line in sim.ranks[0].output)
