@@ -299,11 +299,19 @@ def _one(e: Any) -> tuple[str, str]:
     msg = _TABLE.sub("a table", msg)
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif e["type"].endswith("_type") and "input" in e and not isinstance(e["input"], (dict, list)):
+        msg += f", got {_brief(e['input'])}"  # strict types: say what was given ("2" is not 2)
     if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a step's `kind`
         parts.append("kind")
         given = e["input"].get("kind") if isinstance(e.get("input"), dict) else None
         msg = (f"unknown step kind {given!r}" if given is not None else "missing") + f" (one of {', '.join(STEP_KINDS)})"
     return _path(parts), msg
+
+
+def _brief(value: object) -> str:
+    """A user's value, short: what a type error quotes."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 _TABLE = re.compile(r"a valid dictionary(?: or (?:instance of \w+|object to extract fields from))?")
