@@ -92,8 +92,11 @@ def listening_sockets(pids) -> set[tuple[str, int]]:
 
 
 def descendants(pid: int) -> list[int]:
-    """Live processes below `pid` (children, their children, ...)."""
+    """Live processes below `pid` (children, their children, ...), leaving out this test
+    process's own multiprocessing resource tracker: a Dask test starts it once and Python
+    keeps it until the test process exits, by design; it is no run's leftover."""
     import os
+    from multiprocessing import resource_tracker
 
     parent = {}
     for d in os.listdir("/proc"):
@@ -104,6 +107,8 @@ def descendants(pid: int) -> list[int]:
                 continue
             if fields[0] != "Z":
                 parent[int(d)] = int(fields[1])
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    parent.pop(tracker, None)
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
