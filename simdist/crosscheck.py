@@ -208,6 +208,8 @@ def _check_flag(p: Problems, n: Names, name: str, loc: str) -> None:
 
 
 def check_steps(p: Problems, n: Names, section: str, steps: list[Step], counts: list[int] | None = None) -> None:
+    """Every step's conditions, references and values (`counts`: the ranks' input counts, which
+    bound what `value = "iteration"` takes; None skips the value checks)."""
     for i, st in enumerate(steps):
         loc = f"{section}[{i}]"
         if isinstance(st, (CollectiveStep, P2PStep)) and counts is not None:
@@ -233,28 +235,32 @@ def check_steps(p: Problems, n: Names, section: str, steps: list[Step], counts: 
 
 
 def _fill_values(n: Names, st: CollectiveStep | P2PStep, section: str, counts: list[int]) -> list[float | int]:
-    """The extreme values a step's `value` takes (what torch.full must accept)."""
+    """The extreme values a step's `value` takes (what torch.full must accept); a
+    conditional value takes those of both its branches."""
     if isinstance(st, P2PStep):
         ranks = [st.src]
     else:
         ranks = [r for r in n.groups.get(st.group, []) if st.ranks is None or r in st.ranks]
-    if st.value == "rank":
-        return [min(ranks), max(ranks)] if ranks else []
-    if st.value == "iteration":
-        if section == "after":
-            return [-1]  # interpret.fill_value: "iteration" outside the loop
-        last = max(counts, default=0) - 1
-        if st.below is not None:
-            last = min(last, st.below - 1)
-        return [0, last] if last >= 0 else []
-    return [st.value] if isinstance(st.value, (int, float)) else []
+    last = -1 if section == "after" else max(counts, default=0) - 1
+    if st.below is not None and section != "after":
+        last = min(last, st.below - 1)
+    values = [st.value.then, st.value.else_] if isinstance(st.value, ValueWhen) else [st.value]
+    out: list[float | int] = []
+    for v in values:
+        if v == "rank":
+            out += [min(ranks), max(ranks)] if ranks else []
+        elif v == "iteration":
+            out += [-1] if section == "after" else ([0, last] if last >= 0 else [])  # -1: interpret's after
+        elif isinstance(v, (int, float)):
+            out.append(v)
+    return out
 
 
 def _check_value(p: Problems, n: Names, st: CollectiveStep | P2PStep, section: str, loc: str,
                  counts: list[int]) -> None:
     for v in _fill_values(n, st, section, counts):
         if not fill_fits(v, st.dtype):
-            what = f"{st.value} = {v}" if isinstance(st.value, str) else f"{v}"
+            what = f"{st.value} = {v}" if isinstance(st.value, str) else f"{v}"  # "rank = 300"
             p.add(f"{loc}.value", f"{what} does not fit {st.dtype} (torch.full raises: value cannot "
                                   f"be converted to type {st.dtype} without overflow)")
             return

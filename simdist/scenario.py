@@ -102,8 +102,8 @@ class Scenario(Strict):
                                     self.optimizer, self.loop + self.after)
         crosscheck.check_optimizer(p, names)
         crosscheck.check_join(p, names, self.join)
-        crosscheck.check_steps(p, names, "loop", self.loop, self.counts() if not p.items else None)
-        crosscheck.check_steps(p, names, "after", self.after, self.counts() if not p.items else None)
+        crosscheck.check_steps(p, names, "loop", self.loop, self.counts())
+        crosscheck.check_steps(p, names, "after", self.after, self.counts())
         crosscheck.check_expect(p, self.expect, self.world_size)
         crosscheck.check_topology(p, self.topology, self.world_size)
         crosscheck.check_connected(p, self.topology, self.world_size)
@@ -265,6 +265,7 @@ def _format_validation_errors(err: ValidationError) -> list[str]:
     """One "field: message" line per problem, e.g. ``world_size: Input should be >= 1``;
     the several errors pydantic gives for one field of a union are one line."""
     by_loc: dict[str, list[str]] = {}
+    union_types: set[str] = set()  # paths where a union member said "not my type"
     for e in err.errors():
         ctx_err = e.get("ctx", {}).get("error")
         if isinstance(ctx_err, _FieldErrors):
@@ -272,9 +273,14 @@ def _format_validation_errors(err: ValidationError) -> list[str]:
                 by_loc.setdefault(loc, []).append(msg)
             continue
         loc, msg = _one(e)
+        if e["type"].endswith("_type") and any(_union_member(x) for x in e["loc"]):
+            union_types.add(loc)
         by_loc.setdefault(loc, [])
         if msg not in by_loc[loc]:
             by_loc[loc].append(msg)
+    for loc in union_types:  # the value has another member's type, whose own error is deeper: keep that one
+        if any(other.startswith((f"{loc}.", f"{loc}[")) for other in by_loc):
+            del by_loc[loc]
     lines = []
     for loc, msgs in by_loc.items():
         if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):  # a union's members
@@ -321,6 +327,12 @@ _UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nulla
 def _union_member(part: object) -> bool:
     """Whether a pydantic error-path part names a union's member type, not a field."""
     return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
+
+
+def _brief(value: object) -> str:
+    """A user's value, short: what a type error quotes."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def _path(parts: list[str | int]) -> str:

@@ -40,9 +40,13 @@ class Budget:
                 f"{self.fixed:,}) operations")
 
 
-def _sizes(s: Scenario) -> tuple[int, int]:
-    """(parameters, buffers) of the DDP model."""
-    return (len(s.model.params), len(s.model.buffers)) if s.model is not None else (0, 0)
+def _sizes(s: Scenario, model: str | None = None) -> tuple[int, int]:
+    """(parameters, buffers) of the DDP model named `model`; of every model together when
+    None (ZeRO over all of them, Join's hooks, set-up: a bound over all the models)."""
+    models = s.all_models()
+    if model is not None and models:
+        models = [s.model_named(model)]
+    return sum(len(m.params) for m in models), sum(len(m.buffers) for m in models)
 
 
 def _notify(s: Scenario) -> int:
@@ -57,7 +61,7 @@ def _allreduces(s: Scenario) -> int:
 
 def step_ops(s: Scenario, st: Step) -> int:
     """At most how many operations one execution of `st` performs on one rank."""
-    params, buffers = _sizes(s)
+    params, buffers = _sizes(s, st.model) if isinstance(st, (ForwardStep, BackwardStep)) else _sizes(s)
     if isinstance(st, ForwardStep):  # DDP _pre_forward: common rank, buffers, backward-sync flag
         return 2 + buffers + _notify(s)
     if isinstance(st, BackwardStep):  # one bucket per parameter at most, the unused-map all-reduce
@@ -79,7 +83,11 @@ def _shadow_ops(s: Scenario) -> int:
     ops = 1
     for name in s.join.joinables:
         kind = s.joinable_kind(name)
-        ops += {"ddp": 5 + params + buffers, "zero": params, "allreducer": _allreduces(s)}.get(kind, 1)
+        if kind == "ddp":
+            p, b = _sizes(s, name)
+            ops += 5 + p + b
+        else:
+            ops += {"zero": params, "allreducer": _allreduces(s)}.get(kind, 1)
     return ops
 
 
@@ -88,8 +96,8 @@ def _fixed_ops(s: Scenario) -> int:
     Join's exit and post hooks, the `after` steps."""
     params, buffers = _sizes(s)
     ops = 2 + len(s.joinables) + sum(step_ops(s, st) for st in s.after)
-    if s.model is not None:
-        ops += 2 + params + buffers + 2 + params  # verify, sync states; rebuild_buckets broadcasts
+    models = len(s.all_models())
+    ops += 4 * models + 2 * params + buffers  # per model: verify, sync states; rebuild_buckets broadcasts
     if s.join is not None:
         ops += 2 + 2 * len(s.join.joinables) + params + buffers
     return ops

@@ -102,7 +102,7 @@ def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
     yield SetupDone()
     # a rank enters Join with the joinables it holds; holding none, it runs the loop without Join
     joined = tuple(n for n in s.join.joinables if n in held.names) if s.join is not None else ()
-    if s.join is not None and joined:
+    if s.join is not None and joined:  # (joined is empty without [join])
         yield EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
     made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
     for i in range(s.counts()[rank]):
