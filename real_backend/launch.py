@@ -41,14 +41,7 @@ from typing import IO, Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 from simdist.errors import HostError
-from simdist.flightrec.format import (
-    DEFAULT_DUMP_PREFIX,
-    ERROR_FILE_ENV,
-    ERROR_FILE_NAME,
-    FR_DUMP_ENV,
-    WORKER_SOCKET_ENV,
-    dump_path,
-)
+from simdist.flightrec.format import fr_env
 from simdist.limits import check_timeout
 from simdist.procs import (
     LocalProcess,
@@ -125,7 +118,7 @@ def run_real(
     `progress` prints one line per event (rank ended, watchdog) to stderr. `kill_at =
     (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
     `fr_dumps`: a folder that gets what a production job leaves there, through torch's own
-    environment variables (`fr_env`): each rank's Flight Recorder dump and torchelastic error
+    environment variables (`simdist.flightrec.format.fr_env`): each rank's Flight Recorder dump and torchelastic error
     file; `fr_on_demand` also opens each rank's control-plane socket there (``rank<r>.sock``).
     """
     check_host(scenario)
@@ -163,20 +156,6 @@ def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None,
     env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
     if fr_dumps is not None:
         env.update(fr_env(fr_dumps, rank, fr_on_demand))
-    return env
-
-
-def fr_env(folder: Path, rank: int, on_demand: bool = False) -> dict[str, str]:
-    """What a production launcher sets for rank `rank` so that torch leaves its records in
-    `folder`: the Flight Recorder dump prefix (the rank is appended by the writer), the
-    torchelastic error file in its per-rank layout, and the control-plane socket."""
-    (folder / str(rank)).mkdir(parents=True, exist_ok=True)
-    env = {FR_DUMP_ENV: str(folder / DEFAULT_DUMP_PREFIX), ERROR_FILE_ENV: str(folder / str(rank) / ERROR_FILE_NAME)}
-    if on_demand:
-        env[WORKER_SOCKET_ENV] = str(folder / f"rank{rank}.sock")
-    for stale in (dump_path(env[FR_DUMP_ENV], rank), env[ERROR_FILE_ENV], env.get(WORKER_SOCKET_ENV)):
-        if stale:  # a record left by an earlier run would be read as this one's
-            Path(stale).unlink(missing_ok=True)
     return env
 
 

@@ -249,7 +249,9 @@ class Worker:
             if self.dist_ready:
                 import pickle
 
-                deadline = time.monotonic() + (0.5 if wait_retired and status == "completed" else 0)
+                # work that returned to the program (it completed, or raised afterwards) has completed,
+                # but FR retires it a little later: wait for that, not for a blocked rank's pending work
+                deadline = time.monotonic() + (0.5 if wait_retired and status in ("completed", "error") else 0)
                 while True:
                     try:
                         raw = dump_fr_bytes()

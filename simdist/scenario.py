@@ -299,11 +299,19 @@ def _one(e: Any) -> tuple[str, str]:
     msg = _TABLE.sub("a table", msg)
     if e["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif e["type"].endswith("_type") and "input" in e and not isinstance(e["input"], (dict, list)):
+        msg += f", got {_brief(e['input'])}"  # strict types: say what was given ("2" is not 2)
     if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a step's `kind`
         parts.append("kind")
         given = e["input"].get("kind") if isinstance(e.get("input"), dict) else None
         msg = (f"unknown step kind {given!r}" if given is not None else "missing") + f" (one of {', '.join(STEP_KINDS)})"
     return _path(parts), msg
+
+
+def _brief(value: object) -> str:
+    """A user's value, short: what a type error quotes."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 _TABLE = re.compile(r"a valid dictionary(?: or (?:instance of \w+|object to extract fields from))?")
@@ -320,20 +328,6 @@ def _path(parts: list[str | int]) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "scenario"
-
-
-_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*)$")
-
-
-def _union_member(part: object) -> bool:
-    """Whether a pydantic error-path part names a union's member type, not a field."""
-    return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
-
-
-def _brief(value: object) -> str:
-    """A user's value, short: what a type error quotes."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target = "sim") -> Scenario:
