@@ -54,7 +54,7 @@ from simdist.procs import (
     with_pythonpath,
 )
 from simdist.program.budget import check_ops
-from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
+from simdist.report import SHUTDOWN_ABORT, RankError, RankResult, Report, TraceEntry, overall_outcome, shutdown_abort
 from simdist.scenario import Scenario, check_target
 
 MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch process
@@ -294,17 +294,13 @@ def _abort_details(log_text: str) -> tuple[str, str] | None:
     return (t.group(1) if t else "std::terminate", m.group(1).strip())
 
 
-_SHUTDOWN_ABORT = ("std::terminate during shutdown ('terminate called without an active exception', a Gloo "
-                   "thread at interpreter exit), not a failure of the run")
-
-
 def _aborted_after_record(rc: int | None, doc: dict[str, Any] | None, log_text: str) -> bool:
-    """A rank that had finished its program and written its record, then died of SIGABRT with
-    no C++ exception in flight: std::terminate while the process shuts down. A Gloo abort
-    mid-run differs on both counts: the terminate hook records it as "aborted", and the log
-    names the exception thrown (``terminate called after throwing an instance of ...``)."""
-    return (rc == -signal.SIGABRT and doc is not None and doc.get("status") != "aborted"
-            and _THROWN.search(log_text) is None)
+    """`simdist.report.shutdown_abort` for a scenario's rank: it had finished when it wrote a
+    record other than "aborted" (a Gloo abort mid-run is recorded as aborted by the terminate
+    hook), and the log names any C++ exception in flight (``terminate called after throwing
+    an instance of ...``)."""
+    return shutdown_abort(rc, finished=doc is not None and doc.get("status") != "aborted",
+                          thrown=_THROWN.search(log_text) is not None)
 
 
 def _signal_name(sig: int) -> str:
@@ -362,7 +358,7 @@ def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, h
         if _aborted_after_record(rc, doc, log_text):
             # Gloo's threads at interpreter exit (no exception in flight): the work was done
             notes.append(f"rank {r}: ended by SIGABRT after it had finished and written its record "
-                         f"(status {res.status}): {_SHUTDOWN_ABORT}")
+                         f"(status {res.status}): {SHUTDOWN_ABORT}")
         elif rc is not None and rc < 0 and -rc == signal.SIGABRT:
             details = _abort_details(log_text)
             res.status = "aborted"

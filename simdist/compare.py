@@ -3,7 +3,13 @@
 Per rank, in this order:
 
 * the collective trace, entry by entry on `TraceEntry.key()` (op, numel, dtype, group,
-  group size, origin); the first diverging entry is reported with both sides;
+  group size, origin, a p2p operation's peer); the first diverging entry is reported with
+  both sides; when the traces agree, each entry's reduce op and root where the real side
+  knows them (its recorder may not: DDP's C++ bucket all-reduces keep neither);
+* where the rank's code was blocked or left (a script's `location`: file and line);
+* a real rank that was killed by a signal before it could record anything (a script's rank
+  on real Gloo keeps its Flight Recorder only until its process dies) has no trace and no
+  location to compare: those two are skipped for it;
 * status and inputs processed;
 * the error: its category, and for Python-level errors raised by Join or the models
   (categories `join_early_termination` and `model`) also the exception type and the
@@ -38,7 +44,9 @@ MESSAGE_CATEGORIES = frozenset({"join_early_termination", "model"})
 class Difference:
     """One disagreement; `rank` is None for run-level fields."""
 
-    field: str  # outcome | world_size | ranks | trace | status | inputs_processed | error | observed | blocked_in | output
+    # outcome | world_size | ranks | trace | reduce_op | root | location | status | inputs_processed | error |
+    # observed | blocked_in | output
+    field: str
     rank: int | None
     sim: Any
     real: Any
@@ -87,6 +95,7 @@ def _entry_summary(e: TraceEntry | None) -> dict[str, Any] | None:
         "group": e.group,
         "group_size": e.group_size,
         "origin": e.origin,
+        "peer": e.peer,
     }
 
 
@@ -150,7 +159,12 @@ def _error_view(e: RankError | None) -> dict[str, Any] | None:
 
 def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
     rc = RankComparison(sim.rank, sim_collectives=len(sim.trace), real_collectives=len(real.trace))
-    _compare_trace(rc, sim.trace, real.trace, aborted=sim.status == real.status == "aborted")
+    if not (real.status == "aborted" and not real.trace):  # else: killed before it could record
+        _compare_trace(rc, sim.trace, real.trace, aborted=sim.status == real.status == "aborted")
+        _compare_args(rc, sim.trace, real.trace)
+        sw, rw = _where(sim), _where(real)
+        if sw != rw:
+            rc.differences.append(Difference("location", sim.rank, sw, rw, f"ended at: sim {_at(sw)} | real {_at(rw)}"))
     if sim.status != real.status:
         rc.differences.append(
             Difference("status", sim.rank, sim.status, real.status, f"status: sim {sim.status}, real {real.status}")
@@ -203,6 +217,26 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
             )
     _compare_output(rc, sim.output, real.output)
     return rc
+
+
+def _compare_args(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry]) -> None:
+    """Reduce op and root of each entry, where the traces agree and the real side knows them."""
+    if any(d.field == "trace" for d in rc.differences):
+        return
+    for i, (a, b) in enumerate(zip(sim, real, strict=False)):
+        for name in ("reduce_op", "root"):
+            sv, rv = getattr(a, name), getattr(b, name)
+            if rv is not None and sv != rv:
+                rc.differences.append(Difference(
+                    name, rc.rank, sv, rv, f"collective {i + 1} ({b.short()}): {name} sim {sv}, real {rv}", index=i))
+
+
+def _where(r: RankResult) -> tuple[str, int] | None:
+    return (r.location.file, r.location.line) if r.location is not None else None
+
+
+def _at(w: tuple[str, int] | None) -> str:
+    return "(unknown)" if w is None else f"{w[0].rsplit('/', 1)[-1]}:{w[1]}"
 
 
 def _compare_output(rc: RankComparison, sim: list[str], real: list[str]) -> None:
@@ -321,4 +355,5 @@ def _entry_line(s: dict[str, Any] | None) -> str:
         return "(none: the trace ends here)"
     return (
         f"seq {s['seq']} {s['op']}[{s['numel']}] {s['dtype']} group={s['group']}/{s['group_size']} origin={s['origin']}"
+        + (f" peer={s['peer']}" if s.get("peer") is not None else "")
     )

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import IO, Any, Literal
 
 from simdist.jsonout import Lazy, finite, write_json
-from simdist.vocab import ROOTED_OPS, Outcome, Status
+from simdist.vocab import P2P_OPS, ROOTED_OPS, Outcome, Status
 
 
 @dataclass(slots=True)
@@ -56,8 +56,9 @@ class TraceEntry:
         return (self.op, self.numel, self.dtype, self.reduce_op, self.root)
 
     def key(self) -> tuple:
-        """What sim and real traces are compared on."""
-        return (self.op, self.numel, self.dtype, self.group, self.group_size, self.origin)
+        """What sim and real traces are compared on (a p2p operation's peer too)."""
+        return (self.op, self.numel, self.dtype, self.group, self.group_size, self.origin,
+                self.peer if self.op in P2P_OPS else None)
 
     def short(self) -> str:
         extra = f" root={self.root}" if self.root is not None and self.op in ROOTED_OPS else ""

@@ -171,3 +171,34 @@ def test_printed_lines_first_difference_and_missing_lines():
     real.ranks[0].output = list(sim.ranks[0].output)
     real.ranks[1].output = ["done"]
     assert compare_reports(sim, real).agree  # stderr is not compared
+
+
+def test_peer_reduce_op_root_and_location_where_the_real_side_knows_them():
+    from simdist.report import CodeLocation
+
+    sim, real = _report(), _report("real")
+    for rep in (sim, real):
+        rep.ranks[0].trace.append(_entry(1, op="send", peer=1))
+        rep.ranks[0].location = CodeLocation("/x/train.py", 12, "main")
+    real.ranks[0].trace[-1].peer = 0
+    (d,) = compare_reports(sim, real).differences
+    assert (d.field, d.index) == ("trace", 2) and "peer=0" in format_comparison(compare_reports(sim, real))
+    real.ranks[0].trace[-1].peer = 1
+    sim.ranks[0].trace[0].reduce_op, real.ranks[0].trace[0].reduce_op = "sum", "max"
+    sim.ranks[0].trace[1].root = 1  # the real side does not know it (None): not compared
+    real.ranks[0].location = CodeLocation("/x/train.py", 14, "main")
+    c = compare_reports(sim, real)
+    assert {(d.field, d.rank, d.index) for d in c.differences} == {("reduce_op", 0, 0), ("location", 0, None)}
+    assert "ended at: sim train.py:12 | real train.py:14" in format_comparison(c)
+
+
+def test_a_real_rank_killed_before_it_could_record_has_no_trace_to_compare():
+    sim, real = _report(), _report("real")
+    for rep in (sim, real):
+        rep.ranks[1].status, rep.ranks[1].blocked_in = "aborted", None
+        rep.ranks[1].error = RankError("SIGABRT", "aborted", "gloo_abort")
+        rep.outcome = "error"
+    real.ranks[1].trace = []
+    assert compare_reports(sim, real).agree
+    real.ranks[1].status = "error"  # not aborted: what it recorded is compared
+    assert {d.field for d in compare_reports(sim, real).differences} == {"status", "trace"}

@@ -149,3 +149,26 @@ def test_scripts_that_raise_or_os_exit_are_reported_and_exit_1(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     assert "rank 1 left: raised ValueError: ValueError: bad batch" in res.stdout
     assert "rank 2 left: os._exit(3)" in res.stdout
+
+
+@pytest.mark.real
+def test_zero_compute_makes_two_cli_runs_give_the_same_report(tmp_path):
+    """Operations, outcome, values, printed lines and every time: the same run to run."""
+    p = _script(tmp_path, head=HEAD, body="""
+        t = torch.arange(4, dtype=torch.float32) * (rank + 1)
+        dist.all_reduce(t)
+        g = dist.new_group([0, 1])
+        if rank < 2:
+            dist.broadcast(t, src=1, group=g)
+        print(t.tolist())
+    """)
+    docs = []
+    for _ in range(2):
+        res, _ = _cli("run", str(p), "--nproc-per-node", "3", "--zero-compute", "--json")
+        assert res.returncode == 0, res.stdout + res.stderr
+        d = json.loads(res.stdout)
+        d.pop("timings")
+        docs.append(d)
+    assert docs[0] == docs[1]
+    assert [r["output"] for r in docs[0]["ranks"]] == [["[0.0, 6.0, 12.0, 18.0]"]] * 3
+    assert all("compute" not in r for r in docs[0]["ranks"])  # none measured

@@ -171,8 +171,9 @@ def test_ctrl_c_ends_every_process(tmp_path):
     proc, pids = _start_cli(tmp_path)
     assert len(pids) == 2
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130  # typer turns KeyboardInterrupt into exit 130
+    assert stderr.strip().splitlines()[-1] == "interrupted" and "Traceback" not in stderr
     assert _gone(pids, 5)
 
 

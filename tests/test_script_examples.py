@@ -1,7 +1,8 @@
 """The realistic example scripts (examples/examples.toml) on simulated ranks and on real
-Gloo: each runs once in each mode, and the two must agree rank by rank -- outcome and
-error category, the script's printed lines (values included), the line of the user's code
-where it ended, and the collective sequence -- and match what the manifest says.
+Gloo: each runs once in each mode, and the two must agree rank by rank as `simdist compare`
+judges them (`simdist.compare`: outcome, status and error category, the script's printed
+lines (values included), the line of the user's code where it ended, and the sequence of
+operations) -- and match what the manifest says.
 
 Real Gloo's side of the sequence is its Flight Recorder plus what the rank layer notes of
 Python calls (`simdist.script.rank.pylog`: p2p operations, reduce ops and roots of
@@ -17,10 +18,11 @@ import re
 import pytest
 import tomllib
 
+from simdist.compare import compare_reports
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
-from simdist.vocab import ERROR_CATEGORIES, P2P_OPS, STATUSES
+from simdist.vocab import ERROR_CATEGORIES, STATUSES
 from tests.conftest import EXAMPLES, ROOT
 
 MANIFEST = tomllib.loads((EXAMPLES / "examples.toml").read_text())["example"]
@@ -38,35 +40,10 @@ def _verdict(report: Report) -> list[str]:
     return [_rank_verdict(r) for r in report.ranks]
 
 
-def _keys(trace) -> list[tuple]:
-    return [(e.seq, e.op, e.numel, e.dtype if e.numel else "-", e.group, e.origin,
-             e.peer if e.op in P2P_OPS else None) for e in trace]
-
-
-def _where(rank) -> tuple | None:
-    return (rank.location.file, rank.location.line) if rank.location is not None else None
-
-
 def differences(sim: Report, real: Report) -> list[str]:
-    """Where a simulated run and a real Gloo run of the same script disagree (empty: none)."""
-    out = []
-    if len(sim.ranks) != len(real.ranks):
-        return [f"{len(sim.ranks)} simulated ranks, {len(real.ranks)} real"]
-    for s, r in zip(sim.ranks, real.ranks, strict=True):
-        if _rank_verdict(s) != _rank_verdict(r):
-            out.append(f"rank {s.rank}: {s.status} {s.error} vs real {r.status} {r.error}")
-        if s.output != r.output:
-            out.append(f"rank {s.rank} printed {s.output} vs real {r.output}")
-        if r.status != "aborted":  # a rank killed by a signal tells no line and keeps no Flight Recorder
-            if _where(s) != _where(r):
-                out.append(f"rank {s.rank} ended at {_where(s)} vs real {_where(r)}")
-            if _keys(s.trace) != _keys(r.trace):
-                out.append(f"rank {s.rank} operations {_keys(s.trace)} vs real {_keys(r.trace)}")
-                continue
-            out += [f"rank {s.rank} #{a.seq} {a.op}: {field} {getattr(a, field)} vs real {getattr(b, field)}"
-                    for a, b in zip(s.trace, r.trace, strict=True) for field in ("reduce_op", "root")
-                    if getattr(b, field) is not None and getattr(a, field) != getattr(b, field)]
-    return out
+    """Where a simulated run and a real Gloo run of the same script disagree (empty: none):
+    `simdist compare`'s rule (`simdist.compare`)."""
+    return [d.detail for d in compare_reports(sim, real).differences]
 
 
 def _run(entry: dict, mode: str) -> Report:
