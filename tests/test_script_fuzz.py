@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -73,30 +72,21 @@ def test_fuzz_finds_the_hang_without_join_and_shrinks_it_to_two_ranks_one_batch_
 
 
 def test_the_written_file_replays_the_hang_in_the_simulator_and_the_failure_on_real_gloo(no_join_search, tmp_path):
-    """`sh FILE` from another folder, no simdist on PATH, reproduces the hang (exit 1); the
-    schedule of its `compare` command fails on real Gloo as in the simulator under Gloo's
-    rules (the rank with the extra batch loses its peer where the simulator says)."""
+    """`sh FILE` from another folder, no simdist on PATH, reproduces the hang (exit 1);
+    `sh FILE compare` runs the schedule on real Gloo beside the simulator under Gloo's rules:
+    it fails there too (rank 1 loses its peer), and every rank agrees (exit 0)."""
     r, _ = no_join_search
     (c,) = r["counterexamples"]
-    res = subprocess.run(["sh", c["path"]], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env={**os.environ, "PATH": "/usr/bin:/bin"})
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    res = subprocess.run(["sh", c["path"]], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert res.returncode == 1, res.stderr
     assert "outcome: hang" in res.stdout and "rank 1 is blocked in" in res.stdout and "rank 0 left" in res.stdout
-    verb, script, *opts = shlex.split(c["replay_real"])[1:]
-    assert verb == "compare" and opts[0::2] == ["--nproc-per-node", "--batches"]
-    kw = dict(nproc_per_node=int(opts[1]), batches=opts[3], stdout=subprocess.DEVNULL, timeout_s=300)
-    sim = run_script(ROOT / script, backend="gloo", **kw)  # compare puts the simulator under Gloo's rules
-    real = run_script(ROOT / script, mode="gloo", **kw)
-    low = c["caps"].index(min(c["caps"]))
-    for rep in (sim, real):
-        assert rep.outcome != "completed"
-        assert [x.status for x in rep.ranks] == ["completed" if x.rank == low else "error" for x in rep.ranks]
-        assert [x.inputs_processed for x in rep.ranks] == c["caps"]
-        assert rep.ranks[1 - low].error.category == "peer_lost"
-    for a, b in zip(sim.ranks, real.ranks, strict=True):
-        assert (a.output, a.location) == (b.output, b.location)
-        # a script's real trace carries no reduce op or root yet: compared without them
-        assert [k[:6] for k in trace_keys(a.trace)] == [k[:6] for k in trace_keys(b.trace)]
+    res = subprocess.run(["sh", c["path"], "compare"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "fuzz_ddp_dataloader_no_join.py: sim and real agree (outcome error)" in res.stdout
+    assert [line.split(":")[1].split()[0] for line in res.stdout.splitlines() if line.startswith("  rank ")] == \
+        ["agree", "agree"]
 
 
 def test_fuzz_finds_nothing_with_join(tmp_path):
