@@ -17,5 +17,6 @@ if ! python -c "import torch" >/dev/null 2>&1; then
     python -m pip install -q "${SIMDIST_TORCH:-torch==2.13.0}"
   fi
 fi
-python -m pip install -q -e ".[dev]"
+# dev: the tests and linters; cluster: Dask for `simdist fuzz --cluster` (small, pure Python), so its test runs
+python -m pip install -q -e ".[dev,cluster]"
 echo "simdist ready: $(.venv/bin/simdist --help >/dev/null && echo ok) (torch $(python -c 'import torch; print(torch.__version__)'))"

@@ -2,7 +2,9 @@
 
 Generates N random scenarios (DDP with random parameter sizes, buffers, bucket caps,
 find_unused_parameters, no_sync; ZeRO; Counter/AllReducer; raw collectives with conditions;
-Join options in random order; exit/stay at the end; world sizes 2-4; 0-4 inputs per rank),
+Join options in random order; exit/stay at the end; world sizes 2-4; 0-4 inputs per rank;
+and the scenario language's constructs: offsets, negated and combined conditions, per-rank
+compute times, `stop` on a rank's own condition or on an all-reduced flag, DDP on a subgroup),
 runs each in the simulator and on real Gloo, and prints the agreement rate. Scenarios that
 disagree are written to --out for `simdist compare` to replay.
 
@@ -66,7 +68,34 @@ def random_scenario(rng: random.Random, name: str) -> dict[str, Any]:
                      "enabled": rng.random() < 0.9, "kwargs": {"sync_max_count": True, "run_post_hooks": True}}
     if rng.random() < 0.2:
         d["after"] = [{"kind": "collective", "op": "barrier"}]
+    _language(d, random.Random(name))  # its own stream: the draws above stay what they were
     return d
+
+
+def _language(d: dict[str, Any], rng: random.Random) -> None:
+    """The scenario language's constructs, each now and then, on top of a random scenario."""
+    w, loop = d["world_size"], d["loop"]
+    for st in loop:
+        if st.get("every") == 2 and rng.random() < 0.5:
+            st["offset"] = 1
+        elif st.get("kind") == "collective" and rng.random() < 0.3:
+            st["not"] = {"every": 3, "offset": rng.randint(0, 2)}
+    if rng.random() < 0.3:
+        loop.insert(0, {"kind": "compute", "seconds": [rng.choice([0.0, 0.002, 0.01]) for _ in range(w)]})
+    r = rng.randrange(w)
+    if rng.random() < 0.2:  # a stop decided together: an all-reduced flag, then break on it
+        loop[:0] = [{"kind": "collective", "op": "all_reduce", "reduce_op": "max", "observe": "stop",
+                     "value": {"when": {"ranks": [r], "from_iteration": rng.randint(0, 2)}, "then": 1, "else": 0}},
+                    {"kind": "stop", "flag": "stop"}]
+    elif rng.random() < 0.15:  # a rank that breaks out on its own
+        loop.insert(rng.randint(0, len(loop)), {"kind": "stop", "ranks": [r], "from_iteration": rng.randint(0, 2)})
+    if "model" in d and w >= 3 and rng.random() < 0.25:  # DDP (and ZeRO) on a subgroup
+        d["groups"] = [{"name": "sub", "ranks": sorted(rng.sample(range(w), w - 1))}]
+        d["model"]["group"] = "sub"
+        if "join" in d:  # every joinable must be on the model's group
+            d["join"]["joinables"] = [j for j in d["join"]["joinables"] if j != "c"]
+            loop[:] = [st for st in loop if st.get("kind") != "joinable_call"]
+            d.pop("joinables", None)
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
-"""How a rank's failure becomes a result: the category of what it raised, and a hook that
-still writes the record when C++ terminates the process (Gloo aborts with SIGABRT)."""
+"""How a rank's failure becomes a result: the category of what it raised, torchelastic's error
+file, and a hook that still writes the record when C++ terminates the process (Gloo aborts
+with SIGABRT)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from simdist.report import RankError, error_category
+from simdist.flightrec.format import ERROR_FILE_ENV, WORKER_SOCKET_ENV
+from simdist.report import MODEL_FILES, RankError, error_category
 
 
 def categorise(exc: BaseException) -> RankError:
@@ -28,9 +30,36 @@ def _raised_in_model(exc: BaseException) -> bool:
     if last is None:
         return False
     last = last.replace(os.sep, "/")
-    return last.endswith(
-        ("nn/parallel/distributed.py", "optim/zero_redundancy_optimizer.py", "torch/distributed/utils.py")
-    )
+    return last.endswith(MODEL_FILES)
+
+
+def record_error_file(exc: BaseException) -> None:
+    """Write `exc` to ``TORCHELASTIC_ERROR_FILE`` with torchelastic's own ErrorHandler, as
+    ``@record`` does for a torchrun worker (call it inside the ``except`` block: it writes the
+    traceback being handled). Nothing when the variable is unset."""
+    if not os.environ.get(ERROR_FILE_ENV):
+        return
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    try:
+        ErrorHandler().record_exception(exc)
+    except OSError:
+        pass  # the error file's folder is gone: the result file still records the error
+
+
+def serve_on_demand() -> None:
+    """Start torch's control-plane server on ``TORCH_WORKER_SERVER_SOCKET`` (what torchelastic's
+    `worker_main` does), so that ``POST /handler/fr_trace_json`` returns this rank's Flight
+    Recorder dump while it runs. Nothing when the variable is unset."""
+    if not os.environ.get(WORKER_SOCKET_ENV):
+        return
+    from torch.distributed.elastic.control_plane import worker_main
+
+    _SERVERS.append(worker_main())
+    _SERVERS[-1].__enter__()
+
+
+_SERVERS: list[Any] = []  # kept for the life of the process (it ends with os._exit)
 
 
 # ------------------------------------------------------------------ crash capture

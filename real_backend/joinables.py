@@ -9,7 +9,13 @@ Each registers itself in `REAL_JOINABLES` under its scenario kind; the simulator
 registry (`simdist.torchmodels.registry`) marks the same kinds as having a real
 implementation (a test checks that the two agree).
 
-The only additions are bookkeeping that issues no collective: the common rank each
+One change, which only matters off WORLD: every collective goes to the joinable's own
+process group, and a post hook's broadcast names its source as a global rank
+(`_global`). The originals use the default group and a group rank there, which is the same
+thing on WORLD; on a named group a joinable is built only on that group's ranks (as the
+simulator's, `simdist.torchmodels.joinables`), so the originals' calls could not match.
+
+The only additions besides are bookkeeping that issues no collective: the common rank each
 `find_common_rank` returned (`last_common_rank`, so the recorder can name broadcast roots),
 `AllReducer.total_sum` (the sum of every `__call__`'s return value, observed as
 `<name>.total`), and what the worker calls (`ScenarioJoinable.call`, `observed`). The
@@ -53,6 +59,13 @@ class ScenarioJoinable(Joinable):
     def join_process_group(self) -> Any:
         return self.process_group
 
+    def _global(self, group_rank: int) -> int:
+        """`dist.get_global_rank` of a rank of this joinable's group (WORLD: the rank itself,
+        also -1; another group raises ValueError for a rank it lacks, as torch does)."""
+        if self.process_group is dist.group.WORLD:
+            return group_rank
+        return dist.get_global_rank(self.process_group, group_rank)
+
     @abstractmethod
     def call(self, num_allreduces: int) -> None:
         """One `joinable_call` step."""
@@ -86,7 +99,7 @@ class CounterJoinHook(JoinHook):
     def main_hook(self) -> None:
         """Shadows the counter's all-reduce by all-reducing a dim-1 zero tensor."""
         t = torch.zeros(1, device=self.counter.device)
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.counter.process_group)
 
     def post_hook(self, is_last_joiner: bool) -> None:
         """Synchronizes the max count across all counters if ``sync_max_count=True``."""
@@ -96,7 +109,7 @@ class CounterJoinHook(JoinHook):
         common_rank = self.counter.find_common_rank(rank, is_last_joiner)
         if rank == common_rank:
             self.counter.max_count = self.counter.count.detach().clone()
-        dist.broadcast(self.counter.max_count, src=common_rank)
+        dist.broadcast(self.counter.max_count, src=self.counter._global(common_rank), group=self.counter.process_group)
 
 
 @real_joinable("counter")
@@ -112,7 +125,7 @@ class Counter(ScenarioJoinable):
         """Counts this iteration's inputs over all ranks with an all-reduce of ones."""
         Join.notify_join_context(self)
         t = torch.ones(1, device=self.device).float()
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.process_group)
         self.count += t
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
@@ -131,7 +144,7 @@ class Counter(ScenarioJoinable):
         common_rank = torch.tensor([rank if to_consider else -1], device=self.device)
         dist.all_reduce(common_rank, op=dist.ReduceOp.MAX, group=self.process_group)
         common_rank = common_rank.item()
-        self.last_common_rank = int(common_rank)
+        self.last_common_rank = int(common_rank) if common_rank < 0 else self._global(int(common_rank))
         return common_rank
 
 
@@ -148,7 +161,7 @@ class AllReducerJoinHook(JoinHook):
         device = self.allreducer.device
         for _ in range(self.num_allreduces):
             t = torch.zeros(1, device=device)
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=self.allreducer.process_group)
 
     def post_hook(self, is_last_joiner: bool) -> None:
         if not self.run_post_hook:
@@ -158,7 +171,8 @@ class AllReducerJoinHook(JoinHook):
         device = self.allreducer.device
         if rank == common_rank:
             self.allreducer.post_hook_tensor = torch.tensor([AFTER_CONSTANT], device=device)
-        dist.broadcast(self.allreducer.post_hook_tensor, src=common_rank)
+        dist.broadcast(self.allreducer.post_hook_tensor, src=self.allreducer._global(common_rank),
+                       group=self.allreducer.process_group)
 
 
 @real_joinable("allreducer")
@@ -177,7 +191,7 @@ class AllReducer(ScenarioJoinable):
         total = 0
         for _ in range(num_allreduces):
             t = torch.ones(1, device=device)
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=self.process_group)
             total += t.item()
         self.total_sum += total
         return total
@@ -199,5 +213,5 @@ class AllReducer(ScenarioJoinable):
         common_rank = common_rank.item()
         if common_rank < 0:  # torch's test: assert common_rank >= 0
             raise AssertionError(NO_COMMON_RANK)
-        self.last_common_rank = int(common_rank)
+        self.last_common_rank = self._global(int(common_rank))
         return common_rank

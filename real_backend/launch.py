@@ -29,28 +29,31 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 from simdist.errors import HostError
+from simdist.flightrec.format import fr_env
+from simdist.limits import check_timeout
 from simdist.procs import (
     LocalProcess,
     LocalProcesses,
+    TempDir,
     Watchdog,
     interrupt_event,
     loopback_store,
     rank_env,
     with_pythonpath,
 )
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
 from simdist.scenario import Scenario, check_target
 
@@ -105,6 +108,8 @@ def run_real(
     workdir: Path | None = None,
     progress: bool = False,
     kill_at: tuple[int, int] | None = None,
+    fr_dumps: Path | None = None,
+    fr_on_demand: bool = False,
 ) -> Report:
     """Run `scenario` on real processes of this host and return their Report (source "real").
 
@@ -112,42 +117,52 @@ def run_real(
     results and logs there (default: a temporary directory, removed afterwards).
     `progress` prints one line per event (rank ended, watchdog) to stderr. `kill_at =
     (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
+    `fr_dumps`: a folder that gets what a production job leaves there, through torch's own
+    environment variables (`simdist.flightrec.format.fr_env`): each rank's Flight Recorder dump and torchelastic error
+    file; `fr_on_demand` also opens each rank's control-plane socket there (``rank<r>.sock``).
     """
     check_host(scenario)
     check_target(scenario, "real", scenario.name)
-    timeout = float(scenario.timeout_s if timeout_s is None else timeout_s)
+    check_ops(scenario)
+    timeout = scenario.timeout_s if timeout_s is None else check_timeout(timeout_s, "timeout_s")
     if timeout != scenario.timeout_s:
         scenario = scenario.model_copy(update={"timeout_s": timeout})
-    own_dir = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix="simdist-real-")) if workdir is None else Path(workdir)
+    # Our own folder goes with us, even when this process is SIGKILLed (its reaper removes it).
+    tmp = TempDir("simdist-real-") if workdir is None else None
+    wd = tmp.path if tmp is not None else Path(workdir)  # type: ignore[arg-type]
     wd.mkdir(parents=True, exist_ok=True)
     for stale in list(wd.glob("rank*.json")) + list(wd.glob("rank*.progress")):
         stale.unlink()
-    keep = not own_dir
     try:
-        report, interrupted = _run(scenario, wd, timeout, progress, kill_at)
+        report, interrupted = _run(scenario, wd, timeout, progress, kill_at, fr_dumps, fr_on_demand,
+                                   watch=tmp.watch if tmp is not None else None)
         if interrupted:
-            keep = True
+            if tmp is not None:
+                tmp.keep()
             (wd / "report.partial.json").write_text(report.to_json())
             print(f"simdist: interrupted; partial report in {wd / 'report.partial.json'}", file=sys.stderr)
             raise KeyboardInterrupt
-        if keep:
+        if tmp is None:
             (wd / "report.json").write_text(report.to_json())
         return report
     finally:
-        if not keep:
-            shutil.rmtree(wd, ignore_errors=True)
+        if tmp is not None:
+            tmp.close()
 
 
-def _worker_env(scenario: Scenario, rank: int, port: int) -> dict[str, str]:
+def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None, fr_on_demand: bool) -> dict[str, str]:
     env = with_pythonpath(rank_env(rank, scenario.world_size, port), REPO_ROOT)
     env["SIMDIST_HOSTED_STORE"] = "1"  # the worker connects to our store (see _run)
     env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
+    if fr_dumps is not None:
+        env.update(fr_env(fr_dumps, rank, fr_on_demand))
     return env
 
 
 def _run(
-    scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None
+    scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None,
+    fr_dumps: Path | None = None, fr_on_demand: bool = False,
+    watch: Callable[[int], None] | None = None,
 ) -> tuple[Report, bool]:
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
@@ -162,10 +177,12 @@ def _run(
             log: IO[bytes] = logs.enter_context(open(log_path, "wb"))  # noqa: SIM115 - the stack closes it
             proc = procs.start(
                 [sys.executable, "-m", "real_backend.worker", str(spec), "--out", str(wd), "--control", "stdin"],
-                env=_worker_env(scenario, r, store.port), cwd=REPO_ROOT,
+                env=_worker_env(scenario, r, store.port, fr_dumps, fr_on_demand), cwd=REPO_ROOT,
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             )
             ranks.append(_Rank(r, proc, log_path))
+            if watch is not None:
+                watch(proc.pid)
         fired_at = _watch(ranks, procs, wd, dog, progress, kill_at, interrupted)
         procs.reap(GRACE_S)
     del store
@@ -204,10 +221,24 @@ def _watch(ranks: list[_Rank], procs: LocalProcesses, wd: Path, dog: Watchdog, p
         if dog.fired(now, starting=starting):
             if progress:
                 print(f"[real] watchdog: no progress for {dog.timeout_s:g} s", file=sys.stderr)
-            for rk in ranks:
-                rk.tell("hang")
+            _tell_hang(ranks, procs, wd, dog.started)
             return now - dog.started
         time.sleep(POLL_S)
+
+
+def _tell_hang(ranks: list[_Rank], procs: LocalProcesses, wd: Path, t_start: float) -> None:
+    """Tell every rank that the run hangs: the blocked ones first, and the finished ones (which
+    then exit) only once those have recorded where they are blocked -- a finished rank's exit
+    would otherwise fail a blocked rank's collective (peer lost) before it records the hang."""
+    blocked = [rk for rk in ranks if rk.result_at is None]
+    for rk in blocked:
+        rk.tell("hang")
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(rk.result_at is None and rk.proc.alive() for rk in blocked):
+        _observe(ranks, procs, wd, time.monotonic(), t_start, False)
+        time.sleep(POLL_S)
+    for rk in ranks:
+        rk.tell("hang")
 
 
 def _observe(ranks: list[_Rank], procs: LocalProcesses, wd: Path, now: float, t_start: float,
@@ -263,6 +294,19 @@ def _abort_details(log_text: str) -> tuple[str, str] | None:
     return (t.group(1) if t else "std::terminate", m.group(1).strip())
 
 
+_SHUTDOWN_ABORT = ("std::terminate during shutdown ('terminate called without an active exception', a Gloo "
+                   "thread at interpreter exit), not a failure of the run")
+
+
+def _aborted_after_record(rc: int | None, doc: dict[str, Any] | None, log_text: str) -> bool:
+    """A rank that had finished its program and written its record, then died of SIGABRT with
+    no C++ exception in flight: std::terminate while the process shuts down. A Gloo abort
+    mid-run differs on both counts: the terminate hook records it as "aborted", and the log
+    names the exception thrown (``terminate called after throwing an instance of ...``)."""
+    return (rc == -signal.SIGABRT and doc is not None and doc.get("status") != "aborted"
+            and _THROWN.search(log_text) is None)
+
+
 def _signal_name(sig: int) -> str:
     try:
         return signal.Signals(sig).name
@@ -315,7 +359,11 @@ def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, h
                 notes.append(f"rank {r}: did not answer the watchdog, killed; no record")
             else:
                 res.error = RankError("ExitCode", f"ended with exit code {rc} without a record", "other")
-        if rc is not None and rc < 0 and -rc == signal.SIGABRT:
+        if _aborted_after_record(rc, doc, log_text):
+            # Gloo's threads at interpreter exit (no exception in flight): the work was done
+            notes.append(f"rank {r}: ended by SIGABRT after it had finished and written its record "
+                         f"(status {res.status}): {_SHUTDOWN_ABORT}")
+        elif rc is not None and rc < 0 and -rc == signal.SIGABRT:
             details = _abort_details(log_text)
             res.status = "aborted"
             if details is not None:

@@ -54,6 +54,7 @@ class Marks:
     p2p: list[P2PRecord] = field(default_factory=list)
     pg_names: dict[str, str] = field(default_factory=dict)  # FR pg name -> scenario group name
     group_sizes: dict[str, int] = field(default_factory=dict)
+    group_ranks: dict[str, list[int]] = field(default_factory=dict)  # scenario group name -> its global ranks
     post_hook_root: int | None = None  # common rank found by the Join post hooks
     zero_roots: list[int] = field(default_factory=list)  # source rank of each ZeRO broadcast, per step
     join_enabled: bool = False

@@ -6,6 +6,8 @@ Method (details and observations in docs/real-backend.md):
   ProcessGroupGloo (or NCCL) backend, including those DDP's C++ reducer issues, with the
   Python frames at the call site. `TORCH_FR_BUFFER_SIZE` must be set before
   `init_process_group`; `dump_fr()` reads it back (pickle form: the only one with frames).
+  With `TORCH_FR_DUMP_TEMP_FILE` set, `write_dump_file` also writes torch's own bytes where
+  torch's DebugInfoWriter would (``<prefix><rank>``), for `simdist diagnose`.
 * **Origins** come from the frames, classified by `simdist.frames` (shared with the
   script backend, which sends the same Python frames from its process group).
 * **Phase, iteration and user-step labels** come from the program's own time marks
@@ -21,13 +23,14 @@ Method (details and observations in docs/real-backend.md):
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
 from real_backend.marks import Marks, P2PRecord, StepWindow
-from simdist.flightrec import FR_BUFFER_SIZE as FR_BUFFER_SIZE
-from simdist.flightrec import FR_ENV as FR_ENV
-from simdist.flightrec import fr_dtype, fr_numel, fr_op_name
+from simdist.flightrec.format import FR_BUFFER_SIZE as FR_BUFFER_SIZE
+from simdist.flightrec.format import FR_DUMP_ENV, LEGACY_DUMP_ENV, dump_path, fr_dtype, fr_numel, fr_op_name
+from simdist.flightrec.format import FR_ENV as FR_ENV
 from simdist.frames import classify, resolve_frames
 from simdist.report import TraceEntry
 from simdist.vocab import REDUCING_OPS as _REDUCING
@@ -48,11 +51,31 @@ _ASYNC = {
 FIRE_AND_FORGET = {"join.notify_join_context.heartbeat", "ddp.pre_forward.requires_grad_sync"}
 
 
-def dump_fr() -> dict[str, Any]:
-    """This process's Flight Recorder contents (entries with Python frames)."""
+def dump_fr_bytes() -> bytes:
+    """This process's Flight Recorder contents as torch pickles them (entries with Python frames)."""
     import torch
 
-    return pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    return torch._C._distributed_c10d._dump_fr_trace()
+
+
+def dump_fr() -> dict[str, Any]:
+    """This process's Flight Recorder contents (entries with Python frames)."""
+    return pickle.loads(dump_fr_bytes())
+
+
+def write_dump_file(rank: int, data: bytes) -> str | None:
+    """Write a dump as torch's DebugInfoWriter does: to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` (or the
+    older TORCH_NCCL_DEBUG_INFO_TEMP_FILE), when set. ProcessGroupNCCL's watchdog does this on a
+    timeout; Gloo's has no watchdog, so the rank does it when it ends (done, raised, told it hangs)."""
+    prefix = os.environ.get(FR_DUMP_ENV) or os.environ.get(LEGACY_DUMP_ENV)
+    if not prefix:
+        return None
+    path = dump_path(prefix, rank)
+    tmp = f"{path}.writing"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return path
 
 
 def fr_progress() -> tuple[int, ...]:
@@ -80,13 +103,14 @@ def _reduce_op(op: str, origin: str, step: StepWindow | None) -> str | None:
     return "max" if origin.endswith("find_common_rank") else "sum"
 
 
-def _root(op: str, origin: str, marks: Marks, zero_index: int) -> int | None:
+def _root(op: str, origin: str, group: str, marks: Marks, zero_index: int) -> int | None:
     if op not in _ROOTED:
         return None
+    first = marks.group_ranks.get(group, [0])[0]  # DDP's group rank 0, as a global rank
     if origin.startswith(("ddp.init.", "ddp.pre_forward.rebuild", "ddp.join_hook.rebuild")):
-        return 0
+        return first
     if origin == "ddp.pre_forward.sync_buffers" and not marks.join_enabled:
-        return 0
+        return first
     if origin in (
         "ddp.post_hook.broadcast_final_model",
         "counter.post_hook.broadcast_max_count",
@@ -148,7 +172,7 @@ def _fr_rows(fr: dict[str, Any] | None, marks: Marks) -> list[_Row]:
         pg_name = str(e["process_group"][0]) if e.get("process_group") else str(e.get("pg_id"))
         group = marks.pg_names.get(pg_name, pg_name)
         phase, it = marks.phase_at(t_ns)
-        root = step.root if step is not None and op in _ROOTED else _root(op, origin, marks, zero_index)
+        root = step.root if step is not None and op in _ROOTED else _root(op, origin, group, marks, zero_index)
         if origin.startswith("zero."):
             zero_index += 1
         entry = TraceEntry(

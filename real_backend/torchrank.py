@@ -61,7 +61,8 @@ class TorchRank:
         self.world_size = world_size
         self.local_rank = local_rank
         self.marks = Marks(t0_ns=t0_ns)
-        self.marks.group_sizes = {WORLD: world_size, **{g.name: len(g.ranks) for g in scenario.groups}}
+        self.marks.group_ranks = {WORLD: list(range(world_size)), **{g.name: sorted(g.ranks) for g in scenario.groups}}
+        self.marks.group_sizes = {name: len(ranks) for name, ranks in self.marks.group_ranks.items()}
         self.pg_timeout_s = float(scenario.timeout_s) + 60.0
         self.dist_ready = False
         self.store: Any = None
@@ -75,9 +76,9 @@ class TorchRank:
         self.deferred: list[tuple[Any, Any]] = []  # (work, on_done) waited at the end of the iteration
         self.unwaited: list[Any] = []  # async work never waited (kept alive)
         self.p2p_seq = 0
-        self.loss: Any = None
-        self.model: Model | None = None
-        self.ddp: Any = None
+        self.losses: dict[str, Any] = {}  # this iteration's loss per model
+        self.specs: dict[str, Model] = {}  # the DDP models this rank holds, by name
+        self.ddp: dict[str, Any] = {}
         self.optimizer: Any = None
         self.joinables: dict[str, ScenarioJoinable] = {}
         self.groups: dict[str, Any] = {}  # every group's handle (NON_GROUP_MEMBER where not a member)
@@ -97,12 +98,17 @@ class TorchRank:
         warnings.showwarning = keep
         try:
             with contextlib.ExitStack() as join_block:  # a Join left by an exception gets __exit__(exc)
-                for action in rank_actions(self.s, self.rank):
+                for action in rank_actions(self.s, self.rank, self.latest):
                     self.counter += 1
                     self.execute(action, join_block)
                     self.counter += 1
         finally:
             warnings.showwarning = shown
+
+    def latest(self, name: str) -> Any:
+        """The latest result observed under `name` (what a `flag` condition reads)."""
+        values = self.observed.get(name)
+        return values[-1] if values else None
 
     def _init_process_group(self) -> None:
         s = self.s
@@ -139,17 +145,17 @@ class TorchRank:
     def execute(self, a: Action, join_block: contextlib.ExitStack) -> None:
         """Do what `a` says, on torch."""
         match a:
-            case Forward(no_sync=no_sync):
-                assert self.model is not None
-                x = torch.full((1,), 1.0, dtype=torch_dtype(self.model.dtype), device=self.device)
-                with self.ddp.no_sync() if no_sync else contextlib.nullcontext():
-                    self.loss = self.ddp(x).sum()
-            case Backward():
-                loss, self.loss = self.loss, None
-                loss.backward()
-                if self.model is not None and self.model.observe_grad:
-                    g = next(iter(self.ddp.module.parameters())).grad
-                    self.observed.setdefault("ddp.grad", []).append(None if g is None else float(g.flatten()[0].item()))
+            case Forward(model=name, no_sync=no_sync):
+                ddp = self.ddp[name]
+                x = torch.full((1,), 1.0, dtype=torch_dtype(self.specs[name].dtype), device=self.device)
+                with ddp.no_sync() if no_sync else contextlib.nullcontext():
+                    self.losses[name] = ddp(x).sum()
+            case Backward(model=name):
+                self.losses.pop(name).backward()
+                if self.specs[name].observe_grad:
+                    g = next(iter(self.ddp[name].module.parameters())).grad
+                    self.observed.setdefault(f"{name}.grad", []).append(
+                        None if g is None else float(g.flatten()[0].item()))
             case StepOptimizer():
                 self.optimizer.step()
                 self.optimizer.zero_grad()
@@ -177,7 +183,7 @@ class TorchRank:
                 elif phase == "after":  # in the Join exit the last iteration stays the watchdog's
                     self.iteration = None
             case EndIteration():
-                self.loss = None
+                self.losses.clear()
                 self.inputs_processed += 1
             case _:
                 self._setup(a, join_block)
@@ -188,16 +194,15 @@ class TorchRank:
             case BuildModel(model=m, ddp_kwargs=kwargs):
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
-                self.model = m
+                self.specs[m.name] = m
                 device_ids = [self.local_rank] if self.s.backend == "nccl" else None
-                self.ddp = DDP(ChainModel(m, self.device), device_ids=device_ids, **kwargs)
-            case BuildOptimizer(optimizer=opt):
-                self._build_optimizer(opt.kind, opt.lr, opt.zero)
+                self.ddp[m.name] = DDP(ChainModel(m, self.device), device_ids=device_ids,
+                                       process_group=self._pg(m.group), **kwargs)
+            case BuildOptimizer(optimizer=opt, models=names, group=group):
+                self._build_optimizer(opt.kind, opt.lr, opt.zero, names, group)
             case BuildJoinable(name=name, kind=kind, group=group):
-                # a rank outside the joinable's group gets the world group (known divergence
-                # from torch, which would pass NON_GROUP_MEMBER; see the simulator's registry)
-                pg = self.groups[group] if group != WORLD and self.rank in self.s.group_ranks(group) else dist.group.WORLD
-                self.joinables[name] = REAL_JOINABLES[kind](self.device, pg)
+                # built only on the group's ranks (the interpreter decides)
+                self.joinables[name] = REAL_JOINABLES[kind](self.device, self._pg(group) or dist.group.WORLD)
             case SetupDone():
                 self._setup_barrier()
                 self.starting = False  # setup (symmetric on all ranks) is over; from here on silence is a hang
@@ -215,17 +220,23 @@ class TorchRank:
             case _:  # pragma: no cover - the interpreter yields no other kind
                 raise AssertionError(a)
 
-    def _build_optimizer(self, kind: str, lr: float, zero: bool) -> None:
+    def _pg(self, group: str) -> Any:
+        """The process group handle a torch object takes for `group` (None: the default group)."""
+        return None if group == WORLD else self.groups[group]
+
+    def _build_optimizer(self, kind: str, lr: float, zero: bool, models: tuple[str, ...], group: str) -> None:
         cls = torch.optim.SGD if kind == "sgd" else torch.optim.Adam
-        params = list(self.ddp.parameters()) if self.ddp is not None else [torch.nn.Parameter(torch.zeros(1))]
+        params = [p for name in models for p in self.ddp[name].parameters()]
         if not zero:
-            self.optimizer = cls(params, lr=lr)
+            self.optimizer = cls(params or [torch.nn.Parameter(torch.zeros(1))], lr=lr)
             return
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        self.optimizer = ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=lr)
+        self.optimizer = ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=lr, process_group=self._pg(group))
+        members = self.s.group_ranks(group)  # the shard of group rank r is broadcast from its global rank
         self.marks.zero_roots = [
-            r for r, groups in enumerate(self.optimizer._partition_parameters()) for pg in groups for _ in pg["params"]
+            members[r] for r, groups in enumerate(self.optimizer._partition_parameters()) for pg in groups
+            for _ in pg["params"]
         ]
 
     def _setup_barrier(self) -> None:
@@ -241,8 +252,8 @@ class TorchRank:
             self.store.wait(["simdist/all_set_up"], datetime.timedelta(seconds=min(self.s.timeout_s, 30)))
 
     def _joinable(self, name: str) -> Any:
-        if name == "ddp":
-            return self.ddp
+        if name in self.ddp:
+            return self.ddp[name]
         if name == "zero":
             return self.optimizer
         return self.joinables[name]
@@ -265,11 +276,14 @@ class TorchRank:
 
     def post_hook_root(self) -> int | None:
         """The common rank the Join post hooks found (names their broadcasts' root)."""
-        root = getattr(self.ddp, "_authoritative_rank", None) if self.ddp is not None else None
+        for name, ddp in self.ddp.items():
+            root = getattr(ddp, "_authoritative_rank", None)
+            if root is not None:
+                return self.s.group_ranks(self.specs[name].group)[int(root)]
         for j in self.joinables.values():
-            if root is None and j.last_common_rank is not None:
-                root = j.last_common_rank
-        return None if root is None else int(root)
+            if j.last_common_rank is not None:
+                return int(j.last_common_rank)
+        return None
 
     # ------------------------------------------------------------------ communication steps
     def _tensor(self, numel: int, dtype: str, value: float | int) -> torch.Tensor:

@@ -11,7 +11,10 @@ the optimizer, the custom joinables, ``with Join([...], ...)``, the loop steps f
 this rank's inputs, the `after` steps), executed by `real_backend.torchrank`; then
 `on_finish`. Each rank writes ``rank<r>.json`` (a RankResult plus extras) to the output
 directory: when its program ends, when it raises, when C++ terminates it (Gloo abort), or
-when the launcher's watchdog tells it that the run hangs.
+when the launcher's watchdog tells it that the run hangs. As torch does in production, it also
+writes its Flight Recorder dump to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` and its uncaught
+exception to ``TORCHELASTIC_ERROR_FILE`` when those are set, and answers torch's control plane
+(``fr_trace_json`` on demand) on ``TORCH_WORKER_SERVER_SOCKET``.
 
 Control protocol (``--control stdin``): one line from the launcher ends the process:
 ``hang`` (record a hang if still running), ``interrupt`` (user pressed Ctrl-C) or
@@ -37,6 +40,7 @@ from typing import Any
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 
 EXIT_OK, EXIT_ERROR, EXIT_HANG = 0, 1, 3
+FAULT_ENV = "SIMDIST_FAULT"  # tests only: inject a fault the real backend must report right
 PROGRESS_PERIOD_S = 0.1
 STARTUP_LIMIT_S = 120.0  # torchrun mode: start-up counts as progress for at most this long
 
@@ -74,7 +78,7 @@ class Worker:
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> None:
-        from real_backend.failure import categorise, install_terminate_hook
+        from real_backend.failure import categorise, install_terminate_hook, record_error_file, serve_on_demand
 
         install_terminate_hook(self._on_terminate)
         threading.Thread(target=_warm_symbolizer, name="simdist-warmup", daemon=True).start()
@@ -85,10 +89,16 @@ class Worker:
         try:
             from real_backend.torchrank import TorchRank  # imports torch
 
+            # torch's control-plane server, when TORCH_WORKER_SERVER_SOCKET is set; only once torch
+            # is imported (started while the warm-up thread imports torch, it terminates the process)
+            serve_on_demand()
+
             self.prog = TorchRank(self.s, self.rank, self.world_size, self.local_rank, self.t0_ns)
             self.prog.run()
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             status, error = "error", categorise(exc)
+            if not self.written:  # not after the watchdog's hang record: that is how this rank ended
+                record_error_file(exc)  # torchelastic's error file, when TORCHELASTIC_ERROR_FILE is set
         self.finished = True
         self.write_result(status, error)
         self._announce_end()
@@ -106,6 +116,8 @@ class Worker:
             guard.start()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        if os.environ.get(FAULT_ENV) == "terminate_at_exit":
+            _terminate()
         self._hard_exit(EXIT_OK if clean else EXIT_ERROR)
 
     @staticmethod
@@ -205,12 +217,16 @@ class Worker:
             while not self.written and time.monotonic() < deadline:
                 time.sleep(0.01)
         else:
+            # The record is written when it can be; the process ends in any case (the launcher
+            # may be gone, and its folder with it).
             if cmd == "hang":
-                self.write_result("hang", None)
+                with contextlib.suppress(Exception):
+                    self.write_result("hang", None)
                 self._hard_exit(EXIT_HANG)
             from simdist.report import RankError
 
-            self.write_result("aborted", RankError("KeyboardInterrupt", "run interrupted", "killed"))
+            with contextlib.suppress(Exception):
+                self.write_result("aborted", RankError("KeyboardInterrupt", "run interrupted", "killed"))
             self._hard_exit(EXIT_ERROR)
         self._hard_exit(EXIT_OK)  # finished and recorded: a staying rank may go
 
@@ -222,30 +238,36 @@ class Worker:
 
     # ------------------------------------------------------------------ result
     def write_result(self, status: str, error: Any, *, wait_retired: bool = True) -> None:
-        from real_backend.record import build_trace, dump_fr, first_pending, waiting_entry
+        from real_backend.record import build_trace, dump_fr_bytes, first_pending, waiting_entry, write_dump_file
 
         if not self.lock.acquire(timeout=10):
             return
         try:
             if self.written:
                 return
-            fr = None
+            fr = raw = None
             if self.dist_ready:
-                deadline = time.monotonic() + (0.5 if wait_retired and status == "completed" else 0)
+                import pickle
+
+                # work that returned to the program (it completed, or raised afterwards) has completed,
+                # but FR retires it a little later: wait for that, not for a blocked rank's pending work
+                deadline = time.monotonic() + (0.5 if wait_retired and status in ("completed", "error") else 0)
                 while True:
                     try:
-                        fr = dump_fr()
+                        raw = dump_fr_bytes()
+                        fr = pickle.loads(raw)
                     except Exception:
-                        fr = None
+                        fr = raw = None
                         break
                     # the last entry's retirement can lag the Python return by a little
                     if all(e.get("retired") for e in fr.get("entries", [])) or time.monotonic() >= deadline:
                         break
                     time.sleep(0.05)
+            if raw is not None:
+                with contextlib.suppress(OSError):
+                    write_dump_file(self.rank, raw)  # where TORCH_FR_DUMP_TEMP_FILE says, as torch does
             if fr is not None and os.environ.get("SIMDIST_KEEP_FR"):
-                import pickle
-
-                (self.out / f"rank{self.rank}.fr.pkl").write_bytes(pickle.dumps(fr))
+                (self.out / f"rank{self.rank}.fr.pkl").write_bytes(raw or b"")
             p = self.prog
             if p is not None:
                 p.marks.post_hook_root = p.post_hook_root()
@@ -276,6 +298,16 @@ class Worker:
             self.written = True
         finally:
             self.lock.release()
+
+
+def _terminate() -> None:
+    """Fault injection (tests, FAULT_ENV=terminate_at_exit): what Gloo's threads sometimes do
+    at interpreter exit under load, std::terminate with no exception in flight (SIGABRT,
+    "terminate called without an active exception"), after the record is written."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()
 
 
 def _warm_symbolizer() -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
+import sysconfig
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,13 +107,49 @@ class Frame:
     line: int
 
 
+_INSTALLED = re.compile(r"/(?:site|dist)-packages/")
+_STDLIB = re.compile(r"/lib/python\d+\.\d+/")
+
+
+@functools.cache
+def local_source(filename: str) -> str:
+    """The file to read for a frame's source on this machine: the file itself, or, for a
+    frame recorded on another machine (a Flight Recorder dump), the same installed package's
+    file here (``.../site-packages/torch/nn/parallel/distributed.py`` -> this interpreter's
+    site-packages). Lines agree when the torch version does."""
+    if os.path.exists(filename):
+        return filename
+    m = _INSTALLED.search(filename)
+    if m is not None:
+        for key in ("purelib", "platlib"):
+            here = os.path.join(sysconfig.get_paths()[key], filename[m.end():])
+            if os.path.exists(here):
+                return here
+    return filename
+
+
+def is_library_file(filename: str) -> bool:
+    """Installed packages and the standard library (judged by the path alone, so that it
+    works for frames recorded on another machine): everything that is not the user's code."""
+    return filename.startswith("<") or bool(_INSTALLED.search(filename) or _STDLIB.search(filename))
+
+
 def resolve_frames(raw: list[dict[str, Any]]) -> list[Frame]:
     out = []
     for f in raw:
-        filename, line = f.get("filename", ""), int(f.get("line", 0))
+        filename, line = local_source(str(f.get("filename", ""))), int(f.get("line", 0))
         tag = _module_tag(filename)
-        out.append(Frame(tag, qualname_at(filename, line) if tag else None, f.get("name", ""), filename, line))
+        out.append(Frame(tag, qualname_at(filename, line) if tag else None, str(f.get("name", "")), filename, line))
     return out
+
+
+def phase_of(frames: list[Frame]) -> str:
+    """The scenario's phase names where frames tell them: DDP construction, Join's exit."""
+    if any(f.tag == "ddp" and f.qual == "DistributedDataParallel.__init__" for f in frames):
+        return "init"
+    if any(f.tag == "join" and f.qual == "Join.__exit__" for f in frames):
+        return "join_exit"
+    return "loop"
 
 
 def classify(frames: list[Frame], dtype: str) -> str | None:

@@ -7,20 +7,26 @@ else does. Files are TOML; the same model can be built from Python
 
 Validation is strict (unknown keys are errors) and every error names the offending field
 as a dotted path, e.g. ``loop[2].group: unknown group 'evens'``, because users edit these
-files by hand and a traceback tells them nothing.
+files by hand and a traceback tells them nothing. Every problem of a file is reported at
+once, one line each (the cross-table checks are in `simdist.crosscheck`).
 
 See docs/scenarios.md for the full reference with a worked example.
 """
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
 from pydantic import Field, ValidationError, model_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
+from simdist import crosscheck
 from simdist.errors import ScenarioError
+from simdist.limits import MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.schema import (
     STEP_KINDS,
     BackwardStep,
@@ -30,6 +36,7 @@ from simdist.schema import (
     ForwardStep,
     Group,
     Inputs,
+    Int64,
     JoinableCallStep,
     JoinableDecl,
     JoinBlock,
@@ -37,21 +44,26 @@ from simdist.schema import (
     Optimizer,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
+    StopStep,
     Strict,
     TopoLink,
     Topology,
     TopoNode,
+    ValueWhen,
+    When,
 )
-from simdist.vocab import BITWISE_REDUCE_OPS, MODEL_JOINABLES, ROOTED_OPS, WORLD
+from simdist.userfiles import check_data, read_toml
+from simdist.vocab import MODEL_JOINABLES, PRESETS, WORLD
 
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
     "BackwardStep", "CollectiveStep", "ComputeStep", "Expect", "ForwardStep", "Group", "Inputs", "JoinBlock",
-    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "Scenario", "SleepStep",
-    "Step", "Target", "TopoLink", "TopoNode", "Topology", "check_target", "load_scenario", "parse_scenario",
-    "read_toml", "scenario_to_dict",
+    "JoinableCallStep", "JoinableDecl", "Model", "Optimizer", "OptimizerStep", "P2PStep", "RaiseStep", "Scenario", "SleepStep",
+    "Step", "StopStep", "Target", "TopoLink", "TopoNode", "Topology", "ValueWhen", "When", "check_target", "load_scenario",
+    "json_schema", "parse_scenario", "read_toml", "scenario_to_dict",
 ]
 
 Target = Literal["sim", "real"]  # which side runs a scenario: the simulator or real torch.distributed
@@ -62,13 +74,14 @@ class Scenario(Strict):
 
     name: str = "scenario"
     description: str = ""
-    world_size: int = Field(ge=1, le=1024)
+    world_size: int = Field(ge=1, le=MAX_WORLD_SIZE)
     backend: Literal["gloo", "nccl"] = "gloo"
-    seed: int = 0
-    timeout_s: float = Field(default=10.0, gt=0, description="real backend watchdog")
+    seed: Int64 = 0
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_S, description="real backend watchdog (at most a day)")
     topology: Topology = Field(default_factory=Topology)
     inputs: Inputs
-    model: Model | None = None
+    model: Model | None = Field(default=None, description="the DDP model named 'ddp' on WORLD (or as it says)")
+    models: list[Model] = Field(default_factory=list, description="more DDP models, each named, on its own group")
     optimizer: Optimizer | None = None
     joinables: list[JoinableDecl] = Field(default_factory=list)
     groups: list[Group] = Field(default_factory=list)
@@ -83,7 +96,19 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_check(self) -> Scenario:
-        _cross_validate(self)
+        p = crosscheck.Problems()
+        crosscheck.check_inputs(p, self.inputs, self.world_size)
+        names = crosscheck.names_of(p, self.world_size, self.groups, self.model, self.models, self.joinables,
+                                    self.optimizer, self.loop + self.after)
+        crosscheck.check_optimizer(p, names)
+        crosscheck.check_join(p, names, self.join)
+        crosscheck.check_steps(p, names, "loop", self.loop, self.counts() if not p.items else None)
+        crosscheck.check_steps(p, names, "after", self.after, self.counts() if not p.items else None)
+        crosscheck.check_expect(p, self.expect, self.world_size)
+        crosscheck.check_topology(p, self.topology, self.world_size)
+        crosscheck.check_connected(p, self.topology, self.world_size)
+        if p.items:
+            raise _FieldErrors(p.items)
         return self
 
     # ---- conveniences used by both simulator and real backend
@@ -98,158 +123,46 @@ class Scenario(Strict):
                 return sorted(g.ranks)
         raise KeyError(group)
 
+    def all_models(self) -> list[Model]:
+        """`[model]` then `[[models]]`, in file order."""
+        return ([self.model] if self.model is not None else []) + list(self.models)
+
+    def model_named(self, name: str | None) -> Model:
+        """The model a forward/backward step names (None: the only one)."""
+        models = self.all_models()
+        if name is None:
+            return models[0]
+        return next(m for m in models if m.name == name)
+
+    def optimizer_models(self) -> list[Model]:
+        """The models whose parameters the optimizer updates, in file order."""
+        assert self.optimizer is not None
+        wanted = self.optimizer.models
+        return [m for m in self.all_models() if wanted is None or m.name in wanted]
+
+    def zero_group(self) -> str:
+        """ZeRO's process group (validated to exist when `optimizer.zero`)."""
+        assert self.optimizer is not None
+        return crosscheck.zero_group(self.optimizer, self.optimizer_models()) or WORLD
+
     def joinable_kind(self, name: str) -> str:
-        """Kind of a joinable named in [join].joinables: 'ddp', 'zero', or a [[joinables]] kind."""
-        if name in MODEL_JOINABLES:
+        """Kind of a joinable named in [join].joinables: 'ddp' (any model), 'zero', or a [[joinables]] kind."""
+        if name in MODEL_JOINABLES and name != "ddp":
             return name
+        if any(m.name == name for m in self.all_models()):
+            return "ddp"
         for j in self.joinables:
             if j.name == name:
                 return j.kind
         raise KeyError(name)
 
 
-class _FieldError(ValueError):
-    def __init__(self, loc: str, msg: str):
-        super().__init__(f"{loc}: {msg}")
-        self.loc = loc
-        self.msg = msg
+class _FieldErrors(ValueError):
+    """Every cross-check problem of a scenario, raised from its validator (pydantic wraps it)."""
 
-
-def _cross_validate(s: Scenario) -> None:
-    """Checks that need the whole scenario: ranks in range, names that resolve (in this order:
-    the first failing one is the error a user sees)."""
-    _check_inputs(s)
-    groups = _check_groups(s)
-    _check_joinables(s, groups)
-    if s.optimizer is not None and s.optimizer.zero and s.model is None:
-        raise _FieldError("optimizer.zero", "ZeroRedundancyOptimizer needs a [model] table")
-    for section, steps in (("loop", s.loop), ("after", s.after)):
-        for i, st in enumerate(steps):
-            _check_step(s, st, section, f"{section}[{i}]", groups)
-    _check_expect(s)
-    _check_topology(s)
-
-
-def _check_inputs(s: Scenario) -> None:
-    counts = s.counts()
-    if len(counts) != s.world_size:
-        raise _FieldError("inputs.counts", f"has {len(counts)} entries but world_size is {s.world_size}")
-    for r, c in enumerate(counts):
-        if c < 0:
-            raise _FieldError("inputs", f"rank {r} gets {c} inputs (base + offset * rank must be >= 0)")
-
-
-def _check_groups(s: Scenario) -> set[str]:
-    """The group names steps may use."""
-    names = {WORLD}
-    for gi, g in enumerate(s.groups):
-        if g.name in names:
-            raise _FieldError(f"groups[{gi}].name", f"duplicate group name '{g.name}'")
-        names.add(g.name)
-        for r in g.ranks:
-            _check_rank(s, r, f"groups[{gi}].ranks")
-        if len(set(g.ranks)) != len(g.ranks):
-            raise _FieldError(f"groups[{gi}].ranks", "duplicate rank")
-    return names
-
-
-def _check_rank(s: Scenario, r: int, loc: str) -> None:
-    if not 0 <= r < s.world_size:
-        raise _FieldError(loc, f"rank {r} out of range for world_size {s.world_size}")
-
-
-def _check_joinables(s: Scenario, groups: set[str]) -> None:
-    """[[joinables]] names and groups, and what [join] names."""
-    jnames = set(MODEL_JOINABLES)
-    for ji, j in enumerate(s.joinables):
-        if j.name in jnames:
-            raise _FieldError(f"joinables[{ji}].name", f"duplicate or reserved joinable name '{j.name}'")
-        if j.group not in groups:
-            raise _FieldError(f"joinables[{ji}].group", f"unknown group '{j.group}'")
-        jnames.add(j.name)
-    if s.join is None:
-        return
-    for k, name in enumerate(s.join.joinables):
-        if name == "ddp" and s.model is None:
-            raise _FieldError(f"join.joinables[{k}]", "'ddp' needs a [model] table")
-        if name == "zero" and not (s.optimizer and s.optimizer.zero):
-            raise _FieldError(f"join.joinables[{k}]", "'zero' needs [optimizer] with zero = true")
-        if name not in jnames:
-            raise _FieldError(f"join.joinables[{k}]", f"unknown joinable '{name}'")
-    if len(set(s.join.joinables)) != len(s.join.joinables):
-        raise _FieldError("join.joinables", "a joinable is listed twice")
-
-
-def _check_step(s: Scenario, st: Step, section: str, loc: str, groups: set[str]) -> None:
-    for r in st.ranks or []:
-        _check_rank(s, r, f"{loc}.ranks")
-    if section == "after" and (st.every is not None or st.below is not None or st.from_iteration is not None):
-        raise _FieldError(loc, "iteration conditions (every/below/from_iteration) make no sense after the loop")
-    if isinstance(st, (ForwardStep, BackwardStep)) and s.model is None:
-        raise _FieldError(f"{loc}.kind", f"'{st.kind}' needs a [model] table")
-    if isinstance(st, OptimizerStep) and s.optimizer is None:
-        raise _FieldError(f"{loc}.kind", "'optimizer_step' needs an [optimizer] table")
-    if isinstance(st, JoinableCallStep) and st.joinable not in {j.name for j in s.joinables}:
-        raise _FieldError(f"{loc}.joinable", f"unknown joinable '{st.joinable}'")
-    if isinstance(st, CollectiveStep):
-        _check_collective(s, st, loc, groups)
-    if isinstance(st, P2PStep):
-        for fld in ("src", "dst"):
-            _check_rank(s, getattr(st, fld), f"{loc}.{fld}")
-        if st.src == st.dst:
-            raise _FieldError(f"{loc}.dst", "a rank cannot send to itself")
-        if st.blocking and st.wait != "now":
-            raise _FieldError(f"{loc}.wait", "only non-blocking p2p can wait later")
-
-
-def _check_collective(s: Scenario, st: CollectiveStep, loc: str, groups: set[str]) -> None:
-    if st.group not in groups:
-        raise _FieldError(f"{loc}.group", f"unknown group '{st.group}'")
-    members = s.group_ranks(st.group)
-    if st.op in ROOTED_OPS and st.root not in members:
-        raise _FieldError(f"{loc}.root", f"rank {st.root} is not in group '{st.group}'")
-    if st.ranks is not None and not set(st.ranks) <= set(members):
-        raise _FieldError(f"{loc}.ranks", f"ranks {st.ranks} are not all in group '{st.group}'")
-    if st.op in ("reduce_scatter", "scatter", "all_to_all") and st.numel % len(members):
-        raise _FieldError(f"{loc}.numel", f"{st.op} needs numel divisible by the group size {len(members)}")
-    if st.reduce_op in BITWISE_REDUCE_OPS and st.dtype.startswith(("float", "bfloat")):
-        raise _FieldError(f"{loc}.reduce_op", f"{st.reduce_op} needs an integer dtype, not {st.dtype}")
-    if not st.async_op and st.wait != "now":
-        raise _FieldError(f"{loc}.wait", "only async collectives can wait later")
-
-
-def _check_expect(s: Scenario) -> None:
-    e, w = s.expect, s.world_size
-    if e is None:
-        return
-    for fld in ("inputs_processed", "status", "collectives"):
-        v = getattr(e, fld)
-        if v is not None and len(v) != w:
-            raise _FieldError(f"expect.{fld}", f"has {len(v)} entries but world_size is {w}")
-    for k in e.errors:
-        if not k.isdigit() or int(k) >= w:
-            raise _FieldError(f"expect.errors.{k}", f"not a rank of world_size {w}")
-    for k, v in e.observed.items():
-        if len(v) != w:
-            raise _FieldError(f"expect.observed.{k}", f"has {len(v)} entries but world_size is {w}")
-
-
-def _check_topology(s: Scenario) -> None:
-    if s.topology.preset is not None:
-        return
-    node_names = {n.name for n in s.topology.nodes}
-    for li, link in enumerate(s.topology.links):
-        for end in ("a", "b"):
-            if getattr(link, end) not in node_names:
-                raise _FieldError(f"topology.links[{li}].{end}", f"unknown node '{getattr(link, end)}'")
-    placed = [r for n in s.topology.nodes for r in n.ranks]
-    for r in placed:
-        _check_rank(s, r, "topology.nodes")
-    missing = sorted(set(range(s.world_size)) - set(placed))
-    if missing:
-        raise _FieldError("topology.nodes", f"ranks {missing} are not placed on any node")
-    if len(placed) != len(set(placed)):
-        raise _FieldError("topology.nodes", "a rank is placed on two nodes")
+    def __init__(self, items: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in items))
+        self.items = items
 
 
 def check_target(s: Scenario, target: Target, source: str = "<dict>") -> None:
@@ -261,59 +174,214 @@ def check_target(s: Scenario, target: Target, source: str = "<dict>") -> None:
     # imported here: the registry names the simulator's classes, which load the engine
     from simdist.torchmodels.registry import JOINABLE_KINDS, kinds_for
 
-    for i, j in enumerate(s.joinables):
-        if not JOINABLE_KINDS[j.kind].real:
-            raise ScenarioError(f"{source}: joinables[{i}].kind: '{j.kind}' has no real implementation "
-                                f"(the real backend has: {', '.join(kinds_for('real'))})")
+    lines = [f"{source}: joinables[{i}].kind: '{j.kind}' has no real implementation (the real backend has: "
+             f"{', '.join(kinds_for('real'))})" for i, j in enumerate(s.joinables) if not JOINABLE_KINDS[j.kind].real]
+    if lines:
+        raise ScenarioError("\n".join(lines))
 
 
-def _format_validation_error(err: ValidationError) -> str:
-    """One line naming the first offending field, e.g. ``world_size: Input should be >= 1``."""
-    first = err.errors()[0]
-    loc_parts: list[str] = []
-    for part in first["loc"]:
-        if isinstance(part, int):
-            loc_parts.append(f"[{part}]")
-        elif part in STEP_KINDS:
-            continue  # discriminator tag pydantic inserts into the path
+# The top-level fields whose schema errors do not hide the cross-checks: nothing else refers
+# to them, so the scenario is cross-checked with their defaults (see `_problems`).
+_INDEPENDENT = frozenset({"name", "description", "seed", "timeout_s", "backend", "on_finish", "expect", "topology"})
+_STEP_LISTS = ("loop", "after")
+
+
+def _problems(data: dict[str, Any]) -> tuple[Scenario | None, list[str]]:
+    """The scenario, or every problem with it as "field: message" lines.
+
+    Schema errors (types, ranges, unknown keys) come first, all of them; the cross-checks
+    need valid tables, so they run when the schema errors are only in fields nothing
+    refers to (`_INDEPENDENT`) or in steps: those are left at their defaults or replaced
+    by a no-op step that records what the broken one observed, and the cross-check
+    problems of the rest follow."""
+    try:
+        return Scenario.model_validate(data), []
+    except ValidationError as err:
+        lines = _format_validation_errors(err)
+        repaired = _repaired(data, err)
+    if repaired is not None:
+        try:
+            Scenario.model_validate(repaired)
+        except ValidationError as err2:
+            lines += [x for x in _format_validation_errors(err2) if x not in lines]
+    return None, sorted(lines, key=lambda line: _file_order(data, line))
+
+
+_LEAD = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+)\])?")
+
+
+def _file_order(data: dict[str, Any], line: str) -> tuple[int, int]:
+    """Where a problem's field is in the file: its top-level key's position, then its index."""
+    m = _LEAD.match(line)
+    keys = list(data)
+    if m is None or m.group(1) not in keys:
+        return (len(keys), 0)
+    return (keys.index(m.group(1)), int(m.group(2) or 0))
+
+
+def _repaired(data: dict[str, Any], err: ValidationError) -> dict[str, Any] | None:
+    """`data` with its broken independent fields and steps set aside, or None when a schema
+    error sits in a table others refer to (then only the schema errors are reported)."""
+    if any(_is_cross(e) for e in err.errors()):
+        return None  # the cross-checks already ran
+    fixed = copy.deepcopy(data)
+    for e in err.errors():
+        loc = e["loc"]
+        if not loc:
+            return None
+        if e["type"] == "extra_forbidden":
+            _drop_key(fixed, loc)  # an unknown key: without it, the table is what was meant
+        elif loc[0] in _INDEPENDENT:
+            fixed.pop(str(loc[0]), None)
+        elif loc[0] in _STEP_LISTS and len(loc) > 1 and isinstance(loc[1], int):
+            steps = fixed[str(loc[0])] = list(fixed[str(loc[0])])
+            old = steps[loc[1]]
+            observe = old.get("observe") if isinstance(old, dict) else None
+            steps[loc[1]] = ({"kind": "collective", "op": "barrier", "observe": observe} if isinstance(observe, str)
+                             else {"kind": "sleep", "seconds": 0})
         else:
-            loc_parts.append(("." if loc_parts else "") + str(part))
-    loc = "".join(loc_parts) or "scenario"
-    msg = first["msg"]
+            return None
+    return fixed
+
+
+def _drop_key(data: Any, loc: tuple[Any, ...]) -> None:
+    """Remove the key at path `loc` (steps' kind tags skipped), where it still exists."""
+    for part in loc[:-1]:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        elif part not in STEP_KINDS:
+            return
+    if isinstance(data, dict):
+        data.pop(loc[-1], None)
+
+
+def _is_cross(e: Any) -> bool:
+    return isinstance(e.get("ctx", {}).get("error"), _FieldErrors)
+
+
+def _format_validation_errors(err: ValidationError) -> list[str]:
+    """One "field: message" line per problem, e.g. ``world_size: Input should be >= 1``;
+    the several errors pydantic gives for one field of a union are one line."""
+    by_loc: dict[str, list[str]] = {}
+    for e in err.errors():
+        ctx_err = e.get("ctx", {}).get("error")
+        if isinstance(ctx_err, _FieldErrors):
+            for loc, msg in ctx_err.items:
+                by_loc.setdefault(loc, []).append(msg)
+            continue
+        loc, msg = _one(e)
+        by_loc.setdefault(loc, [])
+        if msg not in by_loc[loc]:
+            by_loc[loc].append(msg)
+    lines = []
+    for loc, msgs in by_loc.items():
+        if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):  # a union's members
+            msgs = [msgs[0] + "".join(f"; or {m[len('Input should be '):]}" for m in msgs[1:])]
+        lines += [f"{loc}: {m}" for m in msgs]
+    return lines
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])?): (.*)$")
+
+
+def _one(e: Any) -> tuple[str, str]:
+    """One pydantic error as (field path, message)."""
+    parts: list[str | int] = [p for p in e["loc"] if p not in STEP_KINDS and not _union_member(p)]
+    msg = e["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    if first["type"] == "extra_forbidden":
+        msg = msg[len("Value error, "):]
+        m = _FIELD_PREFIX.match(msg)  # a table's own validator names its field: "offset: ..."
+        if m:
+            parts.append(m.group(1))
+            msg = m.group(2)
+    msg = _TABLE.sub("a table", msg)
+    if e["type"] == "extra_forbidden":
         msg = "unknown key"
-    ctx_err = first.get("ctx", {}).get("error")
-    if isinstance(ctx_err, _FieldError):
-        return str(ctx_err)
-    if first["type"] == "union_tag_invalid":
-        msg = f"unknown step kind {first['input'].get('kind')!r}" if isinstance(first.get("input"), dict) else msg
-    return f"{loc}: {msg}"
+    if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a step's `kind`
+        parts.append("kind")
+        given = e["input"].get("kind") if isinstance(e.get("input"), dict) else None
+        msg = (f"unknown step kind {given!r}" if given is not None else "missing") + f" (one of {', '.join(STEP_KINDS)})"
+    return _path(parts), msg
+
+
+_TABLE = re.compile(r"a valid dictionary(?: or (?:instance of \w+|object to extract fields from))?")
+_UNION_MEMBER = re.compile(r"^(float|int|str|bool|(list|dict|literal|tuple|nullable)\[.*\]|function-.*|constrained-.*|ValueWhen)$")
+
+
+def _union_member(part: object) -> bool:
+    """Whether a pydantic error-path part names a union's member type, not a field."""
+    return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "scenario"
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target = "sim") -> Scenario:
-    """Validate a dict into a Scenario that `target` can run, raising ScenarioError with a
-    one-line message."""
-    try:
-        s = Scenario.model_validate(data)
-    except ValidationError as err:  # _cross_validate's _FieldError arrives wrapped in it
-        raise ScenarioError(f"{source}: {_format_validation_error(err)}") from None
+    """Validate a dict into a Scenario that `target` can run, raising ScenarioError with one
+    line per problem ("SOURCE: FIELD: message"), every problem at once."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a table of keys, not {type(data).__name__}")
+    check_data(data, source)
+    s, lines = _problems(data)
+    if s is None:
+        raise ScenarioError("\n".join(f"{source}: {line}" for line in lines))
     check_target(s, target, source)
     return s
 
 
-def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """A TOML file as a dict, or a one-line ScenarioError (unreadable file, bad TOML)."""
-    p = Path(path)
+class _TomlJsonSchema(GenerateJsonSchema):
+    """JSON schema for a TOML file: TOML has no null, so an optional key is one left out
+    (no `null` branch, no `"default": null`)."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        js = super().default_schema(schema)
+        if js.get("default", 0) is None:
+            js.pop("default")
+        return js
+
+
+def json_schema() -> dict[str, Any]:
+    """The scenario file's JSON schema (draft 2020-12), generated from the model: what
+    `simdist schema` prints for editors (docs/scenarios.md, Editor support)."""
+    body = Scenario.model_json_schema(by_alias=True, schema_generator=_TomlJsonSchema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **body, "title": "simdist scenario"}
+
+
+def topology_problems(topo: Topology, world_size: int) -> list[str]:
+    """What is wrong with `topo` for `world_size` ranks, one "field: message" per problem:
+    the scenario's own topology checks (`crosscheck`), for a topology given apart from a
+    scenario (a script's `--topology`, whose world size is known only once its ranks start)."""
+    p = crosscheck.Problems()
+    crosscheck.check_topology(p, topo, world_size)
+    crosscheck.check_connected(p, topo, world_size)
+    return [f"{loc}: {msg}" for loc, msg in p.items]
+
+
+def load_topology(spec: str | Path) -> Topology:
+    """A topology on its own (a script has no scenario file to hold one): a preset name, or a
+    TOML file with a `[topology]` table as a scenario has (or that table's keys at the top).
+    Bad input raises a one-line ScenarioError naming the field."""
+    if str(spec) in PRESETS:
+        return Topology(preset=str(spec))
+    if not Path(spec).is_file():
+        raise ScenarioError(f"topology: '{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+    data = read_toml(spec, "topology")
+    table = data.get("topology", data)
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{spec}: topology: a table of keys, not {type(table).__name__}")
     try:
-        text = p.read_text()
-    except OSError as err:
-        raise ScenarioError(f"{p}: cannot read {what} file ({err.strerror})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{p}: not valid TOML ({err})") from None
+        return Topology.model_validate(table)
+    except ValidationError as err:
+        raise ScenarioError(f"{spec}: topology." + "; topology.".join(_format_validation_errors(err))) from None
 
 
 def load_scenario(path: str | Path, target: Target = "sim") -> Scenario:

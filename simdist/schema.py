@@ -10,17 +10,32 @@ is decided by the interpreter (`simdist.program.interpret`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simdist.limits import INT64_MAX, INT64_MIN, MAX_NUMEL, MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.vocab import WORLD, CollectiveOp, Dtype, ReduceOp
+
+# Integer fields: a count (>= 0), a tensor's element count, any 64-bit integer; what the
+# real backend hands torch must fit its C++ types, and nothing needs more.
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Numel = Annotated[int, Field(gt=0, le=MAX_NUMEL)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S, description="at most a day")]
 
 
 class Strict(BaseModel):
-    """Base of every scenario table: unknown keys are errors, and a table never changes."""
+    """Base of every scenario table: unknown keys are errors, and a table never changes.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Types are strict (pydantic's strict mode): ``world_size = "2"`` or ``counts = [true]``
+    is an error, not a silent 2 or 1, since a scenario that means something else than it
+    says is worse than one that does not load; a float field still takes an integer.
+    inf and nan are rejected everywhere (`simdist.userfiles.check_data` also checks the
+    values no field types)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- topology
@@ -37,8 +52,8 @@ class TopoLink(Strict):
 
     a: str
     b: str
-    latency_us: float = Field(ge=0)
-    bandwidth_gbps: float = Field(gt=0, description="gigabytes per second")
+    latency_us: float = Field(ge=0, le=1e9)
+    bandwidth_gbps: float = Field(ge=1e-9, le=1e9, description="gigabytes per second")
 
 
 class Topology(Strict):
@@ -50,9 +65,9 @@ class Topology(Strict):
     # Per-collective algorithm choice ("auto" = smallest predicted time, as NCCL's tuner).
     algorithms: dict[str, str] = Field(default_factory=dict)
     # Optional calibrated parameters overriding the preset (seconds, seconds/byte).
-    alpha: float | None = Field(default=None, ge=0)
-    beta: float | None = Field(default=None, ge=0)
-    gamma: float | None = Field(default=None, ge=0)
+    alpha: float | None = Field(default=None, ge=0, le=1e3)
+    beta: float | None = Field(default=None, ge=0, le=1.0)
+    gamma: float | None = Field(default=None, ge=0, le=1.0)
     # A calibrated timing profile (JSON from `simdist compare-timing --save-profile`).
     profile: str | None = None
 
@@ -69,9 +84,9 @@ class Topology(Strict):
 class Inputs(Strict):
     """Per-rank input counts: an explicit list, or base + offset * rank (torch's tests)."""
 
-    counts: list[Annotated[int, Field(ge=0)]] | None = None
-    base: int | None = Field(default=None, ge=0)
-    offset: int = 0
+    counts: list[Count] | None = Field(default=None, max_length=MAX_WORLD_SIZE)
+    base: Count | None = None
+    offset: Int64 = 0
 
     @model_validator(mode="after")
     def _one_form(self) -> Inputs:
@@ -90,26 +105,35 @@ class Inputs(Strict):
 
 # --------------------------------------------------------------------------- model / optimizer
 class Model(Strict):
-    """The DDP-wrapped model, described by its parameter and buffer sizes.
+    """A DDP-wrapped model, described by its parameter and buffer sizes.
 
     `params` are element counts in registration order. Backward produces gradients in
     reverse registration order (a chain model), which is the order DDP's reducer sees.
+    `[model]` is the model named `ddp` on WORLD; `[[models]]` adds more, each named and on
+    its own process group (`DistributedDataParallel(..., process_group=group)`, built only
+    on the group's ranks).
     """
 
-    params: list[Annotated[int, Field(gt=0)] | list[Annotated[int, Field(gt=0)]]] = Field(min_length=1)
+    name: str = Field(default="ddp", description="how steps and [join] name it")
+    group: str = Field(default=WORLD, description="its process group; only the group's ranks build it")
+    params: list[Numel | list[Numel]] = Field(min_length=1)
     dtype: Dtype = "float32"
-    buffers: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    buffers: list[Numel] = Field(default_factory=list)
     unused_params: list[int] = Field(default_factory=list, description="indices not used in forward")
-    # DDP options
-    bucket_cap_mb: float | None = Field(default=None, gt=0, description="None = torch's default (25 MiB, 1 MiB first bucket)")
+    # DDP options (the cap's bytes must fit torch's int64)
+    bucket_cap_mb: float | None = Field(default=None, gt=0, le=1e12,
+                                        description="None = torch's default (25 MiB, 1 MiB first bucket)")
     find_unused_parameters: bool = False
     broadcast_buffers: bool = True
     gradient_as_bucket_view: bool = False
-    # Record the first parameter's gradient (first element) after every backward as `ddp.grad`.
+    # Record the first parameter's gradient (first element) after every backward as `<name>.grad`.
     observe_grad: bool = False
 
     @model_validator(mode="after")
     def _check_unused(self) -> Model:
+        for k, p in enumerate(self.params):
+            if isinstance(p, list) and math.prod(p) > MAX_NUMEL:
+                raise ValueError(f"params[{k}]: shape {p} has more than {MAX_NUMEL} elements")
         for i in self.unused_params:
             if not 0 <= i < len(self.params):
                 raise ValueError(f"unused_params: index {i} out of range for {len(self.params)} params")
@@ -129,11 +153,17 @@ class Model(Strict):
 
 
 class Optimizer(Strict):
-    """The optimizer stepped by `optimizer_step`; `zero = true` wraps it in ZeroRedundancyOptimizer."""
+    """The optimizer stepped by `optimizer_step`; `zero = true` wraps it in ZeroRedundancyOptimizer.
+
+    It optimises the parameters of `models` (default: every model) that the rank holds.
+    ZeRO shards them over `group` (default: the group its models share), and only that
+    group's ranks build it."""
 
     kind: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.01
     zero: bool = False
+    models: list[str] | None = Field(default=None, min_length=1, description="whose parameters (default: every model)")
+    group: str | None = Field(default=None, description="ZeRO's process group (default: its models' group)")
 
 
 class JoinableDecl(Strict):
@@ -168,7 +198,7 @@ class Group(Strict):
     """A sub-group created on every rank with `dist.new_group(ranks)`."""
 
     name: str
-    ranks: list[int] = Field(min_length=1)
+    ranks: list[int] = Field(min_length=1, max_length=MAX_WORLD_SIZE)
 
 
 class Expect(Strict):
@@ -185,31 +215,73 @@ class Expect(Strict):
     collectives: list[int] | None = None
 
 
-# --------------------------------------------------------------------------- steps
-class _Cond(Strict):
-    """Conditions shared by every step: it runs on iteration i (0-based) of rank r only when
-    all given conditions hold."""
+# --------------------------------------------------------------------------- conditions
+class When(Strict):
+    """A condition on rank r and iteration i (0-based), written as data: it holds when every
+    key given holds. `not` and `any` nest conditions, so offsets, negations and ranges
+    combine without any user text being evaluated. The interpreter decides what a condition
+    means at run time (`simdist.program.conditions`)."""
 
-    every: int | None = Field(default=None, ge=1, description="only when i % every == 0")
+    every: int | None = Field(default=None, ge=1, le=INT64_MAX, description="only when i % every == offset")
+    offset: Count | None = Field(default=None, description="with every: only when i % every == offset (default 0)")
+    below: Count | None = Field(default=None, description="only for iterations i < below")
+    from_iteration: Count | None = Field(default=None, description="only for i >= from_iteration")
     ranks: list[int] | None = Field(default=None, description="only on these ranks")
-    below: int | None = Field(default=None, ge=0, description="only for iterations i < below")
-    from_iteration: int | None = Field(default=None, ge=0, description="only for i >= from_iteration")
+    not_: When | None = Field(default=None, alias="not", description="only when this condition does not hold")
+    any_: list[When] | None = Field(default=None, alias="any", min_length=1,
+                                    description="only when at least one of these conditions holds")
+    flag: str | None = Field(default=None, description="only when the latest result this rank observed under "
+                                                       "this name (a step's observe) is nonzero")
 
-    def applies(self, rank: int, i: int | None) -> bool:
-        if self.ranks is not None and rank not in self.ranks:
-            return False
-        if i is None:
-            return self.every is None and self.below is None and self.from_iteration is None
-        if self.every is not None and i % self.every != 0:
-            return False
-        if self.below is not None and i >= self.below:
-            return False
-        return not (self.from_iteration is not None and i < self.from_iteration)
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
+
+    @model_validator(mode="after")
+    def _offset_below_every(self) -> When:
+        if self.offset is not None and self.every is None:
+            raise ValueError("offset: needs every (i % every == offset)")
+        if self.offset is not None and self.every is not None and self.offset >= self.every:
+            raise ValueError(f"offset: must be below every ({self.every}), got {self.offset}")
+        return self
+
+    def parts(self) -> Iterator[When]:
+        """This condition and every condition nested in it (`not`, `any`), depth first."""
+        yield self
+        for c in ([self.not_] if self.not_ is not None else []) + list(self.any_ or []):
+            yield from c.parts()
+
+    def uses_iteration(self) -> bool:
+        """Whether the condition looks at the iteration (meaningless after the loop)."""
+        return any(c.every is not None or c.below is not None or c.from_iteration is not None for c in self.parts())
+
+
+ScalarValue = float | Literal["rank", "iteration"]
+
+
+class ValueWhen(Strict):
+    """A value that depends on a condition: `then` where `when` holds, else `else` (e.g. a
+    per-rank "I want to stop" flag for an all-reduced stop decision)."""
+
+    when: When
+    then: ScalarValue = 1.0
+    else_: ScalarValue = Field(default=0.0, alias="else")
+
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
+
+
+Value = ScalarValue | ValueWhen
+
+
+# --------------------------------------------------------------------------- steps
+class _Cond(When):
+    """Conditions shared by every step: it runs on iteration i of rank r only when all the
+    keys of `When` it carries hold (docs/scenarios.md, Conditions)."""
 
 
 class ComputeStep(_Cond):
+    """Busy without communicating: one duration, or one per rank (stragglers)."""
+
     kind: Literal["compute"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds | list[Seconds]
 
 
 class ForwardStep(_Cond):
@@ -217,12 +289,14 @@ class ForwardStep(_Cond):
 
     kind: Literal["forward"]
     no_sync: bool = False
+    model: str | None = Field(default=None, description="which DDP model (default: the only one)")
 
 
 class BackwardStep(_Cond):
     """DDP backward: gradient bucket all-reduces from the reducer."""
 
     kind: Literal["backward"]
+    model: str | None = Field(default=None, description="which DDP model (default: the only one)")
 
 
 class OptimizerStep(_Cond):
@@ -234,7 +308,7 @@ class JoinableCallStep(_Cond):
 
     kind: Literal["joinable_call"]
     joinable: str
-    num_allreduces: int | None = Field(default=None, ge=0, description="AllReducer: default [join].kwargs.num_allreduces or 1")
+    num_allreduces: Count | None = Field(default=None, description="AllReducer: default [join].kwargs.num_allreduces or 1")
 
 
 class CollectiveStep(_Cond):
@@ -247,18 +321,18 @@ class CollectiveStep(_Cond):
 
     kind: Literal["collective"]
     op: CollectiveOp
-    numel: int = Field(default=1, ge=0)
+    numel: int = Field(default=1, ge=0, le=MAX_NUMEL)
     dtype: Dtype = "float32"
     reduce_op: ReduceOp = "sum"
-    root: int = Field(default=0, ge=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
+    root: Count = Field(default=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
     group: str = WORLD
     async_op: bool = Field(default=False, alias="async")
     wait: Literal["now", "end_of_iteration", "never"] = "now"
-    value: float | Literal["rank", "iteration"] = 1.0
+    value: Value = 1.0
     observe: str | None = None
     name: str | None = None
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
 
 
 class P2PStep(_Cond):
@@ -269,14 +343,14 @@ class P2PStep(_Cond):
     """
 
     kind: Literal["p2p"]
-    src: int = Field(ge=0)
-    dst: int = Field(ge=0)
-    numel: int = Field(default=1, ge=1)
+    src: Count
+    dst: Count
+    numel: Numel = 1
     dtype: Dtype = "float32"
-    tag: int = 0
+    tag: int = Field(default=0, ge=-(1 << 31), le=(1 << 31) - 1, description="a C int in torch")
     blocking: bool = True
     wait: Literal["now", "end_of_iteration"] = "now"
-    value: float | Literal["rank", "iteration"] = "rank"
+    value: Value = "rank"
     observe: str | None = None
 
 
@@ -284,7 +358,25 @@ class SleepStep(_Cond):
     """Stay alive for a while without communicating (wall time on the real backend)."""
 
     kind: Literal["sleep"]
-    seconds: float = Field(ge=0)
+    seconds: Seconds | list[Seconds]
+
+
+class StopStep(_Cond):
+    """`break`: leave the loop here, on the iterations and ranks where its conditions hold.
+
+    The rest of the iteration does not run and it does not count as processed; the work
+    deferred to the end of the iteration is still waited; then the Join block exits and
+    the `after` steps run, as after the last input."""
+
+    kind: Literal["stop"]
+
+
+class RaiseStep(_Cond):
+    """The script raises ``RuntimeError(message)`` here and its program ends: a rank that failed
+    with that error (a replay of Flight Recorder dumps writes one where a rank's error file was)."""
+
+    kind: Literal["raise"]
+    message: str = Field(min_length=1)
 
 
 Step = Annotated[
@@ -295,9 +387,11 @@ Step = Annotated[
     | JoinableCallStep
     | CollectiveStep
     | P2PStep
-    | SleepStep,
+    | SleepStep
+    | StopStep
+    | RaiseStep,
     Field(discriminator="kind"),
 ]
 # The `kind` tag of every step class (pydantic puts it into error locations).
-STEP_KINDS: frozenset[str] = frozenset(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
+STEP_KINDS: tuple[str, ...] = tuple(get_args(c.model_fields["kind"].annotation)[0] for c in get_args(get_args(Step)[0]))
 

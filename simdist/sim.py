@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import gc
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import simpy
 
 from simdist.engine.core import CostLike, Engine, RankRaised
 from simdist.network.cost import CostModel
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, overall_outcome
 from simdist.scenario import Scenario
 from simdist.simrank import RankOutcome, SimRank
@@ -38,8 +41,38 @@ def default_cost(scenario: Scenario) -> CostLike:
     return CostModel.from_scenario_topology(scenario.topology, scenario.world_size)
 
 
+@contextmanager
+def cycle_collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the duration (as it was before, after).
+
+    A run allocates a few objects per rank and collective that live until every member
+    has issued it (p calls, events and works for a collective of p ranks): at 1,024 ranks
+    they outlive the young generations, and each time enough of them die old the
+    collector walks every object alive, the whole trace so far included. That made the
+    cost per collective grow with the ranks (half the time of a 1,024-rank run). The
+    engine builds no reference cycles (tests/test_engine_scale.py checks that what only
+    the collector could free stays a handful of objects however long the run), so
+    reference counting frees everything as it goes and pausing the collector loses nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
-    """Simulate every rank's program until all finish or nothing more can happen."""
+    """Simulate every rank's program until all finish or nothing more can happen.
+
+    A scenario that may need more operations than `limits.OPS` allows raises LimitError
+    before anything runs (`simdist.program.budget`)."""
+    check_ops(scenario)
+    with cycle_collector_paused():
+        return _simulate(scenario, cost)
+
+
+def _simulate(scenario: Scenario, cost: CostLike | None) -> Report:
     groups = {WORLD: list(range(scenario.world_size))}
     groups.update({g.name: list(g.ranks) for g in scenario.groups})
     engine = Engine(scenario.world_size, groups, cost or default_cost(scenario), scenario.backend)

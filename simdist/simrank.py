@@ -66,31 +66,35 @@ class SimRank:
         self.state = engine.ranks[rank]
         self.dist = Dist(engine, rank)
         self.out = RankOutcome(warnings=self.dist.warnings, compute=self.dist.compute_spans)
-        self.model: Model | None = None
-        self.ddp: DDPModel | None = None
+        self.specs: dict[str, Model] = {}  # the DDP models this rank holds, by name
+        self.ddp: dict[str, DDPModel] = {}
         self.zero: ZeroModel | None = None
+        self.optimized: tuple[str, ...] = ()  # the models whose parameters the optimizer updates
         self.custom: dict[str, ScenarioJoinable] = {}
         self.join: Join | None = None
         self.deferred: list[tuple[Work, str | None]] = []  # waited at the end of the iteration
 
     def run(self) -> Generator[Any, Any, None]:
-        for action in rank_actions(self.s, self.rank):
+        for action in rank_actions(self.s, self.rank, self.latest):
             yield from self.execute(action)
+
+    def latest(self, name: str) -> Any:
+        """The latest result observed under `name` (what a `flag` condition reads)."""
+        values = self.out.observed.get(name)
+        return values[-1] if values else None
 
     def execute(self, a: Action) -> Generator[Any, Any, None]:
         """Do what `a` says, in simulated time."""
         match a:  # the per-iteration kinds first: this is the simulator's inner loop
-            case Forward(no_sync=no_sync):
-                assert self.ddp is not None
-                yield from self.ddp.forward(no_sync)
-            case Backward():
-                assert self.ddp is not None
-                yield from self.ddp.backward()
+            case Forward(model=name, no_sync=no_sync):
+                yield from self.ddp[name].forward(no_sync)
+            case Backward(model=name):
+                yield from self.ddp[name].backward()
             case StepOptimizer():
                 if self.zero is not None:
                     yield from self.zero.step()
-                if self.ddp is not None:
-                    self.ddp.zero_grad()
+                for name in self.optimized:
+                    self.ddp[name].zero_grad()
             case Collective():
                 yield from self._collective(a)
             case EnterPhase(phase=phase, iteration=iteration):
@@ -116,12 +120,16 @@ class SimRank:
         """The actions that happen once: building objects, entering and leaving Join, failing."""
         match a:
             case BuildModel(model=m, ddp_kwargs=kwargs):
-                self.model = m
-                self.ddp = DDPModel(self.dist, m.numels(), m.dims(), m.dtype, m.buffers, m.unused_params, **kwargs)
-                yield from self.ddp.construct()
-            case BuildOptimizer(optimizer=opt):
-                if opt.zero and self.model is not None:
-                    self.zero = ZeroModel(self.dist, self.model.numels(), self.model.dtype)
+                self.specs[m.name] = m
+                self.ddp[m.name] = DDPModel(self.dist, m.numels(), m.dims(), m.dtype, m.buffers, m.unused_params,
+                                            group=m.group, **kwargs)
+                yield from self.ddp[m.name].construct()
+            case BuildOptimizer(optimizer=opt, models=names, group=group):
+                self.optimized = names
+                if opt.zero:
+                    specs = [self.specs[n] for n in names]
+                    self.zero = ZeroModel(self.dist, [k for m in specs for k in m.numels()],
+                                          [m.dtype for m in specs for _ in m.params], group)
             case BuildJoinable(name=name, kind=kind, group=group):
                 self.custom[name] = JOINABLE_KINDS[kind].sim(self.dist, name, group)
             case EnterJoin():
@@ -138,9 +146,8 @@ class SimRank:
                 raise AssertionError(a)
 
     def _joinable(self, name: str) -> Joinable:
-        if name == "ddp":
-            assert self.ddp is not None
-            return self.ddp
+        if name in self.ddp:
+            return self.ddp[name]
         if name == "zero":
             assert self.zero is not None
             return self.zero
@@ -150,8 +157,9 @@ class SimRank:
         """Joinables' and DDP's values as they stand now (also for a rank that hung)."""
         for j in self.custom.values():
             self.out.observed.update(j.observed())
-        if self.ddp is not None and self.model is not None and self.model.observe_grad:
-            self.out.observed["ddp.grad"] = list(self.ddp.observed_grads)
+        for name, ddp in self.ddp.items():
+            if self.specs[name].observe_grad:
+                self.out.observed[f"{name}.grad"] = list(ddp.observed_grads)
 
     def _observe(self, name: str | None, res: Payload) -> None:
         if name:

@@ -211,3 +211,35 @@ def test_sweep_prints_nccl_tests_columns():
     r = runner.invoke(app, ["explain", "all_gather", "--ranks", "4", "--sweep", "-b", "1K", "-e", "2K", "--json"])
     rows = json.loads(r.output)["sweep"]
     assert [row["size"] for row in rows] == [4096, 8192] and rows[0]["redop"] == "none"  # S = p·n, nccl-tests' size
+
+
+# --- explain at any world size (issue 14) --------------------------------------------------------
+def test_explain_at_1024_ranks_summarises_steps_and_keeps_the_timeline_readable():
+    r = runner.invoke(app, ["explain", "all_reduce", "--algo", "ring", "--ranks", "1024", "--bytes", "1M"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "Steps (2046 steps, 2095104 messages" in out and "a typical step of each run of like steps" in out
+    table = out[out.index("Steps ("):out.index("Other algorithms")].splitlines()
+    rows = [line for line in table[2:] if line.strip()]
+    assert len(rows) == 10  # 4 first, a typical reduce-scatter and all-gather step, 4 last
+    assert rows[0].startswith("0 ") and rows[-1].startswith("2045 ")
+    assert "4..1022" in rows[4] and "reduce-scatter (1019 steps; a typical one)" in rows[4]
+    assert "1023..2041" in rows[5] and "all-gather (1019 steps; a typical one)" in rows[5]
+    timeline = out[out.index("Timeline ("):].splitlines()
+    lanes = [line for line in timeline if "|" in line]
+    assert len(lanes) == 13 and "1012 more ranks" in lanes[8]  # 8 first ranks, a gap, 4 last
+    assert len({len(line) for line in lanes}) == 1  # aligned, rank 1023 included
+    assert set(lanes[0].split("|")[1]) == {"r", "a"} and "marks: r = reduce-scatter, a = all-gather" in out
+    info = explain("all_reduce", "ring", 1024, 1 << 20)
+    assert abs(info.simulated_s - info.time_s) < 1e-9 * info.time_s
+    assert sum(g.count for g in info.step_groups) == len(info.steps) == 2046
+    assert [(g.first, g.last) for g in info.step_groups] == [(0, 1022), (1023, 2045)]
+
+
+def test_explain_short_schedules_show_every_step():
+    info = explain("all_reduce", "rabenseifner", 6, 1 << 20)
+    assert len(info.step_groups) <= len(info.steps) <= 24
+    r = runner.invoke(app, ["explain", "all_reduce", "--algo", "rabenseifner", "--ranks", "6", "--bytes", "1M"])
+    assert "typical" not in r.output and "more ranks" not in r.output
+    for st in info.steps:
+        assert any(line.startswith(f"{st.step} ") for line in r.output.splitlines())

@@ -160,6 +160,15 @@ def test_fuzz_bad_input_is_one_line_and_exit_2(tmp_path, body, args, text):
     assert text in res.stderr and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
+def test_fuzz_out_must_be_a_folder_checked_before_any_run(tmp_path):
+    (tmp_path / "ok.py").write_text("import torch.distributed as dist\n")
+    (tmp_path / "f").write_text("")
+    res = subprocess.run([sys.executable, "-m", "simdist", "fuzz", "ok.py", "--out", "f/sub"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert res.returncode == 2 and res.stderr.strip().endswith("out: f is not a folder (for f/sub)"), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_ctrl_c_writes_what_was_found_and_ends_every_process(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "simdist", "fuzz", NO_JOIN, "--nproc-per-node-range", "2:4",

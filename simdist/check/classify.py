@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from simdist.check.waitfor import WaitFor, build_waitfor, collective_index, group_members
 from simdist.report import Finding, Report, TraceEntry
-from simdist.scenario import Scenario
+from simdist.scenario import Scenario, StopStep
 from simdist.vocab import MISMATCH_KINDS, P2P_OPS
 
 # Which finding names the root cause when several are present (first wins).
@@ -115,14 +115,26 @@ def run_findings(report: Report, scenario: Scenario | None, wf: WaitFor | None =
         e = failing_entry(report, r.rank)
         if r.error.category == "peer_lost":
             m = _EXITED.search(r.error.message)
-            dead = [int(m.group(1))] if m else []
+            dead = [int(m.group(1))] if m else _gone_members(report, scenario, r.rank, e)
             what = e.short() if e is not None else "a collective"
+            gone = f"rank {dead[0]}" if len(dead) == 1 else f"ranks {dead}" if dead else "a peer"
             out.append(Finding("peer_exited", e.group if e else "WORLD", e.seq if e else 0, [r.rank, *dead],
-                               f"rank {r.rank}'s {what} failed: rank {dead[0] if dead else '?'} had exited"))
+                               f"rank {r.rank}'s {what} failed: {gone} had exited"))
         elif r.error.category != "gloo_abort":
             out.append(Finding("rank_error", e.group if e else "WORLD", e.seq if e else 0, [r.rank],
                                f"rank {r.rank} raised {r.error.type}: {r.error.message}"))
     return out
+
+
+def _gone_members(report: Report, scenario: Scenario | None, rank: int, e: TraceEntry | None) -> list[int]:
+    """The members that never issued the collective a rank lost its peer in and are not blocked
+    (their process ended): who it lost, when the error message does not say (real Gloo's
+    "Connection closed by peer [addr]" names an address, not a rank)."""
+    if e is None or e.op in P2P_OPS:
+        return []
+    return [m for m in group_members(scenario, report, e.group) if m != rank and m < len(report.ranks)
+            and report.ranks[m].status != "hang"
+            and not any((x.group, x.seq) == (e.group, e.seq) for x in report.ranks[m].trace if x.op not in P2P_OPS)]
 
 
 def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
@@ -133,9 +145,9 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
     w = len(report.ranks)
     counts = scenario.counts()
     done = [r.inputs_processed for r in report.ranks]
-    if done != counts:
-        out.append(Finding("invariant:inputs", "WORLD", 0, [r for r in range(w) if done[r] != counts[r]],
-                           f"ranks processed {done} inputs but were given {counts}"))
+    short = [r for r in range(w) if done[r] != counts[r] and not may_stop(scenario, r)]
+    if short:
+        out.append(Finding("invariant:inputs", "WORLD", 0, short, f"ranks processed {done} inputs but were given {counts}"))
     # one pass over every trace: per-group collective counts, unfinished ops, p2p pairs, final-model broadcasts
     groups = {"WORLD": list(range(w))} | {g.name: sorted(g.ranks) for g in scenario.groups}
     per_group: list[dict[str, int]] = []
@@ -175,25 +187,48 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
             out.append(Finding("invariant:p2p_counts", "WORLD", 0, [a, b],
                                f"rank {a} sent {sends.get((a, b), 0)} message(s) to rank {b}, which received "
                                f"{recvs.get((a, b), 0)}"))
-    j = scenario.join
-    if j is not None and j.enabled and "ddp" in j.joinables and not j.throw_on_early_termination:
-        # every rank's final model came from the same broadcast, rooted at a last joiner
-        roots = {x[1] for f in finals for x in f}
-        if any(not f for f in finals) or any(f != finals[0] for f in finals):
-            out.append(Finding("invariant:ddp_final_model", "WORLD", 0, list(range(w)),
-                               f"DDP replicas did not all take the same final-model broadcast: {finals}"))
-        elif roots and max(counts) > 0:
-            root = next(iter(roots))
-            if root is not None and counts[root] != max(counts):
-                out.append(Finding("invariant:ddp_final_model", "WORLD", finals[0][0][0], [root],
-                                   f"final model broadcast from rank {root} ({counts[root]} inputs), "
-                                   f"not from a last joiner ({max(counts)} inputs)"))
+    out += _final_model_findings(scenario, finals, done)
     # custom joinables whose post hooks synchronise a value: every rank ends with the same
     for key in ("counter.max_count", "allreducer.post_hook_tensor"):
         vals = [r.observed.get(key) for r in report.ranks if key in r.observed]
         if len(vals) == w and len({repr(v) for v in vals}) > 1:
             out.append(Finding("invariant:joinable_sync", "WORLD", 0, list(range(w)), f"{key} differs across ranks: {vals}"))
     return out
+
+
+def may_stop(scenario: Scenario, rank: int) -> bool:
+    """Whether a `stop` step of the loop may apply to `rank`: it may then leave its loop with
+    inputs left, as the scenario says (conservative: nested conditions are not looked at)."""
+    return any(isinstance(st, StopStep) and (st.ranks is None or rank in st.ranks) for st in scenario.loop)
+
+
+def _final_model_findings(scenario: Scenario, finals: list[list[tuple[int, int | None]]],
+                          counts: list[int]) -> list[Finding]:
+    """Every replica of the joined DDP models took the same final-model broadcast, rooted at
+    a last joiner (one that ran the most iterations, `counts`): on the models' group, whose
+    ranks all hold them (other ranks take none)."""
+    j = scenario.join
+    if j is None or not j.enabled or j.throw_on_early_termination:
+        return []
+    joined = [m for m in scenario.all_models() if m.name in j.joinables]
+    if not joined or len({m.group for m in joined}) > 1:
+        return []  # several groups: torch raises at Join's construction
+    group = joined[0].group
+    members = scenario.group_ranks(group)
+    mine = [finals[m] for m in members]
+    roots = {x[1] for f in mine for x in f}
+    if any(not f for f in mine) or any(f != mine[0] for f in mine):
+        return [Finding("invariant:ddp_final_model", group, 0, members,
+                        f"DDP replicas did not all take the same final-model broadcast: {mine}")]
+    if not roots or max(counts[m] for m in members) == 0:
+        return []
+    root = next(iter(roots))
+    most = max(counts[m] for m in members)
+    if root is not None and counts[root] != most:
+        return [Finding("invariant:ddp_final_model", group, mine[0][0][0], [root],
+                        f"final model broadcast from rank {root} ({counts[root]} inputs), not from a last joiner "
+                        f"({most} inputs)")]
+    return []
 
 
 def _primary(findings: list[Finding]) -> Finding | None:

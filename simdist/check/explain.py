@@ -76,8 +76,12 @@ def role(origin: str) -> str:
     return origin
 
 
-def _run_index(trace: list[TraceEntry], e: TraceEntry) -> int:
-    """Position of `e` in the run of consecutive entries with its origin (bucket k, shard k)."""
+def _run_index(trace: list[TraceEntry], e: TraceEntry) -> int | None:
+    """Position of `e` in the run of consecutive entries with its origin (bucket k, shard k);
+    None when the loop's iterations are not known (a script's or a Flight Recorder dump's
+    trace), as the run then spans iterations."""
+    if e.phase == "loop" and e.iteration is None:
+        return None
     try:
         i = next(k for k, x in enumerate(trace) if x is e)
     except StopIteration:
@@ -94,7 +98,8 @@ def origin_phrase(report: Report, rank: int, e: TraceEntry) -> str:
     tmpl = _PHRASES.get(e.origin)
     if tmpl is None:
         return ORIGINS.get(e.origin, e.origin)
-    return tmpl.format(b=_run_index(report.ranks[rank].trace, e))
+    b = _run_index(report.ranks[rank].trace, e)
+    return tmpl.replace(" {b}", "") if b is None else tmpl.format(b=b)
 
 
 def where(report: Report, rank: int, e: TraceEntry) -> str:
@@ -106,7 +111,9 @@ def where(report: Report, rank: int, e: TraceEntry) -> str:
             "issued in Join.__exit__ (shadowing, it had no input)"
     if e.phase == "after":
         return "issued after its loop"
-    return "issued during setup"
+    if e.phase == "init":
+        return "issued during setup"
+    return ""  # in the loop, at an input the recorder does not know (a script, a Flight Recorder dump)
 
 
 def describe(report: Report, rank: int, e: TraceEntry) -> str:
@@ -114,12 +121,13 @@ def describe(report: Report, rank: int, e: TraceEntry) -> str:
     if e.op in P2P_OPS:
         peer = f"{'to' if e.op == 'send' else 'from'} rank {e.peer}"
         size = fmt_bytes(e.numel * DTYPE_BYTES.get(e.dtype, 4))
-        return f"{e.op} {peer} ({origin_phrase(report, rank, e)}, {size}) {where(report, rank, e)}"
+        return f"{e.op} {peer} ({origin_phrase(report, rank, e)}, {size}) {where(report, rank, e)}".rstrip()
     size = fmt_bytes(e.numel * DTYPE_BYTES.get(e.dtype, 4))
     extra = f", root {e.root}" if e.root is not None and e.op in ROOTED_OPS else ""
     extra += f", {e.reduce_op}" if e.reduce_op not in (None, "sum") else ""
     dt = f" {e.dtype}" if e.dtype != "float32" else ""
-    return f"{e.op} #{e.seq} ({origin_phrase(report, rank, e)}, {size}{dt}{extra}, group {e.group}) {where(report, rank, e)}"
+    text = f"{e.op} #{e.seq} ({origin_phrase(report, rank, e)}, {size}{dt}{extra}, group {e.group})"
+    return f"{text} {where(report, rank, e)}".rstrip()
 
 
 def shadowed(scenario: Scenario, origin: str) -> bool:

@@ -21,6 +21,7 @@ without it); throw_on_early_termination is a fix for a hang, not for the error i
 from __future__ import annotations
 
 from simdist.check.classify import Verdict, failing_entry
+from simdist.check.trace_hints import early_termination_hint, trace_hints
 from simdist.report import Report
 from simdist.scenario import CollectiveStep, ForwardStep, Scenario
 
@@ -49,12 +50,18 @@ def early_breakers(report: Report, scenario: Scenario) -> list[tuple[int, int, i
     """(rank, inputs processed, inputs given) of ranks that finished their loop with inputs
     left: they broke out of it (a `stop` step, a condition), they did not run out of data."""
     counts = scenario.counts()
+    if all(r.status == "completed" for r in report.ranks) and len({r.inputs_processed for r in report.ranks}) == 1:
+        return []  # every rank left at the same input and finished: a stop decided together (an all-reduced flag)
     return [(r.rank, r.inputs_processed, counts[r.rank]) for r in report.ranks
             if r.status == "completed" and r.rank < len(counts) and r.inputs_processed < counts[r.rank]]
 
 
 def hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[str]:
-    """One line per family the failed run matches, each naming the fix for that family."""
+    """One line per family the failed run matches, each naming the fix for that family. A
+    scenario without steps knows nothing of the program (a job known from its Flight Recorder
+    dumps): then the traces tell the family (`simdist.check.trace_hints`)."""
+    if not scenario.loop and not scenario.after:
+        return trace_hints(report, verdict)
     out = _loop_hints(report, scenario, verdict)
     out += _step_hints(report, scenario, verdict)
     return out
@@ -88,21 +95,19 @@ def _loop_hints(report: Report, scenario: Scenario, verdict: Verdict) -> list[st
     elif uneven and j is not None and not j.enabled:
         out.append("hint (Join(enable=False)): a disabled Join is no Join at all -- nothing shadows the collectives "
                    "of ranks that still have inputs; construct it with enable=True")
-    if j is not None and j.enabled and "zero" in j.joinables and "ddp" in j.joinables \
-            and j.joinables.index("zero") < j.joinables.index("ddp"):
+    models = [n for n in (j.joinables if j is not None else []) if n in {m.name for m in scenario.all_models()}]
+    if j is not None and j.enabled and "zero" in j.joinables and models \
+            and j.joinables.index("zero") < j.joinables.index(models[0]):
         out.append("hint (ZeRO listed before DDP): ZeRO is the first joinable, so the Join heartbeat moves into "
                    "optimizer.step() and the joined rank's shadow sequence no longer lines up with DDP's forward; "
                    "list the model before the optimizer in Join's joinables")
-    if j is not None and j.enabled and scenario.model is not None and "ddp" not in j.joinables \
+    if j is not None and j.enabled and any(m.name not in j.joinables for m in scenario.all_models()) \
             and kinds & {"forward", "backward"}:
         out.append("hint (DDP not a joinable): the loop runs DDP but the model is not one of Join's joinables, so "
                    "DDP's collectives are never shadowed; pass the model to Join([model, ...])")
     if j is not None and j.enabled and j.throw_on_early_termination and any(
             r.error is not None and r.error.category == "join_early_termination" for r in report.ranks):
-        out.append("hint (Join raised on early termination): with throw_on_early_termination=True every rank raises "
-                   "once one runs out of inputs -- the intended fail-fast, not a deadlock; catch the RuntimeError "
-                   "around the loop to stop all ranks together, or drop the flag where every collective of the "
-                   "loop is shadowed by a join hook")
+        out.append(early_termination_hint())
     if verdict.failed and any(isinstance(s, ForwardStep) and s.no_sync for s in scenario.loop):
         out.append("hint (no_sync interplay): some forwards run under model.no_sync(); when ranks disagree on which "
                    "iterations synchronise (conditions on ranks or on per-rank input indices), their gradient "

@@ -16,7 +16,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simdist.cli.console import ExitCode, bad_input, err, exit_on, exit_with, say
+from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say
 from simdist.errors import ScriptError
 
 NprocRangeOpt = Annotated[str | None, typer.Option(
@@ -50,6 +50,7 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
     script, args = paths[0], tuple(str(p) for p in paths[1:])
     with bad_input():
         check_script(script)
+        check_output_folder(out_dir, "out")
         if nproc is not None and nproc_range is not None:
             raise ScriptError("--nproc-per-node, --nproc-per-node-range: give one or the other")
         worlds = (nproc, nproc) if nproc is not None else parse_range(nproc_range, "--nproc-per-node-range", 1) \

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
+import numpy as np
 from rich.table import Table
 
 from simdist.cli.console import say, show, table
@@ -92,25 +93,57 @@ def filled_formula(x: Explanation) -> str:
     )
 
 
+MARKS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
 def ascii_timeline(res: CollectiveResult, p: int, width: int = 64) -> list[str]:
     """One line per rank (the first 8 and last 4 beyond 16 ranks); a character is a slice
-    of time, marked with the step of the message the rank sends then."""
+    of time, marked with the step of the message the rank sends then, or with its phase's
+    letter when there are more steps than marks (a legend line says which)."""
     end = res.finish or 1e-30
-    rows = []
     show = list(range(p)) if p <= 16 else list(range(8)) + list(range(p - 4, p))
-    marks = "0123456789abcdefghijklmnopqrstuvwxyz"
+    log = res.transfers
+    nsteps = len(log.phases)
+    by_phase = nsteps > len(MARKS)
+    legend = _phase_marks(log.phases) if by_phase else {}
+    mark_of = [legend[ph] for ph in log.phases] if by_phase else [MARKS[k % len(MARKS)] for k in range(nsteps)]
+    sent = log.sent_by(show)
+    first = np.minimum((sent.begin / end * width).astype(np.int64), width)
+    last = np.minimum(np.maximum(first + 1, (sent.end / end * width).astype(np.int64)), width)
+    w = max(3, len(str(p - 1)))
+    rows = []
     for r in show:
-        line = [" "] * width
-        for t in res.transfers:
-            if t.src != r:
-                continue
-            a = int(t.begin / end * width)
-            b = max(a + 1, int(t.end / end * width))
-            for x in range(a, min(b, width)):
-                line[x] = marks[t.step % len(marks)]
-        rows.append(f"rank {r:>3} |{''.join(line)}|")
-    rows.append(f"         0{' ' * (width - len(human_time(end)))}{human_time(end)}")
+        if p > 16 and r == p - 4:
+            rows.append(f"{'...':>{5 + w}} |{f'{p - 12} more ranks'.center(width)}|")
+        mine = np.flatnonzero(sent.src == r)
+        top = _paint(first[mine], last[mine], width)  # the message drawn in each column, -1: none
+        line = "".join(mark_of[int(sent.step[mine[i]])] if i >= 0 else " " for i in top.tolist())
+        rows.append(f"rank {r:>{w}} |{line}|")
+    pad = " " * (6 + w)
+    rows.append(f"{pad}0{' ' * (width - len(human_time(end)))}{human_time(end)}")
+    if by_phase:
+        rows.append(f"{pad}marks: " + ", ".join(f"{m} = {ph or 'steps'}" for ph, m in legend.items()))
     return rows
+
+
+def _paint(first: np.ndarray, last: np.ndarray, width: int) -> np.ndarray:
+    """Per column, the last message (in log order) whose span [first, last) covers it; -1 if none."""
+    spans = np.maximum(last - first, 0)
+    starts = np.cumsum(spans) - spans
+    cols = np.repeat(first, spans) + (np.arange(int(spans.sum())) - np.repeat(starts, spans))
+    top = np.full(width, -1)
+    np.maximum.at(top, cols, np.repeat(np.arange(len(first)), spans))
+    return top
+
+
+def _phase_marks(phases: list[str]) -> dict[str, str]:
+    """A letter per phase (its initial where free), in order of appearance."""
+    out: dict[str, str] = {}
+    for ph in phases:
+        if ph not in out:
+            free = [c for c in (ph[:1].lower(), *MARKS[10:], *MARKS[:10]) if c and c in MARKS and c not in out.values()]
+            out[ph] = free[0] if free else "?"
+    return out
 
 
 def explanation_json(x: Explanation, trace: str | None, sweep: list[SweepRow] | None = None) -> dict:
@@ -141,7 +174,8 @@ def print_explanation(x: Explanation, trace: str | None) -> None:
         t.add_row(f.name, human_time(v), f"{100 * v / tot:5.1f}%", "#" * int(round(40 * v / tot)))
     show(t)
     say("")
-    say(f"Steps ({len(x.steps)} steps, {x.messages} messages, {x.bytes_on_wire} bytes on the wire in total):")
+    summary = "; the first and last, and a typical step of each run of like steps" if len(x.steps) > STEP_ROWS else ""
+    say(f"Steps ({len(x.steps)} steps, {x.messages} messages, {x.bytes_on_wire} bytes on the wire in total{summary}):")
     show(_step_table(x))
     say("")
     say("Other algorithms at this size, and the crossover size where the faster one changes:")
@@ -152,7 +186,8 @@ def print_explanation(x: Explanation, trace: str | None) -> None:
                   f"at {human_bytes(cx)} ({cx} B)" if cx is not None else "none between 1 B and 1 TiB")
     show(t)
     say("")
-    say("Timeline (each character column is a slice of time; digits = step of the message a rank sends):")
+    what = "letter = phase" if len(x.steps) > len(MARKS) else "digits = step"
+    say(f"Timeline (each character column is a slice of time; {what} of the message a rank sends):")
     for line in ascii_timeline(x.simulation, x.ranks):
         say("  " + line)
     if trace:
@@ -200,17 +235,39 @@ def _bandwidth_lines(x: Explanation) -> list[str]:
     ]
 
 
+STEP_ROWS = 24  # a longer step table is summarised
+EDGE_STEPS = 4  # steps shown at each end of a summarised table
+
+
 def _step_table(x: Explanation) -> Table:
+    """Every step when there are few; otherwise the first and last steps, and between them
+    a typical step of each run of like steps (a ring's phases), or of them all when the
+    runs are many."""
     t = table("step", "phase", "msgs", "bytes/msg", "reduce", "time", "ends at", "pairs")
-    shown = x.steps if len(x.steps) <= 24 else x.steps[:12] + [None] + x.steps[-11:]
-    for st in shown:
-        if st is None:
-            t.add_row("...", "", "", "", "", "", "", "")
-            continue
-        pairs = " ".join(f"{a}->{b}" for a, b in st.pairs[:4]) + (" ..." if st.messages > 4 else "")
-        t.add_row(str(st.step), st.phase, str(st.messages), str(st.max_bytes), "yes" if st.reduce else "",
-                  human_time(st.time_s), human_time(st.end_s), pairs)
+    n = len(x.steps)
+    if n <= STEP_ROWS:
+        for st in x.steps:
+            _step_row(t, str(st.step), st.phase, st, human_time(st.time_s), st.end_s)
+        return t
+    for st in x.steps[:EDGE_STEPS]:
+        _step_row(t, str(st.step), st.phase, st, human_time(st.time_s), st.end_s)
+    lo, hi = EDGE_STEPS, n - EDGE_STEPS - 1  # the middle steps, summarised
+    middle = [(max(g.first, lo), min(g.last, hi), g.typical) for g in x.step_groups if g.last >= lo and g.first <= hi]
+    if len(middle) > STEP_ROWS - 2 * EDGE_STEPS:
+        typical = sorted(x.steps[lo:hi + 1], key=lambda s: (s.time_s, s.step))[(hi - lo + 1) // 2]
+        middle = [(lo, hi, typical)]
+    for a, b, typical in middle:
+        _step_row(t, f"{a}..{b}", f"{typical.phase} ({b - a + 1} steps; a typical one)", typical,
+                  f"{human_time(typical.time_s)} each", x.steps[b].end_s)
+    for st in x.steps[-EDGE_STEPS:]:
+        _step_row(t, str(st.step), st.phase, st, human_time(st.time_s), st.end_s)
     return t
+
+
+def _step_row(t: Table, label: str, phase: str, st, time: str, end_s: float) -> None:
+    pairs = " ".join(f"{a}->{b}" for a, b in st.pairs[:4]) + (" ..." if st.messages > 4 else "")
+    t.add_row(label, phase, str(st.messages), str(st.max_bytes), "yes" if st.reduce else "", time, human_time(end_s),
+              pairs)
 
 
 def print_sweep(rows: list[SweepRow], x: Explanation) -> None:

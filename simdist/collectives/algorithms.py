@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import simdist.collectives.generators as g
 from simdist.collectives.schedule import Schedule, ceil_log2, pow2_floor
@@ -414,10 +415,19 @@ def get(op: str, algo: str) -> Algorithm:
 
 
 def make_schedule(op: str, algo: str, p: int, count: int, root: int = 0) -> Schedule:
-    """The schedule of `algo` for `op` on p ranks with `count` units per rank."""
+    """The schedule of `algo` for `op` on p ranks with `count` units per rank.
+
+    The last few are kept (a schedule is never changed once built, and its step columns
+    are read-only): `simdist explain` reads the same 2-million-message schedule for its
+    step table and for its simulation, and builds it once."""
     a = get(op, algo)
     if p < a.min_p:
         raise ScenarioError(f"ranks: {op}/{a.name} needs at least {a.min_p} ranks, got {p}")
     if not 0 <= root < max(p, 1):
         raise ScenarioError(f"root: rank {root} out of range for {p} ranks")
-    return a.schedule(p, count, root)
+    return _built(a.op, a.name, p, count, root)
+
+
+@lru_cache(maxsize=4)
+def _built(op: str, algo: str, p: int, count: int, root: int) -> Schedule:
+    return REGISTRY[(op, algo)].schedule(p, count, root)

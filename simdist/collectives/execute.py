@@ -7,14 +7,15 @@ the same dependency rules as the simpy executor in `simdist.network.simulate`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from simdist.collectives.schedule import Schedule, split
 
-PairCost = Callable[[int, int], tuple[float, float]]  # (src, dst) -> (alpha s, beta s/byte)
+# (src ranks, dst ranks) -> (alpha s, beta s/byte) per pair, as arrays (or two numbers for all)
+PairCost = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray | float, np.ndarray | float]]
 
 
 # --------------------------------------------------------------------------- values
@@ -111,6 +112,38 @@ class TransferTime:
     end: float  # arrival (+ reduction) at dst
 
 
+class StepTimes(Sequence[TransferTime]):
+    """When each step ended (`step_end[k]`: its last message), and when recorded, when
+    every message started and ended (`begin[k]`, `end[k]`: arrays over step k's
+    messages); indexing gives `TransferTime`s."""
+
+    def __init__(self, s: Schedule, unit_bytes: float):
+        self.schedule = s
+        self.unit_bytes = unit_bytes
+        self.step_end: list[float] = []
+        self.begin: list[np.ndarray] = []
+        self.end: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.begin)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        for k, b in enumerate(self.begin):
+            if i < len(b):
+                t = self.schedule.steps[k][i]
+                return TransferTime(k, t.src, t.dst, int(t.count * self.unit_bytes), t.reduce, float(b[i]),
+                                    float(self.end[k][i]))
+            i -= len(b)
+        raise IndexError("message index out of range")
+
+    def __iter__(self) -> Iterator[TransferTime]:
+        return (self[i] for i in range(len(self)))
+
+
 def run_times(
     s: Schedule,
     pair_cost: PairCost,
@@ -118,33 +151,36 @@ def run_times(
     unit_bytes: float = 1.0,
     start: list[float] | float = 0.0,
     record: bool = False,
-) -> tuple[list[float], list[TransferTime]]:
+) -> tuple[list[float], StepTimes]:
     """No-contention timing: per-rank finish times (and every transfer if `record`).
 
     A transfer of step k starts when both its sender and its receiver have finished step
     k-1 (a rendezvous: the receiver posts its receive in program order, as Gloo's and
     MPI's blocking receives do), takes alpha + bytes*beta of its route, then gamma per
     byte if the receiver reduces it. A rank finishes step k when all its step-k
-    transfers are done.
+    transfers are done. Steps are computed whole (arrays over their messages), and
+    `pair_cost` is asked once per step pattern, for all its pairs.
     """
     p = s.p
-    ready = list(start) if isinstance(start, list) else [float(start)] * p
-    log: list[TransferTime] = []
-    for k, step in enumerate(s.steps):
-        new = list(ready)
-        for t in step:
-            nbytes = t.count * unit_bytes
-            a, b = pair_cost(t.src, t.dst)
-            begin = max(ready[t.src], ready[t.dst])
-            done = begin + a + nbytes * b + (nbytes * gamma if t.reduce else 0.0)
-            if done > new[t.src]:
-                new[t.src] = done
-            if done > new[t.dst]:
-                new[t.dst] = done
-            if record:
-                log.append(TransferTime(k, t.src, t.dst, int(nbytes), t.reduce, begin, done))
-        ready = new
-    return ready, log
+    ready = np.array(start if isinstance(start, list) else [float(start)] * p, dtype=np.float64)
+    log = StepTimes(s, unit_bytes)
+    costs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for step in s.steps:
+        pattern = step.pattern
+        ab = costs.get(id(pattern))
+        if ab is None:
+            ab = costs[id(pattern)] = pair_cost(pattern.src, pattern.dst)
+        nbytes = step.count * unit_bytes
+        begin = np.maximum(ready[pattern.src], ready[pattern.dst])
+        done = begin + ab[0] + nbytes * ab[1] + np.where(step.reduce, nbytes * gamma, 0.0)
+        ready = ready.copy()
+        np.maximum.at(ready, pattern.src, done)
+        np.maximum.at(ready, pattern.dst, done)
+        log.step_end.append(float(done.max()))
+        if record:
+            log.begin.append(begin)
+            log.end.append(done)
+    return ready.tolist(), log
 
 
 def schedule_time(s: Schedule, pair_cost: PairCost, gamma: float, unit_bytes: float = 1.0) -> float:

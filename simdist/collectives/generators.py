@@ -21,10 +21,15 @@ same trees and ring.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
-from simdist.collectives.schedule import Fold, Piece, Schedule, Transfer, same, span, split
+import numpy as np
+
+from simdist.collectives.schedule import Fold, Pattern, Piece, Schedule, Transfer, same, span, split, split_columns
 
 Block = tuple[int, int]  # (offset, length) in units
+Columns = tuple[np.ndarray, np.ndarray]  # (offsets, lengths) of a block table
+Columns3 = tuple[np.ndarray, np.ndarray, np.ndarray | int]  # (source offsets, destination offsets, lengths)
 
 
 def whole(count: int) -> tuple[Piece, ...]:
@@ -52,23 +57,42 @@ def high_bit_edges(p: int, d: int) -> list[tuple[int, int]]:
     return [(v, v + d) for v in range(min(d, p - d))]
 
 
-def _ring(
-    s: Schedule, block: Callable[[int, int], Block], steps: int, phase: str, reduce: bool = False, root: int = 0
-) -> None:
-    """`steps` ring steps: at step k relative rank i sends block(i, k) to i + 1."""
+@lru_cache(maxsize=256)
+def ring_pattern(p: int, root: int = 0) -> Pattern:
+    """Relative rank i sends to i + 1 (global ranks shifted by `root`)."""
+    src = (np.arange(p) + root) % p
+    return Pattern.of(src, (src + 1) % p)
+
+
+@lru_cache(maxsize=256)
+def shift_pattern(p: int, k: int) -> Pattern:
+    """Rank i sends to i + k."""
+    src = np.arange(p)
+    return Pattern.of(src, (src + k) % p)
+
+
+def _ring(s: Schedule, table: Columns, shift: int, steps: int, phase: str, reduce: bool = False, root: int = 0) -> None:
+    """`steps` ring steps: at step k relative rank i sends block (i - k + shift) mod p of
+    `table` (offsets, lengths) to i + 1, at the same offset on both sides."""
     p = s.p
+    offs, lens = table
+    block = (np.arange(p)[None, :] - np.arange(steps)[:, None] + shift) % p  # (step, relative rank)
+    off, n = offs[block], lens[block]
+    off.flags.writeable = n.flags.writeable = False  # each step keeps a row, without a copy
+    pattern = ring_pattern(p, root)
     for k in range(steps):
-        s.add(
-            [Transfer((i + root) % p, (i + 1 + root) % p, same(block(i, k)), reduce) for i in range(p)],
-            phase,
-        )
+        s.add_columns(pattern, off[k], off[k], n[k], reduce, phase)
 
 
-def _pairwise(s: Schedule, pieces: Callable[[int, int], tuple[Piece, ...]], phase: str, reduce: bool = False) -> None:
-    """p - 1 steps: at step k rank i sends pieces(i, j) to j = i + k."""
+def _pairwise(s: Schedule, pieces: Callable[[np.ndarray, np.ndarray], Columns3], phase: str,
+              reduce: bool = False) -> None:
+    """p - 1 steps: at step k rank i sends pieces(i, j) to j = i + k (one piece each, as
+    columns: source offsets, destination offsets, lengths)."""
     p = s.p
     for k in range(1, p):
-        s.add([Transfer(i, (i + k) % p, pieces(i, (i + k) % p), reduce) for i in range(p)], phase)
+        pattern = shift_pattern(p, k)
+        so, do, n = pieces(pattern.src, pattern.dst)
+        s.add_columns(pattern, so, do, np.broadcast_to(n, (p,)), reduce, phase)
 
 
 def _direct(
@@ -156,9 +180,9 @@ def _merge(pieces: list[Piece]) -> tuple[Piece, ...]:
 # =========================================================================== all_reduce
 def ar_ring(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("all_reduce", "ring", p, count, count, root)
-    blocks = split(count, p)
-    _ring(s, lambda i, k: blocks[(i - k) % p], p - 1, "reduce-scatter", reduce=True)
-    _ring(s, lambda i, k: blocks[(i + 1 - k) % p], p - 1, "all-gather")
+    blocks = split_columns(count, p)
+    _ring(s, blocks, 0, p - 1, "reduce-scatter", reduce=True)
+    _ring(s, blocks, 1, p - 1, "all-gather")
     return s
 
 
@@ -201,7 +225,7 @@ def bc_scatter_allgather(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("broadcast", "scatter_allgather", p, count, count, root)
     blocks = split(count, p)  # block j belongs to relative rank j
     _tree_down(s, lambda c, d: same(span(blocks, c, min(c + d, p))), "scatter", root)
-    _ring(s, lambda i, k: blocks[(i - k) % p], p - 1, "ring all-gather", root=root)
+    _ring(s, split_columns(count, p), 0, p - 1, "ring all-gather", root=root)
     return s
 
 
@@ -226,7 +250,7 @@ def rd_direct(p: int, count: int, root: int = 0) -> Schedule:
 # =========================================================================== all_gather
 def ag_ring(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("all_gather", "ring", p, count, p * count, root)
-    _ring(s, lambda i, k: ((i - k) % p * count, count), p - 1, "ring")
+    _ring(s, (np.arange(p) * count, np.full(p, count)), 0, p - 1, "ring")
     return s
 
 
@@ -248,15 +272,14 @@ def ag_recursive_doubling(p: int, count: int, root: int = 0) -> Schedule:
 
 def ag_pairwise(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("all_gather", "pairwise", p, count, p * count, root)
-    _pairwise(s, lambda i, j: ((i * count, i * count, count),), "exchange")
+    _pairwise(s, lambda i, j: (i * count, i * count, count), "exchange")
     return s
 
 
 # =========================================================================== reduce_scatter
 def rs_ring(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("reduce_scatter", "ring", p, count, count, root)
-    blocks = split(count, p)
-    _ring(s, lambda i, k: blocks[(i - k - 1) % p], p - 1, "ring", reduce=True)
+    _ring(s, split_columns(count, p), -1, p - 1, "ring", reduce=True)
     return s
 
 
@@ -272,8 +295,8 @@ def rs_recursive_halving(p: int, count: int, root: int = 0) -> Schedule:
 
 def rs_pairwise(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("reduce_scatter", "pairwise", p, count, count, root)
-    blocks = split(count, p)
-    _pairwise(s, lambda i, j: same(blocks[j]), "exchange", reduce=True)
+    offs, lens = split_columns(count, p)
+    _pairwise(s, lambda i, j: (offs[j], offs[j], lens[j]), "exchange", reduce=True)
     return s
 
 
@@ -281,7 +304,7 @@ def rs_pairwise(p: int, count: int, root: int = 0) -> Schedule:
 def a2a_pairwise(p: int, count: int, root: int = 0) -> Schedule:
     s = Schedule("all_to_all", "pairwise", p, count, 2 * count, root)
     q = count // p
-    _pairwise(s, lambda i, j: ((j * q, count + i * q, q),), "exchange")
+    _pairwise(s, lambda i, j: (j * q, count + i * q, q), "exchange")
     return s
 
 

@@ -116,7 +116,8 @@ def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgra
         return off, min(seg, total - off)
 
     n_iter = nseg - per_rank + 2
-    for i in range(n_iter):  # reduce-scatter: send segment of rank+1, receive that of rank+2
+    busy = _busy_iterations((rank, rank + 1, rank + 2), per_rank, nseg, -(-total // seg), n_iter)
+    for i in busy:  # reduce-scatter: send segment of rank+1, receive that of rank+2
         if i >= 2:
             ro, rl = chunk(rank + 2, i - 2)
             if rl > 0:
@@ -129,7 +130,7 @@ def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgra
                 prog.append(("recv", "tmp", recv_from, "all_reduce", tmp_off[i & 1], rl))
             if sl > 0:
                 prog.append(("send", "out", send_to, "all_reduce", so, sl))
-    for i in range(n_iter):  # all-gather: send own finished segments, receive rank+1's
+    for i in busy:  # all-gather: send own finished segments, receive rank+1's
         if i >= 2:
             if chunk(rank + 1, i - 2)[1] > 0:
                 prog.append(("wait_recv", "out"))
@@ -142,6 +143,24 @@ def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgra
             if sl > 0:
                 prog.append(("send", "out", send_to, "all_reduce", so, sl))
     return MessageProgram(prog, total, 2 * seg)
+
+
+def _busy_iterations(firsts: tuple[int, ...], per_rank: int, nseg: int, nonempty: int, n_iter: int) -> list[int]:
+    """The loop iterations of `ring_allreduce` that touch a non-empty segment: iteration i
+    reads segments (first * per_rank + i) and (... + i - 2) mod nseg, and only the first
+    `nonempty` segments hold bytes. A small tensor on many ranks has 2p segments, nearly
+    all empty: the others post nothing, and skipping them makes a rank's program cost
+    what it sends, not the group's size (a 1,024-rank hang is judged on these programs)."""
+    if nonempty >= nseg:
+        return list(range(n_iter))
+    busy = set()
+    for f in firsts:
+        for j in range(nonempty):
+            i = (j - f * per_rank) % nseg
+            for at in (i, i + 2, i + nseg, i + nseg + 2):
+                if at < n_iter:
+                    busy.add(at)
+    return sorted(busy)
 
 
 # --------------------------------------------------------------------------- tree, ring, dissemination
@@ -198,6 +217,20 @@ def barrier(rank: int, p: int) -> MessageProgram:
         prog += [("recv", "zero", src, "barrier", 0, 0), ("send", "zero", dst, "barrier", 0, 0)]
         prog += [("wait_recv", "zero"), ("wait_send", "zero")]
     return MessageProgram(prog, 0)
+
+
+def message_count(op: str, p: int, elements: int, elem: int) -> int:
+    """Sends and receives one rank posts in `message_program(op, ...)`, known without building
+    it (the programs of huge tensors are long: the ring all_reduce has a message per MiB)."""
+    if p <= 1:
+        return 0
+    if op == "all_reduce":
+        return 0 if elements == 0 else 2 * ring_messages(elements * elem, p)
+    if op == "all_gather":
+        return 4 * (p - 1) if elements else 0
+    if op in ("broadcast", "barrier"):
+        return 2 * p.bit_length()
+    return 1  # send, recv
 
 
 def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None) -> MessageProgram:

@@ -14,6 +14,7 @@ A hang is not a timer: it is the event queue running dry while some rank still w
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Generator
@@ -26,6 +27,7 @@ from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
 from simdist.engine.results import collective_results
 from simdist.engine.values import Payload
+from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -121,14 +123,19 @@ class Engine:
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self._any_recvs: dict[tuple[int, int], deque[Call]] = defaultdict(deque)  # recv from any source
         self.findings: list[Finding] = []
-        self._any_dead = False
+        # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
+        self._entries_left = OPS.value()
+        self._dead: list[int] = []  # ranks whose process is gone, ascending
+        self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
 
-    def _dead_member(self, members: list[int], posted: dict[int, Call]) -> int | None:
-        """A member whose process is gone and whose part in this collective cannot come:
-        it never posted it, or it died abruptly (see rank_gone)."""
-        for m in members:
-            rs = self.ranks[m]
-            if not rs.alive and (m not in posted or rs.abort_error is not None):
+    def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
+        """The lowest member whose process is gone and whose part in this collective cannot
+        come: it never posted it, or it died abruptly (see rank_gone). Looks at the dead
+        ranks only, not at every member: each issue pays for the ranks that exited, not
+        for the group's size."""
+        members = self._member_sets[group]
+        for m in self._dead:
+            if m in members and (m not in posted or self.ranks[m].abort_error is not None):
                 return m
         return None
 
@@ -154,6 +161,7 @@ class Engine:
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
+        self._record_one()
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
@@ -166,7 +174,7 @@ class Engine:
             self._open[group][seq] = inst
         calls = inst.calls
         calls[rank] = call
-        if self._any_dead and (dead := self._dead_member(members, calls)) is not None:
+        if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == len(members):
             del self._instances[ikey]  # complete: no late caller can look it up again
@@ -179,6 +187,7 @@ class Engine:
         A recv with `peer=None` takes a message from any source (`any_sender`); its trace
         entry names the source once matched."""
         rs = self.ranks[rank]
+        self._record_one()
         self._p2p_seq[(group, rank)] += 1
         entry = TraceEntry(
             seq=self._p2p_seq[(group, rank)],
@@ -224,6 +233,12 @@ class Engine:
         """The source a receive from any source takes: of the ranks with a message waiting
         for `dst` on `tag`, the lowest (gloo looks through its pairs in rank order)."""
         return min((src for (src, d, t), q in sends.items() if d == dst and t == tag and q), default=None)
+
+    def _record_one(self) -> None:
+        self._entries_left -= 1
+        if self._entries_left < 0:
+            OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
+                                                     "collectives (the run does more than its scenario's estimate)")
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:
@@ -337,7 +352,7 @@ class Engine:
         if not rs.alive:
             return
         rs.alive = False
-        self._any_dead = True
+        bisect.insort(self._dead, rank)
         for gname, members in self.groups.items():
             if rank not in members:
                 continue

@@ -49,34 +49,35 @@ def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
             for c in calls]
 
 
-def mismatch_kind(calls: list[Call]) -> str:
+def mismatch_kind(calls: list[gloo_rules.CollectiveCall]) -> str:
     """The checker's name for the first field on which the ranks' calls disagree."""
     first = calls[0]
-    for c in calls[1:]:
-        if c.op != first.op:
-            return "op_mismatch"
-    for c in calls[1:]:
-        if c.payload.numel != first.payload.numel:
-            return "size_mismatch"
-    for c in calls[1:]:
-        if c.payload.dtype != first.payload.dtype:
-            return "dtype_mismatch"
-    for c in calls[1:]:
-        if c.reduce_op != first.reduce_op:
-            return "reduce_op_mismatch"
+    for fld, kind in (("op", "op_mismatch"), ("numel", "size_mismatch"), ("dtype", "dtype_mismatch"),
+                      ("reduce_op", "reduce_op_mismatch")):
+        if any(getattr(c, fld) != getattr(first, fld) for c in calls[1:]):
+            return kind
     return "root_mismatch"
 
 
-def finding(group: str, seq: int, calls: list[Call], verdict: gloo_rules.MismatchVerdict) -> Finding:
+def mismatch_finding(group: str, seq: int, calls: list[gloo_rules.CollectiveCall], origins: list[str],
+                     verdict: gloo_rules.MismatchVerdict | None) -> Finding:
+    """The finding for ranks' different calls at one sequence number (global ranks in `calls`);
+    `verdict` says what the backend does with them, None where that is not known."""
     parts = "; ".join(
-        f"rank {c.rank}: {c.op}[{c.payload.numel}] {c.payload.dtype}"
+        f"rank {c.rank}: {c.op}[{c.numel}] {c.dtype}"
         + (f" {c.reduce_op}" if c.reduce_op else "")
         + (f" root={c.root}" if c.root is not None and c.op in ROOTED_OPS else "")
-        + f" ({c.entry.origin})"
-        for c in calls
+        + f" ({origin})"
+        for c, origin in zip(calls, origins, strict=True)
     )
-    consequence = {"silent": "paired silently, values mixed", "hang": "blocks forever", "abort": "aborts"}[verdict.kind]
-    detail = f"#{seq} on {group} {consequence}: {parts}"
-    if verdict.detail:
+    consequence = {"silent": " paired silently, values mixed", "hang": " blocks forever", "abort": " aborts",
+                   "ok": ""}[verdict.kind] if verdict is not None else ""
+    detail = f"#{seq} on {group}{consequence}: {parts}"
+    if verdict is not None and verdict.detail:
         detail += f" -- {verdict.detail}"
     return Finding(kind=mismatch_kind(calls), group=group, seq=seq, ranks=[c.rank for c in calls], detail=detail)
+
+
+def finding(group: str, seq: int, calls: list[Call], verdict: gloo_rules.MismatchVerdict) -> Finding:
+    """The engine's finding for mismatched calls it paired."""
+    return mismatch_finding(group, seq, rule_calls(calls), [c.entry.origin for c in calls], verdict)

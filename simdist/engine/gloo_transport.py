@@ -57,20 +57,30 @@ class _Wire:
     sends: dict = field(default_factory=dict)
     recvs: dict = field(default_factory=dict)
     dead: set = field(default_factory=set)  # processes that are gone (exited before, or aborted)
+    fresh: set = field(default_factory=set)  # keys posted to since the last matching
+    woken: set = field(default_factory=set)  # ranks that completed something in the last matching
 
 
 def run_programs(ranks: dict[int, RankRun], exited: frozenset[int] = frozenset()) -> None:
-    """Run every program to completion or to where it blocks for good (in place)."""
+    """Run every program to completion or to where it blocks for good (in place).
+
+    After the first round only the ranks that completed an operation can move, and only
+    the pairs with new posts can match: each round looks at those, not at every rank and
+    pair (a hang on 1,024 ranks takes as many rounds as ranks). Each rank posts only its
+    own side of its pairs, so the order ranks advance in within a round changes nothing."""
     wire = _Wire(dead=set(exited))
+    movable = sorted(ranks)
     while True:
         progress = False
-        for r in sorted(ranks):
+        for r in movable:
             progress |= _advance(ranks, ranks[r], wire)
         matched, newly_aborted = _match(ranks, wire)
         for r in newly_aborted:
             _abort(ranks[r], wire)
         if not (progress or matched):
             break
+        movable = sorted(wire.woken)
+        wire.woken = set()
     for st in ranks.values():
         if not (st.done or st.stopped):
             _diagnose(st, wire.dead)
@@ -94,6 +104,7 @@ def _advance(ranks: dict[int, RankRun], st: RankRun, wire: _Wire) -> bool:
             key = (st.rank, peer, slot) if kind == "send" else (peer, st.rank, slot)
             q = wire.sends if kind == "send" else wire.recvs
             q.setdefault(key, []).append((buf, off, n))
+            wire.fresh.add(key)
             st.pending[(buf, peer)] = st.pending.get((buf, peer), 0) + 1
         elif kind in ("wait_send", "wait_recv"):
             ck = (step[1], kind[5:])
@@ -114,7 +125,8 @@ def _match(ranks: dict[int, RankRun], wire: _Wire) -> tuple[bool, set[int]]:
     """Phase B: pair posted sends and receives. Returns (any matched, receivers that abort)."""
     matched = False
     newly_aborted: set[int] = set()
-    for key in sorted(set(wire.sends) & set(wire.recvs)):
+    fresh, wire.fresh = wire.fresh, set()
+    for key in sorted(k for k in fresh if k in wire.sends and k in wire.recvs):
         src, dst, _ = key
         rs, rd = ranks[src], ranks[dst]
         sq, rq = wire.sends[key], wire.recvs[key]
@@ -127,6 +139,7 @@ def _match(ranks: dict[int, RankRun], wire: _Wire) -> tuple[bool, set[int]]:
             # The sender writes as soon as it has the receiver's RECV_READY: its send
             # completes even if the receiver's I/O thread dies on this message.
             rs.completions[(sbuf, "send")] = rs.completions.get((sbuf, "send"), 0) + 1
+            wire.woken.add(src)
             if dst in newly_aborted:
                 continue
             if sn > rn:
@@ -141,6 +154,7 @@ def _match(ranks: dict[int, RankRun], wire: _Wire) -> tuple[bool, set[int]]:
             if rd.bufs:
                 rd.bufs[rbuf][roff: roff + sn] = rs.bufs[sbuf][soff: soff + sn]
             rd.completions[(rbuf, "recv")] = rd.completions.get((rbuf, "recv"), 0) + 1
+            wire.woken.add(dst)
     return matched, newly_aborted
 
 

@@ -3,9 +3,10 @@
 In a Join loop the iterations between two consecutive distinct per-rank input counts (a
 *gap*: the set of ranks that have run out of inputs is constant) are periodic in the
 iteration index ``i`` once warm-up is over. A live rank's iteration depends on ``i`` only
-through its steps' conditions: with ``P = lcm(every)`` and ``T`` the largest ``below`` /
-``from_iteration`` threshold, the steps iteration ``i >= T`` runs depend on ``i mod P``
-alone. The rest of a rank's state either settles once (DDP rebuilds its buckets at the
+through its steps' conditions (nested ``not``/``any`` ones and conditional values included):
+with ``P = lcm(every)`` and ``T`` the largest ``below`` / ``from_iteration`` threshold, each
+condition is a boolean combination of ``i % every == offset``, ``i < T`` and ``i >= T``, so
+the steps iteration ``i >= T`` runs depend on ``i mod P`` alone. The rest of a rank's state either settles once (DDP rebuilds its buckets at the
 first forward after a synchronised backward; a joined rank pushes and rebuilds in its first
 two shadow passes) or is rewritten every period (DDP's sync flags, Join's
 ``is_last_joiner``). A joined rank's shadow pass does not depend on ``i`` at all. Ranks
@@ -22,6 +23,8 @@ checker's verdict, except where excluded below.
 
 Conditions (``plan(scenario).reason`` says which one failed; no compression then):
 
+* no ``stop`` step and no ``flag`` condition in the loop (they leave the loop, or branch, on
+  what happened, not on ``i``);
 * no ``p2p`` step in the loop (FIFO matching across iterations is not reasoned about);
 * no loop step with ``value = "iteration"`` (its payload then depends on ``i``);
 * no loop step that observes ``counter.max_count`` / ``allreducer.post_hook_tensor`` (the
@@ -42,7 +45,7 @@ Checked on the compressed run (`untrusted`): the static conditions make each ran
 behaviour periodic, not the pairing of collectives across ranks, so a compressed run only
 stands for the full one when every collective paired calls of one origin or a live call
 with the join hook's shadow of it (`misaligned`), and no rank ran past a cut while another
-was stuck before it. The fuzzer (`simdist.fuzz.runner.Checker`) goes further and uses
+was stuck before it. The fuzzer (`simdist.fuzz.checker.Checker`) goes further and uses
 only compressed *passes*; everything else is simulated in full.
 """
 
@@ -51,8 +54,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from simdist.engine.core import CostLike
 from simdist.report import Report
-from simdist.scenario import CollectiveStep, Inputs, P2PStep, Scenario
+from simdist.scenario import CollectiveStep, Inputs, P2PStep, Scenario, Step, StopStep, ValueWhen, When
 
 MAX_PERIOD = 12
 WARM_PERIODS, WARM_EXTRA = 3, 1  # warm-up W = T + WARM_PERIODS * P + WARM_EXTRA
@@ -113,6 +117,12 @@ def _lcm(xs: list[int]) -> int:
     return out
 
 
+def _conditions(st: Step) -> list[When]:
+    """Every condition a loop step evaluates: its own (nested ones included) and its value's."""
+    value = getattr(st, "value", None)
+    return list(st.parts()) + (list(value.when.parts()) if isinstance(value, ValueWhen) else [])
+
+
 def plan(s: Scenario) -> Plan:
     """Decide what can be removed from `s` without changing its verdict (see the module docstring)."""
     counts = tuple(s.counts())
@@ -122,6 +132,10 @@ def plan(s: Scenario) -> Plan:
         return Plan(counts=counts, compressed_counts=counts, reason=why)
 
     for k, st in enumerate(s.loop):
+        if isinstance(st, StopStep):
+            return refuse(f"loop[{k}] is a stop step")
+        if any(c.flag is not None for c in _conditions(st)):
+            return refuse(f"loop[{k}] depends on an observed flag")
         if isinstance(st, P2PStep):
             return refuse(f"loop[{k}] is a p2p step")
         if isinstance(st, CollectiveStep):
@@ -134,10 +148,11 @@ def plan(s: Scenario) -> Plan:
     for j in s.joinables:
         if j.kind not in _KNOWN_JOINABLES:
             return refuse(f"joinable {j.name} has kind {j.kind}")
-    period = _lcm([st.every for st in s.loop if st.every is not None])
+    conds = [c for st in s.loop for c in _conditions(st)]
+    period = _lcm([c.every for c in conds if c.every is not None])
     if period > MAX_PERIOD:
         return refuse(f"period {period} > {MAX_PERIOD}")
-    thresholds = [x for st in s.loop for x in (st.below, st.from_iteration) if x is not None]
+    thresholds = [x for c in conds for x in (c.below, c.from_iteration) if x is not None]
     threshold = max(thresholds, default=0)
     warm = threshold + WARM_PERIODS * period + WARM_EXTRA
     values = sorted(set(counts) | {0})
@@ -236,18 +251,17 @@ def compress(s: Scenario) -> tuple[Scenario, list[int]]:
     return apply(s, p), p.removed()
 
 
-def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True) -> bool:
+def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True, cost: CostLike | None = None) -> bool:
     """True when the compressed schedule of plan `p` passes the fuzz property and may stand for
     the full one (`untrusted`), so the full schedule `s` passes too; False means "unknown:
-    simulate `s` in full"."""
+    simulate `s` in full". `cost`: the cost model to simulate with (default: the scenario's)."""
     from simdist.check.classify import check_run
     from simdist.sim import simulate
 
     if not p.compressed:
         return False
     c = apply(s, p)
-    report = simulate(c)
+    report = simulate(c, cost)
     if untrusted(p, report):
         return False
     return not check_run(report, c, invariants=invariants).failed
-

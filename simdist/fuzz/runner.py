@@ -6,70 +6,36 @@ outcome) is a distinct hypothesis bug: each is shrunk separately, then a greedy 
 ranks, steps and inputs while the same class still fails, and the result is written as a
 plain scenario file (stable name: a hash of its content) that replays bit for bit with
 `simdist run` and on the real backend with `simdist real` / `simdist compare`.
+
+The search is a campaign of shards (`simdist.fuzz.campaign`): ``jobs`` worker processes, or
+a Dask cluster (`executor`), run them; the same seed gives the same answer on any of them.
 """
 
 from __future__ import annotations
 
-import copy
-import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Unsatisfiable
 
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
-from simdist.errors import ScenarioError
-from simdist.fuzz.compress import passes_compressed
-from simdist.fuzz.compress import plan as compress_plan
-from simdist.fuzz.counterexample import canonical, write_counterexample
-from simdist.fuzz.strategies import template_scenarios
+from simdist.errors import InputError
+from simdist.fuzz.campaign import SHARD_SIZE, CampaignResult, Executor, InProcess, LocalPool, plan_shards, run_campaign
+from simdist.fuzz.checker import Checker
+from simdist.fuzz.counterexample import safe_name, write_counterexample
+from simdist.fuzz.search import SUPPRESSED_HEALTH_CHECKS, ShardResult, apply_ops, snapshot_database
+from simdist.fuzz.shrink import greedy_shrink
 from simdist.fuzz.template import Template
-from simdist.scenario import Scenario, parse_scenario
+from simdist.procs import interrupt_event
+from simdist.scenario import parse_scenario
 from simdist.sim import simulate
 
-# Health checks switched off, each for a reason; the others stay on:
-SUPPRESSED_HEALTH_CHECKS = [
-    # A template's instances may be rejected by the scenario schema (a subset naming a rank
-    # that the drawn world lacks, a step valid only for some world sizes): those draws are
-    # discarded with assume(), and a template that rejects many is still a valid search.
-    # (Every other check stays on: drawing an example only instantiates and validates a
-    # scenario, milliseconds; the simulation runs in the test body, which they do not time.)
-    HealthCheck.filter_too_much,
-]
-
-
-class FuzzFailure(AssertionError):
-    """Raised by the property; one subclass per failure class so hypothesis shrinks each separately."""
-
-    key = ""
-
-
-_CLASSES: dict[str, type[FuzzFailure]] = {}
-
-
-def failure_class(key: str) -> type[FuzzFailure]:
-    cls = _CLASSES.get(key)
-    if cls is None:
-        cls = type("FuzzFailure_" + re.sub(r"\W", "_", key), (FuzzFailure,), {"key": key})
-        _CLASSES[key] = cls
-    return cls
-
-
-@dataclass
-class Outcome:
-    """What one schedule did, as much as the fuzzer keeps (the report itself is not cached)."""
-
-    failed: bool
-    key: str  # failure class: "<kind>/<outcome>"; "ok" when it passed
-    signature: str
-    summary: str
+__all__ = ["SUPPRESSED_HEALTH_CHECKS", "Counterexample", "FuzzInterrupted", "FuzzResult", "fuzz_template"]
 
 
 @dataclass
@@ -107,6 +73,9 @@ class FuzzResult:
     iterations_full: int = 0  # sum of the schedules' largest input counts
     iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
     expect: str | None = None  # the template's [fuzz].expect: "failure", "ok" or None (= "ok")
+    jobs: int = 1  # processes that ran shards (1: this one; a cluster: its workers); the answer does not depend on it
+    shards: int = 1  # shards of the campaign that count (up to the first failing one)
+    shard_size: int = SHARD_SIZE
 
     @property
     def failed(self) -> bool:
@@ -133,130 +102,16 @@ class FuzzResult:
         return d
 
 
-class Checker:
-    """Simulates and checks schedules, with a cache keyed by the concrete scenario.
-
-    With `compress` (the default) a schedule is first judged on its compressed form
-    (`simdist.fuzz.compress`: the steady middle of every gap between distinct input counts
-    removed). A pass of a run whose ranks stayed in step is final; anything else (a failure,
-    or ranks out of step) is re-simulated in full, so every failure class, signature and
-    summary the fuzzer reports, shrinks on and writes is the full schedule's own.
-    """
-
-    def __init__(self, template: Template, compress: bool = True):
-        self.template = template
-        self.compress = compress
-        self.cache: dict[str, Outcome] = {}
-        self.simulated = 0
-        self.compressed = 0  # schedules judged on a compressed run
-        self.resimulated = 0  # of those, re-simulated in full (failed, or ranks out of step)
-        self.iterations_full = 0  # sum over schedules of the full schedule's max input count
-        self.iterations_run = 0  # ... and of the max input count actually simulated
-
-    def _judge(self, s: Scenario) -> Outcome:
-        v = check_run(simulate(s), s, invariants=self.template.invariants)
-        return Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
-
-    def check(self, d: dict[str, Any], s: Scenario | None = None) -> Outcome | None:
-        """None when `d` is not a valid scenario."""
-        k = canonical(d)
-        hit = self.cache.get(k)
-        if hit is not None:
-            return hit
-        if s is None:
-            try:
-                s = parse_scenario(d, source=self.template.source)
-            except ScenarioError:
-                return None
-        full = max(s.counts(), default=0)
-        self.iterations_full += full
-        p = compress_plan(s) if self.compress else None
-        if p is not None and p.compressed:
-            self.compressed += 1
-            self.iterations_run += max(p.compressed_counts, default=0)
-            if passes_compressed(s, p, invariants=self.template.invariants):
-                out = Outcome(False, "ok", "ok", "no failure")
-            else:  # failed, or ranks out of step: judge the full schedule (exact class, signature, summary)
-                self.resimulated += 1
-                self.iterations_run += full
-                out = self._judge(s)
-        else:
-            self.iterations_run += full
-            out = self._judge(s)
-        self.simulated += 1
-        self.cache[k] = out
-        return out
-
-
-# ---------------------------------------------------------------------------- greedy post-shrink
-def _drop_last_rank(d: dict[str, Any]) -> dict[str, Any] | None:
-    w = d.get("world_size")
-    if not isinstance(w, int) or w <= 1:
-        return None
-    gone = w - 1
-    n = copy.deepcopy(d)
-    n["world_size"] = gone
-    inp = n.get("inputs", {})
-    if isinstance(inp.get("counts"), list):
-        inp["counts"] = inp["counts"][:gone]
-    for g in n.get("groups", []):
-        g["ranks"] = [r for r in g.get("ranks", []) if r != gone]
-    n["groups"] = [g for g in n.get("groups", []) if g.get("ranks")]
-    for section in ("loop", "after"):
-        steps = []
-        for st in n.get(section, []):
-            if st.get("kind") == "p2p" and gone in (st.get("src"), st.get("dst")):
-                continue
-            if isinstance(st.get("ranks"), list):
-                st["ranks"] = [r for r in st["ranks"] if r != gone]
-                if not st["ranks"]:
-                    continue
-            steps.append(st)
-        n[section] = steps
-    return n
-
-
-def _candidates(d: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    r = _drop_last_rank(d)
-    if r is not None:
-        out.append(r)
-    counts = d.get("inputs", {}).get("counts")
-    if isinstance(counts, list):
-        for i, c in enumerate(counts):
-            for smaller in sorted({0, c // 2, c - 1}):
-                if 0 <= smaller < c:
-                    n = copy.deepcopy(d)
-                    n["inputs"]["counts"][i] = smaller
-                    out.append(n)
-    return out
-
-
-def greedy_shrink(d: dict[str, Any], key: str, checker: Checker, limit: int = 400,
-                  tick: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Drop ranks and inputs one at a time while the same failure class still fails.
-
-    Steps are not dropped here: hypothesis already drops the template's optional steps, and
-    a counterexample that stays an instance of its template still shows the family's bug."""
-    tried = 0
-    improved = True
-    while improved and tried < limit:
-        improved = False
-        for cand in _candidates(d):
-            tried += 1
-            if tick:
-                tick()
-            o = checker.check(cand)
-            if o is not None and o.key == key:
-                d = cand
-                improved = True
-                break
-            if tried >= limit:
-                break
-    return d
-
-
 # ---------------------------------------------------------------------------- the loop
+class FuzzInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a search. What it had found is written (`result.counterexamples`, each
+    the smallest failing schedule of its class seen so far) before this is raised."""
+
+    def __init__(self, result: FuzzResult):
+        super().__init__("fuzzing interrupted")
+        self.result = result
+
+
 def fuzz_template(
     template: Template,
     *,
@@ -268,109 +123,175 @@ def fuzz_template(
     shrink: bool = True,
     on_example: Callable[[int, str], None] | None = None,
     compress: bool = True,
+    jobs: int = 1,
+    executor: Executor | None = None,
+    shard_size: int = SHARD_SIZE,
 ) -> FuzzResult:
     """Fuzz one template; returns counts and the written counterexamples (none when it holds).
 
-    `compress=False` simulates every schedule in full (see `Checker`)."""
+    The budget is split into shards of `shard_size` examples (`simdist.fuzz.campaign`), run
+    here (`jobs=1`), on `jobs` local worker processes, or on `executor` (e.g. a
+    `simdist.fuzz.cluster.DaskExecutor`, which the caller closes); the answer depends on the
+    seed, budget and shard size only. Every file goes under `out_dir` (names made safe:
+    `counterexample.safe_name`). A failure class is written the moment it is first found (a
+    worker's find as the worker reports it), and replaced by its shrunk form when the search
+    ends; on Ctrl-C the smallest failing schedule of each class found so far is written and
+    `FuzzInterrupted` raised. `compress=False` simulates every schedule in full (see
+    `simdist.fuzz.checker.Checker`)."""
     budget = template.budget if budget is None else budget
     res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress,
-                     expect=template.expect)
-    checker = Checker(template, compress=compress)
-    search = _Search(template, checker, res, on_example)
+                     expect=template.expect, jobs=jobs, shard_size=shard_size)
     db = None
+    replay: dict[str, bytes] | None = None
     if use_db:
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
         # one database per template (and version of it): hypothesis keys saved examples by the
         # property function, which is the same for every template
-        db = DirectoryBasedExampleDatabase(str(db_path / f"{template.name}-{template.digest[:12]}"))
+        folder = db_path / f"{safe_name(template.name)}-{template.digest[:12]}"  # a name that stays inside db_path
+        replay = snapshot_database(folder)
+        db = DirectoryBasedExampleDatabase(str(folder))
+    specs = plan_shards(budget, seed, shard_size, shrink=shrink, compress=compress, use_db=use_db, replay=replay)
+    files = _Files(template, seed, Path(out_dir) if out_dir is not None else None, res)
+    own = executor is None
+    if executor is None:
+        executor = InProcess(on_example) if jobs <= 1 else LocalPool(jobs)
+    res.jobs = executor.jobs
     t0 = time.perf_counter()
-    keys = search.run(budget, seed, db, shrink)
-    search.phase = "post-shrink"
-    for key in keys:
-        d = search.last_failing[key]
-        if shrink:
-            d = greedy_shrink(d, key, checker, tick=search.tick)
-        res.counterexamples.append(_counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0)))
-    res.schedules = checker.simulated
-    res.compressed = checker.compressed
-    res.resimulated = checker.resimulated
-    res.iterations_full = checker.iterations_full
-    res.iterations_run = checker.iterations_run
+    camp = CampaignResult()
+    # Ctrl-C (and SIGTERM) set an event that the shards poll between schedules: a
+    # KeyboardInterrupt raised wherever the signal lands can be lost (hypothesis runs code in
+    # garbage-collector callbacks, where Python only prints "Exception ignored"). A second one
+    # raises at once, for a schedule that takes long.
+    try:
+        with interrupt_event(twice_raises=True) as stop:
+            try:
+                camp = run_campaign(template, specs, executor, on_found=lambda _i, k, d: files.first_found(k, d),
+                                    on_shard=_progress(on_example, executor), stop=stop)
+            finally:
+                if own:
+                    executor.close()
+            _merge(res, camp)
+            if db is not None:
+                for r in camp.shards:
+                    apply_ops(db, r.db_ops)
+            files.raise_if_failed()
+            if camp.interrupted:
+                raise KeyboardInterrupt
+            checker = Checker(template, compress=compress)  # the greedy pass's own judge (its schedules count too)
+            for key in _keys(camp.shards):
+                d = _smallest(camp.shards, key)
+                if shrink:
+                    d = greedy_shrink(d, key, checker, tick=lambda: _tick(res, on_example, stop))
+                res.counterexamples.append(files.write(key, d, "shrunk"))
+            res.schedules += checker.simulated
+            files.keep_only(_keys(camp.shards))  # files of failures in shards after the answer's last one
+    except KeyboardInterrupt:
+        done = {c.key for c in res.counterexamples}
+        for key in _keys(camp.shards):
+            if key not in done:
+                res.counterexamples.append(files.write(key, _smallest(camp.shards, key), "interrupted"))
+        res.seconds = time.perf_counter() - t0
+        raise FuzzInterrupted(res) from None
     res.seconds = time.perf_counter() - t0
     return res
 
 
-class _Search:
-    """The hypothesis search over one template: the property, its bookkeeping, and the run."""
+def _progress(on_example: Callable[[int, str], None] | None, executor: Executor) -> Callable[[ShardResult], None] | None:
+    """Workers report a shard when it ends (`InProcess` reports every example itself)."""
+    if on_example is None or isinstance(executor, InProcess):
+        return None
+    total = [0]
 
-    def __init__(self, template: Template, checker: Checker, res: FuzzResult,
-                 on_example: Callable[[int, str], None] | None):
-        self.template, self.checker, self.res, self.on_example = template, checker, res, on_example
-        self.phase = "generate"
-        self.generated = 0
-        self.counted: set[str] = set()  # failing schedules already counted in res.failures
-        self.last_failing: dict[str, dict[str, Any]] = {}  # failure class -> its last failing schedule
+    def on_shard(r: ShardResult) -> None:
+        total[0] += r.generated
+        on_example(total[0], "generate" if not r.failed else "shrink")
 
-    def tick(self) -> None:
-        self.res.examples += 1
-        if self.on_example is not None:
-            self.on_example(self.res.examples, self.phase)
+    return on_shard
 
-    def check(self, pair: tuple[dict[str, Any], Scenario]) -> None:
-        """The property: raises the failure's own class when the schedule fails."""
-        d, s = pair
-        if self.phase == "generate":
-            self.generated += 1
-        self.tick()
-        k = canonical(d)
-        new = k not in self.checker.cache
-        o = self.checker.check(d, s)
-        assert o is not None
-        if o.failed:
-            res = self.res
-            if new and k not in self.counted:
-                self.counted.add(k)
-                res.failures[o.signature] = res.failures.get(o.signature, 0) + 1
-            res.classes.setdefault(o.key, self.checker.simulated)
-            if res.first_failure_at is None:
-                res.first_failure_at = self.generated
-            self.phase = "shrink"
-            self.last_failing[o.key] = d
-            raise failure_class(o.key)(o.summary)
 
-    def run(self, budget: int, seed: int, db: DirectoryBasedExampleDatabase | None, shrink: bool) -> list[str]:
-        """Run hypothesis; the failure classes found (each shrunk by hypothesis), in order."""
-        phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
-        test = hypothesis_seed(seed)(given(template_scenarios(self.template))(self.check))
-        # settings go on last: hypothesis.seed() switches the example database off (it is meant
-        # for replaying one run), and a settings decorator applied after it decides the database
-        # again. We want both: a reproducible search that still starts from saved failures.
-        prop = settings(max_examples=budget, database=db, deadline=None, derandomize=False, phases=phases,
-                        suppress_health_check=SUPPRESSED_HEALTH_CHECKS, report_multiple_bugs=True,
-                        verbosity=Verbosity.quiet, print_blob=False)(test)
-        raised: list[BaseException] = []
+def _tick(res: FuzzResult, on_example: Callable[[int, str], None] | None, stop: threading.Event) -> None:
+    if stop.is_set():  # Ctrl-C, seen between two schedules of the greedy pass
+        raise KeyboardInterrupt
+    res.examples += 1
+    if on_example is not None:
+        on_example(res.examples, "post-shrink")
+
+
+def _merge(res: FuzzResult, camp: CampaignResult) -> None:
+    """Add up the shards in order: counts, failures by signature, and each failure class's
+    first sighting as a schedule number of the whole campaign."""
+    generated = schedules = 0
+    for r in camp.shards:
+        for sig, n in r.failures.items():
+            res.failures[sig] = res.failures.get(sig, 0) + n
+        for key, at in r.classes.items():
+            res.classes.setdefault(key, schedules + at)
+        if res.first_failure_at is None and r.first_failure_at is not None:
+            res.first_failure_at = generated + r.first_failure_at
+        generated += r.generated
+        schedules += r.schedules
+        res.examples += r.examples
+        res.compressed += r.compressed
+        res.resimulated += r.resimulated
+        res.iterations_full += r.iterations_full
+        res.iterations_run += r.iterations_run
+    res.schedules = schedules
+    res.shards = len(camp.shards)
+
+
+def _keys(shards: list[ShardResult]) -> list[str]:
+    keys: list[str] = []
+    for r in shards:
+        keys += [k for k in r.keys if k not in keys]
+    return keys
+
+
+def _smallest(shards: list[ShardResult], key: str) -> dict[str, Any]:
+    """A class's schedule from the first shard (in order) that found it."""
+    return next(r.found[key] for r in shards if key in r.found)
+
+
+class _Files:
+    """The counterexample file of each failure class: written when the class is first found,
+    replaced by a smaller schedule later (the older file removed)."""
+
+    def __init__(self, template: Template, seed: int, out_dir: Path | None, res: FuzzResult):
+        self.template, self.seed, self.out_dir, self.res = template, seed, out_dir, res
+        self.paths: dict[str, Path] = {}
+        self.error: OSError | None = None  # a write that failed inside the search
+
+    def write(self, key: str, d: dict[str, Any], state: str) -> Counterexample:
+        c = _counterexample(d, key, self.template, self.seed, self.out_dir, self.res.classes.get(key, 0), state)
+        old = self.paths.get(key)
+        if c.path is not None:
+            self.paths[key] = Path(c.path)
+            if old is not None and old != Path(c.path):
+                old.unlink(missing_ok=True)
+        return c
+
+    def first_found(self, key: str, d: dict[str, Any]) -> None:
+        """Called inside the property (or as a worker reports it): an error must not become a
+        hypothesis failure."""
         try:
-            prop()
-        except FuzzFailure as e:
-            raised = [e]
-        except Unsatisfiable:
-            raise ScenarioError(f"{self.template.source}: the template yields no valid scenario (every instance was "
-                                "rejected by the schema)") from None
-        except Exception as eg:  # an ExceptionGroup: several failure classes, each shrunk
-            if not hasattr(eg, "exceptions"):
-                raise
-            raised = list(eg.exceptions)
-        keys: list[str] = []
-        for e in raised:
-            if not isinstance(e, FuzzFailure):
-                raise e
-            if e.key not in keys:
-                keys.append(e.key)
-        return keys
+            self.write(key, d, "unshrunk")
+        except OSError as e:
+            self.error = self.error or e
+
+    def keep_only(self, keys: list[str]) -> None:
+        """Remove the early files of classes that are not part of the answer: a later shard
+        found them before an earlier shard's failure made it the last one read."""
+        for key, path in list(self.paths.items()):
+            if key not in keys:
+                path.unlink(missing_ok=True)
+                del self.paths[key]
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise InputError(f"--out: cannot write counterexamples in {self.out_dir} ({self.error.strerror or self.error})")
 
 
 def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, out_dir: str | Path | None,
-                    found_at: int) -> Counterexample:
+                    found_at: int, state: str = "shrunk") -> Counterexample:
     """Judge the (shrunk) schedule once more, explain it, and write it when `out_dir` is set."""
     s = parse_scenario(d, source=template.source)
     report = simulate(s)
@@ -380,8 +301,11 @@ def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, 
               "status": [r.status for r in report.ranks]}
     path = None
     if out_dir is not None:
-        path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
-                                        expect))
+        try:
+            path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}",
+                                            v.summary, expect, state))
+        except OSError as e:  # the CLI checks --out first; the API meets it here
+            raise InputError(f"--out: cannot write counterexamples in {out_dir} ({e.strerror or e})") from None
     return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
                           found_at=found_at, world_size=s.world_size, counts=s.counts(),
                           steps=len(s.loop) + len(s.after), explanation=expl)

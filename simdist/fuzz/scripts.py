@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 
 from simdist.check.classify import judge
 from simdist.errors import ScriptError
-from simdist.fuzz.runner import FuzzFailure, failure_class
 from simdist.fuzz.script_replay import Schedule, command, write_replay
+from simdist.fuzz.search import FuzzFailure, failure_class
 from simdist.script.api import DEFAULT_GPUS, execute
 from simdist.script.env import SIM
 from simdist.script.zygote import Zygote

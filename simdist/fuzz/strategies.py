@@ -18,25 +18,46 @@ from simdist.scenario import Scenario, parse_scenario
 
 
 class DrawChooser:
-    """A `Chooser` backed by hypothesis's `draw`."""
+    """A `Chooser` backed by hypothesis's `draw`.
 
-    def __init__(self, draw: Any):
+    The strategies are made once per template search and kept in `made` (a template draws
+    the same few ranges thousands of times; building ``st.integers(lo, hi)`` anew each time
+    was a measurable part of every example). The draws themselves are unchanged."""
+
+    def __init__(self, draw: Any, made: dict[tuple[Any, ...], st.SearchStrategy[Any]] | None = None):
         self.draw = draw
+        self.made = {} if made is None else made
+
+    def _strategy(self, key: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+        s = self.made.get(key)
+        if s is None:
+            kind, *args = key
+            if kind == "int":
+                s = st.integers(*args)
+            elif kind == "float":
+                s = st.floats(*args, allow_nan=False, allow_infinity=False)
+            elif kind == "bool":
+                s = st.booleans()
+            else:
+                items = list(args)
+                s = st.lists(st.sampled_from(items), min_size=1, max_size=len(items), unique=True)
+            self.made[key] = s
+        return s
 
     def integer(self, lo: int, hi: int) -> int:
-        return self.draw(st.integers(lo, hi))
+        return self.draw(self._strategy(("int", lo, hi)))
 
     def floating(self, lo: float, hi: float) -> float:
-        return self.draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False))
+        return self.draw(self._strategy(("float", lo, hi)))
 
     def index(self, n: int) -> int:
-        return self.draw(st.integers(0, n - 1))
+        return self.draw(self._strategy(("int", 0, n - 1)))
 
     def flag(self) -> bool:
-        return self.draw(st.booleans())
+        return self.draw(self._strategy(("bool",)))
 
     def subset(self, items: list[int]) -> list[int]:
-        return self.draw(st.lists(st.sampled_from(items), min_size=1, max_size=len(items), unique=True))
+        return self.draw(self._strategy(("subset", *items)))
 
 
 def template_scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, Any], Scenario]]:
@@ -44,9 +65,11 @@ def template_scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, 
     discarded. Public (`simdist.template_scenarios`): use it in your own ``@given`` tests to
     check a property of your loop over a template's schedules (docs/fuzzing.md)."""
 
+    made: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
+
     @st.composite
     def draw_valid(draw: Any) -> tuple[dict[str, Any], Scenario]:
-        d = template.instantiate(DrawChooser(draw))
+        d = template.instantiate(DrawChooser(draw, made))
         try:
             s = parse_scenario(d, source=template.source)
         except ScenarioError:

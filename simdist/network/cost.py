@@ -23,10 +23,12 @@ the root's whole buffer).
 
 from __future__ import annotations
 
+import numpy as np
+
 from simdist.collectives.algorithms import REGISTRY, algorithms_for, make_schedule, resolve
 from simdist.collectives.execute import schedule_time
 from simdist.errors import ScenarioError
-from simdist.network.profile import Profile
+from simdist.network.profile import Profile, load_profile
 from simdist.network.topology import Network, cached_preset, scenario_network, uniform_network
 
 
@@ -68,19 +70,14 @@ class CostModel:
         if world_size < 1:
             raise ScenarioError(f"world_size: must be >= 1, got {world_size}")
         if topo.preset is not None:
-            net = _copy_net(cached_preset(topo.preset, world_size))
+            net = cached_preset(topo.preset, world_size).shared_copy()
         else:
             net = scenario_network(topo, world_size)
         # An optional `topology.profile` (path to a calibrated profile JSON written by
         # `simdist compare-timing --save-profile`), if the scenario model has that field.
         prof_path = getattr(topo, "profile", None)
         if profile is None and prof_path:
-            try:
-                profile = Profile.load(prof_path)
-            except (OSError, ValueError, KeyError) as e:
-                raise ScenarioError(
-                    f"topology.profile: cannot read calibrated profile '{prof_path}' ({type(e).__name__})"
-                ) from None
+            profile = load_profile(prof_path)  # a one-line ScenarioError naming topology.profile
         return cls(
             net, alpha=topo.alpha, beta=topo.beta, gamma=topo.gamma, algorithms=dict(topo.algorithms), profile=profile
         )
@@ -171,8 +168,5 @@ class CostModel:
             count = grain
         sched = make_schedule(op, algo, p, count, local_root)
         net = self.network
-        return schedule_time(sched, lambda i, j: net.pair_cost(ranks[i], ranks[j]), self.gamma, unit)
-
-
-def _copy_net(net: Network) -> Network:
-    return Network(net.graph, net.world_size, dict(net.rank_node), net.gamma, net.name, net._routes)
+        on = np.array(ranks, dtype=np.int64)
+        return schedule_time(sched, lambda i, j: net.pair_costs(on[i], on[j]), self.gamma, unit)

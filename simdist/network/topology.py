@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from simdist.errors import ScenarioError
-
-PRESETS = ("loopback", "switch8", "two_nodes", "ring")
+from simdist.network.routing import FEW_PAIRS, LinkIndex, Router
+from simdist.vocab import PRESET_MAX_WORLD, PRESETS
 
 # Per-hop defaults (latency us, bandwidth GB/s). Ranks on one host talk through it.
 INTRA_NODE = {"host": (15.0, 6.0), "gpu": (1.0, 300.0), "switch": (1.0, 300.0), "nic": (1.0, 64.0)}
@@ -45,6 +46,8 @@ class Network:
     gamma: float
     name: str = "custom"
     _routes: dict[tuple[int, int], tuple[tuple[str, str], ...]] = field(default_factory=dict, repr=False)
+    _router: Router | None = field(default=None, repr=False)
+    _links: LinkIndex | None = field(default=None, repr=False)
 
     def route(self, src: int, dst: int) -> tuple[tuple[str, str], ...]:
         """Directed hops (u, v) from rank src to rank dst."""
@@ -55,10 +58,23 @@ class Network:
             if a == b:
                 r = ()
             else:
-                path = _shortest(self.graph, a, b)
+                path = self.router.path(a, b)
                 r = tuple(zip(path[:-1], path[1:], strict=False))
             self._routes[key] = r
         return r
+
+    @property
+    def router(self) -> Router:
+        if self._router is None:
+            self._router = Router(self.graph)
+        return self._router
+
+    @property
+    def links(self) -> LinkIndex:
+        """Every directed link a route has used so far, numbered (see `LinkIndex`)."""
+        if self._links is None:
+            self._links = LinkIndex(self)
+        return self._links
 
     def link(self, u: str, v: str) -> dict:
         return self.graph.edges[u, v]
@@ -66,6 +82,23 @@ class Network:
     def pair_cost(self, src: int, dst: int) -> tuple[float, float]:
         """(alpha seconds, beta seconds/byte) of the store-and-forward route src -> dst."""
         return _pair_cost(self, src, dst)
+
+    def pair_costs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`pair_cost` for many pairs at once (rank arrays), with the same sums in the same
+        order: alpha adds each hop's latency, beta each hop's 1/bandwidth, from the first hop."""
+        if len(src) <= FEW_PAIRS:  # the arrays cost more than they save
+            pairs = [self.pair_cost(a, b) for a, b in zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), strict=True)]
+            return np.array([a for a, _ in pairs], dtype=np.float64), np.array([b for _, b in pairs], dtype=np.float64)
+        hops = self.links.routes(src, dst)
+        index = self.links
+        latency = np.array(index.latency_s + [0.0])[hops]
+        inverse = 1.0 / np.array(index.bandwidth_Bps + [np.inf])[hops]
+        alpha = np.zeros(hops.shape[1])
+        beta = np.zeros(hops.shape[1])
+        for h in range(hops.shape[0]):
+            alpha = alpha + latency[h]  # an absent hop adds 0.0: the sum is unchanged
+            beta = beta + inverse[h]
+        return alpha, beta
 
     def is_uniform(self) -> bool:
         """True when every ordered pair of distinct ranks has the same (alpha, beta)."""
@@ -80,6 +113,12 @@ class Network:
     def uniform_params(self) -> tuple[float, float]:
         return self.pair_cost(0, 1) if self.world_size > 1 else (0.0, 0.0)
 
+    def shared_copy(self) -> Network:
+        """The same topology with its own rank placement and gamma, sharing what routing
+        has found (routes do not depend on either)."""
+        return Network(self.graph, self.world_size, dict(self.rank_node), self.gamma, self.name, self._routes,
+                       self._router, self._links)
+
 
 def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return all(abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-30) for x, y in zip(a, b, strict=False))
@@ -92,14 +131,6 @@ def _pair_cost(net: Network, src: int, dst: int) -> tuple[float, float]:
         alpha += e["latency_us"] * 1e-6
         beta += 1.0 / (e["bandwidth_gbps"] * 1e9)
     return alpha, beta
-
-
-def _shortest(g: nx.Graph, a: str, b: str) -> list[str]:
-    try:
-        paths = nx.all_shortest_paths(g, a, b, weight="latency_us")
-        return min(paths, key=lambda path: (len(path), path))
-    except nx.NetworkXNoPath:
-        raise ScenarioError(f"topology.links: no path between {a} and {b} (the topology is disconnected)") from None
 
 
 # --------------------------------------------------------------------------- building
@@ -136,7 +167,7 @@ def preset_network(name: str, world_size: int) -> Network:
             rank_node[r] = f"rank{r}"
         gamma = GAMMA_CPU
     elif name == "switch8":
-        if p > 8:
+        if p > PRESET_MAX_WORLD[name]:
             raise ScenarioError(f"topology.preset: switch8 has 8 GPUs, world_size {p} does not fit")
         g.add_node("switch", kind="switch")
         for r in range(p):

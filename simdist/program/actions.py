@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from simdist.schema import Model, Optimizer
+from simdist.vocab import WORLD
 
 Wait = Literal["now", "end_of_iteration", "never"]
 
@@ -47,7 +48,8 @@ class WaitDeferred:
 # --------------------------------------------------------------------------- objects
 @dataclass(frozen=True, slots=True)
 class BuildModel:
-    """`DistributedDataParallel(ChainModel(model), **ddp_kwargs)`."""
+    """`DistributedDataParallel(ChainModel(model), process_group=<model.group>, **ddp_kwargs)`,
+    named `model.name` (only on the ranks of its group)."""
 
     model: Model
     ddp_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -55,9 +57,13 @@ class BuildModel:
 
 @dataclass(frozen=True, slots=True)
 class BuildOptimizer:
-    """The optimizer over the model's parameters (`ZeroRedundancyOptimizer` when `zero`)."""
+    """The optimizer over the parameters of `models` (those this rank holds, in order; none:
+    one stand-in parameter); `ZeroRedundancyOptimizer` on process group `group` when
+    `optimizer.zero`."""
 
     optimizer: Optimizer
+    models: tuple[str, ...] = ()
+    group: str = WORLD
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,21 +93,25 @@ class ExitJoin:
 # --------------------------------------------------------------------------- steps
 @dataclass(frozen=True, slots=True)
 class Compute:
-    """Busy for `seconds` without communicating (simulated time; wall time for real)."""
+    """Busy for `seconds` without communicating (simulated time; wall time for real); this
+    rank's own duration when the step gives one per rank."""
 
     seconds: float
 
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """`loss = model(x).sum()`, inside `model.no_sync()` when `no_sync`."""
+    """`loss[model] = models[model](x).sum()`, inside `no_sync()` when `no_sync`."""
 
+    model: str = "ddp"
     no_sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Backward:
-    """`loss.backward()` of this iteration's forward."""
+    """`loss[model].backward()` of this iteration's forward of that model."""
+
+    model: str = "ddp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """The scenario interpreter: one rank's training script as a sequence of actions.
 
-docs/scenarios.md defines the script every rank runs: build the DDP model, the optimizer
-and the custom joinables, then `with Join(...)` (or no context) run the loop steps for each
-of this rank's inputs, then the `after` steps. `rank_actions` is that script, written once:
+docs/scenarios.md defines the script every rank runs: build the DDP models, the optimizer
+and the custom joinables it holds, then `with Join(...)` (or no context) run the loop steps
+for each of this rank's inputs (until a `stop` step breaks out), then the `after` steps. `rank_actions` is that script, written once:
 the simulator (`simdist.simrank`) and the real backend (`real_backend.torchrank`) each only
 execute what it yields. Pure Python: no torch, no simpy, no clock.
 
@@ -12,7 +12,8 @@ an exception does nothing, in torch and in the model alike).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from simdist.program.actions import (
@@ -37,6 +38,7 @@ from simdist.program.actions import (
     Wait,
     WaitDeferred,
 )
+from simdist.program.conditions import Latest, fill_value, holds, no_results, varies
 from simdist.scenario import Model, Scenario
 from simdist.schema import (
     BackwardStep,
@@ -46,73 +48,116 @@ from simdist.schema import (
     JoinableCallStep,
     OptimizerStep,
     P2PStep,
+    RaiseStep,
     SleepStep,
     Step,
+    StopStep,
 )
-from simdist.vocab import OPS, reduce_op_of, root_of
+from simdist.vocab import OPS, WORLD, reduce_op_of, root_of
 
 
-def rank_actions(s: Scenario, rank: int) -> Iterator[Action]:
-    """Everything rank `rank` does in scenario `s`, in program order; a `Fail` is the last."""
-    for action in _program(s, rank):
+def rank_actions(s: Scenario, rank: int, latest: Latest = no_results) -> Iterator[Action]:
+    """Everything rank `rank` does in scenario `s`, in program order; a `Fail` is the last.
+
+    `latest(name)` is the latest result the rank observed under `name` (what a `flag`
+    condition reads): the driver records results as it executes the actions, and this
+    generator looks at a condition only when the driver asks for the step's action, after
+    executing every action before it."""
+    for action in _program(s, rank, latest):
         yield action
         if type(action) is Fail:
             return
 
 
-def _program(s: Scenario, rank: int) -> Iterator[Action]:
+@dataclass(frozen=True)
+class _Held:
+    """The objects this rank builds: a model, ZeRO or a custom joinable on a process group
+    exists only on that group's ranks (the script does `if rank in group_ranks: ...`)."""
+
+    names: frozenset[str]  # models, custom joinables, and "zero" when this rank builds ZeRO
+    optimizer: bool
+
+
+def _held(s: Scenario, rank: int) -> _Held:
+    names = {m.name for m in s.all_models() if rank in s.group_ranks(m.group)}
+    names |= {j.name for j in s.joinables if rank in s.group_ranks(j.group)}
+    optimizer = s.optimizer is not None and (not s.optimizer.zero or rank in s.group_ranks(s.zero_group()))
+    if optimizer and s.optimizer is not None and s.optimizer.zero:
+        names.add("zero")
+    return _Held(frozenset(names), optimizer)
+
+
+def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
+    held = _held(s, rank)
     yield EnterPhase("init")
-    if s.model is not None:
-        yield BuildModel(s.model, ddp_kwargs(s.model))
-    if s.optimizer is not None:
-        yield BuildOptimizer(s.optimizer)
+    for m in s.all_models():
+        if m.name in held.names:
+            yield BuildModel(m, ddp_kwargs(m))
+    if s.optimizer is not None and held.optimizer:
+        mine = tuple(m.name for m in s.optimizer_models() if m.name in held.names)
+        yield BuildOptimizer(s.optimizer, mine, s.zero_group() if s.optimizer.zero else WORLD)
     for decl in s.joinables:
-        yield BuildJoinable(decl.name, decl.kind, decl.group)
+        if decl.name in held.names:
+            yield BuildJoinable(decl.name, decl.kind, decl.group)
     yield SetupDone()
-    if s.join is not None:
-        yield EnterJoin(tuple(s.join.joinables), s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
+    # a rank enters Join with the joinables it holds; holding none, it runs the loop without Join
+    joined = tuple(n for n in s.join.joinables if n in held.names) if s.join is not None else ()
+    if s.join is not None and joined:
+        yield EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
     made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
     for i in range(s.counts()[rank]):
         yield EnterPhase("loop", i)
-        yield from _section(s, rank, "loop", i, made)
+        stopped = yield from _section(s, rank, "loop", i, made, held, latest)
+        if stopped:
+            break
         yield _END_ITERATION
-    if s.join is not None:
+    if joined:
         yield EnterPhase("join_exit")
         yield ExitJoin()
     yield EnterPhase("after")
-    yield from _section(s, rank, "after", None, {})
+    yield from _section(s, rank, "after", None, {}, held, latest)
 
 
 _END_ITERATION = EndIteration()
 _WAIT_DEFERRED = WaitDeferred()
 
 
-def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int, Action | None]) -> Iterator[Action]:
-    """One pass over `loop` (iteration i) or `after` (i None), then the deferred waits.
+def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int, Action | None], held: _Held,
+             latest: Latest) -> Generator[Action, None, bool]:
+    """One pass over `loop` (iteration i) or `after` (i None), then the deferred waits;
+    returns True when a `stop` step ended the pass (the loop is left).
 
-    A loss lives from a forward to the backward that consumes it, within one pass: it is
-    never carried into the next iteration (the real script drops it there)."""
-    loss = False
+    A loss lives from a model's forward to the backward that consumes it, within one pass:
+    it is never carried into the next iteration (the real script drops it there)."""
+    losses: set[str] = set()
     for k, step in enumerate(s.loop if section == "loop" else s.after):
-        if not step.applies(rank, i):
+        if not holds(step, rank, i, latest):
             continue
-        if isinstance(step, ForwardStep):
-            loss = True
-        elif isinstance(step, BackwardStep):
-            if not loss:
+        if isinstance(step, StopStep):
+            yield _WAIT_DEFERRED  # the iteration's deferred work is still waited (docs/scenarios.md)
+            return True
+        if isinstance(step, (ForwardStep, BackwardStep)):
+            name = s.model_named(step.model).name
+            if name not in held.names:
+                continue
+            if isinstance(step, ForwardStep):
+                losses.add(name)
+            elif name not in losses:
                 # no loss to backward: torch would refuse a graph the last backward freed
                 yield Fail(f"{section}[{k}]: backward without a forward earlier in this iteration")
-                return
-            loss = False
+                return True
+            else:
+                losses.discard(name)
         if k in made:
             action = made[k]
         else:
-            action = _step(s, rank, step, f"{section}[{k}]", i)
-            if getattr(step, "value", None) != "iteration":
+            action = _step(s, rank, step, f"{section}[{k}]", i, held, latest)
+            if not varies(getattr(step, "value", 0.0)):
                 made[k] = action
         if action is not None:
             yield action
     yield _WAIT_DEFERRED
+    return False
 
 
 def ddp_kwargs(m: Model) -> dict[str, Any]:
@@ -135,15 +180,6 @@ def step_origin(step: Step, where: str) -> str:
     return f"user.{name}" if name else f"user.{where}"
 
 
-def fill_value(value: float | str, rank: int, i: int | None) -> float | int:
-    """A step's `value` on this rank and iteration ("iteration" is -1 outside the loop)."""
-    if value == "rank":
-        return rank
-    if value == "iteration":
-        return -1 if i is None else i
-    return float(value)
-
-
 def not_in_group_warning(op: str, rank: int) -> str:
     """torch's `_warn_not_in_group` text for a scenario op issued on a group without `rank`."""
     return f"Running {OPS[op].function} on global rank {rank} which does not belong to the given group."
@@ -154,34 +190,41 @@ def _wait(wait: Wait, i: int | None) -> Wait:
     return "now" if wait == "end_of_iteration" and i is None else wait
 
 
-def _step(s: Scenario, rank: int, step: Step, where: str, i: int | None) -> Action | None:
-    """What `step` does on this rank and iteration (None: nothing, e.g. a p2p between others)."""
+def _step(s: Scenario, rank: int, step: Step, where: str, i: int | None, held: _Held,
+          latest: Latest) -> Action | None:
+    """What `step` does on this rank and iteration (None: nothing, e.g. a p2p between others,
+    an optimizer or joinable this rank does not hold)."""
     if isinstance(step, (ComputeStep, SleepStep)):
-        return Compute(step.seconds)
+        return Compute(step.seconds[rank] if isinstance(step.seconds, list) else step.seconds)
     if isinstance(step, ForwardStep):
-        return Forward(step.no_sync)
+        return Forward(s.model_named(step.model).name, step.no_sync)
     if isinstance(step, BackwardStep):
-        return Backward()
+        return Backward(s.model_named(step.model).name)
     if isinstance(step, OptimizerStep):
-        return StepOptimizer()
+        return StepOptimizer() if held.optimizer else None
     if isinstance(step, JoinableCallStep):
+        if step.joinable not in held.names:
+            return None
         n = step.num_allreduces
         if n is None:
             n = int(s.join.kwargs.get("num_allreduces", 1)) if s.join is not None else 1
         return CallJoinable(step.joinable, n)
     if isinstance(step, CollectiveStep):
-        return _collective(s, rank, step, where, i)
+        return _collective(s, rank, step, where, i, latest)
     if isinstance(step, P2PStep):
-        return _p2p(rank, step, where, i) if rank in (step.src, step.dst) else None
+        return _p2p(rank, step, where, i, latest) if rank in (step.src, step.dst) else None
+    if isinstance(step, RaiseStep):
+        return Fail(step.message)
     raise AssertionError(step)  # pragma: no cover - the scenario schema admits no other kind
 
 
-def _collective(s: Scenario, rank: int, st: CollectiveStep, where: str, i: int | None) -> Collective | SkipCollective:
+def _collective(s: Scenario, rank: int, st: CollectiveStep, where: str, i: int | None,
+                latest: Latest) -> Collective | SkipCollective:
     call = Collective(
         op=st.op,
         numel=0 if st.op == "barrier" else st.numel,
         dtype=st.dtype,
-        value=fill_value(st.value, rank, i),
+        value=fill_value(st.value, rank, i, latest),
         reduce_op=reduce_op_of(st.op, st.reduce_op),
         root=root_of(st.op, st.root),
         group=st.group,
@@ -195,14 +238,14 @@ def _collective(s: Scenario, rank: int, st: CollectiveStep, where: str, i: int |
     return call
 
 
-def _p2p(rank: int, st: P2PStep, where: str, i: int | None) -> P2P:
+def _p2p(rank: int, st: P2PStep, where: str, i: int | None, latest: Latest) -> P2P:
     sending = rank == st.src
     return P2P(
         op="send" if sending else "recv",
         peer=st.dst if sending else st.src,
         numel=st.numel,
         dtype=st.dtype,
-        value=fill_value(st.value, rank, i) if sending else 0,
+        value=fill_value(st.value, rank, i, latest) if sending else 0,
         tag=st.tag,
         blocking=st.blocking,
         wait="now" if st.blocking else _wait(st.wait, i),

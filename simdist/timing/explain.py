@@ -11,10 +11,10 @@ prints it; a script can read the numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 
 from simdist.collectives.algorithms import REGISTRY, Algorithm, Terms, TimeSplit, algorithms_for, make_schedule, resolve
-from simdist.collectives.execute import TransferTime, run_times
+from simdist.collectives.execute import StepTimes, run_times
 from simdist.collectives.schedule import Schedule
 from simdist.errors import InputError, SimdistError
 from simdist.network.cost import CostModel
@@ -51,6 +51,18 @@ class Step:
 
 
 @dataclass(frozen=True)
+class StepGroup:
+    """Consecutive steps of the same shape: steps `first`..`last`, `typical` their median step."""
+
+    first: int
+    last: int
+    count: int
+    typical: Step
+    time_s: float  # all of them together
+    end_s: float  # when the last ends
+
+
+@dataclass(frozen=True)
 class Alternative:
     """Another algorithm for the same op: its time at this size, and the size where the
     faster of it and the explained one changes (None when it does not in 1 B .. 1 TiB)."""
@@ -78,6 +90,7 @@ class Explanation:
     time_s: float  # the closed form
     breakdown_s: TimeSplit
     steps: list[Step]
+    step_groups: list[StepGroup]  # runs of steps of the same shape (what a long step table is summarised by)
     bytes_on_wire: int
     messages: int
     simulated_s: float  # the step-level simulation (equals time_s when blocks divide evenly)
@@ -91,9 +104,7 @@ class Explanation:
 
     def to_dict(self) -> dict:
         """The numbers as JSON-ready data (the simulation's transfers left out)."""
-        d = asdict(self)
-        del d["simulation"]
-        return d
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "simulation"}
 
 
 def explain(
@@ -125,7 +136,8 @@ def explain(
     s_bytes = algbw_bytes(op, nbytes, ranks)
     algbw = s_bytes / total / 1e9 if total > 0 and op != "barrier" else None
     sched = make_schedule(op, name, ranks, nbytes, 0)
-    _, log = run_times(sched, lambda i, j: (alpha, beta), gamma, record=True)
+    _, log = run_times(sched, lambda i, j: (alpha, beta), gamma)
+    steps = _steps(sched, log)
     res = simulate(cm.network, [CollectiveRequest(op, nbytes, list(range(ranks)), algo=name, name=f"{op}/{name}")])
     others = {
         other: Alternative(
@@ -152,7 +164,8 @@ def explain(
         coefficients=Coefficients(ca, kb, kg),
         time_s=total,
         breakdown_s=a.split(ranks, nbytes, alpha, beta, gamma),
-        steps=_steps(sched, log),
+        steps=steps,
+        step_groups=step_groups(steps),
         bytes_on_wire=sched.units_sent,
         messages=sched.messages,
         simulated_s=res[0].duration,
@@ -164,6 +177,17 @@ def explain(
         busbw_gbps=algbw * bus_factor(op, ranks) if algbw is not None else None,
         simulation=res[0],
     )
+
+
+def _plain(v):
+    """A field's value as JSON-ready data (dataclasses as dicts, as `dataclasses.asdict`)."""
+    if is_dataclass(v):
+        return asdict(v)  # type: ignore[arg-type]
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def _parameters(
@@ -185,26 +209,35 @@ def _parameters(
     return alpha, beta, gamma
 
 
-def _steps(sched: Schedule, log: list[TransferTime]) -> list[Step]:
+def _steps(sched: Schedule, log: StepTimes) -> list[Step]:
     """The step table from the no-contention run's transfers."""
     steps = []
     prev_end = 0.0
     for k, st in enumerate(sched.steps):
-        end = max(t.end for t in log if t.step == k)
-        steps.append(
-            Step(
-                k,
-                sched.phases[k],
-                len(st),
-                [(t.src, t.dst) for t in st][:8],
-                max(t.count for t in st),
-                any(t.reduce for t in st),
-                end - prev_end,
-                end,
-            )
-        )
+        end = log.step_end[k]
+        n = min(len(st), 8)
+        steps.append(Step(k, sched.phases[k], len(st), list(zip(st.src[:n].tolist(), st.dst[:n].tolist(), strict=True)),
+                          int(st.count.max()), bool(st.reduce.any()), end - prev_end, end))
         prev_end = end
     return steps
+
+
+def step_groups(steps: list[Step]) -> list[StepGroup]:
+    """Consecutive steps of the same shape (phase, messages, bytes per message, reduce),
+    one group each: a ring's p - 1 steps per phase are two groups, whatever p is."""
+    groups: list[list[Step]] = []
+    for st in steps:
+        g = groups[-1] if groups else None
+        if g and (g[0].phase, g[0].messages, g[0].max_bytes, g[0].reduce) == (st.phase, st.messages, st.max_bytes,
+                                                                             st.reduce):
+            g.append(st)
+        else:
+            groups.append([st])
+    out = []
+    for g in groups:
+        typical = sorted(g, key=lambda s: (s.time_s, s.step))[len(g) // 2]  # the median step
+        out.append(StepGroup(g[0].step, g[-1].step, len(g), typical, sum(s.time_s for s in g), g[-1].end_s))
+    return out
 
 
 def crossover(a: Algorithm, b: Algorithm, p: int, alpha: float, beta: float, gamma: float) -> int | None:

@@ -50,14 +50,23 @@ BROADCAST_BUFFERS_DEPRECATED = (
 class DDPModel(Joinable):
     """`DistributedDataParallel` around a chain model of parameters of `numels` elements
     (`dims` dimensions each) and buffers of `buffers` elements, all of `dtype`; the
-    parameters listed in `unused_params` take no part in forward."""
+    parameters listed in `unused_params` take no part in forward.
+
+    On process group `group` (`process_group=`): every collective goes there, its world
+    size divides the gradients, and the ranks DDP's C++ code names (the broadcast source 0,
+    `_find_common_rank`'s) are ranks *of the group*, turned into global ranks only where
+    the engine is called (`dist.members(group)[k]`), as c10d does."""
 
     def __init__(self, dist: Dist, numels: list[int], dims: list[int], dtype: str, buffers: list[int],
-                 unused_params: list[int], *, bucket_cap_mb: float | None = None, find_unused_parameters: bool = False,
-                 broadcast_buffers: bool | None = None, gradient_as_bucket_view: bool = False):
+                 unused_params: list[int], *, group: str = WORLD, bucket_cap_mb: float | None = None,
+                 find_unused_parameters: bool = False, broadcast_buffers: bool | None = None,
+                 gradient_as_bucket_view: bool = False):
         """The rest as torch's `DistributedDataParallel(module, ...)` keyword arguments.
         (`gradient_as_bucket_view` changes no collective.)"""
         super().__init__()
+        self.group = group
+        self.members = dist.members(group)
+        self.group_rank = self.members.index(dist.rank)
         if broadcast_buffers is not None:
             dist.warn(BROADCAST_BUFFERS_DEPRECATED)
             sync_buffers = broadcast_buffers
@@ -101,13 +110,23 @@ class DDPModel(Joinable):
 
     @property
     def join_process_group(self) -> str:
-        return WORLD
+        return self.group
+
+    def _issue(self, op: str, t: Payload, *, origin: str, root: int | None = None, reduce_op: str | None = None,
+               async_op: bool = False) -> Work:
+        """A collective on DDP's process group; `root` is a rank of the group."""
+        return self.dist.issue(op, t, origin=origin, group=self.group, reduce_op=reduce_op, async_op=async_op,
+                               root=None if root is None else self.members[root])
+
+    def _run(self, op: str, t: Payload, **kw: Any) -> Generator[Any, Any, Payload]:
+        return (yield from self._issue(op, t, **kw).wait())
 
     # ------------------------------------------------------------------ construction
     def construct(self) -> Generator[Any, Any, None]:
         d = self.dist
         # _verify_params_across_processes: all_gather the parameter count, then the metadata.
-        counts = yield from d.run("all_gather", Payload.full(1, "int64", len(self.numels)), origin="ddp.init.verify_params")
+        counts = yield from self._run("all_gather", Payload.full(1, "int64", len(self.numels)),
+                                      origin="ddp.init.verify_params")
         arr = counts.array()
         if arr is not None and any(int(v) != len(self.numels) for v in arr):
             raise RankRaised(
@@ -116,19 +135,20 @@ class DDPModel(Joinable):
                 "while another rank has an inconsistent number of params.",
                 "model",
             )
-        yield from d.broadcast(Payload.unknown(2 * sum(self.dims), "int64"), 0, origin="ddp.init.verify_params")
+        yield from self._run("broadcast", Payload.unknown(2 * sum(self.dims), "int64"), root=0,
+                             origin="ddp.init.verify_params")
         # _sync_module_states(src=0)
         numels = self.numels + (self.buffer_numels if self.init_sync_buffers else [])
         yield from self._broadcast_coalesced(numels, 0, "ddp.init.sync_module_states")
 
     def _broadcast_coalesced(self, numels: list[int], root: int, origin: str) -> Generator[Any, Any, None]:
-        """c10d `broadcast_coalesced`: one broadcast per 250 MiB bucket (per dtype)."""
+        """c10d `broadcast_coalesced`: one broadcast per 250 MiB bucket (per dtype); `root` is a group rank."""
         if not numels:
             return
         buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
         works = [
-            self.dist.issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
-                            root=root, async_op=True)
+            self._issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
+                        root=root, async_op=True)
             for b in buckets
         ]
         for w in works:
@@ -165,15 +185,14 @@ class DDPModel(Joinable):
 
     def _sync_buffers(self) -> Generator[Any, Any, None]:
         if self._join_config.enable:
-            authoritative = yield from self._find_common_rank(self.dist.rank, True, "ddp.pre_forward.find_common_rank")
+            authoritative = yield from self._find_common_rank(self.group_rank, True, "ddp.pre_forward.find_common_rank")
         else:
             authoritative = 0
         yield from self._broadcast_coalesced(self.buffer_numels, authoritative, "ddp.pre_forward.sync_buffers")
 
     def _find_common_rank(self, input_rank: int, rank_cond: bool, origin: str) -> Generator[Any, Any, int]:
-        res = yield from self.dist.all_reduce(
-            Payload.full(1, "int64", input_rank if rank_cond else -1), origin=origin, op="max"
-        )
+        res = yield from self._run("all_reduce", Payload.full(1, "int64", input_rank if rank_cond else -1),
+                                   origin=origin, reduce_op="max")
         v = res.item()
         if v == -1:
             raise RankRaised(
@@ -186,7 +205,7 @@ class DDPModel(Joinable):
 
     def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool, origin: str = "ddp.pre_forward.requires_grad_sync") -> Work:
         value = 1.0 if (not is_joined_rank and self.require_backward_grad_sync) else 0.0
-        return self.dist.issue("all_reduce", Payload.full(1, "float32", value), origin=origin, async_op=True)
+        return self._issue("all_reduce", Payload.full(1, "float32", value), origin=origin, async_op=True)
 
     # ------------------------------------------------------------------ reducer
     def _should_rebuild_buckets(self) -> bool:
@@ -203,11 +222,10 @@ class DDPModel(Joinable):
             [self.first_bucket_bytes_cap, self.bucket_bytes_cap],
             tensor_indices=order,
         )
-        got = yield from self.dist.broadcast(
-            Payload.unknown(len(order) + 1, "int32", meta=mine), 0, origin=origin
-        )
+        got = yield from self._run("broadcast", Payload.unknown(len(order) + 1, "int32", meta=mine), root=0,
+                                   origin=origin)
         layout = got.meta if got.meta is not None else mine
-        yield from self.dist.broadcast(Payload.unknown(len(layout), "int32"), 0, origin=origin)
+        yield from self._run("broadcast", Payload.unknown(len(layout), "int32"), root=0, origin=origin)
         self.buckets = [list(b) for b in layout]
         self.has_rebuilt_bucket = True
         self.rebuilt_params = []
@@ -230,7 +248,7 @@ class DDPModel(Joinable):
             return
         self.expect_autograd_hooks = False
         # Reducer::set_divide_factor, at the first ready gradient.
-        div = float(self.dist.world_size)
+        div = float(len(self.members))  # Reducer: process_group->getSize()
         if self.forward_work is not None and not self.divide_by_initial_world_size:
             hb = yield from self.forward_work.wait()
             v = hb.item()
@@ -249,15 +267,15 @@ class DDPModel(Joinable):
             if self._should_rebuild_buckets():
                 self.rebuilt_params.append(i)
         works = [
-            (b, self.dist.issue("all_reduce", self._bucket_payload(b, contrib), origin="ddp.backward.bucket_allreduce",
-                                async_op=True))
+            (b, self._issue("all_reduce", self._bucket_payload(b, contrib), origin="ddp.backward.bucket_allreduce",
+                            async_op=True))
             for b in self.buckets
         ]
         unused_work = None
         if self.find_unused_parameters:
             used_map = Payload.from_array([1 if u else 0 for u in self.used], "int32") if len(self.used) <= 64 \
                 else Payload.unknown(len(self.used), "int32")
-            unused_work = self.dist.issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
+            unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for b, w in works:
             res = yield from w.wait()
             per_param = _split_runs(res.run_values(), [self.numels[i] for i in b])
@@ -282,7 +300,7 @@ class DDPModel(Joinable):
         self.rebuilt_params = list(range(len(self.numels)))
 
     def _sync_final_model(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
-        root = yield from self._find_common_rank(self.dist.rank, is_last_joiner, "ddp.post_hook.find_common_rank")
+        root = yield from self._find_common_rank(self.group_rank, is_last_joiner, "ddp.post_hook.find_common_rank")
         numels = self.numels + (self.buffer_numels if self.forward_sync_buffers else [])
         yield from self._broadcast_coalesced(numels, root, "ddp.post_hook.broadcast_final_model")
 
@@ -317,7 +335,7 @@ class _DDPJoinHook(JoinHook):
         yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
         # _check_and_sync_module_buffers
         if ddp._check_sync_bufs_pre_fwd():
-            root = yield from ddp._find_common_rank(ddp.dist.rank, False, "ddp.join_hook.find_common_rank")
+            root = yield from ddp._find_common_rank(ddp.group_rank, False, "ddp.join_hook.find_common_rank")
             yield from ddp._broadcast_coalesced(ddp.buffer_numels, root, "ddp.join_hook.sync_buffers")
         work = ddp._check_global_requires_backward_grad_sync(True, origin="ddp.join_hook.requires_grad_sync")
         res = yield from work.wait()
@@ -327,16 +345,16 @@ class _DDPJoinHook(JoinHook):
             return
         # _match_all_reduce_for_bwd_pass: zeros per bucket, all issued, then all waited
         works = [
-            ddp.dist.issue("all_reduce", Payload.full(sum(ddp.numels[i] for i in b), ddp.dtype, 0.0),
-                           origin="ddp.join_hook.bucket_allreduce", async_op=True)
+            ddp._issue("all_reduce", Payload.full(sum(ddp.numels[i] for i in b), ddp.dtype, 0.0),
+                       origin="ddp.join_hook.bucket_allreduce", async_op=True)
             for b in ddp.buckets
         ]
         for w in works:
             yield from w.wait()
         if ddp.find_unused_parameters:
             # _match_unused_params_allreduce: the local used map (zeros on a joined rank); not waited
-            ddp.dist.issue("all_reduce", Payload.full(len(ddp.numels), "int32", 0),
-                           origin="ddp.join_hook.unused_map_allreduce", async_op=True)
+            ddp._issue("all_reduce", Payload.full(len(ddp.numels), "int32", 0),
+                       origin="ddp.join_hook.unused_map_allreduce", async_op=True)
         ddp._push_all_rebuilt_params()
 
     def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:

@@ -31,6 +31,11 @@ class Dist:
     def world_size(self) -> int:
         return self.engine.world_size
 
+    def members(self, group: str) -> list[int]:
+        """The global ranks of `group`, sorted (`dist.new_group` sorts them): group rank k is
+        `members(group)[k]`, as `dist.get_global_rank(group, k)` says."""
+        return self.engine.groups[group]
+
     def issue(
         self,
         op: str,

@@ -3,9 +3,11 @@ call: the Join tutorial's `Counter` and torch's test `AllReducer`
 (test/distributed/algorithms/test_join.py). Their real counterparts are in
 real_backend/joinables.py; `torchmodels.registry` names both.
 
-Both use the default (world) group for their per-iteration all-reduces and broadcasts,
-exactly as the originals do, and their own process group only for `find_common_rank`
-and the Join heartbeat.
+Both communicate on their own process group (`group`, WORLD by default): the originals
+use the default group for their per-call all-reduces and broadcasts, which is the same
+group for a joinable on WORLD; on a named group, only that group's ranks build one, so its
+collectives go to that group, and the ranks `find_common_rank` votes on are ranks of the
+group (a broadcast's source becomes a global rank with `dist.get_global_rank`).
 """
 
 from __future__ import annotations
@@ -57,11 +59,28 @@ class ScenarioJoinable(Joinable):
         return {}
 
     def _max_rank(self, to_consider: bool, origin: str) -> Generator[Any, Any, int]:
-        """The all-reduce MAX of `find_common_rank`: this rank, or -1 when not to consider."""
-        rank = self.dist.rank
+        """The all-reduce MAX of `find_common_rank`: this rank of the group, or -1 when not to consider."""
+        rank = self.dist.members(self.group).index(self.dist.rank)
         res = yield from self.dist.all_reduce(Payload.full(1, "int64", rank if to_consider else -1), origin=origin,
-                                              op="max", group=self.join_process_group)
+                                              op="max", group=self.group)
         return int(res.item() or 0)
+
+    def all_reduce(self, value: float, origin: str) -> Generator[Any, Any, Payload]:
+        """`dist.all_reduce(torch.full((1,), value), group=self.process_group)`."""
+        return (yield from self.dist.all_reduce(Payload.full(1, "float32", value), origin=origin, group=self.group))
+
+    def broadcast(self, t: Payload, group_src: int, origin: str) -> Generator[Any, Any, Payload]:
+        """`dist.broadcast(t, src=get_global_rank(group, group_src), group=group)`. On WORLD the
+        group rank is the global one, also out of range (the tutorial Counter's -1, which Gloo
+        rejects); on another group `get_global_rank` raises for a rank the group lacks."""
+        members = self.dist.members(self.group)
+        if self.group == WORLD:
+            src = group_src
+        elif 0 <= group_src < len(members):
+            src = members[group_src]
+        else:
+            raise RankRaised("ValueError", f"Group rank {group_src} is not part of group {self.group}")
+        return (yield from self.dist.broadcast(t, src, origin=origin, group=self.group))
 
 
 class Counter(ScenarioJoinable):
@@ -74,7 +93,7 @@ class Counter(ScenarioJoinable):
 
     def call(self, num_allreduces: int = 1) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
-        t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="counter.call.allreduce")
+        t = yield from self.all_reduce(1.0, "counter.call.allreduce")
         self.count += t.item() or 0.0
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
@@ -94,17 +113,17 @@ class _CounterJoinHook(JoinHook):
         self.sync_max_count = sync_max_count
 
     def main_hook(self) -> Generator[Any, Any, None]:
-        yield from self.counter.dist.all_reduce(Payload.full(1, "float32", 0.0), origin="counter.main_hook.allreduce")
+        yield from self.counter.all_reduce(0.0, "counter.main_hook.allreduce")
 
     def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
         if not self.sync_max_count:
             return
         c = self.counter
         common_rank = yield from c.find_common_rank(is_last_joiner)
-        if c.dist.rank == common_rank:
+        if c.dist.members(c.group).index(c.dist.rank) == common_rank:
             c.max_count = c.count
-        res = yield from c.dist.broadcast(Payload.full(1, "float32", c.max_count), common_rank,
-                                          origin="counter.post_hook.broadcast_max_count")
+        res = yield from c.broadcast(Payload.full(1, "float32", c.max_count), common_rank,
+                                     "counter.post_hook.broadcast_max_count")
         c.max_count = float(res.item() or 0.0)
 
 
@@ -119,7 +138,7 @@ class AllReducer(ScenarioJoinable):
     def call(self, num_allreduces: int = 1) -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)
         for _ in range(num_allreduces):
-            t = yield from self.dist.all_reduce(Payload.full(1, "float32", 1.0), origin="allreducer.call.allreduce")
+            t = yield from self.all_reduce(1.0, "allreducer.call.allreduce")
             self.total += t.item() or 0.0
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
@@ -144,16 +163,15 @@ class _AllReducerJoinHook(JoinHook):
 
     def main_hook(self) -> Generator[Any, Any, None]:
         for _ in range(self.num_allreduces):
-            yield from self.allreducer.dist.all_reduce(Payload.full(1, "float32", 0.0),
-                                                       origin="allreducer.main_hook.allreduce")
+            yield from self.allreducer.all_reduce(0.0, "allreducer.main_hook.allreduce")
 
     def post_hook(self, is_last_joiner: bool) -> Generator[Any, Any, None]:
         if not self.run_post_hook:
             return
         a = self.allreducer
         common_rank = yield from a.find_common_rank(is_last_joiner)
-        if a.dist.rank == common_rank:
+        if a.dist.members(a.group).index(a.dist.rank) == common_rank:
             a.post_hook_tensor = AFTER_CONSTANT
-        res = yield from a.dist.broadcast(Payload.full(1, "int64", a.post_hook_tensor), common_rank,
-                                          origin="allreducer.post_hook.broadcast")
+        res = yield from a.broadcast(Payload.full(1, "int64", a.post_hook_tensor), common_rank,
+                                     "allreducer.post_hook.broadcast")
         a.post_hook_tensor = int(res.item() or 0)

@@ -10,7 +10,9 @@ with the smallest total so far (lowest rank on ties).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Generator
+from functools import lru_cache
 from typing import Any
 
 from simdist.engine.values import Payload
@@ -20,25 +22,41 @@ from simdist.vocab import WORLD
 
 
 def partition_parameters(numels: list[int], world_size: int) -> list[list[int]]:
-    """`ZeroRedundancyOptimizer._partition_parameters` for one param group: indices per rank."""
+    """`ZeroRedundancyOptimizer._partition_parameters` for one param group: indices per rank.
+
+    torch gives each parameter to the rank with the smallest total so far (lowest rank on
+    ties): a heap of (total, rank) pops exactly that rank, in log p instead of p."""
     per_rank: list[list[int]] = [[] for _ in range(world_size)]
-    sizes = [0] * world_size
+    totals = [(0, r) for r in range(world_size)]  # sorted, so already a heap
     for i in sorted(range(len(numels)), key=lambda k: numels[k], reverse=True):
-        r = min(range(world_size), key=lambda k: (sizes[k], k))
+        size, r = heapq.heappop(totals)
         per_rank[r].append(i)
-        sizes[r] += numels[i]
+        heapq.heappush(totals, (size + numels[i], r))
     return per_rank
 
 
-class ZeroModel(Joinable):
-    """`ZeroRedundancyOptimizer` over the DDP model's parameters (`numels` elements of `dtype`)."""
+@lru_cache(maxsize=64)
+def shard_broadcasts(numels: tuple[int, ...], world_size: int) -> tuple[tuple[int, int], ...]:
+    """(root, parameter index) of every broadcast of `_sync_params`, in issue order. The
+    same on every rank: worked out once per run, not once per rank and step (with 3
+    parameters and 1,024 ranks, 1,021 ranks own nothing and issue nothing of their own)."""
+    parts = partition_parameters(list(numels), world_size)
+    return tuple((r, i) for r in range(world_size) for i in parts[r])
 
-    def __init__(self, dist: Dist, numels: list[int], dtype: str):
+
+class ZeroModel(Joinable):
+    """`ZeroRedundancyOptimizer(params, process_group=group)` over parameters of `numels`
+    elements and `dtypes`: sharded over the group's ranks, rank k's shard broadcast from
+    the group's k-th rank (`get_global_rank(group, k)`, as torch does)."""
+
+    def __init__(self, dist: Dist, numels: list[int], dtypes: list[str], group: str = WORLD):
         super().__init__()
         self.dist = dist
         self.numels = list(numels)
-        self.dtype = dtype
-        self.partition = partition_parameters(self.numels, dist.world_size)
+        self.dtypes = list(dtypes)
+        self.group = group
+        self.members = dist.members(group)
+        self.broadcasts = shard_broadcasts(tuple(self.numels), len(self.members))
 
     @property
     def join_dist(self) -> Dist:
@@ -46,14 +64,14 @@ class ZeroModel(Joinable):
 
     @property
     def join_process_group(self) -> str:
-        return WORLD
+        return self.group
 
     def step(self, origin: str = "zero.step.broadcast_shard") -> Generator[Any, Any, None]:
         yield from Join.notify_join_context(self)  # the returned work is not waited
         works = [
-            self.dist.issue("broadcast", Payload.unknown(self.numels[i], self.dtype), origin=origin, root=r, async_op=True)
-            for r in range(self.dist.world_size)
-            for i in self.partition[r]
+            self.dist.issue("broadcast", Payload.unknown(self.numels[i], self.dtypes[i]), origin=origin,
+                            root=self.members[r], group=self.group, async_op=True)
+            for r, i in self.broadcasts
         ]
         for w in works:
             yield from w.wait()
