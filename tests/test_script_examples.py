@@ -17,6 +17,7 @@ import re
 import pytest
 import tomllib
 
+from simdist.compare import compare_reports
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
@@ -48,24 +49,22 @@ def _where(rank) -> tuple | None:
 
 
 def differences(sim: Report, real: Report) -> list[str]:
-    """Where a simulated run and a real Gloo run of the same script disagree (empty: none)."""
-    out = []
-    if len(sim.ranks) != len(real.ranks):
-        return [f"{len(sim.ranks)} simulated ranks, {len(real.ranks)} real"]
+    """Where a simulated run and a real Gloo run of the same script disagree (empty: none):
+    what `simdist compare` reports (outcome, per rank status, error, printed lines, the
+    operations in order), and beyond it each operation's sequence number and peer, the
+    reduce ops and roots the real side knows, and the line each rank ended on."""
+    out = [d.detail for d in compare_reports(sim, real).differences]
     for s, r in zip(sim.ranks, real.ranks, strict=True):
-        if _rank_verdict(s) != _rank_verdict(r):
-            out.append(f"rank {s.rank}: {s.status} {s.error} vs real {r.status} {r.error}")
-        if s.output != r.output:
-            out.append(f"rank {s.rank} printed {s.output} vs real {r.output}")
-        if r.status != "aborted":  # a rank killed by a signal tells no line and keeps no Flight Recorder
-            if _where(s) != _where(r):
-                out.append(f"rank {s.rank} ended at {_where(s)} vs real {_where(r)}")
-            if _keys(s.trace) != _keys(r.trace):
-                out.append(f"rank {s.rank} operations {_keys(s.trace)} vs real {_keys(r.trace)}")
-                continue
-            out += [f"rank {s.rank} #{a.seq} {a.op}: {field} {getattr(a, field)} vs real {getattr(b, field)}"
-                    for a, b in zip(s.trace, r.trace, strict=True) for field in ("reduce_op", "root")
-                    if getattr(b, field) is not None and getattr(a, field) != getattr(b, field)]
+        if r.status == "aborted":  # a rank killed by a signal tells no line and keeps no record
+            continue
+        if _where(s) != _where(r):
+            out.append(f"rank {s.rank} ended at {_where(s)} vs real {_where(r)}")
+        if _keys(s.trace) != _keys(r.trace):
+            out.append(f"rank {s.rank} operations {_keys(s.trace)} vs real {_keys(r.trace)}")
+            continue
+        out += [f"rank {s.rank} #{a.seq} {a.op}: {field} {getattr(a, field)} vs real {getattr(b, field)}"
+                for a, b in zip(s.trace, r.trace, strict=True) for field in ("reduce_op", "root")
+                if getattr(b, field) is not None and getattr(a, field) != getattr(b, field)]
     return out
 
 
