@@ -1,7 +1,7 @@
 """Record the Flight Recorder dumps of every bundled scenario that hangs, errors or mismatches,
 on real Gloo, the way torch leaves them in production: into tests/data/flightrec/<scenario>/.
 
-Each rank runs with torch's own variables set by the launcher (`real_backend.launch.fr_env`):
+Each rank runs with torch's own variables set by the launcher (`simdist.flightrec.format.fr_env`):
 ``TORCH_FR_BUFFER_SIZE``, ``TORCH_FR_DUMP_TEMP_FILE=<folder>/comm_lib_trace_rank_`` (the rank
 writes torch's pickled dump there when it ends: done, raised, or told by the watchdog that the
 run hangs -- ProcessGroupNCCL's watchdog does this on a timeout; Gloo's has none) and

@@ -29,36 +29,31 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 from simdist.errors import HostError
-from simdist.flightrec.format import (
-    DEFAULT_DUMP_PREFIX,
-    ERROR_FILE_ENV,
-    ERROR_FILE_NAME,
-    FR_DUMP_ENV,
-    WORKER_SOCKET_ENV,
-    dump_path,
-)
+from simdist.flightrec.format import fr_env
+from simdist.limits import check_timeout
 from simdist.procs import (
     LocalProcess,
     LocalProcesses,
+    TempDir,
     Watchdog,
     interrupt_event,
     loopback_store,
     rank_env,
     with_pythonpath,
 )
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, TraceEntry, overall_outcome
 from simdist.scenario import Scenario, check_target
 
@@ -123,33 +118,36 @@ def run_real(
     `progress` prints one line per event (rank ended, watchdog) to stderr. `kill_at =
     (rank, iteration)` SIGKILLs that rank once it has entered that loop iteration (tests).
     `fr_dumps`: a folder that gets what a production job leaves there, through torch's own
-    environment variables (`fr_env`): each rank's Flight Recorder dump and torchelastic error
+    environment variables (`simdist.flightrec.format.fr_env`): each rank's Flight Recorder dump and torchelastic error
     file; `fr_on_demand` also opens each rank's control-plane socket there (``rank<r>.sock``).
     """
     check_host(scenario)
     check_target(scenario, "real", scenario.name)
-    timeout = float(scenario.timeout_s if timeout_s is None else timeout_s)
+    check_ops(scenario)
+    timeout = scenario.timeout_s if timeout_s is None else check_timeout(timeout_s, "timeout_s")
     if timeout != scenario.timeout_s:
         scenario = scenario.model_copy(update={"timeout_s": timeout})
-    own_dir = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix="simdist-real-")) if workdir is None else Path(workdir)
+    # Our own folder goes with us, even when this process is SIGKILLed (its reaper removes it).
+    tmp = TempDir("simdist-real-") if workdir is None else None
+    wd = tmp.path if tmp is not None else Path(workdir)  # type: ignore[arg-type]
     wd.mkdir(parents=True, exist_ok=True)
     for stale in list(wd.glob("rank*.json")) + list(wd.glob("rank*.progress")):
         stale.unlink()
-    keep = not own_dir
     try:
-        report, interrupted = _run(scenario, wd, timeout, progress, kill_at, fr_dumps, fr_on_demand)
+        report, interrupted = _run(scenario, wd, timeout, progress, kill_at, fr_dumps, fr_on_demand,
+                                   watch=tmp.watch if tmp is not None else None)
         if interrupted:
-            keep = True
+            if tmp is not None:
+                tmp.keep()
             (wd / "report.partial.json").write_text(report.to_json())
             print(f"simdist: interrupted; partial report in {wd / 'report.partial.json'}", file=sys.stderr)
             raise KeyboardInterrupt
-        if keep:
+        if tmp is None:
             (wd / "report.json").write_text(report.to_json())
         return report
     finally:
-        if not keep:
-            shutil.rmtree(wd, ignore_errors=True)
+        if tmp is not None:
+            tmp.close()
 
 
 def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None, fr_on_demand: bool) -> dict[str, str]:
@@ -161,23 +159,10 @@ def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None,
     return env
 
 
-def fr_env(folder: Path, rank: int, on_demand: bool = False) -> dict[str, str]:
-    """What a production launcher sets for rank `rank` so that torch leaves its records in
-    `folder`: the Flight Recorder dump prefix (the rank is appended by the writer), the
-    torchelastic error file in its per-rank layout, and the control-plane socket."""
-    (folder / str(rank)).mkdir(parents=True, exist_ok=True)
-    env = {FR_DUMP_ENV: str(folder / DEFAULT_DUMP_PREFIX), ERROR_FILE_ENV: str(folder / str(rank) / ERROR_FILE_NAME)}
-    if on_demand:
-        env[WORKER_SOCKET_ENV] = str(folder / f"rank{rank}.sock")
-    for stale in (dump_path(env[FR_DUMP_ENV], rank), env[ERROR_FILE_ENV], env.get(WORKER_SOCKET_ENV)):
-        if stale:  # a record left by an earlier run would be read as this one's
-            Path(stale).unlink(missing_ok=True)
-    return env
-
-
 def _run(
     scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None,
     fr_dumps: Path | None = None, fr_on_demand: bool = False,
+    watch: Callable[[int], None] | None = None,
 ) -> tuple[Report, bool]:
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
@@ -196,6 +181,8 @@ def _run(
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             )
             ranks.append(_Rank(r, proc, log_path))
+            if watch is not None:
+                watch(proc.pid)
         fired_at = _watch(ranks, procs, wd, dog, progress, kill_at, interrupted)
         procs.reap(GRACE_S)
     del store
@@ -307,6 +294,19 @@ def _abort_details(log_text: str) -> tuple[str, str] | None:
     return (t.group(1) if t else "std::terminate", m.group(1).strip())
 
 
+_SHUTDOWN_ABORT = ("std::terminate during shutdown ('terminate called without an active exception', a Gloo "
+                   "thread at interpreter exit), not a failure of the run")
+
+
+def _aborted_after_record(rc: int | None, doc: dict[str, Any] | None, log_text: str) -> bool:
+    """A rank that had finished its program and written its record, then died of SIGABRT with
+    no C++ exception in flight: std::terminate while the process shuts down. A Gloo abort
+    mid-run differs on both counts: the terminate hook records it as "aborted", and the log
+    names the exception thrown (``terminate called after throwing an instance of ...``)."""
+    return (rc == -signal.SIGABRT and doc is not None and doc.get("status") != "aborted"
+            and _THROWN.search(log_text) is None)
+
+
 def _signal_name(sig: int) -> str:
     try:
         return signal.Signals(sig).name
@@ -359,7 +359,11 @@ def collect(scenario: Scenario, wd: Path, *, ranks: list[_Rank] | None = None, h
                 notes.append(f"rank {r}: did not answer the watchdog, killed; no record")
             else:
                 res.error = RankError("ExitCode", f"ended with exit code {rc} without a record", "other")
-        if rc is not None and rc < 0 and -rc == signal.SIGABRT:
+        if _aborted_after_record(rc, doc, log_text):
+            # Gloo's threads at interpreter exit (no exception in flight): the work was done
+            notes.append(f"rank {r}: ended by SIGABRT after it had finished and written its record "
+                         f"(status {res.status}): {_SHUTDOWN_ABORT}")
+        elif rc is not None and rc < 0 and -rc == signal.SIGABRT:
             details = _abort_details(log_text)
             res.status = "aborted"
             if details is not None:

@@ -40,6 +40,7 @@ from typing import Any
 from real_backend.record import FR_BUFFER_SIZE, FR_ENV
 
 EXIT_OK, EXIT_ERROR, EXIT_HANG = 0, 1, 3
+FAULT_ENV = "SIMDIST_FAULT"  # tests only: inject a fault the real backend must report right
 PROGRESS_PERIOD_S = 0.1
 STARTUP_LIMIT_S = 120.0  # torchrun mode: start-up counts as progress for at most this long
 
@@ -115,6 +116,8 @@ class Worker:
             guard.start()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        if os.environ.get(FAULT_ENV) == "terminate_at_exit":
+            _terminate()
         self._hard_exit(EXIT_OK if clean else EXIT_ERROR)
 
     @staticmethod
@@ -214,12 +217,16 @@ class Worker:
             while not self.written and time.monotonic() < deadline:
                 time.sleep(0.01)
         else:
+            # The record is written when it can be; the process ends in any case (the launcher
+            # may be gone, and its folder with it).
             if cmd == "hang":
-                self.write_result("hang", None)
+                with contextlib.suppress(Exception):
+                    self.write_result("hang", None)
                 self._hard_exit(EXIT_HANG)
             from simdist.report import RankError
 
-            self.write_result("aborted", RankError("KeyboardInterrupt", "run interrupted", "killed"))
+            with contextlib.suppress(Exception):
+                self.write_result("aborted", RankError("KeyboardInterrupt", "run interrupted", "killed"))
             self._hard_exit(EXIT_ERROR)
         self._hard_exit(EXIT_OK)  # finished and recorded: a staying rank may go
 
@@ -242,7 +249,9 @@ class Worker:
             if self.dist_ready:
                 import pickle
 
-                deadline = time.monotonic() + (0.5 if wait_retired and status == "completed" else 0)
+                # work that returned to the program (it completed, or raised afterwards) has completed,
+                # but FR retires it a little later: wait for that, not for a blocked rank's pending work
+                deadline = time.monotonic() + (0.5 if wait_retired and status in ("completed", "error") else 0)
                 while True:
                     try:
                         raw = dump_fr_bytes()
@@ -289,6 +298,16 @@ class Worker:
             self.written = True
         finally:
             self.lock.release()
+
+
+def _terminate() -> None:
+    """Fault injection (tests, FAULT_ENV=terminate_at_exit): what Gloo's threads sometimes do
+    at interpreter exit under load, std::terminate with no exception in flight (SIGABRT,
+    "terminate called without an active exception"), after the record is written."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()
 
 
 def _warm_symbolizer() -> None:

@@ -35,11 +35,11 @@ so slices that touch in the report touch, and never cross, in the viewer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simdist.jsonout import dumps
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.vocab import P2P_OPS
 
@@ -113,7 +113,7 @@ def to_chrome_trace(report: Report) -> dict[str, Any]:
 def write_chrome_trace(report: Report, path: str | Path) -> Path:
     """Write the trace of `report` to `path` (its folder must exist: the CLI checks it first)."""
     p = Path(path)
-    p.write_text(json.dumps(to_chrome_trace(report)))
+    p.write_text(dumps(to_chrome_trace(report), indent=None))  # valid JSON: a value may be inf
     return p
 
 

@@ -12,7 +12,10 @@ Per rank, in this order:
   category is compared;
 * observed values: same names, equal values (numbers within a small tolerance, lists
   element by element, None only equals None);
-* for ranks that hang on both sides, the key of the collective they are blocked in.
+* for ranks that hang on both sides, the key of the collective they are blocked in;
+* the lines the rank printed to stdout (a script's own output; scenarios print none), the
+  first differing line with both sides. Its stderr is not compared: tracebacks and
+  warnings name the code path (simdist's process group or Gloo's), not the program.
 
 Plus the run-level outcome and world size. `Comparison.agree` is True when nothing differs.
 """
@@ -35,12 +38,12 @@ MESSAGE_CATEGORIES = frozenset({"join_early_termination", "model"})
 class Difference:
     """One disagreement; `rank` is None for run-level fields."""
 
-    field: str  # outcome | world_size | ranks | trace | status | inputs_processed | error | observed | blocked_in
+    field: str  # outcome | world_size | ranks | trace | status | inputs_processed | error | observed | blocked_in | output
     rank: int | None
     sim: Any
     real: Any
     detail: str
-    index: int | None = None  # trace: position (0-based) of the first diverging entry
+    index: int | None = None  # trace, output: position (0-based) of the first diverging entry or line
 
 
 @dataclass
@@ -198,7 +201,24 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
                     f"blocked in: sim {_short(sim.blocked_in)} | real {_short(real.blocked_in)}",
                 )
             )
+    _compare_output(rc, sim.output, real.output)
     return rc
+
+
+def _compare_output(rc: RankComparison, sim: list[str], real: list[str]) -> None:
+    """The first printed line that differs (or where one side stops printing)."""
+    n = min(len(sim), len(real))
+    idx = next((i for i in range(n) if sim[i] != real[i]), None)
+    if idx is None and len(sim) != len(real):
+        idx = n
+    if idx is None:
+        return
+    s = sim[idx] if idx < len(sim) else None
+    r = real[idx] if idx < len(real) else None
+    rc.differences.append(Difference(
+        "output", rc.rank, s, r,
+        f"printed line {idx + 1} differs (sim {len(sim)}, real {len(real)} lines): sim {_line(s)} | real {_line(r)}",
+        index=idx))
 
 
 class _Missing:
@@ -207,6 +227,10 @@ class _Missing:
 
 
 _MISSING = _Missing()
+
+
+def _line(text: str | None) -> str:
+    return "(no such line)" if text is None else repr(text)
 
 
 def _fmt(v: Any) -> str:

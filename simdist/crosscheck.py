@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import networkx as nx
+
+from simdist.collectives.algorithms import resolve as resolve_algorithm
+from simdist.errors import ScenarioError
+from simdist.limits import MAX_WORLD_SIZE
 from simdist.schema import (
     BackwardStep,
     CollectiveStep,
@@ -35,7 +40,7 @@ from simdist.schema import (
     ValueWhen,
     When,
 )
-from simdist.vocab import BITWISE_REDUCE_OPS, ROOTED_OPS, WORLD
+from simdist.vocab import BITWISE_REDUCE_OPS, JOIN_KWARGS, PRESET_MAX_WORLD, PRESETS, ROOTED_OPS, WORLD, fill_fits
 
 ZERO = "zero"  # how [join] names the ZeRO optimizer (vocab.MODEL_JOINABLES)
 
@@ -161,6 +166,12 @@ def check_join(p: Problems, n: Names, join: JoinBlock | None) -> None:
             p.add(f"join.joinables[{k}]", f"unknown joinable '{name}'")
     if len(set(join.joinables)) != len(join.joinables):
         p.add("join.joinables", "a joinable is listed twice")
+    for k, v in join.kwargs.items():  # the kwargs the models read must have their type; others pass
+        want = JOIN_KWARGS.get(k)
+        if want is bool and not isinstance(v, bool):
+            p.add(f"join.kwargs.{k}", "must be true or false")
+        if want is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            p.add(f"join.kwargs.{k}", "must be a whole number >= 0")
 
 
 def conditions(c: When, loc: str) -> Iterator[tuple[str, When]]:
@@ -196,9 +207,11 @@ def _check_flag(p: Problems, n: Names, name: str, loc: str) -> None:
             return
 
 
-def check_steps(p: Problems, n: Names, section: str, steps: list[Step]) -> None:
+def check_steps(p: Problems, n: Names, section: str, steps: list[Step], counts: list[int] | None = None) -> None:
     for i, st in enumerate(steps):
         loc = f"{section}[{i}]"
+        if isinstance(st, (CollectiveStep, P2PStep)) and counts is not None:
+            _check_value(p, n, st, section, loc, counts)
         _check_conditions(p, n, st, loc, section)
         value = getattr(st, "value", None)
         if isinstance(value, ValueWhen):
@@ -217,6 +230,34 @@ def check_steps(p: Problems, n: Names, section: str, steps: list[Step]) -> None:
             _check_collective(p, n, st, loc)
         if isinstance(st, P2PStep):
             _check_p2p(p, n, st, loc)
+
+
+def _fill_values(n: Names, st: CollectiveStep | P2PStep, section: str, counts: list[int]) -> list[float | int]:
+    """The extreme values a step's `value` takes (what torch.full must accept)."""
+    if isinstance(st, P2PStep):
+        ranks = [st.src]
+    else:
+        ranks = [r for r in n.groups.get(st.group, []) if st.ranks is None or r in st.ranks]
+    if st.value == "rank":
+        return [min(ranks), max(ranks)] if ranks else []
+    if st.value == "iteration":
+        if section == "after":
+            return [-1]  # interpret.fill_value: "iteration" outside the loop
+        last = max(counts, default=0) - 1
+        if st.below is not None:
+            last = min(last, st.below - 1)
+        return [0, last] if last >= 0 else []
+    return [st.value] if isinstance(st.value, (int, float)) else []
+
+
+def _check_value(p: Problems, n: Names, st: CollectiveStep | P2PStep, section: str, loc: str,
+                 counts: list[int]) -> None:
+    for v in _fill_values(n, st, section, counts):
+        if not fill_fits(v, st.dtype):
+            what = f"{st.value} = {v}" if isinstance(st.value, str) else f"{v}"
+            p.add(f"{loc}.value", f"{what} does not fit {st.dtype} (torch.full raises: value cannot "
+                                  f"be converted to type {st.dtype} without overflow)")
+            return
 
 
 def _check_model_ref(p: Problems, n: Names, st: ForwardStep | BackwardStep, loc: str) -> None:
@@ -272,9 +313,23 @@ def check_expect(p: Problems, e: Expect | None, w: int) -> None:
 
 
 def check_topology(p: Problems, t: Topology, w: int) -> None:
+    """Everything the cost model would otherwise reject only when the run starts: preset,
+    algorithms, profile file, nodes and links."""
+    _check_cost_model(p, t)
     if t.preset is not None:
+        if t.preset not in PRESETS:
+            p.add("topology.preset", f"unknown preset '{t.preset}' (choose from {', '.join(PRESETS)})")
+        elif w > PRESET_MAX_WORLD.get(t.preset, MAX_WORLD_SIZE):
+            p.add("topology.preset", f"{t.preset} has {PRESET_MAX_WORLD[t.preset]} GPUs, world_size {w} does not fit")
         return
-    node_names = {nd.name for nd in t.nodes}
+    node_names: set[str] = set()
+    for i, nd in enumerate(t.nodes):
+        if nd.name in node_names:
+            p.add(f"topology.nodes[{i}].name", f"duplicate node '{nd.name}'")
+        node_names.add(nd.name)
+    for li, link in enumerate(t.links):
+        if link.a == link.b:
+            p.add(f"topology.links[{li}]", "a link joins two different nodes")
     for li, link in enumerate(t.links):
         for end in ("a", "b"):
             if getattr(link, end) not in node_names:
@@ -288,3 +343,39 @@ def check_topology(p: Problems, t: Topology, w: int) -> None:
         p.add("topology.nodes", f"ranks {missing} are not placed on any node")
     if len(placed) != len(set(placed)):
         p.add("topology.nodes", "a rank is placed on two nodes")
+
+
+def _check_cost_model(p: Problems, t: Topology) -> None:
+    """The algorithms and the profile a topology names must be ones the cost model can load."""
+    for op, algo in t.algorithms.items():
+        try:
+            resolve_algorithm(op, algo, f"topology.algorithms.{op}")
+        except ScenarioError as e:
+            loc, _, msg = str(e).partition(": ")
+            p.add(loc, msg)
+    if t.profile is not None:
+        # Imported here: loading `simdist.network` loads simpy, which only a scenario that
+        # names a calibrated profile needs to pay for at load time.
+        from simdist.network.profile import load_profile
+
+        try:
+            load_profile(t.profile)
+        except ScenarioError as e:
+            loc, _, msg = str(e).partition(": ")
+            p.add(loc, msg)
+
+
+def check_connected(p: Problems, t: Topology, w: int) -> None:
+    """Every rank's node reaches rank 0's over the links (when every rank is placed once)."""
+    if t.preset is not None or not t.nodes:
+        return
+    where = {r: nd.name for nd in t.nodes for r in nd.ranks}
+    if sorted(where) != list(range(w)) or len([r for nd in t.nodes for r in nd.ranks]) != w:
+        return  # placement problems are reported already
+    graph = nx.Graph()
+    graph.add_nodes_from(nd.name for nd in t.nodes)
+    graph.add_edges_from((link.a, link.b) for link in t.links if link.a in graph and link.b in graph)
+    reach = nx.node_connected_component(graph, where[0])
+    lost = sorted(r for r in range(w) if where[r] not in reach)
+    if lost:
+        p.add("topology.links", f"ranks {lost} cannot reach rank 0 (the topology is disconnected)")

@@ -18,6 +18,11 @@ class InputError(SimdistError):
     range; the message names it."""
 
 
+class LimitError(SimdistError):
+    """The input asks for more work or memory than a stated resource limit allows
+    (`simdist.limits`); the message names the limit and how to raise it."""
+
+
 class ScriptError(SimdistError):
     """A user's script cannot be run on simulated ranks (missing, does not parse, never
     initialises a process group, ...); the message says which and why."""

@@ -25,6 +25,9 @@ What it guarantees, and how:
   still collect what they recorded; the previous handlers come back on the way out.
 * **Watchdog.** `Watchdog` says when nothing has progressed for `timeout_s`; the launcher
   decides what progress is (the real backend: each rank's progress fingerprint).
+* **No folder left behind.** `TempDir` is a temporary folder that a small reaper process
+  removes once its owner is gone, however it went (SIGKILL included), after the processes
+  it was told about have ended too (they may still write there while they stop).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ import datetime
 import io
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -261,6 +267,30 @@ class LocalProcesses:
                 p.popen.wait(timeout=REAP_WAIT_S)
 
 
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes (not zombies), other than this one, whose environment holds KEY=VALUE:
+    what a run tags its processes with (every child inherits it, also the ones a script
+    starts itself), so ending a run, and a test, can find every one of them.
+
+    /proc/PID/environ is the environment the process started with (Linux)."""
+    mark = f"{key}={value}".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            out.append(int(name))
+    return out
+
+
 def read_lines(stream: IO[Any], deadline: float) -> Iterator[str]:
     """Lines of a child's output pipe until EOF; TimeoutError once time.monotonic() passes
     `deadline`, also while the child is silent (which a plain `for line in stream` misses).
@@ -289,16 +319,26 @@ def read_lines(stream: IO[Any], deadline: float) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- signals, watchdog
 @contextlib.contextmanager
-def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[threading.Event]:
+def interrupt_event(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), *,
+                    twice_raises: bool = False) -> Iterator[threading.Event]:
     """An event set by Ctrl-C / SIGTERM while the block runs; the old handlers come back after.
 
-    Only the main thread can install signal handlers; elsewhere the event is never set
-    (the caller's own thread handling applies)."""
+    With `twice_raises`, a second signal raises KeyboardInterrupt wherever the program is:
+    for loops that poll the event between steps that can each take long (one fuzzed
+    schedule), so a user who presses Ctrl-C again is not kept waiting. Only the main
+    thread can install signal handlers; elsewhere the event is never set (the caller's own
+    thread handling applies)."""
     event = threading.Event()
+
+    def handler(*_: Any) -> None:
+        if twice_raises and event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+
     restore: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in signals:
-            restore[sig] = signal.signal(sig, lambda *_: event.set())
+            restore[sig] = signal.signal(sig, handler)
     try:
         yield event
     finally:
@@ -327,3 +367,89 @@ class Watchdog:
         if starting and now - self.started < self.startup_limit_s:
             self.last = now
         return now - self.last > self.timeout_s
+
+
+# ----------------------------------------------------------------------------- temporary folders
+# The reaper: reads its owner's instructions until EOF (the owner closed the pipe, or died),
+# then, unless told to keep the folder, waits for the processes it was told about (at most
+# REAPER_WAIT_S) and removes the folder. It leads its own session, so Ctrl-C in a terminal
+# does not end it before its owner has said whether to keep the folder.
+REAPER_WAIT_S = 30.0
+_REAPER = """
+import os, shutil, sys, time
+path, wait_s = sys.argv[1], float(sys.argv[2])
+keep, pids = False, []
+for line in sys.stdin:
+    word = line.strip()
+    if word == "keep":
+        keep = True
+    elif word.isdigit():
+        pids.append(int(word))
+if not keep:
+    def alive(pid):  # a zombie (ended, not yet reaped by whoever adopted it) is gone
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not os.path.isdir("/proc")
+    deadline = time.monotonic() + wait_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(path, ignore_errors=True)
+"""
+
+
+class TempDir:
+    """A folder under the system's temporary directory that is removed when `close()` is
+    called, or, should its owner die first (even by SIGKILL), by its reaper process; `keep()`
+    leaves it in place, `watch(pid)` makes the reaper wait for that process to end first."""
+
+    def __init__(self, prefix: str):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        self._keep = False
+        try:
+            self._reaper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER, str(self.path),
+                                             str(REAPER_WAIT_S)], stdin=subprocess.PIPE, text=True,
+                                            start_new_session=True, close_fds=True)
+        except OSError:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
+
+    def _tell(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self._reaper.stdin is not None
+            self._reaper.stdin.write(line + "\n")
+            self._reaper.stdin.flush()
+
+    def watch(self, pid: int) -> None:
+        self._tell(str(pid))
+
+    def keep(self) -> None:
+        self._keep = True
+        self._tell("keep")
+
+    def close(self) -> None:
+        """Remove the folder (unless kept) and end the reaper."""
+        if not self._keep:
+            shutil.rmtree(self.path, ignore_errors=True)
+        if self._reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._reaper.stdin.close()
+        try:
+            self._reaper.wait(timeout=REAP_WAIT_S)
+        except subprocess.TimeoutExpired:  # pragma: no cover - it only waits on what we already reaped
+            self._reaper.kill()
+            self._reaper.wait()
+
+    def __enter__(self) -> TempDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

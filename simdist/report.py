@@ -12,11 +12,14 @@ depends on a tensor's contents, which the recorder cannot see).
 
 from __future__ import annotations
 
-import json
+import io
+import math
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+import signal
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import IO, Any, Literal
 
+from simdist.jsonout import Lazy, finite, write_json
 from simdist.vocab import ROOTED_OPS, Outcome, Status
 
 
@@ -171,8 +174,26 @@ class Report:
                     del r[key]
         return d
 
+    def to_jsonable(self) -> dict[str, Any]:
+        """`to_dict`, ready for `simdist.jsonout`: non-finite floats as strings, and every
+        trace a `Lazy` list whose entries are made as they are written."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "timings" and not v:
+                continue  # as in to_dict
+            d[f.name] = [_rank_jsonable(r) for r in v] if f.name == "ranks" else finite(_plain(v))
+        return d
+
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        """The JSON of docs/report.md (valid JSON: see `simdist.jsonout`)."""
+        out = io.StringIO()
+        self.write_json(out, indent)
+        return out.getvalue()
+
+    def write_json(self, fp: IO[str], indent: int | None = 2) -> None:
+        """`to_json`'s text written to `fp` in chunks, without building it (or the dicts) whole."""
+        write_json(self.to_jsonable(), fp, indent)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Report:
@@ -188,6 +209,41 @@ class Report:
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(TraceEntry))
+
+
+def _entry_jsonable(e: TraceEntry) -> dict[str, Any]:
+    d = {name: getattr(e, name) for name in _ENTRY_FIELDS}  # asdict, faster: every field is a scalar
+    for name in ("t_issue", "t_done"):
+        if d[name] is not None and not math.isfinite(d[name]):
+            d[name] = repr(d[name])
+    return d
+
+
+def _plain(v: Any) -> Any:
+    """asdict for a dataclass (or a list of them), the value itself otherwise."""
+    if is_dataclass(v) and not isinstance(v, type):
+        return asdict(v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _rank_jsonable(r: RankResult) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for f in fields(r):
+        v = getattr(r, f.name)
+        if f.name in _OPTIONAL_RANK_FIELDS and v == _OPTIONAL_RANK_FIELDS[f.name]:
+            continue  # as in to_dict
+        if f.name == "trace":
+            d["trace"] = Lazy(len(v), lambda i, trace=v: _entry_jsonable(trace[i]))
+        elif isinstance(v, TraceEntry):
+            d[f.name] = _entry_jsonable(v)
+        else:
+            d[f.name] = finite(_plain(v))
+    return d
 
 
 def overall_outcome(statuses: list[str]) -> Outcome:
@@ -216,6 +272,19 @@ def error_category(message: str, *, runtime_error: bool, timeout_error: bool = F
     if "Timed out" in message or "timed out" in message or timeout_error:
         return "timeout"
     return "model" if in_model else "other"
+
+
+SHUTDOWN_ABORT = ("std::terminate during shutdown ('terminate called without an active exception', a Gloo "
+                  "thread at interpreter exit), not a failure of the run")
+
+
+def shutdown_abort(returncode: int | None, finished: bool, thrown: bool = False) -> bool:
+    """Whether a rank's SIGABRT is Gloo at interpreter exit rather than a failure: the rank had
+    finished its program and said so (a record written, an exit reported) before its process
+    died of SIGABRT, with no C++ exception in flight (`thrown`: the log names one, as a Gloo
+    abort mid-run does). Such a rank is reported by what it said, with `SHUTDOWN_ABORT` as a
+    note; every backend that runs real processes judges its ranks by this one rule."""
+    return finished and not thrown and returncode == -signal.SIGABRT
 
 
 _DIGITS = re.compile(r"\d+")

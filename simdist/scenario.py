@@ -20,13 +20,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
 from pydantic import Field, ValidationError, model_validator
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from simdist import crosscheck
 from simdist.errors import ScenarioError
+from simdist.limits import MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.schema import (
     STEP_KINDS,
     BackwardStep,
@@ -36,6 +36,7 @@ from simdist.schema import (
     ForwardStep,
     Group,
     Inputs,
+    Int64,
     JoinableCallStep,
     JoinableDecl,
     JoinBlock,
@@ -54,7 +55,8 @@ from simdist.schema import (
     ValueWhen,
     When,
 )
-from simdist.vocab import MODEL_JOINABLES, WORLD
+from simdist.userfiles import check_data, read_toml
+from simdist.vocab import MODEL_JOINABLES, PRESETS, WORLD
 
 # The tables stay importable from here, where a scenario's users look for them.
 __all__ = [
@@ -72,10 +74,10 @@ class Scenario(Strict):
 
     name: str = "scenario"
     description: str = ""
-    world_size: int = Field(ge=1, le=1024)
+    world_size: int = Field(ge=1, le=MAX_WORLD_SIZE)
     backend: Literal["gloo", "nccl"] = "gloo"
-    seed: int = 0
-    timeout_s: float = Field(default=10.0, gt=0, description="real backend watchdog")
+    seed: Int64 = 0
+    timeout_s: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_S, description="real backend watchdog (at most a day)")
     topology: Topology = Field(default_factory=Topology)
     inputs: Inputs
     model: Model | None = Field(default=None, description="the DDP model named 'ddp' on WORLD (or as it says)")
@@ -100,10 +102,11 @@ class Scenario(Strict):
                                     self.optimizer, self.loop + self.after)
         crosscheck.check_optimizer(p, names)
         crosscheck.check_join(p, names, self.join)
-        crosscheck.check_steps(p, names, "loop", self.loop)
-        crosscheck.check_steps(p, names, "after", self.after)
+        crosscheck.check_steps(p, names, "loop", self.loop, self.counts() if not p.items else None)
+        crosscheck.check_steps(p, names, "after", self.after, self.counts() if not p.items else None)
         crosscheck.check_expect(p, self.expect, self.world_size)
         crosscheck.check_topology(p, self.topology, self.world_size)
+        crosscheck.check_connected(p, self.topology, self.world_size)
         if p.items:
             raise _FieldErrors(p.items)
         return self
@@ -324,6 +327,7 @@ def parse_scenario(data: dict[str, Any], source: str = "<dict>", target: Target 
     line per problem ("SOURCE: FIELD: message"), every problem at once."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario is a table of keys, not {type(data).__name__}")
+    check_data(data, source)
     s, lines = _problems(data)
     if s is None:
         raise ScenarioError("\n".join(f"{source}: {line}" for line in lines))
@@ -352,17 +356,32 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **body, "title": "simdist scenario"}
 
 
-def read_toml(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """A TOML file as a dict, or a one-line ScenarioError (unreadable file, bad TOML)."""
-    p = Path(path)
+def topology_problems(topo: Topology, world_size: int) -> list[str]:
+    """What is wrong with `topo` for `world_size` ranks, one "field: message" per problem:
+    the scenario's own topology checks (`crosscheck`), for a topology given apart from a
+    scenario (a script's `--topology`, whose world size is known only once its ranks start)."""
+    p = crosscheck.Problems()
+    crosscheck.check_topology(p, topo, world_size)
+    crosscheck.check_connected(p, topo, world_size)
+    return [f"{loc}: {msg}" for loc, msg in p.items]
+
+
+def load_topology(spec: str | Path) -> Topology:
+    """A topology on its own (a script has no scenario file to hold one): a preset name, or a
+    TOML file with a `[topology]` table as a scenario has (or that table's keys at the top).
+    Bad input raises a one-line ScenarioError naming the field."""
+    if str(spec) in PRESETS:
+        return Topology(preset=str(spec))
+    if not Path(spec).is_file():
+        raise ScenarioError(f"topology: '{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+    data = read_toml(spec, "topology")
+    table = data.get("topology", data)
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{spec}: topology: a table of keys, not {type(table).__name__}")
     try:
-        text = p.read_text()
-    except OSError as err:
-        raise ScenarioError(f"{p}: cannot read {what} file ({err.strerror})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{p}: not valid TOML ({err})") from None
+        return Topology.model_validate(table)
+    except ValidationError as err:
+        raise ScenarioError(f"{spec}: topology." + "; topology.".join(_format_validation_errors(err))) from None
 
 
 def load_scenario(path: str | Path, target: Target = "sim") -> Scenario:

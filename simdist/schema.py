@@ -15,13 +15,27 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simdist.limits import INT64_MAX, INT64_MIN, MAX_NUMEL, MAX_TIMEOUT_S, MAX_WORLD_SIZE
 from simdist.vocab import WORLD, CollectiveOp, Dtype, ReduceOp
+
+# Integer fields: a count (>= 0), a tensor's element count, any 64-bit integer; what the
+# real backend hands torch must fit its C++ types, and nothing needs more.
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Numel = Annotated[int, Field(gt=0, le=MAX_NUMEL)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S, description="at most a day")]
 
 
 class Strict(BaseModel):
-    """Base of every scenario table: unknown keys are errors, and a table never changes."""
+    """Base of every scenario table: unknown keys are errors, and a table never changes.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Types are strict (pydantic's strict mode): ``world_size = "2"`` or ``counts = [true]``
+    is an error, not a silent 2 or 1, since a scenario that means something else than it
+    says is worse than one that does not load; a float field still takes an integer.
+    inf and nan are rejected everywhere (`simdist.userfiles.check_data` also checks the
+    values no field types)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- topology
@@ -38,8 +52,8 @@ class TopoLink(Strict):
 
     a: str
     b: str
-    latency_us: float = Field(ge=0)
-    bandwidth_gbps: float = Field(gt=0, description="gigabytes per second")
+    latency_us: float = Field(ge=0, le=1e9)
+    bandwidth_gbps: float = Field(ge=1e-9, le=1e9, description="gigabytes per second")
 
 
 class Topology(Strict):
@@ -51,9 +65,9 @@ class Topology(Strict):
     # Per-collective algorithm choice ("auto" = smallest predicted time, as NCCL's tuner).
     algorithms: dict[str, str] = Field(default_factory=dict)
     # Optional calibrated parameters overriding the preset (seconds, seconds/byte).
-    alpha: float | None = Field(default=None, ge=0)
-    beta: float | None = Field(default=None, ge=0)
-    gamma: float | None = Field(default=None, ge=0)
+    alpha: float | None = Field(default=None, ge=0, le=1e3)
+    beta: float | None = Field(default=None, ge=0, le=1.0)
+    gamma: float | None = Field(default=None, ge=0, le=1.0)
     # A calibrated timing profile (JSON from `simdist compare-timing --save-profile`).
     profile: str | None = None
 
@@ -70,9 +84,9 @@ class Topology(Strict):
 class Inputs(Strict):
     """Per-rank input counts: an explicit list, or base + offset * rank (torch's tests)."""
 
-    counts: list[Annotated[int, Field(ge=0)]] | None = None
-    base: int | None = Field(default=None, ge=0)
-    offset: int = 0
+    counts: list[Count] | None = Field(default=None, max_length=MAX_WORLD_SIZE)
+    base: Count | None = None
+    offset: Int64 = 0
 
     @model_validator(mode="after")
     def _one_form(self) -> Inputs:
@@ -102,12 +116,13 @@ class Model(Strict):
 
     name: str = Field(default="ddp", description="how steps and [join] name it")
     group: str = Field(default=WORLD, description="its process group; only the group's ranks build it")
-    params: list[Annotated[int, Field(gt=0)] | list[Annotated[int, Field(gt=0)]]] = Field(min_length=1)
+    params: list[Numel | list[Numel]] = Field(min_length=1)
     dtype: Dtype = "float32"
-    buffers: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    buffers: list[Numel] = Field(default_factory=list)
     unused_params: list[int] = Field(default_factory=list, description="indices not used in forward")
-    # DDP options
-    bucket_cap_mb: float | None = Field(default=None, gt=0, description="None = torch's default (25 MiB, 1 MiB first bucket)")
+    # DDP options (the cap's bytes must fit torch's int64)
+    bucket_cap_mb: float | None = Field(default=None, gt=0, le=1e12,
+                                        description="None = torch's default (25 MiB, 1 MiB first bucket)")
     find_unused_parameters: bool = False
     broadcast_buffers: bool = True
     gradient_as_bucket_view: bool = False
@@ -116,6 +131,9 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _check_unused(self) -> Model:
+        for k, p in enumerate(self.params):
+            if isinstance(p, list) and math.prod(p) > MAX_NUMEL:
+                raise ValueError(f"params[{k}]: shape {p} has more than {MAX_NUMEL} elements")
         for i in self.unused_params:
             if not 0 <= i < len(self.params):
                 raise ValueError(f"unused_params: index {i} out of range for {len(self.params)} params")
@@ -180,7 +198,7 @@ class Group(Strict):
     """A sub-group created on every rank with `dist.new_group(ranks)`."""
 
     name: str
-    ranks: list[int] = Field(min_length=1)
+    ranks: list[int] = Field(min_length=1, max_length=MAX_WORLD_SIZE)
 
 
 class Expect(Strict):
@@ -204,10 +222,10 @@ class When(Strict):
     combine without any user text being evaluated. The interpreter decides what a condition
     means at run time (`simdist.program.conditions`)."""
 
-    every: int | None = Field(default=None, ge=1, description="only when i % every == offset")
-    offset: int | None = Field(default=None, ge=0, description="with every: only when i % every == offset (default 0)")
-    below: int | None = Field(default=None, ge=0, description="only for iterations i < below")
-    from_iteration: int | None = Field(default=None, ge=0, description="only for i >= from_iteration")
+    every: int | None = Field(default=None, ge=1, le=INT64_MAX, description="only when i % every == offset")
+    offset: Count | None = Field(default=None, description="with every: only when i % every == offset (default 0)")
+    below: Count | None = Field(default=None, description="only for iterations i < below")
+    from_iteration: Count | None = Field(default=None, description="only for i >= from_iteration")
     ranks: list[int] | None = Field(default=None, description="only on these ranks")
     not_: When | None = Field(default=None, alias="not", description="only when this condition does not hold")
     any_: list[When] | None = Field(default=None, alias="any", min_length=1,
@@ -251,7 +269,6 @@ class ValueWhen(Strict):
 
 
 Value = ScalarValue | ValueWhen
-Seconds = Annotated[float, Field(ge=0)]
 
 
 # --------------------------------------------------------------------------- steps
@@ -291,7 +308,7 @@ class JoinableCallStep(_Cond):
 
     kind: Literal["joinable_call"]
     joinable: str
-    num_allreduces: int | None = Field(default=None, ge=0, description="AllReducer: default [join].kwargs.num_allreduces or 1")
+    num_allreduces: Count | None = Field(default=None, description="AllReducer: default [join].kwargs.num_allreduces or 1")
 
 
 class CollectiveStep(_Cond):
@@ -304,10 +321,10 @@ class CollectiveStep(_Cond):
 
     kind: Literal["collective"]
     op: CollectiveOp
-    numel: int = Field(default=1, ge=0)
+    numel: int = Field(default=1, ge=0, le=MAX_NUMEL)
     dtype: Dtype = "float32"
     reduce_op: ReduceOp = "sum"
-    root: int = Field(default=0, ge=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
+    root: Count = Field(default=0, description="global rank: broadcast src / reduce dst / gather dst / scatter src")
     group: str = WORLD
     async_op: bool = Field(default=False, alias="async")
     wait: Literal["now", "end_of_iteration", "never"] = "now"
@@ -315,7 +332,7 @@ class CollectiveStep(_Cond):
     observe: str | None = None
     name: str | None = None
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # merged with Strict's
 
 
 class P2PStep(_Cond):
@@ -326,11 +343,11 @@ class P2PStep(_Cond):
     """
 
     kind: Literal["p2p"]
-    src: int = Field(ge=0)
-    dst: int = Field(ge=0)
-    numel: int = Field(default=1, ge=1)
+    src: Count
+    dst: Count
+    numel: Numel = 1
     dtype: Dtype = "float32"
-    tag: int = 0
+    tag: int = Field(default=0, ge=-(1 << 31), le=(1 << 31) - 1, description="a C int in torch")
     blocking: bool = True
     wait: Literal["now", "end_of_iteration"] = "now"
     value: Value = "rank"

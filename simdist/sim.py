@@ -11,6 +11,7 @@ import simpy
 
 from simdist.engine.core import CostLike, Engine, RankRaised
 from simdist.network.cost import CostModel
+from simdist.program.budget import check_ops
 from simdist.report import RankError, RankResult, Report, overall_outcome
 from simdist.scenario import Scenario
 from simdist.simrank import RankOutcome, SimRank
@@ -62,7 +63,11 @@ def cycle_collector_paused() -> Iterator[None]:
 
 
 def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
-    """Simulate every rank's program until all finish or nothing more can happen."""
+    """Simulate every rank's program until all finish or nothing more can happen.
+
+    A scenario that may need more operations than `limits.OPS` allows raises LimitError
+    before anything runs (`simdist.program.budget`)."""
+    check_ops(scenario)
     with cycle_collector_paused():
         return _simulate(scenario, cost)
 

@@ -109,11 +109,44 @@ FLOAT_DTYPES: frozenset[str] = frozenset({"float32", "float64", "float16", "bflo
 Dtype = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 
+# The values `torch.full(size, value, dtype=...)` takes (c10's overflow check): beyond them
+# torch raises "value cannot be converted to type ... without overflow", so a scenario's
+# `value` must lie within its dtype's range. A Python int may also wrap into uint8 (down to
+# -255); a float may not. (float16 is checked against its largest finite value, 65504; torch
+# also takes values that round down to it.)
+DTYPE_RANGE: dict[str, tuple[float, float]] = {
+    "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "float64": (-1.7976931348623157e308, 1.7976931348623157e308),
+    "float16": (-65504.0, 65504.0),
+    "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
+    "int64": (-(1 << 63), (1 << 63) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "bool": (-float("inf"), float("inf")),
+}
+
+
+def fill_fits(value: float | int, dtype: str) -> bool:
+    """Whether `torch.full(..., value, dtype=dtype)` takes `value` (see DTYPE_RANGE)."""
+    lo, hi = DTYPE_RANGE[dtype]
+    if dtype == "uint8" and isinstance(value, int):
+        lo = -hi
+    return lo <= value <= hi
+
+
 def dtype_bytes(dtype: str) -> int:
     """Element size of a dtype name, aliases and complex types included (KeyError if unknown)."""
     name = DTYPE_ALIASES.get(dtype, dtype)
     return DTYPE_BYTES[name] if name in DTYPE_BYTES else EXTRA_DTYPE_BYTES[name]
 
+
+# --------------------------------------------------------------------------- topologies
+# The preset topologies (`simdist.network.topology.preset_network`) and, for those with a
+# fixed number of GPUs, how many ranks fit.
+PRESETS: tuple[str, ...] = ("loopback", "switch8", "two_nodes", "ring")
+PRESET_MAX_WORLD: dict[str, int] = {"switch8": 8}
 
 # --------------------------------------------------------------------------- run results
 # Observed values (`observe = ...`) carry elements for results of at most this many; larger
@@ -142,6 +175,14 @@ FINDING_KINDS: tuple[str, ...] = MISMATCH_KINDS + CHECKER_KINDS
 # The scenario's model and optimizer when named in [join].joinables; [[joinables]] kinds are
 # named by the joinable registry (simdist.torchmodels.registry), which may not reuse these.
 MODEL_JOINABLES: tuple[str, ...] = ("ddp", "zero")
+# The `[join].kwargs` that Join hands every joinable's join hook and that the models read,
+# with their types (a count is an int >= 0); other keys are passed on and ignored, as torch does.
+JOIN_KWARGS: dict[str, type] = {
+    "num_allreduces": int,  # AllReducer
+    "sync_max_count": bool,  # Counter
+    "run_post_hooks": bool,  # AllReducer
+    "divide_by_initial_world_size": bool,  # DDP
+}
 # What AllReducer raises when no rank was the last joiner (torch's test: `assert common_rank >= 0`).
 NO_COMMON_RANK = "no last joiner: common rank is -1"
 

@@ -19,6 +19,31 @@ def run_cli(*args: str, timeout: float = 120):
                           timeout=timeout, cwd=ROOT)
 
 
+def one_line_error(res, code: int = 2) -> str:
+    """The CLI run `res` failed with `code`, one line on stderr, no traceback; that line."""
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == code, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
+    assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def scenario_file(tmp_path: Path, data: bytes | str, name: str = "s.toml") -> Path:
+    """`data` (bytes as they are, or text) written to tmp_path/name."""
+    p = tmp_path / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return p
+
+
+def strict_json(text: str):
+    """json.loads that refuses Infinity and NaN, which are not JSON."""
+    import json
+
+    def no(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=no)
+
+
 @pytest.fixture
 def tmp_scenario(tmp_path):
     def write(text: str, name: str = "s.toml") -> Path:

@@ -152,3 +152,22 @@ def test_aborted_rank_trace_may_continue_past_the_sim_on_real_only():
     # but never fewer, never different, and only for a rank aborted on both sides
     assert not compare_reports(report("sim", 8), report("real", 5)).agree
     assert not compare_reports(report("sim", 5, "error"), report("real", 8, "error")).agree
+
+
+def test_printed_lines_first_difference_and_missing_lines():
+    sim, real = _report(), _report("real")
+    sim.ranks[0].output = ["epoch 0 loss 1.5", "epoch 1 loss 1.25"]
+    real.ranks[0].output = ["epoch 0 loss 1.5", "epoch 1 loss 1.2500001"]
+    sim.ranks[1].output = ["done"]
+    real.ranks[1].output = []
+    sim.ranks[1].stderr = ["a warning that only the simulator's process group gives"]
+    c = compare_reports(sim, real)
+    assert {(d.field, d.rank, d.index) for d in c.differences} == {("output", 0, 1), ("output", 1, 0)}
+    d0 = next(d for d in c.differences if d.rank == 0)
+    assert (d0.sim, d0.real) == ("epoch 1 loss 1.25", "epoch 1 loss 1.2500001")
+    text = format_comparison(c)
+    assert "printed line 2 differs" in text and "'epoch 1 loss 1.2500001'" in text
+    assert "printed line 1 differs (sim 1, real 0 lines): sim 'done' | real (no such line)" in text
+    real.ranks[0].output = list(sim.ranks[0].output)
+    real.ranks[1].output = ["done"]
+    assert compare_reports(sim, real).agree  # stderr is not compared

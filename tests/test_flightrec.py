@@ -152,7 +152,7 @@ def test_ras_grouping_writes_ranges():
 
 
 # --------------------------------------------------------------------------- export -> torch's analyzer
-def _fr_trace(folder: Path) -> str:
+def fr_trace_text(folder: Path) -> str:
     """torch's analyzer (the `torchfrtrace` entry point) on `folder`, its log as text."""
     import io
     import logging
@@ -179,7 +179,7 @@ def test_torchfrtrace_reads_exports_and_reports_simdists_ranks(name, tmp_path):
     rep = simulate(s)
     verdict = annotate_report(rep, s)
     write_dumps(export_dumps(rep, s), tmp_path)
-    text = _fr_trace(tmp_path)
+    text = fr_trace_text(tmp_path)
     assert "Traceback" not in text
     issued = [{(e.group, e.seq) for e in r.trace} for r in rep.ranks]
     reported = 0
@@ -355,6 +355,18 @@ def test_truncated_or_foreign_file_is_one_line_exit_2(content, message, tmp_path
     r = run_cli("diagnose", str(path))
     assert r.returncode == 2, r.stdout
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_foreign_files_in_a_folder_are_skipped_broken_dumps_are_not(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"comm_lib_trace_rank_{r}").write_bytes((DATA / "no_join_hang" / f"comm_lib_trace_rank_{r}")
+                                                           .read_bytes())
+    (tmp_path / "core.4242").write_bytes(b"\x7fELF....")
+    d = diagnose([tmp_path])
+    assert sorted(d.dumps.dumps) == [0, 1] and any("core.4242" in n for n in d.explanation)
+    (tmp_path / "old_trace_2").write_bytes(b"\x80\x02}q\x00(X")  # a pickle, cut short
+    with pytest.raises(DumpError, match="old_trace_2: cannot read the pickle"):
+        diagnose([tmp_path])
 
 
 def test_no_dumps_and_duplicate_ranks_are_bad_input(tmp_path):

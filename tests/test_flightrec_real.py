@@ -2,7 +2,7 @@
 dumps' replays run on real Gloo.
 
 * A live recording: the ranks run with TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE and
-  TORCHELASTIC_ERROR_FILE (`real_backend.launch.fr_env`) and torch's control-plane socket;
+  TORCHELASTIC_ERROR_FILE (`simdist.flightrec.format.fr_env`) and torch's control-plane socket;
   while the job hangs, each rank's dump is fetched on demand (``fr_trace_json``, JSON form),
   and when the watchdog ends it each rank writes torch's pickle where
   TORCH_FR_DUMP_TEMP_FILE says. `simdist diagnose` on either gives `simdist check`'s verdict.
@@ -24,11 +24,12 @@ import pytest
 from simdist.check.classify import check_run
 from simdist.check.pairing import trace_mismatches
 from simdist.flightrec.diagnose import diagnose
+from simdist.flightrec.export import export_dumps, write_dumps
 from simdist.flightrec.format import DEFAULT_DUMP_PREFIX, ON_DEMAND_HANDLER, dump_path
 from simdist.scenario import load_scenario, parse_scenario
 
 from .conftest import SCENARIOS
-from .test_flightrec import DATA, FAILING, checked, verdict_of
+from .test_flightrec import DATA, FAILING, checked, fr_trace_text, verdict_of
 
 torch = pytest.importorskip("torch")
 from real_backend.launch import run_real  # noqa: E402
@@ -93,6 +94,10 @@ def test_live_recording_on_timeout_and_on_demand_diagnoses_as_check(tmp_path):
     assert [d.form for d in live.dumps.dumps.values()] == ["json", "json"]
     assert verdict_of(live.job.report, live.verdict) == expected
     assert not live.job.frames.get(0)  # the JSON form has no frames
+    # the real run exported for torch's analyzer (simdist export --real): it names the mismatch at #1
+    write_dumps(export_dumps(result["report"], s), tmp_path / "exported")
+    text = fr_trace_text(tmp_path / "exported")
+    assert "Collective sequence number: 1 has errors" in text and "COLLECTIVE_TYPE_MISMATCH" in text
 
 
 @pytest.mark.parametrize("name", FAILING)

@@ -23,6 +23,7 @@ import pytest
 from simdist.fuzz.campaign import SHARD_SIZE, InProcess, LocalPool, plan_shards, run_campaign, shard_seed
 from simdist.fuzz.runner import FuzzResult, fuzz_template
 from simdist.fuzz.template import load_template, parse_template
+from simdist.scenario import load_scenario
 
 from .conftest import ROOT, SCENARIOS, run_cli
 
@@ -245,3 +246,43 @@ def test_an_unreachable_scheduler_is_bad_input():
 
     with pytest.raises(InputError, match=r"--cluster: cannot connect to tcp://127.0.0.1:9 "):
         DaskExecutor("tcp://127.0.0.1:9", connect_timeout_s=2)
+
+
+def test_jobs_and_cluster_with_a_script_are_bad_input(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    for opts in (["--jobs", "2"], ["--cluster", "local"]):
+        p = run_cli("fuzz", str(script), *opts, "--out", str(tmp_path / "out"))
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.strip().endswith("--jobs, --cluster: only for templates, not a script (.py)"), p.stderr
+
+
+def test_sigint_to_simdist_fuzz_jobs_2_leaves_what_the_workers_found(tmp_path):
+    """Issue 16's promise with workers: a failure a worker finds is on disk while the search
+    goes on (the worker reports it, simdist fuzz writes it), and SIGINT stops the workers,
+    writes what was found, says where and exits 130; no worker is left behind."""
+    text = (TEMPLATES / "no_join.toml").read_text()
+    slow = tmp_path / "slow.toml"  # long inputs: shrinking takes seconds, time to interrupt it
+    slow.write_text(text.replace("range = [0, 6]", "range = [0, 4000]"))
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "simdist", "fuzz", str(slow), "--out", str(out), "-n", "100000",
+                          "--no-db", "--jobs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("*.toml")) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.01)
+        assert list(out.glob("*.toml")) and p.poll() is None, "no counterexample while the fuzzer ran"
+        workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    files = sorted(out.glob("*.toml"))
+    assert p.returncode == 130 and files, (p.returncode, err)
+    assert all(f"interrupted: counterexample written: {f}" in err for f in files) and "Traceback" not in err, err
+    assert all(load_scenario(f).expect is not None for f in files)
+    time.sleep(1)
+    assert not [w for w in workers if _alive(w)], "a worker outlived simdist fuzz"

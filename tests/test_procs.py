@@ -112,6 +112,20 @@ def test_interrupt_event_turns_sigint_into_an_event_and_restores_the_handler():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_second_signal_raises_at_once_when_asked():
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), interrupt_event(twice_raises=True) as ev:
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 5
+        while not ev.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ev.is_set()  # the first one only set the event
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # a long step: the second signal ends it
+        pytest.fail("the second SIGINT did not raise")
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_read_lines_sees_every_buffered_line_and_times_out_on_silence():
     code = "import sys, time; sys.stdout.write('a\\nb\\n'); sys.stdout.flush(); time.sleep(30)"
     with LocalProcesses() as procs:

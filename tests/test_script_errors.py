@@ -92,15 +92,14 @@ def test_sleeping_and_computing_ranks_are_not_hung(tmp_path):
 
 def test_an_operation_the_backend_cannot_model_is_named(tmp_path):
     p = _script(tmp_path, """
-        t = torch.zeros(1)
-        if rank == 0:
-            dist.recv(t)
-        else:
-            dist.send(t, dst=0)
+        t = torch.zeros(3, dtype=torch.uint16)
+        dist.all_reduce(t)
     """)
-    rep = _run(p)
-    r0 = rep.ranks[0]
-    assert r0.status == "error" and "recv from any source" in r0.error.message and "not supported" in r0.error.message
+    run_id = new_run_id()
+    with pytest.raises(ScriptError, match=r"a tensor of dtype uint16 is not supported by the simulated backend "
+                                          r"\(rank 0 at train.py:\d+ in <module>: dist.all_reduce\(t\)\)"):
+        run_script(p, nproc_per_node=2, timeout_s=120, run_id=run_id, stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == []
 
 
 def test_a_rank_spinning_without_communicating_is_caught_by_the_watchdog(tmp_path):

@@ -65,6 +65,7 @@ def _without_times(report) -> dict:
     d.pop("timings", None)
     for r in d["ranks"]:
         r["time"] = None
+        r.pop("compute", None)  # measured compute spans
         for e in r["trace"] + [r["blocked_in"], r["waiting_in"]]:
             if e is not None:
                 e["t_issue"] = e["t_done"] = None

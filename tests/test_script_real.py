@@ -82,3 +82,47 @@ def test_sync_sgd_prints_one_loss_per_epoch_and_averages_every_gradient():
         assert [e.op for e in r.trace] == ["all_reduce"] * 8 * 2 * 10
         line = line_of(EXAMPLES / "dist_tutorial_sync_sgd.py", "dist.all_reduce(param.grad.data")
         assert {e.origin for e in r.trace} == {f"user.dist_tutorial_sync_sgd.py:{line}"}
+
+
+_ABORT_AT_TEARDOWN = '''
+import ctypes, os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, out):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "localhost", "29500"
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if rank == 0:
+        log = open(os.path.join(out, "rank0.log"), "w")
+        log.write("finished\\n")  # left open: the interpreter's teardown would flush it
+        libc = ctypes.CDLL(None)
+        libc.__cxa_atexit(libc.abort, None, None)  # C++ teardown aborts, as Gloo's threads may
+    else:
+        dist.all_reduce(t)  # no partner: rank 0 has left
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2)
+'''
+
+
+@pytest.mark.parametrize("mode", ["sim", "gloo"])
+def test_a_finished_rank_is_not_aborted_by_teardown(tmp_path, mode):
+    """Gloo at interpreter exit can std::terminate a rank that had finished (SIGABRT); mp.spawn
+    then kills the other ranks, and what they report changes at random. A finished rank leaves
+    as a forked multiprocessing child does: its exit handlers run and its open files are
+    flushed, but not C++ teardown (where the abort is injected here), so its peers fail as
+    they would on their own."""
+    p = tmp_path / "abort_at_teardown.py"
+    p.write_text(_ABORT_AT_TEARDOWN)
+    run_id = new_run_id()
+    rep = run_script(p, [str(tmp_path)], timeout_s=300, run_id=run_id, mode=mode, stdout=-3)
+    assert tagged_processes(run_id) == []
+    r0, r1 = rep.ranks
+    assert (r0.status, r0.exit) == ("completed", "returned normally")
+    assert r1.status == "error" and r1.error.category == "peer_lost"  # not killed by mp.spawn
+    assert (tmp_path / "rank0.log").read_text() == "finished\n"

@@ -110,3 +110,24 @@ def test_report_json_leaves_script_fields_out_unless_set():
     back = Report.from_dict(json.loads(rep.to_json()))
     assert back.ranks[0].location == r.location and back.ranks[0].output == ["hi"] and back.timings == {"wall_s": 1.0}
     assert back.ranks[0].location.short() == "t.py:3 in main: f()"
+
+
+def test_a_sigabrt_after_a_reported_end_is_shutdown_not_failure():
+    import signal
+
+    from simdist.report import shutdown_abort
+
+    assert shutdown_abort(-signal.SIGABRT, finished=True)
+    assert not shutdown_abort(-signal.SIGABRT, finished=False)  # died before saying how it ends
+    assert not shutdown_abort(-signal.SIGABRT, finished=True, thrown=True)  # a Gloo abort mid-run
+    assert not shutdown_abort(-signal.SIGKILL, finished=True)
+    assert not shutdown_abort(None, finished=True)  # a rank the script started itself: no status known
+
+
+def test_the_cannot_model_error_is_found_wherever_torch_wrapped_it():
+    from simdist.script.env import UNSUPPORTED, unsupported_in
+
+    msg = UNSUPPORTED.format("recv from any source (dist.recv without src)")
+    assert unsupported_in(msg) == "recv from any source (dist.recv without src)"
+    assert unsupported_in(f"RuntimeError: in a DDP hook:\n{msg}\nmore") == "recv from any source (dist.recv without src)"
+    assert unsupported_in("Connection closed by peer") is None

@@ -5,7 +5,8 @@ Exit codes hold for every command: 0 ok (the scenario passed -- see `simdist.exp
 sim and real agree; the fuzzer's search ended as the template's `[fuzz].expect` says),
 1 a check failed (the thing checked did not hold), 2 bad input or usage (one line naming the
 field or option, never a traceback; an output path that cannot be written is bad usage too),
-3 a bug in simdist. Several files in one command: the worst code of any.
+3 a bug in simdist, 130 interrupted (Ctrl-C), 141 the output pipe was closed. Several files
+in one command: the worst code of any.
 
 Output is plain when stdout is not a terminal: no box drawing in tables, no wrapping at 80
 columns (`PlainWhenPiped`, `show`), so that piped output greps and diffs line by line.
@@ -40,6 +41,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     INTERNAL = 3
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+    PIPE_CLOSED = 141  # the reader of our output went away, as shells report SIGPIPE
 
 
 PIPE_WIDTH = 100_000  # "no wrapping": wider than any line simdist prints
@@ -120,12 +122,18 @@ def worst(codes: list[int]) -> int:
 
 
 @contextlib.contextmanager
-def bad_input() -> Iterator[None]:
-    """Inside the block, a `SimdistError` (bad scenario, template, option, host) is bad input."""
+def bad_input(source: object = None) -> Iterator[None]:
+    """Inside the block, a `SimdistError` (bad scenario, template, option, host, a resource
+    limit met while running) is bad input; `source` (the file) leads the line if it does not."""
     try:
         yield
     except SimdistError as e:
-        fail_input(str(e))
+        fail_input(str(e) if source is None else sourced(str(e), source))
+
+
+def sourced(message: str, source: object) -> str:
+    """`message` led by its source (the file), unless it already names it first."""
+    return message if message.startswith(f"{source}: ") else f"{source}: {message}"
 
 
 # nccl-tests' -b/-e convention: a bare K, M, G or T suffix is binary (1M = 2**20 bytes);

@@ -7,10 +7,9 @@ naming the field or option).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,8 +17,9 @@ from rich.text import Text
 
 from simdist.cli import fuzz_script
 from simdist.cli import script as script_cli
-from simdist.cli.console import bad_input, check_output_folder, err, exit_on, say, show, table
+from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say, show, table
 from simdist.errors import InputError
+from simdist.jsonout import dumps
 
 
 def fuzz(
@@ -61,11 +61,14 @@ def fuzz(
     "ok" or none: nothing was found), for a script when nothing was found; 1 otherwise, 2 for bad input.
     """
     if templates and script_cli.is_script(templates[0]):
+        if jobs != 1 or cluster is not None:  # say so instead of ignoring them
+            with bad_input():
+                raise InputError("--jobs, --cluster: only for templates, not a script (.py)")
         fuzz_script.fuzz_script_command(templates, budget=budget, seed=seed, out_dir=out_dir, no_shrink=no_shrink,
                                         json_=json_, quiet=quiet, nproc=nproc_per_node, nproc_range=nproc_range,
                                         batches_range=batches_range, backend=backend, timeout=timeout)
     with bad_input():
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None)
+        script_cli.reject_for_scenario(nproc_per_node=nproc_per_node, backend=backend, timeout=timeout)
         if nproc_range is not None or batches_range != fuzz_script.DEFAULT_BATCHES:
             raise InputError("--nproc-per-node-range, --batches-range: only for a script (.py), not a template")
     from simdist.fuzz.template import load_template
@@ -79,15 +82,15 @@ def fuzz(
     try:
         results = _fuzz_all(tpls, executor, budget=budget, seed=seed, out_dir=out_dir, db=db,
                             no_db=no_db, no_shrink=no_shrink, no_compress=no_compress, jobs=jobs,
-                            show=not (quiet or json_) and err.is_terminal)
+                            show=not (quiet or json_) and err.is_terminal, json_=json_)
     finally:
         if executor is not None:
             executor.close()
     failed = any(r.failed for r in results)
     as_expected = all(r.as_expected for r in results)
     if json_:
-        sys.stdout.write(json.dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
-                                     "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+        sys.stdout.write(dumps({"failed": failed, "as_expected": as_expected, "seed": seed,
+                                "results": [r.to_dict() for r in results]}) + "\n")
     else:
         _print_results(results, seed)
     exit_on(as_expected)
@@ -111,9 +114,9 @@ def _executor(jobs: int, cluster: str | None):
 
 
 def _fuzz_all(tpls: list, executor, *, budget: int | None, seed: int, out_dir: Path, db: Path | None,
-              no_db: bool, no_shrink: bool, no_compress: bool, jobs: int, show: bool) -> list:
+              no_db: bool, no_shrink: bool, no_compress: bool, jobs: int, show: bool, json_: bool = False) -> list:
     """Fuzz each template in turn, with a progress bar on a terminal."""
-    from simdist.fuzz.runner import fuzz_template
+    from simdist.fuzz.runner import FuzzInterrupted, fuzz_template
 
     results = []
     for t in tpls:
@@ -131,13 +134,31 @@ def _fuzz_all(tpls: list, executor, *, budget: int | None, seed: int, out_dir: P
                 else:
                     progress.update(task, description=phase, extra=f"{count} runs")
 
-            with bad_input():
-                r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
-                                  shrink=not no_shrink, on_example=on_example, compress=not no_compress,
-                                  jobs=jobs, executor=executor)
+            try:
+                with bad_input():
+                    r = fuzz_template(t, budget=n, seed=seed, out_dir=out_dir, db_dir=db, use_db=not no_db,
+                                      shrink=not no_shrink, on_example=on_example, compress=not no_compress,
+                                      jobs=jobs, executor=executor)
+            except FuzzInterrupted as stop:
+                progress.stop()
+                _interrupted([*results, stop.result], json_)
             progress.update(task, completed=n)
         results.append(r)
     return results
+
+
+def _interrupted(results: list, json_: bool) -> NoReturn:
+    """Ctrl-C: say what was written and where (the fuzzer wrote it before stopping), exit 130."""
+    if json_:
+        sys.stdout.write(dumps({"interrupted": True, "failed": any(r.failed for r in results),
+                                "results": [r.to_dict() for r in results]}) + "\n")
+    paths = [c.path for r in results for c in r.counterexamples if c.path]
+    if paths:
+        for path in paths:
+            say(f"interrupted: counterexample written: {path}  (replay: simdist run {path})", console=err)
+    else:
+        say("interrupted: no failure found so far, nothing written", console=err)
+    exit_with(ExitCode.INTERRUPTED)
 
 
 def _print_results(results: list, seed: int) -> None:

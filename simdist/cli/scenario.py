@@ -1,7 +1,8 @@
 """Commands on scenario files: `run` (simulate), `real` (real processes), `compare` (both,
 diffed rank by rank), `check` (the checker's verdict and wait-for graph) and `schema` (the
-files' JSON schema, for editors). `run` and
-`check` take several files, print a summary line and exit with the worst code; both judge
+files' JSON schema, for editors). Each of run, check, real
+and compare also takes one torch.distributed script (.py) and its own arguments in place of
+a scenario, handed to `simdist.cli.script`. `run` and `check` take several files, print a summary line and exit with the worst code; both judge
 a file by `simdist.expect.judge`, so one verdict gives one exit code.
 
 This module and `simdist/__init__` are where `simdist` reaches `real_backend` (its
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -32,56 +33,31 @@ from simdist.cli.console import (
     exit_with,
     say,
     say_error,
-    show,
-    table,
+    sourced,
     worst,
     write_output,
 )
+from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import InputError, SimdistError
 from simdist.expect import Judgement, judge
+from simdist.jsonout import finite, write_json
+from simdist.limits import check_timeout
+from simdist.program.budget import check_ops
 from simdist.report import Report
 from simdist.scenario import Scenario, Target, load_scenario
 
-ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the machine-readable report (docs/report.md)")]
-TimeoutOpt = Annotated[float | None, typer.Option(help="watchdog seconds (default: the scenario's timeout_s)")]
-_OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
+TimeoutOpt = Annotated[float | None, typer.Option(
+    help="watchdog seconds (default: the scenario's timeout_s; a script: 300 s without communication)")]
 
 
 def load_or_exit(path: Path, target: Target = "sim") -> Scenario:
-    """The scenario at `path`, valid for `target` (a bad one: one line, exit 2)."""
+    """The scenario at `path`, valid for `target` and within the resource limits (a bad one:
+    one line naming the file, exit 2)."""
     with bad_input():
-        return load_scenario(path, target)
-
-
-def print_report(report: Report, title: str | None = None) -> None:
-    """Per-rank table, outcome, findings and the explanation of any hang or error."""
-    t = table("rank", "status", "inputs", "collectives", "time (s)", "observed / error",
-              title=title or f"{report.scenario} ({report.source})", overflow="fold")
-    for r in report.ranks:
-        detail = ""
-        if r.error:
-            detail = f"{r.error.type}: {r.error.message}"
-        elif r.blocked_in is not None:
-            detail = f"blocked in {r.blocked_in.short()}"
-            if r.waiting_in is not None and r.waiting_in is not r.blocked_in and r.waiting_in.seq != r.blocked_in.seq:
-                detail += f"; waiting in {r.waiting_in.short()}"
-        if r.observed:
-            obs = ", ".join(f"{k}={_short(v)}" for k, v in r.observed.items())
-            detail = f"{obs}; {detail}" if detail else obs
-        t.add_row(str(r.rank), r.status, str(r.inputs_processed), str(len(r.trace)), f"{r.time:.6g}", detail)
-    show(t)
-    say("outcome: ", (report.outcome, _OUTCOME_STYLE[report.outcome]))
-    for f in report.findings:
-        say(("finding", "magenta"), f" {f.kind}: {f.detail}")
-    for n in report.notes:
-        say(n)
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list) and len(v) > 8:
-        return f"[{', '.join(map(str, v[:3]))}, ... {len(v)} values, last {v[-1]}]"
-    return str(v)
+        s = load_scenario(path, target)
+        check_ops(s, str(path))
+        return s
 
 
 @dataclass
@@ -94,12 +70,18 @@ class FileResult:
     data: dict[str, Any] = field(default_factory=dict)  # what --json prints for this file
 
 
-def _try_load(path: Path, target: Target = "sim") -> Scenario | str:
-    """The scenario, or the one-line error that makes this file bad input."""
+def _simulated(path: Path) -> tuple[Scenario, Report] | str:
+    """The scenario at `path` and its simulated run, or the one-line error that makes this
+    file bad input: invalid, over a resource limit, or meeting one while it runs (a huge
+    mismatched collective)."""
+    from simdist.sim import simulate
+
     try:
-        return load_scenario(path, target)
+        s = load_scenario(path)
+        check_ops(s, str(path))
+        return s, simulate(s)
     except SimdistError as e:
-        return str(e)
+        return sourced(str(e), path)
 
 
 def _bad_file(path: Path, message: str) -> FileResult:
@@ -135,11 +117,12 @@ def finish(results: list[FileResult], json_: bool, single_json: dict[str, Any] |
     code = worst([r.code for r in results])
     if len(results) == 1:
         if json_ and single_json is not None:
-            sys.stdout.write(json.dumps(single_json, indent=2, default=str) + "\n")
+            write_json(single_json, sys.stdout, default=str)
+            sys.stdout.write("\n")
         exit_with(ExitCode(code))
     if json_:
-        sys.stdout.write(json.dumps({"exit_code": code, "files": [r.data for r in results]}, indent=2,
-                                    default=str) + "\n")
+        write_json({"exit_code": code, "files": [r.data for r in results]}, sys.stdout, default=str)
+        sys.stdout.write("\n")
     else:
         counts = {w: sum(r.word == w for r in results) for w in ("passed", "failed", "bad input")}
         say(("summary:", "bold"), f" {len(results)} files: " + ", ".join(f"{n} {w}" for w, n in counts.items())
@@ -151,12 +134,7 @@ def _judged(report: Report, s: Scenario, verdict: Verdict, json_: bool) -> Judge
     """Judge the run; in text mode, say how it fared against [expect]."""
     j = judge(report, s.expect, verdict)
     if not json_:
-        for f in j.unmet:
-            say(("expectation not met", "red"), f" {f}")
-        if j.by == "expect" and j.passed:
-            say(("all expectations met", "green"))
-        if j.by == "checker" and not j.passed:
-            say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
+        say_judgement(j, verdict)
     return j
 
 
@@ -170,43 +148,62 @@ def _word(code: int) -> str:
     return {0: "passed", 1: "failed"}.get(code, "bad input")
 
 
-ScenariosArg = Annotated[list[Path], typer.Argument(help="scenario TOML file(s)")]
-RunArg = Annotated[list[Path], typer.Argument(
-    help="scenario TOML file(s), or one torch.distributed script (.py) followed by its own arguments (after --)")]
+InputsArg = Annotated[list[str], typer.Argument(
+    help="scenario TOML file(s), or one torch.distributed script (.py) followed by its own arguments (after --)",
+    show_default=False)]
+OneInputArg = Annotated[list[str], typer.Argument(
+    help="a scenario TOML file, or a torch.distributed script (.py) followed by its own arguments (after --)",
+    show_default=False)]
+
+
+def _inputs(inputs: list[str], **script_options: Any) -> tuple[script_cli.ScriptInput | None, list[Path]]:
+    """A script and its arguments, or scenario files (which take no script option). Call
+    inside `bad_input()`."""
+    if script_cli.is_script(inputs[0]):
+        return script_cli.ScriptInput(Path(inputs[0]), tuple(inputs[1:]), **script_options), []
+    script_cli.reject_for_scenario(**script_options)
+    return None, [Path(p) for p in inputs]
+
+
+def _one_scenario(paths: list[Path], command: str) -> Path:
+    if len(paths) != 1:
+        raise InputError(f"{command}: takes one scenario file (or one script and its arguments), got {len(paths)}")
+    return paths[0]
 
 
 def run(
-    scenarios: RunArg,
+    inputs: InputsArg,
     json_: JsonOpt = False,
     trace_out: Annotated[Path | None, typer.Option(
         "--trace-out", help="write a Chrome trace JSON (Perfetto); with several scenarios a folder or a "
                             "path with {name}")] = None,
     nproc_per_node: script_cli.NprocOpt = None,
     backend: script_cli.BackendOpt = None,
-    timeout: TimeoutOpt = None,
+    timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
+    zero_compute: script_cli.ZeroComputeOpt = False,
+    topology: script_cli.TopologyOpt = None,
 ) -> None:
     """Simulate SCENARIO(S), or run SCRIPT.py on simulated ranks, and report what every rank did.
 
     Exit 0 when each passes (its [expect] holds; without [expect]: the checker finds nothing),
     1 when one fails, 2 for bad input; with several files, the worst.
     """
-    from simdist.sim import simulate
-
+    _check_timeout(timeout)  # a script's watchdog; a scenario refuses the option below
     with bad_input():
-        if script_cli.is_script(scenarios[0]):
-            script_cli.run_command(scenarios[0], [str(a) for a in scenarios[1:]], nproc_per_node, backend, timeout,
-                                   json_, trace_out, print_report, batches)
-        script_cli.reject_script_options(nproc_per_node, backend, timeout, None, batches)
+        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+                                    batches=batches, zero_compute=zero_compute, topology=topology)
+        if script is not None:
+            script_cli.run_command(script, json_, trace_out)
         traces = check_outputs(trace_out, "trace-out", scenarios, ".json")
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
     for path, trace_path in zip(scenarios, traces, strict=True):
-        s = _try_load(path)
-        if isinstance(s, str):
-            results.append(_bad_file(path, s))
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
             continue
-        report = simulate(s)
+        s, report = run_
         verdict = annotate_report(report, s)
         wrote = trace_path is None or write_output(lambda r=report, t=trace_path: write_chrome_trace(r, t),
                                                    trace_path, "trace-out")
@@ -216,7 +213,7 @@ def run(
             print_report(report)
         j = _judged(report, s, verdict, json_)
         code = _code(j, wrote)
-        single = report.to_dict()
+        single = report.to_jsonable()  # written as it streams out (simdist.jsonout)
         results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, "report": single}))
     finish(results, json_, single)
 
@@ -229,20 +226,38 @@ def run_real_or_exit(s: Scenario, timeout: float | None, quiet: bool, fr_dumps: 
         return run_real(s, timeout_s=timeout, progress=not quiet, fr_dumps=fr_dumps)
 
 
+def _check_timeout(timeout: float | None) -> None:
+    """--timeout, checked before anything runs (a bad one: one line, exit 2)."""
+    if timeout is not None:
+        with bad_input():
+            check_timeout(timeout)
+
+
 def real(
-    scenario: ScenarioArg,
+    inputs: OneInputArg,
     json_: JsonOpt = False,
     timeout: TimeoutOpt = None,
     fr_dumps: Annotated[Path | None, typer.Option(
         "--fr-dumps", help="leave each rank's Flight Recorder dump and torchelastic error file in this folder, "
                            "as torch does (TORCH_FR_DUMP_TEMP_FILE, TORCHELASTIC_ERROR_FILE): simdist diagnose "
                            "reads them")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    backend: script_cli.RealBackendOpt = None,
 ) -> None:
-    """Run SCENARIO on real torch.distributed processes (Gloo on CPU, NCCL on GPUs).
+    """Run SCENARIO (or SCRIPT.py) on real torch.distributed processes (Gloo on CPU; a
+    scenario's NCCL on GPUs).
 
     Exit codes as for `simdist run`, judged on the real report.
     """
+    _check_timeout(timeout)
     with bad_input():
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        if script is not None:
+            if fr_dumps is not None:
+                raise InputError("--fr-dumps: only for a scenario (a script's Flight Recorder is in its report)")
+            script_cli.real_command(replace(script, timeout=timeout), json_)
+        scenario = _one_scenario(paths, "real")
         check_output_folder(fr_dumps, "fr-dumps")
     s = load_or_exit(scenario, "real")
     report_and_exit(run_real_or_exit(s, timeout, json_, fr_dumps), s, json_)
@@ -251,48 +266,76 @@ def real(
 def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
     """Print a report (table or JSON) and exit 0/1 by `judge`, as `run` does for one file."""
     if json_:
-        sys.stdout.write(report.to_json() + "\n")
+        report.write_json(sys.stdout)
+        sys.stdout.write("\n")
     else:
         print_report(report)
     exit_on(_judged(report, s, check_run(report, s), json_).passed)
 
 
-def compare(scenario: ScenarioArg, json_: JsonOpt = False, timeout: TimeoutOpt = None) -> None:
-    """Run SCENARIO in the simulator and for real, and diff them rank by rank (exit 0: they agree)."""
+def compare(
+    inputs: OneInputArg,
+    json_: JsonOpt = False,
+    timeout: TimeoutOpt = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    backend: script_cli.RealBackendOpt = None,
+) -> None:
+    """Run SCENARIO (or SCRIPT.py) in the simulator and on real processes, and diff them rank
+    by rank: collectives, outcome, errors (and a script's printed lines). Exit 0: they agree.
+    """
     from dataclasses import asdict
 
     from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
+    _check_timeout(timeout)
+    with bad_input():
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        if script is not None:
+            script_cli.compare_command(replace(script, timeout=timeout), json_)
+        scenario = _one_scenario(paths, "compare")
     s = load_or_exit(scenario, "real")
-    sim_report = simulate(s)
+    with bad_input(scenario):
+        sim_report = simulate(s)
     real_report = run_real_or_exit(s, timeout, json_)
     cmp = compare_reports(sim_report, real_report)
     if json_:
-        sys.stdout.write(json.dumps({"agree": cmp.agree, "comparison": asdict(cmp),
-                                     "sim": sim_report.to_dict(), "real": real_report.to_dict()}, default=str) + "\n")
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim_report.to_jsonable(),
+                    "real": real_report.to_jsonable()}, sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
     exit_on(cmp.agree)
 
 
 def check(
-    scenarios: ScenariosArg,
+    inputs: InputsArg,
     json_: Annotated[bool, typer.Option("--json", help="verdict, findings, explanation and wait-for graph as JSON")] = False,
     graph: Annotated[Path | None, typer.Option(
         "--graph", help="write the wait-for graph: .dot/.gv (DOT), .png/.svg/.pdf (picture); with several "
                         "scenarios a folder (DOT files) or a path with {name}")] = None,
+    nproc_per_node: script_cli.NprocOpt = None,
+    backend: script_cli.BackendOpt = None,
+    timeout: script_cli.TimeoutOpt = None,
+    batches: script_cli.BatchesOpt = None,
+    zero_compute: script_cli.ZeroComputeOpt = False,
+    topology: script_cli.TopologyOpt = None,
 ) -> None:
-    """Simulate SCENARIO(S) and explain any hang, mismatch or broken invariant.
+    """Simulate SCENARIO(S) (or run SCRIPT.py on simulated ranks) and explain any hang, mismatch or broken invariant.
 
     Exit codes as for `simdist run` (the same rule, so one verdict gives one code): 0 passed
     (its [expect] holds, also when it expects a failure; without [expect]: nothing failed),
     1 failed, 2 bad input.
     """
     from simdist.check.drawing import check_graph_path, to_dot, write_graph
-    from simdist.sim import simulate
 
+    _check_timeout(timeout)
     with bad_input():
+        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+                                    batches=batches, zero_compute=zero_compute, topology=topology)
+        if script is not None:
+            script_cli.check_command(script, json_, graph)
         graphs = check_outputs(graph, "graph", scenarios, ".dot")
         for g in graphs:
             if g is not None:
@@ -300,11 +343,11 @@ def check(
     results: list[FileResult] = []
     single: dict[str, Any] | None = None
     for path, graph_path in zip(scenarios, graphs, strict=True):
-        s = _try_load(path)
-        if isinstance(s, str):
-            results.append(_bad_file(path, s))
+        run_ = _simulated(path)
+        if isinstance(run_, str):
+            results.append(_bad_file(path, run_))
             continue
-        report = simulate(s)
+        s, report = run_
         verdict = annotate_report(report, s)
         wf = verdict.waitfor
         assert wf is not None  # check_run always builds it
@@ -323,8 +366,8 @@ def check(
                 say(f"wait-for graph written to {graph_path}")
         j = _judged(report, s, verdict, json_)
         code = _code(j, wrote)
-        single = {"verdict": verdict.to_dict(), "passed": j.passed, "judged_by": j.by, "unmet": j.unmet,
-                  "explanation": report.notes, "waitfor_dot": to_dot(wf, title), "report": report.to_dict()}
+        single = {"verdict": finite(verdict.to_dict()), "passed": j.passed, "judged_by": j.by, "unmet": j.unmet,
+                  "explanation": report.notes, "waitfor_dot": to_dot(wf, title), "report": report.to_jsonable()}
         results.append(FileResult(path, code, _word(code), {"file": str(path), "exit_code": code, **single}))
     finish(results, json_, single)
 

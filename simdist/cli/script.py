@@ -1,20 +1,32 @@
-"""`simdist run SCRIPT.py`: a user's torch.distributed script on simulated ranks.
+"""A user's torch.distributed script wherever a scenario goes: `run`, `check`, `real`, `compare`.
 
-One interface for both kinds of input: `run` takes a scenario (.toml) or a script (.py);
-these options and the script's own arguments (after `--`) apply to scripts only.
+One interface for both kinds of input: these commands take scenario files (.toml) or one
+script (.py) followed by its own arguments (after `--`), and `simdist.cli.scenario` hands a
+script over to the functions here. The options below apply to scripts only; a scenario
+given one is bad input (`reject_for_scenario`). A script is judged by the same rule as a
+scenario without `[expect]` (`simdist.expect.judge`): exit 0 when the checker finds nothing
+(the run completed, no mismatch, no rank failed), 1 when it fails; `compare` exits 0 when
+the simulator and real Gloo agree. Bad input is one line and exit 2, Ctrl-C exit 130.
+
+`real` and `compare` run the script on real Gloo (CPU) under the same launcher, so both
+sides run the same file unmodified; the simulated side of `compare` takes Gloo's semantics
+for ranks that exit, whatever backend the script names.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 
+from simdist.cli.console import bad_input, check_output_file, exit_on, say, write_output
+from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import ScriptError
-from simdist.report import Report
+from simdist.expect import judge
+from simdist.jsonout import finite, write_json
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
@@ -23,38 +35,145 @@ BackendOpt = Annotated[str | None, typer.Option(
 BatchesOpt = Annotated[str | None, typer.Option(
     "--batches", help="script: cap on the batches each rank's DataLoaders yield per epoch, one per rank (5,6) "
                       "or one for every rank (5)")]
+RealBackendOpt = Annotated[str | None, typer.Option(
+    "--backend", help="script: real and compare run on Gloo (CPU) whatever the script names; gloo is the only "
+                      "value")]
+TimeoutOpt = Annotated[float | None, typer.Option(
+    "--timeout", help="script: watchdog seconds without communication before the run counts as a timeout "
+                      "(default 300)")]
+TopologyOpt = Annotated[str | None, typer.Option(
+    "--topology", help="script: the network communication is timed on: a preset (loopback, switch8, two_nodes, "
+                       "ring) or a TOML file with a [topology] table as in a scenario (default: loopback)")]
+ZeroComputeOpt = Annotated[bool, typer.Option(
+    "--zero-compute", help="script: count the ranks' own compute as 0 s, so every time in the report is a "
+                           "function of the program (default: measured CPU time)")]
 
 DEFAULT_TIMEOUT_S = 300.0
 
 
-def is_script(path: Path) -> bool:
-    return path.suffix == ".py"
+def is_script(path: str | Path) -> bool:
+    return Path(path).suffix == ".py"
 
 
-def reject_script_options(nproc_per_node: int | None, backend: str | None, timeout: float | None,
-                          script_args: list[str] | None, batches: str | None = None) -> None:
-    """A simulated scenario takes none of the script options: say so instead of ignoring them."""
+@dataclass(frozen=True)
+class ScriptInput:
+    """A script, its own arguments and the script options of one command."""
+
+    path: Path
+    args: tuple[str, ...] = ()
+    nproc_per_node: int | None = None
+    backend: str | None = None
+    batches: str | None = None
+    timeout: float | None = None
+    zero_compute: bool = False
+    topology: str | None = None
+
+    def execute(self, *, real: bool = False, json_: bool = False) -> Any:
+        """Run it in the simulator (or on real Gloo); the script's own output goes to the
+        terminal (stderr with --json, so stdout stays machine-readable). A `ScriptRun`."""
+        from simdist.script.api import execute
+        from simdist.script.env import GLOO, SIM
+
+        return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend,
+                       timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
+                       stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
+                       batches=self.batches, topology=self.topology)
+
+
+def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
+                        timeout: float | None = None, batches: str | None = None, zero_compute: bool = False,
+                        topology: str | None = None, script_args: list[str] | None = None) -> None:
+    """A scenario takes none of the script options (its file says all): say so instead of
+    ignoring them."""
     given = [name for name, v in (("--nproc-per-node", nproc_per_node), ("--backend", backend),
-                                  ("--timeout", timeout), ("--batches", batches),
-                                  ("script arguments", script_args)) if v]
+                                  ("--timeout", timeout), ("--batches", batches), ("--zero-compute", zero_compute),
+                                  ("--topology", topology), ("script arguments", script_args)) if v]
     if given:
         raise ScriptError(f"{', '.join(given)}: only for a script (.py), not a scenario")
 
 
-def run_command(path: Path, script_args: list[str] | None, nproc_per_node: int | None, backend: str | None,
-                timeout: float | None, json_: bool, trace_out: Path | None,
-                print_report: Callable[[Report], None], batches: str | None = None) -> None:
-    """Run the script, print its report, exit 0 when every rank completed (1 otherwise)."""
-    from simdist.chrome_trace import write_chrome_trace
-    from simdist.script.api import run_script
+def _gloo_only(inp: ScriptInput, command: str) -> ScriptInput:
+    """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused."""
+    if inp.backend not in (None, "gloo"):
+        raise ScriptError(f"--backend: {command} runs the script on real Gloo; got {inp.backend!r}")
+    return replace(inp, backend="gloo")
 
-    report = run_script(path, script_args or [], nproc_per_node=nproc_per_node, backend=backend,
-                        timeout_s=timeout or DEFAULT_TIMEOUT_S, stdout=sys.stderr.fileno() if json_ else None,
-                        batches=batches)
-    if trace_out is not None:
-        write_chrome_trace(report, trace_out)
+
+def _judge_and_exit(run: Any, verdict: Any, json_: bool, extra: dict[str, Any] | None = None) -> NoReturn:
+    """Exit 0 when the run passes (`simdist.expect.judge` without [expect]), else 1."""
+    j = judge(run.report, None, verdict)
     if json_:
-        sys.stdout.write(report.to_json() + "\n")
+        doc = run.report.to_jsonable() if extra is None else {**extra, "passed": j.passed, "judged_by": j.by,
+                                                               "report": run.report.to_jsonable()}
+        write_json(doc, sys.stdout, default=str)
+        sys.stdout.write("\n")
     else:
-        print_report(report)
-    raise typer.Exit(0 if report.outcome == "completed" else 1)
+        say_judgement(j, verdict)
+    exit_on(j.passed)
+
+
+def run_command(inp: ScriptInput, json_: bool, trace_out: Path | None) -> NoReturn:
+    """`simdist run SCRIPT.py`: the script on simulated ranks, its report, judged."""
+    from simdist.chrome_trace import write_chrome_trace
+
+    with bad_input():
+        check_output_file(trace_out, "trace-out")
+        run = inp.execute(json_=json_)
+    if trace_out is not None and not write_output(lambda: write_chrome_trace(run.report, trace_out), trace_out,
+                                                  "trace-out"):
+        raise typer.Exit(2)
+    if not json_:
+        print_report(run.report)
+    _judge_and_exit(run, run.verdict(), json_)
+
+
+def real_command(inp: ScriptInput, json_: bool) -> NoReturn:
+    """`simdist real SCRIPT.py`: the script on real Gloo ranks (CPU), its report, judged."""
+    with bad_input():
+        run = _gloo_only(inp, "real").execute(real=True, json_=json_)
+    if not json_:
+        print_report(run.report)
+    _judge_and_exit(run, run.verdict(), json_)
+
+
+def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
+    """`simdist compare SCRIPT.py`: simulated and real Gloo runs, diffed rank by rank."""
+    from simdist.compare import compare_reports, format_comparison
+
+    with bad_input():
+        inp = _gloo_only(inp, "compare")
+        sim = inp.execute(json_=json_).report
+        real = inp.execute(real=True, json_=json_).report
+    cmp = compare_reports(sim, real)
+    if json_:
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim.to_jsonable(),
+                    "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
+    else:
+        say(format_comparison(cmp))
+    exit_on(cmp.agree)
+
+
+def check_command(inp: ScriptInput, json_: bool, graph: Path | None) -> NoReturn:
+    """`simdist check SCRIPT.py`: the checker's verdict, explanation and wait-for graph."""
+    from simdist.check.drawing import check_graph_path, to_dot, write_graph
+
+    with bad_input():
+        check_output_file(graph, "graph")
+        if graph is not None:
+            check_graph_path(graph)
+        run = inp.execute(json_=json_)
+    verdict = run.verdict()
+    title = f"{inp.path.name}: wait-for graph"
+    if graph is not None and not write_output(lambda: write_graph(verdict.waitfor, graph, title), graph, "graph"):
+        raise typer.Exit(2)
+    if not json_:
+        say((verdict.kind, "red" if verdict.failed else "green"), f" ({run.report.outcome})")
+        for f in run.report.findings:
+            say(f"finding {f.kind}: {f.detail}")
+        for line in run.report.notes:
+            say(line)
+        if graph is not None:
+            say(f"wait-for graph written to {graph}")
+    _judge_and_exit(run, verdict, json_, {"verdict": verdict.to_dict(), "unmet": [], "explanation": run.report.notes,
+                                 "waitfor_dot": to_dot(verdict.waitfor, title)})

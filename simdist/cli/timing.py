@@ -9,11 +9,11 @@ options, call the real backend (`real_backend.bench`) or the timing model
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 from rich.progress import Progress
 
 import simdist.cli.timing_view as view
@@ -21,12 +21,14 @@ from real_backend import bench
 from simdist.chrome_trace import write_chrome_trace
 from simdist.cli.console import ExitCode, check_output_file, err, fail, parse_size, say, write_output
 from simdist.errors import InputError, SimdistError
+from simdist.jsonout import dumps
 from simdist.network.profile import OpProfile, Profile
 from simdist.network.simulate import timeline_report
 from simdist.timing import experiments, plots
 from simdist.timing.explain import explain
 from simdist.timing.explain import sweep as explain_sweep
 from simdist.timing.sweeps import geometric_sizes
+from simdist.userfiles import read_json
 
 app = typer.Typer(help="Communication cost model: benchmarks, calibration, explanations.", no_args_is_help=True,
                   rich_markup_mode=None)
@@ -119,7 +121,7 @@ def bench_cmd(
         return
     wrote = out is None or write_output(lambda: bench.save_rows(rows, out), out, "out")
     if json_out:
-        typer.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        typer.echo(dumps([r.to_dict() for r in rows], indent=1))
     else:
         view.print_bench(rows, backend, ranks, repeats)
         if out is not None and wrote:
@@ -192,7 +194,7 @@ def compare_timing_cmd(
     res["plot"] = str(plot_path) if wrote else None
     wrote &= _save_compare(res, save_profile, save_raw)
     if json_out:
-        typer.echo(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
+        typer.echo(dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
     else:
         view.print_compare(res)
     if not wrote:
@@ -230,16 +232,28 @@ def _check_compare(
     return lo, hi
 
 
+_SWEEPS = TypeAdapter(list[list[bench.BenchRow]])
+
+
 def _load_raw(path: Path) -> tuple[list[list], list[list], float | None]:
-    """(calibration sweeps, held-out sweeps, gamma) from a --save-raw file."""
+    """(calibration sweeps, held-out sweeps, gamma) from a --save-raw file, read as any user
+    file is (`simdist.userfiles`) and checked in shape, so a wrong file is one line, exit 2."""
     try:
-        saved = json.loads(Path(path).read_text())
+        saved = read_json(path, "measurements")
         raw = saved["raw"]
-    except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"load: cannot read measurements from {path} ({type(e).__name__})") from None
-    train_rows = [[bench.BenchRow(**r) for r in sw] for sw in raw["train"]]
-    test_rows = [[bench.BenchRow(**r) for r in sw] for sw in raw["test"]]
-    return train_rows, test_rows, saved.get("gamma")
+        train_rows, test_rows = (_SWEEPS.validate_python(raw[k]) for k in ("train", "test"))
+        gamma = TypeAdapter(float | None).validate_python(saved.get("gamma"))
+    except SimdistError as e:
+        raise InputError(f"load: {e}") from None
+    except (KeyError, TypeError):
+        raise InputError(f"load: {path} is not a --save-raw file (it needs raw.train and raw.test)") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"load: {path} is not a --save-raw file ({where}: {first['msg']})") from None
+    if not train_rows or not train_rows[0] or not test_rows:
+        raise InputError(f"load: {path} holds no measurements")
+    return train_rows, test_rows, gamma
 
 
 def _measure_and_compare(
@@ -270,7 +284,7 @@ def _save_compare(res: dict, save_profile: Path | None, save_raw: Path | None) -
         prof.add(OpProfile.from_dict(res["profile"]))
         ok &= write_output(lambda: prof.save(save_profile), save_profile, "save-profile")
     if save_raw is not None:
-        ok &= write_output(lambda: save_raw.write_text(json.dumps(res, indent=1)), save_raw, "save-raw")
+        ok &= write_output(lambda: save_raw.write_text(dumps(res, indent=1)), save_raw, "save-raw")
     return ok
 
 
@@ -317,7 +331,7 @@ def explain_cmd(
         lambda: write_chrome_trace(timeline_report([x.simulation], f"{x.op}/{x.algo}"), trace), trace, "trace")
     trace_path = str(trace) if trace is not None and wrote else None
     if json_out:
-        typer.echo(json.dumps(view.explanation_json(x, trace_path, rows), indent=1))
+        typer.echo(dumps(view.explanation_json(x, trace_path, rows), indent=1))
     else:
         view.print_explanation(x, trace_path)
         if rows is not None:

@@ -219,6 +219,20 @@ def barrier(rank: int, p: int) -> MessageProgram:
     return MessageProgram(prog, 0)
 
 
+def message_count(op: str, p: int, elements: int, elem: int) -> int:
+    """Sends and receives one rank posts in `message_program(op, ...)`, known without building
+    it (the programs of huge tensors are long: the ring all_reduce has a message per MiB)."""
+    if p <= 1:
+        return 0
+    if op == "all_reduce":
+        return 0 if elements == 0 else 2 * ring_messages(elements * elem, p)
+    if op == "all_gather":
+        return 4 * (p - 1) if elements else 0
+    if op in ("broadcast", "barrier"):
+        return 2 * p.bit_length()
+    return 1  # send, recv
+
+
 def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None) -> MessageProgram:
     """The program of one rank's call (`root`: the broadcast root, or the send/recv peer)."""
     nbytes = elements * elem

@@ -27,6 +27,7 @@ from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
 from simdist.engine.results import collective_results
 from simdist.engine.values import Payload
+from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
 
 
@@ -122,6 +123,8 @@ class Engine:
         self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
         self._any_recvs: dict[tuple[int, int], deque[Call]] = defaultdict(deque)  # recv from any source
         self.findings: list[Finding] = []
+        # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
+        self._entries_left = OPS.value()
         self._dead: list[int] = []  # ranks whose process is gone, ascending
         self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
 
@@ -158,6 +161,7 @@ class Engine:
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
+        self._record_one()
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
@@ -183,6 +187,7 @@ class Engine:
         A recv with `peer=None` takes a message from any source (`any_sender`); its trace
         entry names the source once matched."""
         rs = self.ranks[rank]
+        self._record_one()
         self._p2p_seq[(group, rank)] += 1
         entry = TraceEntry(
             seq=self._p2p_seq[(group, rank)],
@@ -228,6 +233,12 @@ class Engine:
         """The source a receive from any source takes: of the ranks with a message waiting
         for `dst` on `tag`, the lowest (gloo looks through its pairs in rank order)."""
         return min((src for (src, d, t), q in sends.items() if d == dst and t == tag and q), default=None)
+
+    def _record_one(self) -> None:
+        self._entries_left -= 1
+        if self._entries_left < 0:
+            OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
+                                                     "collectives (the run does more than its scenario's estimate)")
 
     # ------------------------------------------------------------------ matching
     def _match(self, inst: Instance) -> None:

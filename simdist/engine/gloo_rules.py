@@ -51,9 +51,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
 
-from simdist.collectives.gloo import PROGRAM_OPS, MessageProgram, message_program
+from simdist.collectives.gloo import PROGRAM_OPS, MessageProgram, message_count, message_program
 from simdist.engine.gloo_bytes import UNDEF, average, decode_all, encode, real_dtype, reduce_into
 from simdist.engine.gloo_transport import RankRun, run_programs
+from simdist.limits import MESSAGES
 from simdist.vocab import P2P_OPS, REDUCING_OPS, ROOTED_OPS, dtype_bytes
 
 __all__ = [
@@ -137,6 +138,18 @@ def _program(c: CollectiveCall, w: int) -> MessageProgram:
     return message_program(c.op, c.rank, w, elements, e, c.root)
 
 
+def _check_size(calls: list[CollectiveCall], w: int, per_byte: bool) -> None:
+    """Refuse (LimitError, `limits.MESSAGES`) to build programs whose length the limit does not
+    allow, before building them; with `per_byte` (values asked for), a message counts its bytes."""
+    total = 0
+    for c in calls:
+        elements, e = _elements(c) if c.op != "barrier" else (0, 1)
+        total += message_count(c.op, w, elements, e) + (elements * e if per_byte else 0)
+    shown = ", ".join(_describe(c) for c in calls[:3]) + (", ..." if len(calls) > 3 else "")
+    unit = "Gloo messages and bytes" if per_byte else "Gloo messages"
+    MESSAGES.check(total, "simulation", f"modelling the mismatched collective {shown} takes {total:,} {unit}")
+
+
 def _execute(
     calls: list[CollectiveCall],
     w: int,
@@ -144,6 +157,7 @@ def _execute(
     exited: frozenset[int] = frozenset(),
 ) -> dict[int, RankRun]:
     """Run the calls' programs on gloo's transport; with `inputs`, on real bytes."""
+    _check_size(calls, w, inputs is not None)
     ranks: dict[int, RankRun] = {}
     for c in calls:
         prog = _program(c, w)

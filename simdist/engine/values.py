@@ -175,10 +175,11 @@ def _cast(value: float, dtype: str) -> float:
         return float(int(value))
     if dtype == "bool":
         return float(bool(value))
-    if dtype == "float32":
-        return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
-    if dtype == "float16":
-        return float(np.float16(value))
+    with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
+        if dtype == "float32":
+            return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
+        if dtype == "float16":
+            return float(np.float16(value))
     return float(value)
 
 

@@ -28,6 +28,7 @@ What torch does (torch 2.13, read from its source and from its dumps):
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 # --------------------------------------------------------------------------- environment
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -133,3 +134,17 @@ def fr_p2p_ranks(profiling_name: str) -> tuple[int, int] | None:
     except ValueError:
         return None
     return None
+
+
+def fr_env(folder: Path, rank: int, on_demand: bool = False) -> dict[str, str]:
+    """What a production launcher sets for rank `rank` so that torch leaves its records in
+    `folder`: the Flight Recorder dump prefix (the rank is appended by the writer), the
+    torchelastic error file in its per-rank layout, and the control-plane socket."""
+    (folder / str(rank)).mkdir(parents=True, exist_ok=True)
+    env = {FR_DUMP_ENV: str(folder / DEFAULT_DUMP_PREFIX), ERROR_FILE_ENV: str(folder / str(rank) / ERROR_FILE_NAME)}
+    if on_demand:
+        env[WORKER_SOCKET_ENV] = str(folder / f"rank{rank}.sock")
+    for stale in (dump_path(env[FR_DUMP_ENV], rank), env[ERROR_FILE_ENV], env.get(WORKER_SOCKET_ENV)):
+        if stale:  # a record left by an earlier run would be read as this one's
+            Path(stale).unlink(missing_ok=True)
+    return env

@@ -7,9 +7,10 @@ torch's DebugInfoWriter writes it: ``<TORCH_FR_DUMP_TEMP_FILE prefix><global ran
 itself. A rank's uncaught exception is in torchelastic's error file (``TORCHELASTIC_ERROR_FILE``):
 ``<local rank>/error.json`` as torchelastic lays them out, or ``error_<rank>.json``.
 
-In a folder, files named otherwise (logs, sockets) are skipped; a file named as a dump
-that is not one (truncated, foreign, a pickle that asks to run code) is an error, as is a
-file given by name that is neither a dump nor an error file.
+In a folder, files named otherwise (logs, sockets) are skipped, and so are files named like
+a dump that are neither pickle nor JSON (a core file ``core.1234``); a pickle or JSON that is
+not a readable dump (truncated, another format, a pickle that asks to run code) is an
+error, as is any file given by name that is neither a dump nor an error file.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from simdist.errors import DumpError
 from simdist.flightrec.format import DEFAULT_PG_DESC, ERROR_FILE_NAME, FORMAT_VERSION, fr_backend, parse_version
-from simdist.flightrec.unpickle import Form, decode_dump
+from simdist.flightrec.unpickle import Form, decode_dump, sniff
 
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?:\.(?:json|pkl|pickle))?$")
 _ERROR_NAME = re.compile(r"^error[_-]?(?P<rank>\d+)\.json$")
@@ -100,9 +101,11 @@ def load_dumps(paths: list[Path]) -> Dumps:
             raise DumpError(f"{p}: no such file or folder")
     dumps: dict[int, RankDump] = {}
     errors: dict[int, ErrorFile] = {}
+    skipped: list[str] = []
     for path, named in found:
         item = _read(path, named)
         if item is None:
+            skipped.append(path.name)
             continue
         table: dict[int, Any] = dumps if isinstance(item, RankDump) else errors
         if item.rank in table:
@@ -113,6 +116,8 @@ def load_dumps(paths: list[Path]) -> Dumps:
         raise DumpError(f"{', '.join(map(str, paths))}: no Flight Recorder dump found (files named "
                         "<prefix><rank>, as TORCH_FR_DUMP_TEMP_FILE makes them)")
     out = Dumps(dumps, errors, world_size=_world_size(dumps, errors))
+    if skipped:
+        out.notes.append(f"skipped files that are neither pickle nor JSON: {', '.join(skipped)}")
     versions = sorted({d.version for d in dumps.values()})
     if len(versions) > 1:
         out.notes.append(f"dumps of different format versions: {', '.join(versions)}")
@@ -148,6 +153,8 @@ def _read(path: Path, named: bool) -> RankDump | ErrorFile | None:
     err_rank = _error_rank(path)
     if err_rank is not None:
         return _error_file(path, err_rank, data)
+    if not named and sniff(data) is None:
+        return None  # in a folder, a file named like a dump that is no pickle or JSON (a core file, a log)
     m = _DUMP_NAME.match(path.name)
     if m is None:
         if named and path.name == ERROR_FILE_NAME:

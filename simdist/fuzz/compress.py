@@ -45,7 +45,7 @@ Checked on the compressed run (`untrusted`): the static conditions make each ran
 behaviour periodic, not the pairing of collectives across ranks, so a compressed run only
 stands for the full one when every collective paired calls of one origin or a live call
 with the join hook's shadow of it (`misaligned`), and no rank ran past a cut while another
-was stuck before it. The fuzzer (`simdist.fuzz.runner.Checker`) goes further and uses
+was stuck before it. The fuzzer (`simdist.fuzz.checker.Checker`) goes further and uses
 only compressed *passes*; everything else is simulated in full.
 """
 

@@ -13,6 +13,7 @@ a Dask cluster (`executor`), run them; the same seed gives the same answer on an
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +24,14 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from simdist.check.classify import check_run
 from simdist.check.explain import explain_verdict
+from simdist.errors import InputError
 from simdist.fuzz.campaign import SHARD_SIZE, CampaignResult, Executor, InProcess, LocalPool, plan_shards, run_campaign
 from simdist.fuzz.checker import Checker
-from simdist.fuzz.counterexample import write_counterexample
+from simdist.fuzz.counterexample import safe_name, write_counterexample
 from simdist.fuzz.search import SUPPRESSED_HEALTH_CHECKS, ShardResult, apply_ops, snapshot_database
 from simdist.fuzz.shrink import greedy_shrink
 from simdist.fuzz.template import Template
+from simdist.procs import interrupt_event
 from simdist.scenario import parse_scenario
 from simdist.sim import simulate
 
@@ -129,7 +132,11 @@ def fuzz_template(
     The budget is split into shards of `shard_size` examples (`simdist.fuzz.campaign`), run
     here (`jobs=1`), on `jobs` local worker processes, or on `executor` (e.g. a
     `simdist.fuzz.cluster.DaskExecutor`, which the caller closes); the answer depends on the
-    seed, budget and shard size only. `compress=False` simulates every schedule in full (see
+    seed, budget and shard size only. Every file goes under `out_dir` (names made safe:
+    `counterexample.safe_name`). A failure class is written the moment it is first found (a
+    worker's find as the worker reports it), and replaced by its shrunk form when the search
+    ends; on Ctrl-C the smallest failing schedule of each class found so far is written and
+    `FuzzInterrupted` raised. `compress=False` simulates every schedule in full (see
     `simdist.fuzz.checker.Checker`)."""
     budget = template.budget if budget is None else budget
     res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress,
@@ -140,35 +147,52 @@ def fuzz_template(
         db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
         # one database per template (and version of it): hypothesis keys saved examples by the
         # property function, which is the same for every template
-        folder = db_path / f"{template.name}-{template.digest[:12]}"
+        folder = db_path / f"{safe_name(template.name)}-{template.digest[:12]}"  # a name that stays inside db_path
         replay = snapshot_database(folder)
         db = DirectoryBasedExampleDatabase(str(folder))
     specs = plan_shards(budget, seed, shard_size, shrink=shrink, compress=compress, use_db=use_db, replay=replay)
+    files = _Files(template, seed, Path(out_dir) if out_dir is not None else None, res)
     own = executor is None
     if executor is None:
         executor = InProcess(on_example) if jobs <= 1 else LocalPool(jobs)
     res.jobs = executor.jobs
     t0 = time.perf_counter()
+    camp = CampaignResult()
+    # Ctrl-C (and SIGTERM) set an event that the shards poll between schedules: a
+    # KeyboardInterrupt raised wherever the signal lands can be lost (hypothesis runs code in
+    # garbage-collector callbacks, where Python only prints "Exception ignored"). A second one
+    # raises at once, for a schedule that takes long.
     try:
-        camp = run_campaign(template, specs, executor, on_shard=_progress(on_example, executor))
-    finally:
-        if own:
-            executor.close()
-    _merge(res, camp)
-    if db is not None:
-        for r in camp.shards:
-            apply_ops(db, r.db_ops)
-    checker = Checker(template, compress=compress)  # the greedy pass's own judge (its schedules count too)
-    keys = _keys(camp.shards)
-    for key in keys:
-        d = _smallest(camp.shards, key)
-        if shrink and not camp.interrupted:
-            d = greedy_shrink(d, key, checker, tick=lambda: _tick(res, on_example))
-        res.counterexamples.append(_counterexample(d, key, template, seed, out_dir, res.classes.get(key, 0)))
-    res.schedules += checker.simulated
+        with interrupt_event(twice_raises=True) as stop:
+            try:
+                camp = run_campaign(template, specs, executor, on_found=lambda _i, k, d: files.first_found(k, d),
+                                    on_shard=_progress(on_example, executor), stop=stop)
+            finally:
+                if own:
+                    executor.close()
+            _merge(res, camp)
+            if db is not None:
+                for r in camp.shards:
+                    apply_ops(db, r.db_ops)
+            files.raise_if_failed()
+            if camp.interrupted:
+                raise KeyboardInterrupt
+            checker = Checker(template, compress=compress)  # the greedy pass's own judge (its schedules count too)
+            for key in _keys(camp.shards):
+                d = _smallest(camp.shards, key)
+                if shrink:
+                    d = greedy_shrink(d, key, checker, tick=lambda: _tick(res, on_example, stop))
+                res.counterexamples.append(files.write(key, d, "shrunk"))
+            res.schedules += checker.simulated
+            files.keep_only(_keys(camp.shards))  # files of failures in shards after the answer's last one
+    except KeyboardInterrupt:
+        done = {c.key for c in res.counterexamples}
+        for key in _keys(camp.shards):
+            if key not in done:
+                res.counterexamples.append(files.write(key, _smallest(camp.shards, key), "interrupted"))
+        res.seconds = time.perf_counter() - t0
+        raise FuzzInterrupted(res) from None
     res.seconds = time.perf_counter() - t0
-    if camp.interrupted:
-        raise FuzzInterrupted(res)
     return res
 
 
@@ -185,7 +209,9 @@ def _progress(on_example: Callable[[int, str], None] | None, executor: Executor)
     return on_shard
 
 
-def _tick(res: FuzzResult, on_example: Callable[[int, str], None] | None) -> None:
+def _tick(res: FuzzResult, on_example: Callable[[int, str], None] | None, stop: threading.Event) -> None:
+    if stop.is_set():  # Ctrl-C, seen between two schedules of the greedy pass
+        raise KeyboardInterrupt
     res.examples += 1
     if on_example is not None:
         on_example(res.examples, "post-shrink")
@@ -225,8 +251,47 @@ def _smallest(shards: list[ShardResult], key: str) -> dict[str, Any]:
     return next(r.found[key] for r in shards if key in r.found)
 
 
+class _Files:
+    """The counterexample file of each failure class: written when the class is first found,
+    replaced by a smaller schedule later (the older file removed)."""
+
+    def __init__(self, template: Template, seed: int, out_dir: Path | None, res: FuzzResult):
+        self.template, self.seed, self.out_dir, self.res = template, seed, out_dir, res
+        self.paths: dict[str, Path] = {}
+        self.error: OSError | None = None  # a write that failed inside the search
+
+    def write(self, key: str, d: dict[str, Any], state: str) -> Counterexample:
+        c = _counterexample(d, key, self.template, self.seed, self.out_dir, self.res.classes.get(key, 0), state)
+        old = self.paths.get(key)
+        if c.path is not None:
+            self.paths[key] = Path(c.path)
+            if old is not None and old != Path(c.path):
+                old.unlink(missing_ok=True)
+        return c
+
+    def first_found(self, key: str, d: dict[str, Any]) -> None:
+        """Called inside the property (or as a worker reports it): an error must not become a
+        hypothesis failure."""
+        try:
+            self.write(key, d, "unshrunk")
+        except OSError as e:
+            self.error = self.error or e
+
+    def keep_only(self, keys: list[str]) -> None:
+        """Remove the early files of classes that are not part of the answer: a later shard
+        found them before an earlier shard's failure made it the last one read."""
+        for key, path in list(self.paths.items()):
+            if key not in keys:
+                path.unlink(missing_ok=True)
+                del self.paths[key]
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise InputError(f"--out: cannot write counterexamples in {self.out_dir} ({self.error.strerror or self.error})")
+
+
 def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, out_dir: str | Path | None,
-                    found_at: int) -> Counterexample:
+                    found_at: int, state: str = "shrunk") -> Counterexample:
     """Judge the (shrunk) schedule once more, explain it, and write it when `out_dir` is set."""
     s = parse_scenario(d, source=template.source)
     report = simulate(s)
@@ -236,8 +301,11 @@ def _counterexample(d: dict[str, Any], key: str, template: Template, seed: int, 
               "status": [r.status for r in report.ranks]}
     path = None
     if out_dir is not None:
-        path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}", v.summary,
-                                        expect))
+        try:
+            path = str(write_counterexample(d, template, seed, Path(out_dir), expl, f"{v.kind}/{v.outcome}",
+                                            v.summary, expect, state))
+        except OSError as e:  # the CLI checks --out first; the API meets it here
+            raise InputError(f"--out: cannot write counterexamples in {out_dir} ({e.strerror or e})") from None
     return Counterexample(key=key, signature=v.signature, summary=v.summary, scenario=d, path=path,
                           found_at=found_at, world_size=s.world_size, counts=s.counts(),
                           steps=len(s.loop) + len(s.after), explanation=expl)

@@ -30,11 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from simdist.errors import ScenarioError
+from simdist.errors import LimitError, ScenarioError
+from simdist.limits import MAX_WORLD_SIZE
+from simdist.program.budget import check_ops
 from simdist.scenario import Scenario, parse_scenario, read_toml
+from simdist.userfiles import check_data
 
 MARKERS = ("range", "choice", "each", "subset")
 FUZZ_KEYS = {"budget": int, "invariants": bool, "expect": str, "description": str}
+MAX_BUDGET = 10_000_000  # examples per template: more is a typo, not a search
 
 
 class Chooser(Protocol):
@@ -108,17 +112,19 @@ def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def check_markers(v: Any, loc: str, source: str) -> None:
-    """Structural check of every marker in a template value (one-line, field-named errors)."""
+def check_markers(v: Any, loc: str, source: str, in_each: bool = False) -> None:
+    """Structural check of every marker in a template value (one-line, field-named errors).
+
+    An ``each`` inside an ``each`` is refused: it would make world_size ** depth values."""
     if isinstance(v, list):
         for i, x in enumerate(v):
-            check_markers(x, f"{loc}[{i}]", source)
+            check_markers(x, f"{loc}[{i}]", source, in_each)
         return
     if not isinstance(v, dict):
         return
     if not _is_marker(v):
         for k, x in v.items():
-            check_markers(x, f"{loc}.{k}" if loc else k, source)
+            check_markers(x, f"{loc}.{k}" if loc else k, source, in_each)
         return
     keys = [k for k in v if k in MARKERS]
     if len(keys) > 1:
@@ -138,9 +144,11 @@ def check_markers(v: Any, loc: str, source: str) -> None:
         if not isinstance(arg, list) or not arg:
             raise _err(source, here, "needs a non-empty list of values")
         for i, x in enumerate(arg):
-            check_markers(x, f"{here}[{i}]", source)
+            check_markers(x, f"{here}[{i}]", source, in_each)
     elif key == "each":
-        check_markers(arg, here, source)
+        if in_each:
+            raise _err(source, here, "an 'each' inside an 'each' is not allowed (one value per rank is one level)")
+        check_markers(arg, here, source, True)
     elif key == "subset":
         if not (arg == "world" or (isinstance(arg, list) and arg and all(isinstance(x, int) and x >= 0 for x in arg))):
             raise _err(source, here, "needs \"world\" or a non-empty list of ranks")
@@ -185,14 +193,17 @@ def _steps(steps: Any, chooser: Chooser, world: int) -> Any:
 
 def instantiate(body: dict[str, Any], chooser: Chooser) -> dict[str, Any]:
     world = resolve(body.get("world_size", 1), chooser, 1)
+    # Per-rank markers make `ranks` values: only for a world the schema accepts (an invalid
+    # one, e.g. 10**18, is rejected by the schema, not expanded).
+    ranks = world if isinstance(world, int) and not isinstance(world, bool) and 1 <= world <= MAX_WORLD_SIZE else 1
     out: dict[str, Any] = {}
     for k, v in body.items():
         if k == "world_size":
             out[k] = world
         elif k in ("loop", "after"):
-            out[k] = _steps(v, chooser, world if isinstance(world, int) else 1)
+            out[k] = _steps(v, chooser, ranks)
         else:
-            out[k] = resolve(v, chooser, world if isinstance(world, int) else 1)
+            out[k] = resolve(v, chooser, ranks)
     return out
 
 
@@ -200,6 +211,7 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
     """Validate a template dict: markers well-formed, and its low and high instances valid scenarios."""
     if not isinstance(data, dict):
         raise _err(source, "", "a template is a table")
+    check_data(data, source)
     body = {k: v for k, v in data.items() if k != "fuzz"}
     fz = data.get("fuzz", {})
     if not isinstance(fz, dict):
@@ -211,6 +223,8 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
             raise _err(source, f"fuzz.{k}", f"must be a {FUZZ_KEYS[k].__name__}")
     if "budget" in fz and fz["budget"] < 1:
         raise _err(source, "fuzz.budget", "must be >= 1")
+    if "budget" in fz and fz["budget"] > MAX_BUDGET:
+        raise _err(source, "fuzz.budget", f"must be <= {MAX_BUDGET:,}")
     if fz.get("expect") not in (None, "failure", "ok"):
         raise _err(source, "fuzz.expect", "must be \"failure\" or \"ok\"")
     if "expect" in body:
@@ -221,13 +235,15 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
     ws = body["world_size"]
     if isinstance(ws, dict) and ("each" in ws or "subset" in ws):
         raise _err(source, "world_size", "can only be a number, a range or a choice")
+    _check_world_bounds(ws, source)
     for section in ("loop", "after"):
         steps = body.get(section, [])
         if isinstance(steps, list):
             for i, st in enumerate(steps):
                 if isinstance(st, dict) and "optional" in st and not isinstance(st["optional"], bool):
                     raise _err(source, f"{section}[{i}].optional", "must be true or false")
-    check_markers(body, "", source)
+    for k, v in body.items():  # the template itself is a table, even with a key named like a marker
+        check_markers(v, k, source)
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
     tname = name or str(body.get("name", "template"))
     if not isinstance(tname, str):
@@ -237,13 +253,27 @@ def parse_template(data: dict[str, Any], source: str = "<template>", name: str |
                  description=fz.get("description", ""), digest=digest)
     for label, high in (("lowest", False), ("highest", True)):
         try:
-            t.scenario(Extreme(high))
-        except ScenarioError as e:
+            check_ops(t.scenario(Extreme(high)), source)
+        except (ScenarioError, LimitError) as e:
             msg = str(e)
             if msg.startswith(source + ": "):
                 msg = msg[len(source) + 2:]
-            raise ScenarioError(f"{source}: {msg} (in the template's {label} instance)") from None
+            raise type(e)(f"{source}: {msg} (in the template's {label} instance)") from None
     return t
+
+
+def _check_world_bounds(ws: Any, source: str) -> None:
+    """world_size's range and choices within the schema's upper bound, before anything is
+    drawn (per-rank markers would otherwise expand a world of 10**18 ranks)."""
+    if isinstance(ws, dict) and isinstance(ws.get("range"), list):
+        values = ws["range"]
+    elif isinstance(ws, dict) and isinstance(ws.get("choice"), list):
+        values = ws["choice"]
+    else:
+        values = [ws]
+    for v in values:
+        if _num(v) and v > MAX_WORLD_SIZE:
+            raise _err(source, "world_size", f"{v} is more than {MAX_WORLD_SIZE} ranks")
 
 
 def load_template(path: str | Path) -> Template:

@@ -28,7 +28,7 @@ import numpy as np
 from simdist.collectives.algorithms import REGISTRY, algorithms_for, make_schedule, resolve
 from simdist.collectives.execute import schedule_time
 from simdist.errors import ScenarioError
-from simdist.network.profile import Profile
+from simdist.network.profile import Profile, load_profile
 from simdist.network.topology import Network, cached_preset, scenario_network, uniform_network
 
 
@@ -77,12 +77,7 @@ class CostModel:
         # `simdist compare-timing --save-profile`), if the scenario model has that field.
         prof_path = getattr(topo, "profile", None)
         if profile is None and prof_path:
-            try:
-                profile = Profile.load(prof_path)
-            except (OSError, ValueError, KeyError) as e:
-                raise ScenarioError(
-                    f"topology.profile: cannot read calibrated profile '{prof_path}' ({type(e).__name__})"
-                ) from None
+            profile = load_profile(prof_path)  # a one-line ScenarioError naming topology.profile
         return cls(
             net, alpha=topo.alpha, beta=topo.beta, gamma=topo.gamma, algorithms=dict(topo.algorithms), profile=profile
         )

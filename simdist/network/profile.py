@@ -10,11 +10,14 @@ reads and not on how it was made.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from simdist.collectives.algorithms import REGISTRY
+from simdist.errors import ScenarioError
+from simdist.jsonout import dumps
+from simdist.userfiles import read_json
 
 
 @dataclass
@@ -44,11 +47,15 @@ class PiecewiseFit:
         return [s.lo for s in self.segments[1:]]
 
     def to_dict(self) -> dict:
-        return {"segments": [asdict(s) for s in self.segments], "sse": self.sse}
+        """JSON-ready: the last segment's open end (hi = inf) is written as null, since
+        JSON has no infinity (older files wrote ``Infinity``, which `load_profile` still reads)."""
+        return {"segments": [{**asdict(s), "hi": None if math.isinf(s.hi) else s.hi} for s in self.segments],
+                "sse": self.sse}
 
     @classmethod
     def from_dict(cls, d: dict) -> PiecewiseFit:
-        return cls([Segment(**s) for s in d["segments"]], d.get("sse", 0.0))
+        return cls([Segment(**{**s, "hi": math.inf if s.get("hi") is None else s["hi"]}) for s in d["segments"]],
+                   d.get("sse", 0.0))
 
 
 @dataclass
@@ -111,13 +118,63 @@ class Profile:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"entries": [e.to_dict() for e in self.entries.values()]}, indent=1))
+        path.write_text(dumps({"entries": [e.to_dict() for e in self.entries.values()]}, indent=1))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        d = json.loads(Path(path).read_text())
-        prof = cls()
-        for e in d["entries"]:
+        """The checked profile at `path` (`load_profile`: a ScenarioError when it is not one)."""
+        return load_profile(path)
+
+
+_LOADED: dict[tuple[str, int, int], Profile] = {}
+
+
+def load_profile(path: str | Path, field: str = "topology.profile") -> Profile:
+    """The calibrated profile at `path`, checked, or a ScenarioError naming `field`: a regular
+    file of at most `limits.FILE_BYTES` bytes of strict JSON (`simdist.userfiles`), whose
+    entries have the shape `Profile.save` writes and only finite numbers. Cached per
+    (path, modification time, size): the fuzzer validates many scenarios naming one profile."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except (OSError, ValueError):
+        key = None
+    if key is not None and key in _LOADED:
+        return _LOADED[key]
+    try:
+        doc = read_json(p, "calibrated profile", infinity=None)  # an open end: see PiecewiseFit.to_dict
+    except ScenarioError as e:
+        raise ScenarioError(f"{field}: {e}") from None
+    try:
+        prof = Profile()
+        for e in doc["entries"]:
             prof.add(OpProfile.from_dict(e))
-        return prof
+        _check(prof)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise ScenarioError(f"{field}: {p} is not a calibrated profile ({type(e).__name__}: {e})") from None
+    if key is not None:
+        _LOADED[key] = prof
+    return prof
+
+
+def _check(prof: Profile) -> None:
+    """Numbers where numbers belong and curves that can predict (raises ValueError)."""
+    for (op, p), e in prof.entries.items():
+        if not isinstance(op, str) or not isinstance(p, int) or isinstance(p, bool) or p < 1:
+            raise ValueError(f"entry ({op!r}, {p!r}): op must be a name and world_size an integer >= 1")
+        if not e.piecewise.segments:
+            raise ValueError(f"{op} on {p} ranks: no segments")
+        for s in e.piecewise.segments:
+            if not _numbers(s.lo, s.hi, s.a, s.b):
+                raise ValueError(f"{op} on {p} ranks: a segment's lo, hi, a and b must be numbers")
+        for name, fit in e.algos.items():
+            if (op, fit.algo) not in REGISTRY:
+                raise ValueError(f"{op} on {p} ranks: unknown algorithm {name!r}")
+            if not _numbers(fit.alpha, fit.beta, fit.gamma, fit.sse) or math.isinf(fit.sse):
+                raise ValueError(f"{op} on {p} ranks, {name}: alpha, beta, gamma and sse must be finite numbers")
+
+
+def _numbers(*xs: object) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)

@@ -25,8 +25,7 @@ import numpy as np
 
 from simdist.errors import ScenarioError
 from simdist.network.routing import FEW_PAIRS, LinkIndex, Router
-
-PRESETS = ("loopback", "switch8", "two_nodes", "ring")
+from simdist.vocab import PRESET_MAX_WORLD, PRESETS
 
 # Per-hop defaults (latency us, bandwidth GB/s). Ranks on one host talk through it.
 INTRA_NODE = {"host": (15.0, 6.0), "gpu": (1.0, 300.0), "switch": (1.0, 300.0), "nic": (1.0, 64.0)}
@@ -168,7 +167,7 @@ def preset_network(name: str, world_size: int) -> Network:
             rank_node[r] = f"rank{r}"
         gamma = GAMMA_CPU
     elif name == "switch8":
-        if p > 8:
+        if p > PRESET_MAX_WORLD[name]:
             raise ScenarioError(f"topology.preset: switch8 has 8 GPUs, world_size {p} does not fit")
         g.add_node("switch", kind="switch")
         for r in range(p):

@@ -8,18 +8,21 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from simdist.check.classify import Verdict, judge
+from simdist.check.waitfor import build_waitfor
 from simdist.errors import ScriptError
+from simdist.limits import check_timeout
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
-from simdist.scenario import Topology
+from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch
-from simdist.script.build import build_report
+from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
 from simdist.script.zygote import Zygote, same_script
 
@@ -59,9 +62,22 @@ def check_script(path: Path) -> None:
         raise ScriptError(f"script: cannot read {path}: {e}") from None
 
 
-def default_cost(world_size: int) -> CostModel:
-    """The default topology's cost model (docs/cost-model.md), as for a scenario without one."""
-    return CostModel.from_scenario_topology(Topology(), world_size)
+Topo = str | os.PathLike | Topology | None
+
+
+def cost_factory(topology: Topology | None) -> Callable[[int], CostModel]:
+    """The cost model for a world size, made once the ranks say how many they are: the given
+    topology's (`--topology`), else the default one (docs/cost-model.md), as for a scenario
+    without a [topology] table. A topology that cannot hold the world raises, naming the field."""
+    topo = topology or Topology()
+
+    def make(world_size: int) -> CostModel:
+        problems = topology_problems(topo, world_size)
+        if problems:
+            raise ScriptError("; ".join(problems))
+        return CostModel.from_scenario_topology(topo, world_size)
+
+    return make
 
 
 @dataclass
@@ -75,11 +91,17 @@ class ScriptRun:
     longest_epoch: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
 
+    def verdict(self) -> Verdict:
+        """The checker's verdict, as for a scenario without [expect]: failed when the run did
+        not complete or a finding was made (the report carries its findings already)."""
+        return judge(self.report, list(self.report.findings), build_waitfor(self.report, Groups(self.groups)))
+
 
 def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> Report:
+               mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
+               topology: Topo = None) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -90,16 +112,18 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `stdout`: where the script's own output goes (default: this process's stdout).
     `run_id`: the tag every process of the run carries (`launch.tagged_processes` finds them).
     `mode="gloo"`: the same launcher and capture with real Gloo process groups instead of
-    simulated ones (source "real"; printed lines and exits, no trace yet), for comparison.
+    simulated ones (source "real"; the trace from the Flight Recorder), for comparison.
     `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
     one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
     (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
     `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
     ranks instead of starting an interpreter for each (output goes where the zygote's goes).
+    `topology`: the network the cost model times communication on: a preset name, a TOML
+    file with a [topology] table (as a scenario's), or a `Topology` (default: loopback).
     """
     return execute(path, args, nproc_per_node=nproc_per_node, backend=backend, timeout_s=timeout_s, gpus=gpus,
                    measure_compute=measure_compute, stdout=stdout, run_id=run_id, mode=mode, batches=batches,
-                   zygote=zygote).report
+                   zygote=zygote, topology=topology).report
 
 
 def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int | None, batches: Batches,
@@ -118,20 +142,34 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
     return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
 
 
+def _refuse_unsupported(report: Report) -> None:
+    """A script that calls an operation the simulated backend cannot model is bad input for
+    the simulator (what follows on the other ranks would be the simulator's artefact, not
+    the program's): one line naming the operation, the rank and the user's line."""
+    for r in report.ranks:
+        what = env.unsupported_in(r.error.message) if r.error is not None else None
+        if what is not None:
+            at = f" at {r.location.short()}" if r.location is not None else ""
+            raise ScriptError(f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (rank {r.rank}{at})")
+
+
 def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
-            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None) -> ScriptRun:
+            mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
+            topology: Topo = None) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+    check_timeout(timeout_s, "timeout_s")
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
+    topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)
     gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))
     listener.listen(256)
     listener.setblocking(False)
-    coord = Coordinator(listener, default_cost, backend=backend, measure_compute=measure_compute, batches=caps)
+    coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps)
     run: launch.Launch | None = None
     t0 = time.time()
     try:
@@ -157,6 +195,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
+    _refuse_unsupported(report)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     conns = [coord.by_rank.get(r) for r in range(coord.world_size)]

@@ -16,6 +16,7 @@ from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.report import (
+    SHUTDOWN_ABORT,
     CodeLocation,
     Finding,
     RankError,
@@ -24,7 +25,9 @@ from simdist.report import (
     TraceEntry,
     error_category,
     overall_outcome,
+    shutdown_abort,
 )
+from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.ranks import RankConn
 
@@ -71,7 +74,10 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
     for e in entries:
         frames, user = _frames(e["frames"])
         op, dtype, size = fr_op_name(e["op"]), fr_dtype(e["dtypes"]), len(groups.get(e["pg"], []))
-        numel = 0 if op == "barrier" else fr_numel(e["sizes"])
+        if op == "barrier":  # no tensor: FR records none, both sides' traces give it the same dtype
+            numel, dtype = 0, env.BARRIER_DTYPE
+        else:
+            numel = fr_numel(e["sizes"])
         if op == "scatter":  # a non-root has no input: the size is its output's, times the group's (as simulated)
             numel, dtype = fr_numel(e.get("out_sizes") or []) * size, fr_dtype(e.get("out_dtypes") or [])
         red, root = known.get((e["pg"], e["seq"]), (None, None))
@@ -156,7 +162,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
                       inputs_processed=conn.batches,
                       blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
-                      location=where, exit=how)
+                      location=where, exit=how, compute=list(conn.compute))
 
 
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
@@ -205,4 +211,10 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
     report.notes = _notes(report, coord, ending)
+    for r in range(coord.world_size):
+        conn = coord.by_rank.get(r)
+        rc = returncodes[r] if r < len(returncodes) else None
+        if conn is not None and shutdown_abort(rc, finished=conn.exit is not None):
+            report.notes.append(f"rank {r}: ended by SIGABRT after it had reported its end "
+                                f"({report.ranks[r].exit}): {SHUTDOWN_ABORT}")
     return report

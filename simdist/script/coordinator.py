@@ -29,6 +29,7 @@ import numpy as np
 
 from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Splits
+from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
 from simdist.script import payloads, wire
@@ -161,18 +162,26 @@ class Coordinator:
         elif kind == "group":
             self._group(h)
         elif kind == "exit":
+            conn.advance(h.get("cpu"), self.measure_compute)
             conn.exit = h
             conn.exit_at = time.time()
 
     def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
         rank, size = int(h["rank"]), int(h["world_size"])
+        conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
         error = None
         if self.engine is None:
             self.world_size = size
             self.backend = self.forced_backend or semantics_of(h.get("backend") or "")
             self.engine = Engine(size, {WORLD: list(range(size))}, ZeroCost(), self.backend)
-            self.timeline = Timeline(self.cost_factory(size))
-        if len(self.batches) > 1 and len(self.batches) != size:
+            try:
+                self.timeline = Timeline(self.cost_factory(size))
+            except SimdistError as e:  # a topology that cannot hold this world: bad input
+                self.input_error = str(e)
+                self.timeline = Timeline(ZeroCost())
+        if self.input_error is not None:
+            error = self.input_error
+        elif len(self.batches) > 1 and len(self.batches) != size:
             error = self.input_error = (f"batches: {len(self.batches)} caps given ({','.join(map(str, self.batches))}) "
                                         f"for a world of {size} ranks (give one per rank, or one for every rank)")
         elif size != self.world_size:

@@ -9,6 +9,7 @@ layer finds the coordinator without the user's code passing anything along.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 SOCKET = "SIMDIST_SCRIPT_SOCKET"  # the coordinator's Unix socket; its presence switches the layer on
@@ -17,7 +18,15 @@ GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
 STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
+# A barrier carries no tensor; both sides' traces give it this dtype (the engine needs one; real
+# Gloo's Flight Recorder records none), as a scenario's barrier keeps its step's dtype.
+BARRIER_DTYPE = "float32"
 BATCHES = "SIMDIST_SCRIPT_BATCHES"  # per-rank DataLoader caps, "5,6" or "5" (rank.batches)
+
+# How a rank says it met an operation the simulated backend cannot model (`rank.pg`); the
+# simdist side finds it in a rank's error, wherever torch wrapped the exception.
+UNSUPPORTED = "simdist: {} is not supported by the simulated backend"
+_UNSUPPORTED = re.compile(re.escape(UNSUPPORTED).replace(re.escape("{}"), "(.+?)"))
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "rank" / "bootstrap"
 
@@ -28,6 +37,12 @@ def active() -> bool:
 
 def mode() -> str:
     return os.environ.get(MODE, SIM)
+
+
+def unsupported_in(message: str) -> str | None:
+    """The operation named in a rank's error, when it is the backend's "cannot model" error."""
+    m = _UNSUPPORTED.search(message)
+    return m.group(1) if m else None
 
 
 def group_name(torch_name: str, default: bool) -> str:

@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from simdist.flightrec.format import FR_BUFFER_SIZE, FR_ENV
-from simdist.procs import LOOPBACK, LOOPBACK_IFNAME, Child, LocalProcesses, loopback_store, rank_env
+from simdist.procs import (
+    LOOPBACK,
+    LOOPBACK_IFNAME,
+    Child,
+    LocalProcesses,
+    loopback_store,
+    processes_with_env,
+    rank_env,
+)
 from simdist.script import env
 
 TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what a simulated rank sees (nothing listens)
@@ -124,22 +132,7 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
 
 def tagged_processes(run_id: str) -> list[int]:
     """Live processes (not zombies) whose environment carries this run's id."""
-    mark = f"{env.RUN_ID}={run_id}".encode()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if mark not in fh.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in (b"Z", b"X"):
-            out.append(int(name))
-    return out
+    return processes_with_env(env.RUN_ID, run_id)
 
 
 def end(run: Launch, grace_s: float = 2.0) -> None:

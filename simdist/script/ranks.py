@@ -1,7 +1,8 @@
 """The coordinator's view of each rank process, its operations and its simulated clock.
 
 Simulated time per rank is the rank's measured compute (CPU time of the thread that
-issues, between its messages) plus modelled communication: a collective completes at the
+issues, between its messages; each stretch is kept as a compute span for the timeline) plus
+modelled communication, on the cost model of the chosen topology: a collective completes at the
 latest issue time among its members plus the cost model's duration, a p2p transfer at the
 later of its two sides plus the link time. A rank's clock catches up with an operation's
 completion when the rank waited for it (visibly, or through a future torch waits on in C++);
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simdist.frames import Frame
-from simdist.report import TraceEntry
+from simdist.report import Span, TraceEntry
 from simdist.script.wire import Decoder
 
 
@@ -68,6 +69,7 @@ class RankConn:
     batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
     longest_epoch: int = 0  # the most batches one DataLoader iteration yielded
     capped: int = 0  # DataLoader iterations that a --batches cap ended early
+    compute: list[Span] = field(default_factory=list)  # its measured compute on its simulated clock
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
 
@@ -82,8 +84,9 @@ class RankConn:
                 self.clock = max(self.clock, rec.entry.t_done)
             self.to_sync.remove(rec)
         if cpu is not None:
-            if measure and self.cpu_mark is not None:
-                self.clock += max(0.0, cpu - self.cpu_mark)
+            if measure and self.cpu_mark is not None and cpu > self.cpu_mark:
+                self.compute.append(Span(self.clock, self.clock + cpu - self.cpu_mark))
+                self.clock += cpu - self.cpu_mark
             self.cpu_mark = cpu
 
     def waited_on(self, rec: OpRecord) -> None:

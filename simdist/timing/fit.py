@@ -49,11 +49,14 @@ def _nnls_relative(basis: np.ndarray, y: np.ndarray, weight: np.ndarray | None =
     """Coefficients c >= 0 minimising sum(((basis @ c) - y) * w)^2, w = 1/y unless given
     (relative error). Columns are scaled to unit norm first: sizes span 1 KiB .. 64 MiB and
     seconds are ~1e-4, so the raw columns differ by ten orders of magnitude."""
+    # imported here, not with the module: the CLI imports this module for every command, and
+    # scipy.optimize alone doubled `simdist`'s start-up (seconds on a busy host); fits are rare
+    from scipy.optimize import nnls
+
     w = 1.0 / y if weight is None else weight
     a = basis * w[:, None]
     norms = np.linalg.norm(a, axis=0)
     norms[norms == 0] = 1.0
-    from scipy.optimize import nnls  # here, not at the top: importing scipy.optimize costs every CLI command ~0.5 s
 
     c, _ = nnls(a / norms, y * w)
     return c / norms

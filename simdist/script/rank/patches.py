@@ -14,6 +14,7 @@ import functools
 import inspect
 import os
 import sys
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -55,7 +56,7 @@ def _patch_init(backend: str) -> None:
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
         c = client.connect(os.environ[env.SOCKET])
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
-                           "backend": str(a.get("backend"))})
+                           "backend": str(a.get("backend")), "cpu": time.thread_time()})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank

@@ -28,14 +28,13 @@ from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES
 
 BACKEND_NAME = "simdist"
-_NO_DATA_DTYPE = "float32"  # barrier: no payload (numel 0)
 
 
 class UnsupportedOperation(RuntimeError):
     """An operation the simulated backend cannot model (named in the message)."""
 
     def __init__(self, what: str):
-        super().__init__(f"simdist: {what} is not supported by the simulated backend")
+        super().__init__(env.UNSUPPORTED.format(what))
 
 
 def _as_bytes(tensors: Sequence[torch.Tensor]) -> Any:
@@ -254,7 +253,7 @@ class SimProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def barrier(self, opts: Any = None) -> SimWork:
-        return self._issue("barrier", [], [], [], numel=0, dtype=_NO_DATA_DTYPE, async_op=_async(opts))
+        return self._issue("barrier", [], [], [], numel=0, dtype=env.BARRIER_DTYPE, async_op=_async(opts))
 
     # ------------------------------------------------------------------ point-to-point
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:

@@ -1,0 +1,151 @@
+"""A script goes wherever a scenario goes: `simdist run|check|real|compare SCRIPT.py`, with the
+same exit codes (0 passed / agree, 1 failed / differ, 2 bad input, 130 interrupted), and no
+process of the run left behind whatever happens (found by a tag in their environment)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from simdist.procs import processes_with_env
+from tests.conftest import EXAMPLES, ROOT, line_of
+
+TAG = "SIMDIST_TEST_TAG"  # inherited by every process the CLI starts, and theirs
+
+
+def _cli(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, str]:
+    """The real CLI, tagged; returns its result once no process of the run is left."""
+    tag = uuid.uuid4().hex
+    res = subprocess.run([sys.executable, "-m", "simdist", *args], capture_output=True, text=True, timeout=timeout,
+                         cwd=ROOT, env={**os.environ, TAG: tag})
+    assert processes_with_env(TAG, tag) == [], "a process of the run survived it"
+    return res, tag
+
+
+def _one_line_error(res: subprocess.CompletedProcess, text: str) -> None:
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and text in lines[0], res.stderr
+    assert "Traceback" not in res.stdout
+
+
+def _script(tmp_path: Path, body: str, head: str = "") -> Path:
+    p = tmp_path / "train.py"
+    p.write_text(head + textwrap.dedent(body))
+    return p
+
+
+HEAD = """
+import os, sys, torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+"""
+
+
+# ---------------------------------------------------------------- usage (no rank starts)
+@pytest.mark.parametrize(("args", "text"), [
+    (("real", "examples/join_tutorial_ddp.py", "--backend", "nccl"), "real runs the script on real Gloo"),
+    (("compare", "scenarios/ddp_join_uneven.toml", "scenarios/no_join_exit.toml"), "takes one scenario file"),
+    (("run", "scenarios/ddp_join_uneven.toml", "--zero-compute"), "--zero-compute: only for a script"),
+    (("check", "scenarios/ddp_join_uneven.toml", "--batches", "3,4"), "--batches: only for a script"),
+    (("real", "scenarios/ddp_join_uneven.toml", "--nproc-per-node", "2"), "--nproc-per-node: only for a script"),
+    (("compare", "missing.py"), "does not exist"),
+    (("check", "examples/join_tutorial_ddp.py", "--batches", "x"), "batches:"),
+])
+def test_script_options_and_bad_usage_are_one_line_and_exit_2(args, text):
+    res, _ = _cli(*args, timeout=120)
+    _one_line_error(res, text)
+
+
+# ---------------------------------------------------------------- the four commands
+@pytest.mark.real
+def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo():
+    res, _ = _cli("compare", "examples/join_tutorial_counter.py", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    d = json.loads(res.stdout)
+    assert d["agree"] and d["sim"]["source"] == "sim" and d["real"]["source"] == "real"
+    for side in ("sim", "real"):  # the printed lines were compared, and are the tutorial's
+        assert d[side]["ranks"][0]["output"] == ["10 inputs processed before rank 0 joined!",
+                                                 "11 inputs processed across all ranks!"]
+
+
+@pytest.mark.real
+def test_compare_reports_the_first_printed_line_that_differs(tmp_path):
+    p = _script(tmp_path, head=HEAD, body="""
+        t = torch.ones(2) * (rank + 1)
+        dist.all_reduce(t)
+        print("sum", t.tolist())
+        print("pid", os.getpid())
+    """)
+    res, _ = _cli("compare", str(p), "--nproc-per-node", "2")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "sim and real DIFFER (outcome sim completed, real completed)" in res.stdout
+    assert "printed line 2 differs" in res.stdout and "printed line 1" not in res.stdout
+    assert "first diverging collective" not in res.stdout  # the all_reduce agrees
+
+
+@pytest.mark.real
+def test_check_explains_the_no_join_hang_and_draws_its_wait_for_graph(tmp_path):
+    graph = tmp_path / "wf.dot"
+    res, _ = _cli("check", "examples/join_tutorial_no_join.py", "--json", "--graph", str(graph))
+    assert res.returncode == 1, res.stdout + res.stderr
+    d = json.loads(res.stdout)
+    assert d["verdict"]["failed"] and d["verdict"]["outcome"] == "hang" and d["judged_by"] == "checker"
+    assert not d["passed"]
+    text = "\n".join(d["explanation"])
+    assert "rank 1 is blocked in #11 all_reduce[2]" in text and "ddp.backward.bucket_allreduce" in text
+    assert f"join_tutorial_no_join.py:{line_of(EXAMPLES / 'join_tutorial_no_join.py', 'loss.backward()')}" in text
+    assert "rank 0 left: returned normally" in text
+    assert graph.read_text() == d["waitfor_dot"] and "digraph" in d["waitfor_dot"]
+
+
+@pytest.mark.real
+def test_check_and_run_pass_on_the_join_tutorial_and_real_judges_the_real_report():
+    res, _ = _cli("check", "examples/join_tutorial_ddp.py")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "ok (completed)" in res.stdout.splitlines()  # after the script's own lines
+    res, _ = _cli("real", "examples/join_tutorial_no_join.py", "--json")
+    assert res.returncode == 1, res.stdout + res.stderr  # on real Gloo the exited peer fails rank 1
+    d = json.loads(res.stdout)
+    assert d["source"] == "real" and [r["status"] for r in d["ranks"]] == ["completed", "error"]
+    assert d["ranks"][1]["error"]["category"] == "peer_lost"
+
+
+# ---------------------------------------------------------------- bad input, failing scripts
+@pytest.mark.real
+@pytest.mark.parametrize(("body", "text"), [
+    ("print('no process group here')\n", "never initialised a process group"),
+    ("raise ValueError('before init')\n", "never initialised a process group"),
+    ("import os\nos._exit(4)\n", "never initialised a process group (no rank called init_process_group; "
+                                 "exit codes [4, 4])"),
+    (HEAD + "dist.all_reduce(torch.ones(2, dtype=torch.uint16))\n",
+     "script: a tensor of dtype uint16 is not supported by the simulated backend (rank 0 at train.py:6 in "
+     "<module>: dist.all_reduce("),
+])
+def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, text):
+    p = _script(tmp_path, body)
+    res, _ = _cli("run", str(p), "--nproc-per-node", "2")
+    _one_line_error(res, text)
+
+
+@pytest.mark.real
+def test_scripts_that_raise_or_os_exit_are_reported_and_exit_1(tmp_path):
+    p = _script(tmp_path, head=HEAD, body="""
+        if rank == 1:
+            raise ValueError("bad batch")
+        if rank == 2:
+            os._exit(3)
+        dist.barrier()
+    """)
+    res, _ = _cli("run", str(p), "--nproc-per-node", "3")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "rank 1 left: raised ValueError: ValueError: bad batch" in res.stdout
+    assert "rank 2 left: os._exit(3)" in res.stdout
