@@ -123,7 +123,7 @@ def run_events(runs: list[Run], links: LinkState, gamma: float, record: bool) ->
     for st in states:
         for r in range(st.run.schedule.p):
             st.enter(r, st.finish[r])
-    free_at, busy, nbytes = links.free_at.tolist(), links.busy.tolist(), links.bytes.tolist()
+    free_at, busy = links.free_at.tolist(), links.busy.tolist()
     bandwidth, latency = links.bandwidth.tolist(), links.latency.tolist()
     reached = set()
     while heap:
@@ -140,13 +140,12 @@ def run_events(runs: list[Run], links: LinkState, gamma: float, record: bool) ->
             end = start + ser
             free_at[link] = end
             busy[link] += ser
-            nbytes[link] += n
             heapq.heappush(heap, (end + latency[link], c, k, i, h + 1, m))
         elif h == len(route) and f.reduce[m] and f.count[m] and gamma > 0:
             heapq.heappush(heap, (now + f.count[m] * gamma, c, k, i, h + 1, m))
         else:
             st.done(m, now)
-    links.free_at[:], links.busy[:], links.bytes[:] = free_at, busy, nbytes
+    links.free_at[:], links.busy[:] = free_at, busy
     links.used[list(reached)] = True
     return [st.run.result(np.array(st.finish), _log(st) if record else None) for st in states]
 

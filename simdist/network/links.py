@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simdist.collectives.schedule import Pattern
-from simdist.network.topology import LinkIndex
+from simdist.network.routing import LinkIndex
 
 
 class LinkState:
@@ -37,7 +37,6 @@ class LinkState:
         self.bandwidth = np.array(index.bandwidth_Bps, dtype=np.float64)
         self.free_at = np.full(n, -np.inf)
         self.busy = np.zeros(n)
-        self.bytes = np.zeros(n, dtype=np.int64)
         self.arrived = np.full(n, -np.inf)
         self.tag = np.full(n, -1, dtype=np.int64)  # which step and hop of a route the last one was
         self.used = np.zeros(n, dtype=np.bool_)
