@@ -329,11 +329,6 @@ def _union_member(part: object) -> bool:
     return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
 
 
-def _brief(value: object) -> str:
-    """A user's value, short: what a type error quotes."""
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
 
 def _path(parts: list[str | int]) -> str:
     out = ""
