@@ -329,7 +329,6 @@ def _union_member(part: object) -> bool:
     return isinstance(part, str) and _UNION_MEMBER.match(part) is not None
 
 
-
 def _path(parts: list[str | int]) -> str:
     out = ""
     for part in parts:
