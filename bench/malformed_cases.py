@@ -260,10 +260,24 @@ def _strict_json(text: str) -> bool:
         return False
 
 
-def exercise(case: Case, tmp: Path, fuzz: bool = True) -> tuple[str, str, bool]:
+def materialise(case: Case, tmp: Path) -> Path | None:
+    """The path a file case is read from, its file written (None for a dict case). Kept apart
+    from `exercise` so that the time a case takes is simdist's, not the time this host takes
+    to write a multi-megabyte input file (seconds on a busy disk)."""
+    if case.how == "dict":
+        return None
+    if case.how == "file":
+        path = tmp / f"case-{case.index}.toml"
+        path.write_bytes(case.data)
+        return path
+    return special_path(case.data, tmp)
+
+
+def exercise(case: Case, tmp: Path, fuzz: bool = True, path: Path | None = None) -> tuple[str, str, bool]:
     """Run `case` through the Python API: (status, message, JSON valid). Raises what
     simdist raises (a `SimdistError` is a clean rejection; the caller classifies). A valid
-    template is fuzzed for 3 examples when `fuzz` (not inside a hypothesis test: no nesting)."""
+    template is fuzzed for 3 examples when `fuzz` (not inside a hypothesis test: no nesting).
+    `path`: the case's file, already written by `materialise` (else written here)."""
     from simdist.check.classify import check_run
     from simdist.fuzz.runner import fuzz_template
     from simdist.fuzz.template import load_template, parse_template
@@ -275,11 +289,8 @@ def exercise(case: Case, tmp: Path, fuzz: bool = True) -> tuple[str, str, bool]:
         loaded = (parse_template(case.data, source=source) if case.kind == "template"
                   else parse_scenario(case.data, source=source))
     else:
-        if case.how == "file":
-            path = tmp / f"{source}.toml"
-            path.write_bytes(case.data)
-        else:
-            path = special_path(case.data, tmp)
+        path = path if path is not None else materialise(case, tmp)
+        assert path is not None
         loaded = load_template(path) if case.kind == "template" else load_scenario(path)
     if case.kind == "template":
         if not fuzz:

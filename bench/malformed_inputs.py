@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from malformed_cases import CASE_SECONDS, ROOT, Case, bundled_bases, exercise, make_case, special_path
+from malformed_cases import CASE_SECONDS, ROOT, Case, bundled_bases, exercise, make_case, materialise, special_path
 
 MEMORY_LIMIT = 1 << 30  # 1 GiB: what one input may make simdist hold at most
 ADDRESS_CAP = 4 << 30  # the worker's RLIMIT_AS: a runaway case fails instead of swapping the host
@@ -71,12 +71,13 @@ def run_case(case: Case, tmp: Path) -> Result:
     """`exercise` under the alarm, classified."""
     from simdist.errors import SimdistError
 
+    path = materialise(case, tmp)  # writing the input is not simdist's time
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
     status, message, json_ok = "uncaught", "", True
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
-        status, message, json_ok = exercise(case, tmp)
+        status, message, json_ok = exercise(case, tmp, path=path)
     except SimdistError as e:
         status, message = "rejected", str(e)
     except TimeoutError as e:

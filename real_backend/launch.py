@@ -46,7 +46,6 @@ from simdist.limits import check_timeout
 from simdist.procs import (
     LocalProcess,
     LocalProcesses,
-    TempDir,
     Watchdog,
     interrupt_event,
     loopback_store,
@@ -56,6 +55,7 @@ from simdist.procs import (
 from simdist.program.budget import check_ops
 from simdist.report import SHUTDOWN_ABORT, RankError, RankResult, Report, TraceEntry, overall_outcome, shutdown_abort
 from simdist.scenario import Scenario, check_target
+from simdist.tempdir import TempDir
 
 MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch process
 STARTUP_LIMIT_S = 120.0  # longest a rank may spend importing torch and in the rendezvous

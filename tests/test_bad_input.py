@@ -204,14 +204,15 @@ def test_values_torch_takes_are_still_accepted():
 def test_a_billion_inputs_are_refused_before_any_work(tmp_path):
     p = scenario_file(tmp_path, "world_size = 2\n[inputs]\nbase = 1000000000\n[[loop]]\nkind = 'compute'\n"
                                  "seconds = 1\n")
-    t = time.monotonic()
-    res = run_cli("run", str(p))
-    line = one_line_error(res)
+    line = one_line_error(run_cli("run", str(p)))
     assert f"{p}: inputs: a run may perform up to 4,000,000,004 operations" in line
     assert "set SIMDIST_MAX_OPS=5000000000 to allow it" in line
-    assert time.monotonic() - t < 10
+    # timed through the API: a CLI call's time is mostly the interpreter's start-up, which on a
+    # loaded host alone can pass 10 s (bench/malformed_inputs.py subtracts it for that reason)
+    t = time.monotonic()
     with pytest.raises(LimitError, match="SIMDIST_MAX_OPS"):
         simulate(load_scenario(p))
+    assert time.monotonic() - t < 2
 
 
 def test_the_ops_limit_can_be_raised(monkeypatch):

@@ -109,7 +109,7 @@ def test_explain_every_op():
 
 def test_explain_bad_input_is_one_line():
     cases = [
-        (["explain", "allreduce"], "unknown collective 'allreduce'"),
+        (["explain", "allreduce"], "op: unknown collective 'allreduce'"),
         (["explain", "all_reduce", "--algo", "magic"], "algo: unknown algorithm 'magic'"),
         (["explain", "all_reduce", "--ranks", "0"], "ranks:"),
         (["explain", "all_reduce", "--bytes", "12 parsecs"], "bytes: cannot read size"),

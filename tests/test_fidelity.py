@@ -14,6 +14,7 @@ from simdist.compare import compare_reports, format_comparison
 from simdist.expect import check_expectations
 from simdist.scenario import load_scenario
 from simdist.sim import simulate
+from simdist.vocab import is_declared_origin
 
 from .conftest import SCENARIOS
 
@@ -48,6 +49,8 @@ def test_simulator_agrees_with_real_gloo(path, tmp_path, capsys):
     assert _leftover(tmp_path / "wd") == [], "a rank process outlived the run"
     cmp = compare_reports(sim, real)
     assert cmp.agree, format_comparison(cmp)
+    undeclared = {e.origin for r in real.ranks for e in r.trace if not is_declared_origin(e.origin)}
+    assert not undeclared, f"the real recorder emitted origins simdist.vocab does not declare: {undeclared}"
     # the real run also meets the scenario's own expectations
     assert check_expectations(real, s.expect) == []
     _cli_prints_and_exits_0(real, s, capsys)

@@ -21,6 +21,7 @@ from simdist.check.explain import annotate_report
 from simdist.errors import DumpError
 from simdist.flightrec.diagnose import diagnose
 from simdist.flightrec.export import export_dumps, write_dumps, write_error_files
+from simdist.flightrec.format import fr_env
 from simdist.flightrec.ingest import load_dumps
 from simdist.flightrec.unpickle import loads_plain
 from simdist.scenario import load_scenario, parse_scenario
@@ -404,3 +405,12 @@ def test_cli_export_writes_dumps_diagnose_reads(tmp_path):
     assert d.returncode == 0 and "ok (completed)" in d.stdout
     bad = run_cli("export", str(ROOT / "nope.toml"), "-o", str(tmp_path))
     assert bad.returncode == 2
+
+
+def test_fr_env_gives_the_ranks_absolute_paths(tmp_path, monkeypatch):
+    """`simdist real --fr-dumps dumps/` from any folder: the ranks run in the repository's
+    folder, so a relative prefix would send their dumps (and error files) elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    env = fr_env(Path("dumps"), 1, on_demand=True)
+    assert env and all(Path(v).is_absolute() and Path(v).is_relative_to(tmp_path / "dumps") for v in env.values())
+    assert (tmp_path / "dumps" / "1").is_dir()

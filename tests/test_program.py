@@ -26,8 +26,9 @@ from simdist.program.interpret import rank_actions
 from simdist.scenario import load_scenario, parse_scenario
 from simdist.sim import simulate
 from simdist.torchmodels.registry import JOINABLE_KINDS, register_joinable
+from simdist.vocab import is_declared_origin
 
-from .conftest import run_cli
+from .conftest import SCENARIOS, run_cli
 
 
 def actions(d: dict, rank: int) -> list:
@@ -170,3 +171,14 @@ def test_cli_real_and_compare_reject_it_in_one_line(tmp_scenario):
         res = run_cli(cmd, str(p))
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().count("\n") == 0 and "joinables[0].kind" in res.stderr
+
+
+def test_the_simulator_emits_only_declared_origins():
+    """Every origin label on a simulated trace is one `simdist.vocab.ORIGINS` declares (or the
+    `user.` family): the checker's hints and the comparison with real runs read them.
+    test_fidelity.py asserts the same of the real recorder's traces."""
+    seen = set()
+    for path in sorted(SCENARIOS.glob("*.toml")):
+        seen |= {e.origin for r in simulate(load_scenario(path)).ranks for e in r.trace}
+    assert {o for o in seen if not is_declared_origin(o)} == set()
+    assert any(o.startswith("ddp.") for o in seen) and any(o.startswith("user.") for o in seen)

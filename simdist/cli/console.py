@@ -75,11 +75,17 @@ def table(*columns: str, title: str | None = None, **column_kw: Any) -> Table:
 
 
 def show(t: Table, console: Console = out) -> None:
-    """Print a table: with box drawing on a terminal, as plain aligned columns otherwise."""
-    if not console.is_terminal:
-        t.box = None
-        t.pad_edge = False
-    console.print(t)
+    """Print a table: with box drawing on a terminal, as plain aligned columns otherwise
+    (without the spaces Rich pads each line with to the table's width, so that piped output
+    diffs and greps cleanly)."""
+    if console.is_terminal:
+        console.print(t)
+        return
+    t.box = None
+    t.pad_edge = False
+    with console.capture() as captured:
+        console.print(t)
+    console.out("\n".join(line.rstrip() for line in captured.get().splitlines()), highlight=False)
 
 Part = str | tuple[str, str]  # plain text, or (text, Rich style)
 

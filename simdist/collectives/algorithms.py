@@ -393,10 +393,11 @@ def algorithms_for(op: str) -> list[str]:
     return [a.name for a in _ALGOS if a.op == op]
 
 
-def resolve(op: str, algo: str | None, field: str = "algo") -> str | None:
-    """Canonical algorithm name, or None for 'auto'. Raises ScenarioError naming `field`."""
+def resolve(op: str, algo: str | None, field: str = "algo", op_field: str | None = None) -> str | None:
+    """Canonical algorithm name, or None for 'auto'. Raises ScenarioError naming `field`
+    (`op_field` for an unknown op, where the op is given apart from the algorithm)."""
     if op not in COLLECTIVE_OPS:
-        raise ScenarioError(f"{field}: unknown collective '{op}' (choose from {', '.join(COLLECTIVE_OPS)})")
+        raise ScenarioError(f"{op_field or field}: unknown collective '{op}' (choose from {', '.join(COLLECTIVE_OPS)})")
     if algo is None or algo == "auto":
         return None
     name = algo.strip().lower().replace("-", "_")

@@ -139,7 +139,11 @@ def fr_p2p_ranks(profiling_name: str) -> tuple[int, int] | None:
 def fr_env(folder: Path, rank: int, on_demand: bool = False) -> dict[str, str]:
     """What a production launcher sets for rank `rank` so that torch leaves its records in
     `folder`: the Flight Recorder dump prefix (the rank is appended by the writer), the
-    torchelastic error file in its per-rank layout, and the control-plane socket."""
+    torchelastic error file in its per-rank layout, and the control-plane socket.
+
+    The paths are absolute: the ranks run in another working directory than the caller's,
+    where a relative `--fr-dumps dumps/` would name another (usually missing) folder."""
+    folder = Path(folder).absolute()
     (folder / str(rank)).mkdir(parents=True, exist_ok=True)
     env = {FR_DUMP_ENV: str(folder / DEFAULT_DUMP_PREFIX), ERROR_FILE_ENV: str(folder / str(rank) / ERROR_FILE_NAME)}
     if on_demand:

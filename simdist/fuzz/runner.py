@@ -141,15 +141,7 @@ def fuzz_template(
     budget = template.budget if budget is None else budget
     res = FuzzResult(template=template.name, source=template.source, seed=seed, budget=budget, compress=compress,
                      expect=template.expect, jobs=jobs, shard_size=shard_size)
-    db = None
-    replay: dict[str, bytes] | None = None
-    if use_db:
-        db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
-        # one database per template (and version of it): hypothesis keys saved examples by the
-        # property function, which is the same for every template
-        folder = db_path / f"{safe_name(template.name)}-{template.digest[:12]}"  # a name that stays inside db_path
-        replay = snapshot_database(folder)
-        db = DirectoryBasedExampleDatabase(str(folder))
+    db, replay = _open_database(template, out_dir, db_dir) if use_db else (None, None)
     specs = plan_shards(budget, seed, shard_size, shrink=shrink, compress=compress, use_db=use_db, replay=replay)
     files = _Files(template, seed, Path(out_dir) if out_dir is not None else None, res)
     own = executor is None
@@ -194,6 +186,18 @@ def fuzz_template(
         raise FuzzInterrupted(res) from None
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _open_database(template: Template, out_dir: str | Path | None,
+                   db_dir: str | Path | None) -> tuple[DirectoryBasedExampleDatabase, dict[str, bytes]]:
+    """The template's example database and a snapshot of it for the shards to replay.
+
+    One database per template (and version of it): hypothesis keys saved examples by the
+    property function, which is the same for every template."""
+    db_path = Path(db_dir) if db_dir is not None else Path(out_dir or ".") / ".examples"
+    folder = db_path / f"{safe_name(template.name)}-{template.digest[:12]}"  # a name that stays inside db_path
+    replay = snapshot_database(folder)  # before the database object touches the folder
+    return DirectoryBasedExampleDatabase(str(folder)), replay
 
 
 def _progress(on_example: Callable[[int, str], None] | None, executor: Executor) -> Callable[[ShardResult], None] | None:

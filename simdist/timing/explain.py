@@ -125,7 +125,7 @@ def explain(
     for name, v in (("alpha-us", alpha_us), ("bandwidth-gbps", bandwidth_gbps), ("gamma-gbps", gamma_gbps)):
         if v is not None and v <= 0:
             raise InputError(f"{name}: must be > 0")
-    chosen = resolve(op, algo, "algo")
+    chosen = resolve(op, algo, "algo", op_field="op")
     alpha, beta, gamma = _parameters(preset, ranks, alpha_us, bandwidth_gbps, gamma_gbps)
     cm = CostModel.from_params(ranks, alpha, beta, gamma)
     name = chosen if chosen is not None else cm.choose(op, nbytes, ranks)
@@ -300,7 +300,7 @@ class SweepRow:
 def sweep(op: str, algo: str, ranks: int, sizes: list[int], preset: str = "loopback", alpha_us: float | None = None,
           bandwidth_gbps: float | None = None, gamma_gbps: float | None = None, dtype: str = "float32") -> list[SweepRow]:
     """The cost model's predicted time, algbw and busbw per size (`sizes`: bytes per rank, n)."""
-    chosen = resolve(op, algo, "algo")
+    chosen = resolve(op, algo, "algo", op_field="op")
     if ranks < 1 or ranks > MAX_RANKS:
         raise InputError(f"ranks: must be between 1 and {MAX_RANKS}")
     alpha, beta, gamma = _parameters(preset, ranks, alpha_us, bandwidth_gbps, gamma_gbps)
