@@ -72,6 +72,7 @@ def test_a_rank_that_calls_os_exit(tmp_path):
     rep = _run(p, backend="nccl")
     r0, r1 = rep.ranks
     assert r1.status == "error" and r1.exit == "os._exit(3)" and r1.location.line == _line(p, "os._exit(3)")
+    assert (r1.error.type, r1.error.message) == ("os._exit", "exit code 3")
     assert rep.outcome == "error" and r0.status == "hang"  # nccl: nobody tells rank 0
 
 
