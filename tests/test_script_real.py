@@ -32,13 +32,20 @@ def _both(name: str, **kw):
     return out
 
 
+@pytest.fixture(scope="module")
+def sync_sgd():
+    """The synchronous SGD program (the heaviest: 10 epochs of a small CNN) once on each side,
+    shared by the two tests that read it."""
+    return _both("dist_tutorial_sync_sgd.py")
+
+
 @pytest.mark.parametrize("name", [
     "join_tutorial_ddp.py", "join_tutorial_ddp_zero.py", "join_tutorial_counter.py",
     "dist_tutorial_p2p_blocking.py", "dist_tutorial_p2p_nonblocking.py", "dist_tutorial_allreduce.py",
     "dist_tutorial_ring_allreduce.py", "dist_tutorial_sync_sgd.py",
 ])
-def test_example_agrees_with_real_gloo(name):
-    sim, real = _both(name)
+def test_example_agrees_with_real_gloo(name, request):
+    sim, real = request.getfixturevalue("sync_sgd") if name == "dist_tutorial_sync_sgd.py" else _both(name)
     assert (sim.source, real.source) == ("sim", "real")
     assert sim.outcome == real.outcome == "completed"
     for s, r in zip(sim.ranks, real.ranks, strict=True):
@@ -73,8 +80,8 @@ def test_dist_tutorial_prints_what_the_tutorial_prints(name):
     assert [r.output for r in rep.ranks] == _PRINTS[name]
 
 
-def test_sync_sgd_prints_one_loss_per_epoch_and_averages_every_gradient():
-    rep = run_script(EXAMPLES / "dist_tutorial_sync_sgd.py", timeout_s=300, stdout=-3)
+def test_sync_sgd_prints_one_loss_per_epoch_and_averages_every_gradient(sync_sgd):
+    rep = sync_sgd[0]
     assert rep.outcome == "completed"
     for r in rep.ranks:
         assert [line.split(":")[0] for line in r.output] == [f"Rank  {r.rank} , epoch  {k} " for k in range(10)]
