@@ -19,6 +19,25 @@ def run_cli(*args: str, timeout: float = 120):
                           timeout=timeout, cwd=ROOT)
 
 
+TEST_TAG = "SIMDIST_TEST_TAG"  # put in the CLI's environment: every process it starts, and theirs, inherit it
+
+
+def run_cli_tagged(*args: str, timeout: float = 600):
+    """`run_cli` with a fresh tag in the CLI's environment; (result, tag) once it has checked
+    that no process of the run is left (`simdist.procs.processes_with_env`)."""
+    import os
+    import subprocess
+    import uuid
+
+    from simdist.procs import processes_with_env
+
+    tag = uuid.uuid4().hex
+    res = subprocess.run([sys.executable, "-m", "simdist", *args], capture_output=True, text=True, timeout=timeout,
+                         cwd=ROOT, env={**os.environ, TEST_TAG: tag})
+    assert processes_with_env(TEST_TAG, tag) == [], "a process of the run survived it"
+    return res, tag
+
+
 def one_line_error(res, code: int = 2) -> str:
     """The CLI run `res` failed with `code`, one line on stderr, no traceback; that line."""
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

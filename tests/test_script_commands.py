@@ -5,35 +5,25 @@ process of the run left behind whatever happens (found by a tag in their environ
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
 
-from simdist.procs import processes_with_env
-from tests.conftest import EXAMPLES, ROOT, line_of
-
-TAG = "SIMDIST_TEST_TAG"  # inherited by every process the CLI starts, and theirs
+from tests.conftest import EXAMPLES, line_of
+from tests.conftest import run_cli_tagged as _cli
 
 
-def _cli(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, str]:
-    """The real CLI, tagged; returns its result once no process of the run is left."""
-    tag = uuid.uuid4().hex
-    res = subprocess.run([sys.executable, "-m", "simdist", *args], capture_output=True, text=True, timeout=timeout,
-                         cwd=ROOT, env={**os.environ, TAG: tag})
-    assert processes_with_env(TAG, tag) == [], "a process of the run survived it"
-    return res, tag
-
-
-def _one_line_error(res: subprocess.CompletedProcess, text: str) -> None:
+def _one_line_error(res: subprocess.CompletedProcess, text: str, alone: bool = True) -> None:
+    """Exit 2 and one `error:` line holding `text`; `alone`: nothing else on stderr (False
+    where the script itself writes there first: its own traceback is the user's to see)."""
     assert res.returncode == 2, res.stdout + res.stderr
     lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and text in lines[0], res.stderr
     assert "Traceback" not in res.stdout
+    if alone:
+        assert res.stderr.strip().splitlines() == lines, res.stderr
 
 
 def _script(tmp_path: Path, body: str, head: str = "") -> Path:
@@ -121,23 +111,30 @@ def test_check_and_run_pass_on_the_join_tutorial_and_real_judges_the_real_report
 
 # ---------------------------------------------------------------- bad input, failing scripts
 @pytest.mark.real
-@pytest.mark.parametrize(("body", "text"), [
-    ("print('no process group here')\n", "never initialised a process group"),
-    ("raise ValueError('before init')\n", "never initialised a process group"),
+@pytest.mark.parametrize(("body", "text", "alone"), [
+    (None, "train.py does not exist", True),
+    ("def f(:\n", "train.py does not parse: invalid syntax (line 1)", True),
+    ("print('no process group here')\n", "never initialised a process group", True),
+    ("raise ValueError('before init')\n", "never initialised a process group", False),  # + its traceback
     ("import os\nos._exit(4)\n", "never initialised a process group (no rank called init_process_group; "
-                                 "exit codes [4, 4])"),
+                                 "exit codes [4, 4])", True),
     (HEAD + "dist.all_reduce(torch.ones(2, dtype=torch.uint16))\n",
      "script: a tensor of dtype uint16 is not supported by the simulated backend (rank 0 at train.py:6 in "
-     "<module>: dist.all_reduce("),
-])
-def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, text):
-    p = _script(tmp_path, body)
+     "<module>: dist.all_reduce(", True),
+    (HEAD + "dist.destroy_process_group()\ndist.init_process_group('gloo')\n",
+     "script: initialising rank 0's default process group a second time (after destroy_process_group) is not "
+     "supported by the simulated backend (rank 0 at train.py:7 in <module>: dist.init_process_group('gloo'))", True),
+], ids=["missing", "does-not-parse", "no-process-group", "raises-before-init", "os-exit-before-init",
+        "cannot-model", "cannot-model-reinit"])
+def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, text, alone):
+    p = tmp_path / "train.py" if body is None else _script(tmp_path, body)
     res, _ = _cli("run", str(p), "--nproc-per-node", "2")
-    _one_line_error(res, text)
+    _one_line_error(res, text, alone)
 
 
 @pytest.mark.real
 def test_scripts_that_raise_or_os_exit_are_reported_and_exit_1(tmp_path):
+    """Not bad input: the report says which rank left, how and where (the documented outcome)."""
     p = _script(tmp_path, head=HEAD, body="""
         if rank == 1:
             raise ValueError("bad batch")
@@ -147,8 +144,14 @@ def test_scripts_that_raise_or_os_exit_are_reported_and_exit_1(tmp_path):
     """)
     res, _ = _cli("run", str(p), "--nproc-per-node", "3")
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "rank 1 left: raised ValueError: ValueError: bad batch" in res.stdout
-    assert "rank 2 left: os._exit(3)" in res.stdout
+    raised, exited, barrier = (line_of(p, x) for x in ("raise ValueError", "os._exit(3)", "dist.barrier()"))
+    assert "outcome: error" in res.stdout
+    assert f'rank 1 left: raised ValueError: bad batch at train.py:{raised} in <module>: raise ValueError("bad batch")' \
+        in res.stdout
+    assert f"rank 2 left: os._exit(3): exit code 3 at train.py:{exited} in <module>: os._exit(3)" in res.stdout
+    assert "rank 0 left: raised RuntimeError: Connection closed by peer (rank " in res.stdout  # Gloo's rule
+    assert f"at train.py:{barrier} in <module>: dist.barrier()" in res.stdout
+    assert "[rank1]: ValueError: bad batch" in res.stderr  # the script's own traceback, as torchrun shows it
 
 
 @pytest.mark.real

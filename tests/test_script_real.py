@@ -32,13 +32,27 @@ def _both(name: str, **kw):
     return out
 
 
+@pytest.fixture(scope="module")
+def both():
+    """`_both(name)`, each program run once per side in this module: the tests that read a
+    program's simulated run (what it prints, its trace) share the agreement test's."""
+    runs: dict[str, list] = {}
+
+    def get(name: str) -> list:
+        if name not in runs:
+            runs[name] = _both(name)
+        return runs[name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", [
     "join_tutorial_ddp.py", "join_tutorial_ddp_zero.py", "join_tutorial_counter.py",
     "dist_tutorial_p2p_blocking.py", "dist_tutorial_p2p_nonblocking.py", "dist_tutorial_allreduce.py",
     "dist_tutorial_ring_allreduce.py", "dist_tutorial_sync_sgd.py",
 ])
-def test_example_agrees_with_real_gloo(name):
-    sim, real = _both(name)
+def test_example_agrees_with_real_gloo(name, both):
+    sim, real = both(name)
     assert (sim.source, real.source) == ("sim", "real")
     assert sim.outcome == real.outcome == "completed"
     for s, r in zip(sim.ranks, real.ranks, strict=True):
@@ -67,14 +81,14 @@ _PRINTS = {
 
 
 @pytest.mark.parametrize("name", sorted(_PRINTS))
-def test_dist_tutorial_prints_what_the_tutorial_prints(name):
-    rep = run_script(EXAMPLES / name, timeout_s=180, stdout=-3)
+def test_dist_tutorial_prints_what_the_tutorial_prints(name, both):
+    rep = both(name)[0]
     assert rep.outcome == "completed"
     assert [r.output for r in rep.ranks] == _PRINTS[name]
 
 
-def test_sync_sgd_prints_one_loss_per_epoch_and_averages_every_gradient():
-    rep = run_script(EXAMPLES / "dist_tutorial_sync_sgd.py", timeout_s=300, stdout=-3)
+def test_sync_sgd_prints_one_loss_per_epoch_and_averages_every_gradient(both):
+    rep = both("dist_tutorial_sync_sgd.py")[0]
     assert rep.outcome == "completed"
     for r in rep.ranks:
         assert [line.split(":")[0] for line in r.output] == [f"Rank  {r.rank} , epoch  {k} " for k in range(10)]

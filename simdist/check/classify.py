@@ -122,8 +122,13 @@ def run_findings(report: Report, scenario: Scenario | None, wf: WaitFor | None =
                                f"rank {r.rank}'s {what} failed: {gone} had exited"))
         elif r.error.category != "gloo_abort":
             out.append(Finding("rank_error", e.group if e else "WORLD", e.seq if e else 0, [r.rank],
-                               f"rank {r.rank} raised {r.error.type}: {r.error.message}"))
+                               f"rank {r.rank} {_verb(r.error.type)} {r.error.type}: {r.error.message}"))
     return out
+
+
+def _verb(error_type: str) -> str:
+    """A script's rank that ends by os._exit(code) (simdist.script.build) raised nothing."""
+    return "called" if error_type == "os._exit" else "raised"
 
 
 def _gone_members(report: Report, scenario: Scenario | None, rank: int, e: TraceEntry | None) -> list[int]:

@@ -126,8 +126,9 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
         msg = x["error"]["message"]
         return "error", RankError(x["error"]["type"], msg, error_category(msg, runtime_error=True))
     code = x.get("code") or 0
-    if code:
-        return "error", RankError("SystemExit", f"exit code {code}", "other")
+    if code:  # sys.exit(code) raises SystemExit; os._exit(code) raises nothing, it ends the process
+        kind = "os._exit" if x.get("how") == "os._exit" else "SystemExit"
+        return "error", RankError(kind, f"exit code {code}", "other")
     return "completed", None
 
 
@@ -174,7 +175,10 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         elif r.status == "hang":
             notes.append(f"rank {r.rank} is still running{at}")
         elif r.exit is not None:
-            err = f": {r.error.type}: {r.error.message.splitlines()[0] if r.error.message else ''}" if r.error else ""
+            said = r.error.message.splitlines()[0] if r.error and r.error.message else ""
+            # the exit names the exception ("raised ValueError") or the call ("os._exit(3)") already
+            named = r.error is not None and (r.exit == f"raised {r.error.type}" or r.exit.startswith(r.error.type))
+            err = (f": {said}" if named else f": {r.error.type}: {said}") if r.error else ""
             last = next((e for e in reversed(r.trace)), None)
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")

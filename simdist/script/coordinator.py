@@ -32,7 +32,7 @@ from simdist.engine.values import Splits
 from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
-from simdist.script import payloads, wire
+from simdist.script import env, payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
 
@@ -188,6 +188,10 @@ class Coordinator:
             error = f"rank {rank} initialised with world_size={size}, other ranks with {self.world_size}"
         elif not 0 <= rank < size:
             error = f"rank {rank} is out of range for world_size={size}"
+        elif rank in self.by_rank and (self.by_rank[rank] is conn or not self.by_rank[rank].connected):
+            # one engine per run: a group's sequence numbers cannot start again (docs/script-backend.md)
+            error = env.UNSUPPORTED.format(f"initialising rank {rank}'s default process group a second time "
+                                           "(after destroy_process_group)").removeprefix("simdist: ")
         elif rank in self.by_rank:
             error = f"two processes initialised as rank {rank}"
         if error is None:

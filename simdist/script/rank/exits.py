@@ -26,6 +26,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from simdist.script import env
 from simdist.script.rank import client, output, stack
 
 _info: dict[str, Any] = {}
@@ -128,7 +129,11 @@ def install() -> None:
 
     def excepthook(etype: Any, value: BaseException, tb: Any) -> None:
         record("exception", 1, value)
-        orig_hook(etype, value, tb)
+        # The simulated backend's "cannot model" error (raised in a rank, or carried up to the
+        # process that spawned it) is bad input that simdist reports in one line naming the
+        # operation, rank and line; a traceback through simdist's own frames would only bury it.
+        if env.unsupported_in(str(value)) is None:
+            orig_hook(etype, value, tb)
         send()
 
     sys.exit = sys_exit
