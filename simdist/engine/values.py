@@ -175,11 +175,11 @@ def _cast(value: float, dtype: str) -> float:
         return float(int(value))
     if dtype == "bool":
         return float(bool(value))
-    with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
-        if dtype == "float32":
-            return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
-        if dtype == "float16":
-            return float(np.float16(value))
+    if dtype == "float32" and abs(value) < 3.4e38:
+        return _F32.unpack(_F32.pack(value))[0]  # in range: the C float round trip, no numpy
+    if dtype in ("float32", "float16"):
+        with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
+            return float(NP_DTYPES[dtype](value))
     return float(value)
 
 
