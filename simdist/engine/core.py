@@ -75,22 +75,23 @@ class Work:
         self.call = call
 
     def wait(self) -> Generator[Any, Any, Payload]:
-        rs = self._engine.ranks[self.call.rank]
-        if self.call.event.triggered:
+        call = self.call
+        if call.ok is not None:
             # already completed or failed: evaluate without blocking
-            if not self.call.event.ok:
-                raise self.call.event.value
-            return self.call.event.value
-        rs.waiting_on = self.call.entry
+            if not call.ok:
+                raise call.value
+            return call.value
+        rs = self._engine.ranks[call.rank]
+        rs.waiting_on = call.entry
         try:
-            result = yield self.call.event
+            result = yield call.event
         finally:
             rs.waiting_on = None
         return result
 
     @property
     def done(self) -> bool:
-        return self.call.event.triggered
+        return self.call.ok is not None
 
 
 @dataclass
@@ -157,7 +158,7 @@ class Engine:
         members = self.groups[group]
         if not rs.alive:
             return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
-                                   self.env.event()))
+                                   self.env))
         key = (group, rank)
         seq = self._next_seq[key] = self._next_seq[key] + 1
         now = self.env._now
@@ -166,7 +167,7 @@ class Engine:
         entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
         rs.trace.append(entry)
-        call = Call(rank, op, payload, reduce_op, root, entry, simpy.Event(self.env))
+        call = Call(rank, op, payload, reduce_op, root, entry, self.env)
         ikey = (group, seq)
         inst = self._instances.get(ikey)
         if inst is None:
@@ -204,7 +205,7 @@ class Engine:
             t_issue=self.env.now,
         )
         rs.trace.append(entry)
-        call = Call(rank, op, payload, None, None, entry, self.env.event())
+        call = Call(rank, op, payload, None, None, entry, self.env)
         if peer is None:
             peer = self.any_sender(rank, tag, self._sends)
             if peer is None:
@@ -280,8 +281,7 @@ class Engine:
     def _complete_call(self, c: Call, result: Payload) -> None:
         c.entry.t_done = self.env.now
         c.entry.completed = True
-        if not c.event.triggered:
-            c.event.succeed(result)
+        c.settle(True, result)
 
     def _finish(self, inst: Instance, ranks: list[int]) -> None:
         if inst.finished:
@@ -311,26 +311,24 @@ class Engine:
             for c in (send, recv) if not oversized else (send,):
                 c.entry.t_done = self.env.now
                 c.entry.completed = True
-            if not send.event.triggered:
-                send.event.succeed(send.payload)
+            send.settle(True, send.payload)
             if oversized:
                 self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
                                            f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}")
-            elif not recv.event.triggered:
-                recv.event.succeed(send.payload.reinterpret(recv.payload.dtype))
+            elif not recv.done:
+                recv.settle(True, send.payload.reinterpret(recv.payload.dtype))
 
         self.env.timeout(dur).callbacks.append(finish)
 
     # ------------------------------------------------------------------ failure
     def _fail_call(self, call: Call, dead: int) -> None:
-        if call.event.triggered:
+        if call.done:
             return
         # Gloo's wording: a peer that exited closes its sockets; one killed by SIGABRT resets them
         how = "reset" if self.ranks[dead].abort_error is not None else "closed"
         err = RankRaised("RuntimeError", f"Connection {how} by peer (rank {dead} has exited)", "peer_lost")
         call.entry.t_done = self.env.now
-        call.event.fail(err)
-        call.event.defused = True
+        call.settle(False, err)
 
     def _fail_instance(self, inst: Instance, dead: int) -> None:
         inst.finished = True
@@ -406,7 +404,7 @@ class Engine:
                 entries += [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
                 verdict = gloo_rules.classify_mismatch(entries, len(inst.members))
                 for m, call in inst.calls.items():
-                    if verdict.rank_outcomes.get(m) == "ok" and not call.event.triggered:
+                    if verdict.rank_outcomes.get(m) == "ok" and not call.done:
                         src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
                         result = dataclasses.replace(src.payload) if src is not None else \
                             Payload.unknown(call.payload.numel, call.payload.dtype)

@@ -28,8 +28,10 @@ def classify(calls: list[Call], group_size: int) -> gloo_rules.MismatchVerdict:
 
 
 def _splits(calls: list[Call]) -> list[Splits] | None:
+    if calls[0].op != "all_to_all":
+        return None
     s = [c.payload.meta for c in calls]
-    return s if all(isinstance(x, Splits) for x in s) and calls[0].op == "all_to_all" else None  # type: ignore[return-value]
+    return s if all(isinstance(x, Splits) for x in s) else None  # type: ignore[return-value]
 
 
 def _splits_agree(calls: list[Call]) -> bool:

@@ -81,12 +81,10 @@ class Payload:
 
     @classmethod
     def runs(cls, runs: list[tuple[int, float]], dtype: str) -> Payload:
-        """A tensor made of runs of equal values (e.g. a gradient bucket, one run per parameter)."""
-        runs = [(n, _cast(v, dtype)) for n, v in runs if n > 0]
-        numel = sum(n for n, _ in runs)
-        if len({v for _, v in runs}) <= 1:
-            return cls.full(numel, dtype, runs[0][1] if runs else 0.0)
-        return cls(numel, dtype, segments=tuple(runs))
+        """A tensor made of runs of equal values (e.g. a gradient bucket, one run per parameter).
+
+        Shared like `full`'s: a DDP rank builds the same bucket every iteration."""
+        return _runs_cached(tuple(runs), dtype)
 
     def run_values(self) -> list[tuple[int, float]] | None:
         """The tensor as (length, value) runs of equal values, if its values are known."""
@@ -165,6 +163,15 @@ def _full_cached(numel: int, dtype: str, value: float) -> Payload:
 
 
 @functools.lru_cache(maxsize=4096)
+def _runs_cached(runs: tuple[tuple[int, float], ...], dtype: str) -> Payload:
+    cast = [(n, _cast(v, dtype)) for n, v in runs if n > 0]
+    numel = sum(n for n, _ in cast)
+    if len({v for _, v in cast}) <= 1:
+        return Payload.full(numel, dtype, cast[0][1] if cast else 0.0)
+    return Payload(numel, dtype, segments=tuple(cast))
+
+
+@functools.lru_cache(maxsize=4096)
 def _unknown_cached(numel: int, dtype: str) -> Payload:
     return Payload(numel, dtype)
 
@@ -175,11 +182,11 @@ def _cast(value: float, dtype: str) -> float:
         return float(int(value))
     if dtype == "bool":
         return float(bool(value))
-    with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
-        if dtype == "float32":
-            return _F32.unpack(_F32.pack(value))[0] if abs(value) < 3.4e38 else float(np.float32(value))
-        if dtype == "float16":
-            return float(np.float16(value))
+    if dtype == "float32" and abs(value) < 3.4e38:
+        return _F32.unpack(_F32.pack(value))[0]  # in range: the C float round trip, no numpy
+    if dtype in ("float32", "float16"):
+        with np.errstate(over="ignore"):  # overflow to inf is what torch does too, not news
+            return float(NP_DTYPES[dtype](value))
     return float(value)
 
 

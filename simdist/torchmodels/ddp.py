@@ -20,6 +20,7 @@ parameter's gradient is the input, 1.0, per backward), which is enough to show w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator
 from typing import Any
 
@@ -278,7 +279,8 @@ class DDPModel(Joinable):
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for b, w in works:
             res = yield from w.wait()
-            per_param = _split_runs(res.run_values(), [self.numels[i] for i in b])
+            runs = res.run_values()
+            per_param = _split_runs(tuple(runs), tuple(self.numels[i] for i in b)) if runs is not None else None
             for k, i in enumerate(b):
                 if self.used[i]:  # an unused parameter's .grad is left untouched (None)
                     self.grad[i] = per_param[k] if per_param is not None else None
@@ -305,10 +307,10 @@ class DDPModel(Joinable):
         yield from self._broadcast_coalesced(numels, root, "ddp.post_hook.broadcast_final_model")
 
 
-def _split_runs(runs: list[tuple[int, float]] | None, sizes: list[int]) -> list[float | None] | None:
-    """Per-parameter values of a reduced bucket, when each parameter's slice is uniform."""
-    if runs is None:
-        return None
+@functools.lru_cache(maxsize=1024)
+def _split_runs(runs: tuple[tuple[int, float], ...], sizes: tuple[int, ...]) -> tuple[float | None, ...]:
+    """Per-parameter values of a reduced bucket, when each parameter's slice is uniform.
+    (Kept: every rank splits the same reduced bucket every iteration.)"""
     out: list[float | None] = []
     k, left = 0, runs[0][0] if runs else 0
     for n in sizes:
@@ -323,7 +325,7 @@ def _split_runs(runs: list[tuple[int, float]] | None, sizes: list[int]) -> list[
                 k += 1
                 left = runs[k][0] if k < len(runs) else 0
         out.append(vals.pop() if len(vals) == 1 else None)
-    return out
+    return tuple(out)
 
 
 class _DDPJoinHook(JoinHook):
