@@ -222,3 +222,20 @@ def test_recv_from_any_source_takes_the_waiting_sender_or_the_next_one():
     eng.p2p(2, "send", Payload.full(2, "float32", 7), 0, tag=0, origin="t")  # a later send meets the waiting recv
     eng.env.run()
     assert (later.call.entry.peer, later.call.event.value.item()) == (2, 7.0)
+
+
+@pytest.mark.parametrize("op,dtype,name", [("all_reduce", "int64", "Long"), ("reduce", "int32", "Int"),
+                                           ("reduce_scatter", "bool", "Bool")])
+def test_integer_avg_raises_gloos_error_on_every_rank(op, dtype, name):
+    # Gloo's AVG is SUM then an in-place division an integer tensor cannot hold: every rank
+    # raises at wait() (root or not), the collective itself ran (the next one pairs); real
+    # Gloo's run of the same scenario agrees (simdist compare; tests/scripts/int_avg.py)
+    rep = sim({"world_size": 3, "inputs": {"counts": [1] * 3}, "loop": [
+        {"kind": "collective", "op": op, "numel": 3, "dtype": dtype, "reduce_op": "avg", "root": 1,
+         "async": True, "wait": "never"},
+        {"kind": "collective", "op": "all_reduce", "value": "rank", "observe": "out"},
+        {"kind": "collective", "op": op, "numel": 3, "dtype": dtype, "reduce_op": "avg", "root": 1}]})
+    assert [r.status for r in rep.ranks] == ["error"] * 3
+    assert {r.error.message for r in rep.ranks} == {f"result type Float can't be cast to the desired output type {name}"}
+    assert [r.observed["out"] for r in rep.ranks] == [[3.0]] * 3
+    assert [len(r.trace) for r in rep.ranks] == [3] * 3

@@ -102,3 +102,18 @@ def test_every_collective_agrees_with_real_gloo_bit_for_bit(nproc):
     assert differences(sim, real) == []
     assert any("all_to_all uneven: ProcessGroupGloo::alltoall: invalid tensor size" in line
                for line in sim.ranks[0].output)
+
+
+@pytest.mark.real
+def test_integer_avg_fails_as_real_gloo_does():
+    """tests/scripts/int_avg.py: AVG of integer and bool tensors raises Gloo's error at wait()
+    (and in the future) on every rank, for all_reduce, reduce and both reduce_scatters, with
+    the SUM left in the tensor where Gloo leaves it; later collectives still pair."""
+    entry = {"script": "../tests/scripts/int_avg.py", "nproc": 2}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == _verdict(real) == ["error:other"] * 2
+    assert differences(sim, real) == []
+    message = "result type Float can't be cast to the desired output type Long"
+    assert [r.error.message for r in sim.ranks] == [message] * 2
+    assert "all_reduce torch.int64: RuntimeError: " + message + " -> [[5, 10, 15, 20, 25]]" in sim.ranks[0].output
+    assert "then a SUM pairs as usual: [3]" in sim.ranks[1].output

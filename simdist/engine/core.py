@@ -25,7 +25,7 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
-from simdist.engine.results import collective_results
+from simdist.engine.results import collective_results, gloo_avg_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
@@ -34,10 +34,12 @@ from simdist.report import Finding, RankError, TraceEntry
 class RankRaised(Exception):
     """A simulated rank raised an exception (the rank's program ends with it)."""
 
-    def __init__(self, type_: str, message: str, category: str = "other"):
-        # all three in args: simpy re-creates a failed event's exception from its args
-        super().__init__(type_, message, category)
+    def __init__(self, type_: str, message: str, category: str = "other", result: Payload | None = None):
+        # all of them in args: simpy re-creates a failed event's exception from its args.
+        # `result`: what the rank's tensor holds although its op failed (Gloo's integer AVG)
+        super().__init__(type_, message, category, result)
         self.error = RankError(type=type_, message=message, category=category)
+        self.result = result
 
     def __str__(self) -> str:
         return f"{self.error.type}: {self.error.message}"
@@ -261,7 +263,7 @@ class Engine:
             # aborting rank dies, so keep it away from rank_gone's sweep
             self._open[inst.group].pop(inst.seq, None)
             for m in done:
-                self._complete_call(inst.calls[m], collective_results(calls)[m])
+                self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])
             for r in verdict.aborting_ranks:
                 self.abort_rank(r, verdict.detail)
             dead = verdict.aborting_ranks[0] if verdict.aborting_ranks else inst.members[0]
@@ -283,12 +285,24 @@ class Engine:
         c.entry.completed = True
         c.settle(True, result)
 
+    def _deliver(self, c: Call, result: Payload) -> None:
+        """Complete a collective's call with its result, or fail it where the backend raises
+        only after the collective ran (Gloo's integer AVG): its tensor holds `result` then,
+        its peers are unaffected, and later collectives pair as usual."""
+        error = gloo_avg_error(c) if self.backend == "gloo" else None
+        if error is None:
+            self._complete_call(c, result)
+        elif not c.event.triggered:
+            c.entry.t_done = self.env.now
+            c.event.fail(RankRaised("RuntimeError", error, "other", result))
+            c.event.defused = True
+
     def _finish(self, inst: Instance, ranks: list[int]) -> None:
         if inst.finished:
             return
-        results = collective_results([inst.calls[m] for m in inst.members])
+        results = collective_results([inst.calls[m] for m in inst.members], self.backend == "gloo")
         for m in ranks:
-            self._complete_call(inst.calls[m], results[m])
+            self._deliver(inst.calls[m], results[m])
         if len(ranks) == len(inst.members):
             inst.finished = True
             self._open[inst.group].pop(inst.seq, None)

@@ -100,7 +100,8 @@ def reduce_into(dst: list, dst_off: int, src: list, src_off: int, n: int, dtype:
 
 
 def average(v, w: int, dtype: str):
-    """AVG's final local division by the group size, in `dtype`."""
-    if dtype.startswith("int") or dtype in ("long", "int", "short", "uint8"):
-        return int(v / w)
+    """AVG's final local division by the group size, in `dtype`. An integer or bool
+    tensor keeps the SUM: the in-place division raises there (`results.gloo_avg_error`)."""
+    if dtype.startswith("int") or dtype in ("long", "int", "short", "uint8", "bool"):
+        return v
     return decode(encode(v / w, dtype), dtype)

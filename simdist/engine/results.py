@@ -17,14 +17,32 @@ from simdist.engine.values import (
     reduce_partial,
     reduce_payloads,
 )
+from simdist.flightrec.format import TORCH_DTYPE_NAMES
+from simdist.vocab import FLOAT_DTYPES, REDUCING_OPS
 
 
-def collective_results(calls: list[Call]) -> dict[int, Payload]:
+def gloo_avg_error(c: Call) -> str | None:
+    """The error Gloo's AVG raises for this rank's call, None where it divides.
+
+    ProcessGroupGloo runs AVG as SUM followed by an in-place ``tensor /= size`` on each rank
+    that asked for AVG (root or not, for reduce). For an integer or bool tensor torch's
+    true division makes a Float that cannot be cast back, so that step raises: the work
+    fails at ``wait()`` (and its future), after the collective went over the wire and the
+    tensor holds the plain SUM (measured on torch 2.13, 2 and 3 ranks).
+    """
+    if c.op not in REDUCING_OPS or c.reduce_op != "avg" or c.payload.dtype in FLOAT_DTYPES:
+        return None
+    name = TORCH_DTYPE_NAMES.get(c.payload.dtype)
+    return None if name is None else f"result type Float can't be cast to the desired output type {name}"
+
+
+def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payload]:
     """What each rank's output holds after a matched collective, computed from every rank's input.
 
     Each rank computes with its own view (its dtype, its reduce op, its root), which is
     how a backend that pairs mismatched calls mixes their values. A well-formed
     all_reduce/broadcast/all_gather gives every rank the same result, computed once.
+    `gloo`: a rank whose AVG Gloo cannot divide keeps the SUM (`gloo_avg_error`).
     """
     ranks = [c.rank for c in calls]
     c0 = calls[0]
@@ -32,17 +50,18 @@ def collective_results(calls: list[Call]) -> dict[int, Payload]:
         c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op and c.root == c0.root
         for c in calls
     ):
-        return dict.fromkeys(ranks, _result_for(c0, calls, ranks))
-    return {c.rank: _result_for(c, calls, ranks) for c in calls}
+        return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
+    return {c.rank: _result_for(c, calls, ranks, gloo) for c in calls}
 
 
-def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
+def _result_for(c: Call, calls: list[Call], ranks: list[int], gloo: bool) -> Payload:
     n = len(calls)
+    red = "sum" if gloo and gloo_avg_error(c) is not None else c.reduce_op or "sum"
     dtype = c.payload.dtype
     parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
     op = c.op
     if op == "all_reduce":
-        return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+        return reduce_payloads(parts, red, dtype, c.payload.numel)
     if op == "broadcast":
         src = next((x for x in calls if x.rank == c.root), c)
         res = dataclasses.replace(src.payload)  # the root's tensor, meta (e.g. bucket layout) included
@@ -53,10 +72,10 @@ def _result_for(c: Call, calls: list[Call], ranks: list[int]) -> Payload:
         return concat_payloads(parts, dtype) if c.rank == c.root else Payload.unknown(0, dtype)
     if op == "reduce":
         if c.rank == c.root:
-            return reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel, ring="reduce")
-        return reduce_partial(parts, c.reduce_op or "sum", dtype, ranks.index(c.rank))
+            return reduce_payloads(parts, red, dtype, c.payload.numel, ring="reduce")
+        return reduce_partial(parts, red, dtype, ranks.index(c.rank))
     if op == "reduce_scatter":
-        full = reduce_payloads(parts, c.reduce_op or "sum", dtype, c.payload.numel)
+        full = reduce_payloads(parts, red, dtype, c.payload.numel)
         return chunk_payload(full, ranks.index(c.rank), n)
     if op == "scatter":
         src = next((x for x in calls if x.rank == c.root), c)

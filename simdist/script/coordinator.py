@@ -280,7 +280,10 @@ class Coordinator:
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)
             entry.t_done = None
-            self._send(conn, {"t": "done", "id": rec.id, "error": message})
+            # an op that failed after it ran (Gloo's integer AVG) still wrote its tensor
+            held = err.result if isinstance(err, RankRaised) and rec.want_data else None
+            data = payloads.to_bytes(held) if held is not None else None
+            self._send(conn, {"t": "done", "id": rec.id, "error": message}, [data] if data is not None else [])
         if conn.block is not None and rec.id in conn.block.ids:
             conn.block = None
 

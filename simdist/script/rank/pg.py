@@ -131,7 +131,19 @@ class SimProcessGroup(dist.ProcessGroup):
                            reduce_op=reduce_name(opts.reduceOp), async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
-        return self.allreduce(tensors, opts)
+        # ProcessGroupGloo all-reduces one flat copy of the tensors and copies it back after:
+        # an all_reduce that fails after it ran (integer AVG) leaves the tensors as they were
+        opts = opts or dist.AllreduceCoalescedOptions()
+        flat = torch.empty(_numel(tensors), dtype=tensors[0].dtype)
+
+        def copy_back() -> None:
+            off = 0
+            for t in tensors:
+                t.data.copy_(flat.narrow(0, off, t.numel()).view(t.shape))
+                off += t.numel()
+
+        return self._issue("all_reduce", tensors, [flat], tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
+                           reduce_op=reduce_name(opts.reduceOp), async_op=_async(opts), after=copy_back)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.BroadcastOptions()

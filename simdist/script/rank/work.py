@@ -41,11 +41,13 @@ class SimWork(dist._Work):
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
-        sender, as a global rank)."""
+        sender, as a global rank). A failed op may still bring the bytes its backend wrote
+        before it raised (Gloo's integer AVG): they land in the outputs, but `after` (copying
+        a staged result out) does not run, as the backend's own copy-out never did."""
         self.source = source
-        if error is None and data is not None:
+        if data is not None:
             _fill(self._outputs, data)
-            if self._after is not None:
+            if error is None and self._after is not None:
                 self._after()
         with self._lock:
             self._error = error
