@@ -1,0 +1,75 @@
+"""The host a calibrated Gloo model runs on: primitives measured once (`simdist calibrate`).
+
+Kept apart from `profile` (which stores them beside the fitted curves) and `gloo_time`
+(which executes Gloo's message programs with them) so both import it and neither the
+other.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class HostProfile:
+    """Primitives measured on the real backend (`simdist calibrate`), from which the Gloo
+    model (`simdist.network.gloo_time`) predicts every collective at any world size.
+
+    `one_way_s[i]`: one message of `sizes[i]` bytes between two ranks with nothing else in
+    flight (half a ping-pong round trip), started by rank 0 and by rank 1 (`reverse_s`);
+    `exchange_s[i]`: two messages in flight, both ranks sending to each other at once;
+    `call_s`: one call into ProcessGroupGloo that moves no message (an all_reduce on a
+    one-rank group: dispatch, hand-off to the worker thread, completion);
+    `gamma`/`copy`: seconds per byte of a float32 sum and of a copy on one core;
+    `cores`: cores the ranks share (when busy threads outnumber them they take turns)."""
+
+    cores: int
+    call_s: float
+    sizes: list[int]
+    one_way_s: list[float]
+    reverse_s: list[float]
+    exchange_s: list[float]
+    gamma: float
+    copy: float
+    spread: dict[str, float] = field(default_factory=dict)  # largest (max-min)/median per series
+
+    def message_time(self, nbytes: float) -> float:
+        """One message alone: the measured one-way times, interpolated linearly in size
+        between measured sizes (the smallest size's time below it; the last slope above)."""
+        return _interp(self.sizes, [(a + b) / 2 for a, b in zip(self.one_way_s, self.reverse_s, strict=True)], nbytes)
+
+    def demand(self, nbytes: float) -> float:
+        """Cores one message keeps busy while it moves (sender's write, receiver's read),
+        from the two-in-flight measurement: two messages at once take exchange/one-way
+        times as long, which on `cores` cores means each needs cores*exchange/(2*one-way)
+        cores, between 1 (a thread) and 2 (a thread at each end)."""
+        two = _interp(self.sizes, self.exchange_s, nbytes)
+        return min(2.0, max(1.0, self.cores * two / (2.0 * self.message_time(nbytes))))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HostProfile:
+        h = cls(**d)
+        n = len(h.sizes)
+        if n < 2 or any(len(x) != n for x in (h.one_way_s, h.reverse_s, h.exchange_s)):
+            raise ValueError("host: sizes, one_way_s, reverse_s and exchange_s must have the same length >= 2")
+        if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
+            raise ValueError("host: sizes must increase and cores be >= 1")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                   for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s]):
+            raise ValueError("host: times must be finite numbers >= 0")
+        return h
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """Piecewise-linear through (xs, ys); flat below xs[0], the last segment's slope above."""
+    if x <= xs[0]:
+        return ys[0]
+    i = min(bisect.bisect_left(xs, x), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
