@@ -12,8 +12,8 @@ trip is one message), and an exchange (both ranks send to each other at once: tw
 messages in flight); then the fixed cost of one call into ProcessGroupGloo that moves no
 message (all_reduce on a one-rank group), and on one core the seconds per byte of a
 float32 sum (Gloo's reduction) and of a copy. Per quantity: batches of about 20 ms after
-a barrier, the slowest rank's batch mean per batch, the median over batches, and the
-spread (max - min) / median kept so a noisy calibration is visible.
+a barrier, every single call timed, the slowest rank's 25th percentile, and the spread
+(p75 - p25) / median kept so a noisy calibration is visible.
 
 Nothing here measures a collective: those are what the model predicts.
 """
@@ -35,6 +35,7 @@ from simdist.procs import die_with_parent
 MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
 REPEATS = 7
 TARGET_BATCH_S = 0.02
+QUANTILES = (0.25, 0.5, 0.75)
 
 
 def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEATS, timeout_s: float = 600.0
@@ -106,7 +107,10 @@ def _exchange(t, r, other: int):  # pragma: no cover - child side
 
 
 def _timed(fn, cfg: dict) -> tuple[float, float]:  # pragma: no cover - child side
-    """(median over batches of the slowest rank's per-call time, (max - min) / median)."""
+    """(25th percentile of single calls, slowest rank; (p75 - p25) / median). A low
+    quantile of single calls is what repeats on a shared machine: other processes
+    lengthen some calls, not all (docs/timing.md); the benchmark judges with the same."""
+    import numpy as np
     import torch
     import torch.distributed as dist
 
@@ -119,18 +123,20 @@ def _timed(fn, cfg: dict) -> tuple[float, float]:  # pragma: no cover - child si
     it = torch.tensor([float(min(2000, max(2, math.ceil(cfg["target_batch_s"] / est))))])
     dist.all_reduce(it, op=dist.ReduceOp.MAX)
     iters = int(it.item())
-    samples = []
+    calls = []
+    pc = time.perf_counter
     for _ in range(cfg["repeats"]):
         dist.barrier()
-        t0 = time.perf_counter()
+        last = pc()
         for _ in range(iters):
             fn()
-        samples.append((time.perf_counter() - t0) / iters)
-    st = torch.tensor(samples, dtype=torch.float64)
-    dist.all_reduce(st, op=dist.ReduceOp.MAX)
-    xs = st.tolist()
-    med = statistics.median(xs)
-    return med, (max(xs) - min(xs)) / med if med > 0 else 0.0
+            now = pc()
+            calls.append(now - last)
+            last = now
+    q = torch.tensor(np.quantile(calls, QUANTILES, method="lower").tolist(), dtype=torch.float64)
+    dist.all_reduce(q, op=dist.ReduceOp.MAX)
+    p25, p50, p75 = q.tolist()
+    return p25, (p75 - p25) / p50 if p50 > 0 else 0.0
 
 
 def _per_byte(op, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats: int = 7) -> float:  # pragma: no cover

@@ -15,7 +15,7 @@ from simdist.network.host import HostProfile
 from simdist.network.profile import Profile, load_profile
 
 ALPHA, BETA, CALL = 50e-6, 1e-9, 30e-6
-SIZES = [256, 1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]
+SIZES = [0, 1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]  # from 0 B: the latency is exactly alpha
 
 
 def host(cores: int = 64, alpha: float = ALPHA, beta: float = BETA, call: float = CALL, two: float = 1.0,
@@ -53,57 +53,78 @@ def test_allgather_broadcast_alltoall_messages(p):
     assert len(bc[0]) == math.ceil(math.log2(p))
 
 
-def closed_form(op: str, n: int, p: int) -> float:
+def phase(m: int, b: float, a: float = ALPHA) -> float:
+    """docs/timing.md: m messages of b seconds of bytes each, one at a time on a pair's
+    socket, two in flight: the receive is announced a latency after it is posted, and a
+    message is delivered a latency after its bytes; the pair alternates between waiting for
+    the announcement (latency-bound, 2a + b per two messages) and back-to-back bytes."""
+    j = (m + 1) // 2 - 1
+    return 2 * a + (m - 2 * j) * b + j * max(2 * a + b, 2 * b)
+
+
+def closed_form(op: str, n: int, p: int, beta: float) -> float:
     """docs/timing.md: one call with a core for every busy thread, no reduction or copy cost."""
-    t = ALPHA + n * BETA
-    if op in ("all_reduce", "reduce_scatter"):
+    if op in ("all_reduce", "reduce_scatter"):  # reduce-scatter phase, then all-gather phase
         num, seg = ring_segments(n, p)
-        return CALL + 2 * (num - num // p) * (ALPHA + seg * BETA)
-    if op == "all_gather":
-        return CALL + 2 * (p - 1) * (ALPHA + n / 2 * BETA)
+        return CALL + 2 * phase(num - num // p, seg * beta)
+    if op == "all_gather":  # 2(p-1) halves
+        return CALL + phase(2 * (p - 1), n / 2 * beta)
     if op == "broadcast":  # the root posts its sends at once: the deepest chain, floor(lg p) hops
-        return CALL + (p.bit_length() - 1) * t
-    return CALL + ALPHA + n // p * BETA  # all_to_all: every message at once
+        return CALL + ALPHA + (p.bit_length() - 1) * (ALPHA + n * beta)
+    return CALL + 2 * ALPHA + n // p * beta  # all_to_all: every message at once
 
 
 @pytest.mark.parametrize("op", sorted(GLOO_TIMED_OPS))
 @pytest.mark.parametrize("p", [2, 3, 4, 6])
 @pytest.mark.parametrize("n", [1 << 12, 3 << 20, 24 << 20])
-def test_uncontended_time_is_the_closed_form(op, p, n):
+@pytest.mark.parametrize("beta", [BETA, 1e-12])  # bandwidth-bound and latency-bound
+def test_uncontended_time_is_the_closed_form(op, p, n, beta):
     n -= n % (4 * p)
-    h = host()
-    assert gloo_op_time(h, op, n, p, iterations=1) == pytest.approx(closed_form(op, n, p), rel=1e-9)
-    # called back to back, the steady period is the same: nothing overlaps across calls
-    if op != "broadcast":  # the root's sends are asynchronous: its next call starts early
-        assert gloo_op_time(h, op, n, p) == pytest.approx(closed_form(op, n, p), rel=1e-9)
+    h = host(beta=beta)
+    assert gloo_op_time(h, op, n, p, iterations=1) == pytest.approx(closed_form(op, n, p, beta), rel=1e-9)
 
 
 @pytest.mark.parametrize("two", [1.0, 1.5, 2.0])
 @pytest.mark.parametrize("p", [3, 4])
 def test_more_ranks_than_cores_stretch_as_derived(two, p):
-    """Ring all_reduce without call cost: all p pairs of the ring move at once, each message
-    wanting e = cores*two/2 cores, so with e*p > cores everything runs cores/(e*p) as fast."""
+    """No latency, no call: the ring's p pairs move bytes at once, each message wanting
+    e = cores*two/2 cores, so with e*p > cores everything runs cores/(e*p) as fast; all_to_all
+    has p(p-1) messages at once."""
     n = 12 << 20  # 12 segments of 1 MiB at p = 3 and 4: every message the same size
-    free = gloo_op_time(host(cores=64, call=0.0), "all_reduce", n, p, iterations=1)
-    tight = host(cores=2, call=0.0, two=two)
+    free = host(cores=64, call=0.0, alpha=0.0)
+    tight = host(cores=2, call=0.0, two=two, alpha=0.0)
     e = tight.demand(1 << 20)
     assert e == pytest.approx(max(1.0, two))
-    got = gloo_op_time(tight, "all_reduce", n, p, iterations=1)
-    assert got == pytest.approx(free * max(1.0, e * p / 2), rel=1e-9)
-    # all_to_all: p(p-1) messages at once
-    free = gloo_op_time(host(cores=64, call=0.0), "all_to_all", n, p, iterations=1)
-    got = gloo_op_time(tight, "all_to_all", n, p, iterations=1)
-    assert got == pytest.approx(free * max(1.0, e * p * (p - 1) / 2), rel=1e-9)
+    for op, busy in (("all_reduce", p), ("all_to_all", p * (p - 1))):
+        got = gloo_op_time(tight, op, n, p, iterations=1)
+        assert got == pytest.approx(gloo_op_time(free, op, n, p, iterations=1) * max(1.0, e * busy / 2), rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_deliveries_share_cores(p):
+    """Latency only: all_to_all's p(p-1) deliveries, one core each, share 2 cores after the
+    announcements (a wait, no core): alpha + alpha * max(1, p(p-1)/2)."""
+    h = host(cores=2, call=0.0, beta=0.0)
+    assert gloo_op_time(h, "all_to_all", 4096, p, iterations=1) == pytest.approx(
+        ALPHA + ALPHA * max(1.0, p * (p - 1) / 2), rel=1e-9)
 
 
 def test_two_ranks_on_two_cores_exchange_as_measured():
-    """At p = 2 the ring exchanges in both directions at once: each message then takes the
-    measured two-in-flight time (the model reproduces its own calibration point)."""
-    h = host(cores=2, call=0.0, two=1.7)
+    """At p = 2 the ring exchanges in both directions at once: each message's bytes then take
+    the measured two-in-flight time (the model reproduces its own calibration point)."""
+    h = host(cores=2, call=0.0, two=1.7, alpha=0.0)
     n = 8 << 20  # 8 segments of 1 MiB, 8 messages each way
     num, seg = ring_segments(n, 2)
     assert gloo_op_time(h, "all_reduce", n, 2, iterations=1) == pytest.approx(
-        2 * (num - num // 2) * 1.7 * (ALPHA + seg * BETA), rel=1e-9)
+        2 * (num - num // 2) * 1.7 * seg * BETA, rel=1e-9)
+
+
+def test_back_to_back_calls_keep_the_period():
+    """A benchmark's batch mean is the period of calls back to back: for the ring it is one
+    call's time (every rank drains its messages before returning)."""
+    h = host()
+    for op in ("all_reduce", "all_gather"):
+        assert gloo_op_time(h, op, 1 << 20, 3) == pytest.approx(gloo_op_time(h, op, 1 << 20, 3, iterations=1))
 
 
 def test_reduction_and_copies_cost_cpu():

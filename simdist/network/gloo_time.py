@@ -27,7 +27,10 @@ time, no reduction) are derived in docs/timing.md and checked by tests/test_gloo
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simdist.collectives.gloo import allgather, alltoall, broadcast, ring_allreduce
@@ -75,16 +78,20 @@ def gloo_op_time(host: HostProfile, op: str, nbytes: int, p: int, iterations: in
 
 @dataclass
 class _Work:
-    """Something running: a message moving (`msg` set) or a rank's own computation."""
+    """Something using cores: a message's bytes or its delivery, or a rank computing."""
 
     left: float  # seconds still to do at full speed
     demand: float  # cores it keeps busy
-    rank: int
-    msg: tuple | None = None  # (src, dst, send buffer, recv buffer)
+    then: Callable[..., None]  # called with `args` when done
+    args: tuple
 
 
 class HostRun:
-    """Executes per-rank programs (`rank_program` steps, concatenated) on the host model."""
+    """Executes per-rank programs (`rank_program` steps, concatenated) on the host model.
+
+    Two kinds of things take time: work (`_Work`: bytes through a socket, a message's
+    delivery, a reduction, a copy, a call), which shares the cores, and waiting (a
+    receiver's notice reaching the sender), which does not."""
 
     def __init__(self, host: HostProfile, programs: list[list[tuple]]):
         self.host = host
@@ -96,34 +103,50 @@ class HostRun:
         self.done: dict[tuple, int] = defaultdict(int)  # (rank, "send"/"recv", buf) -> completions
         self.used: dict[tuple, int] = defaultdict(int)  # ... -> completions a wait has taken
         self.sends: dict[tuple[int, int], deque] = defaultdict(deque)  # (src, dst) -> posted sends
-        self.recvs: dict[tuple[int, int], deque] = defaultdict(deque)
-        self.moving: set[tuple[int, int]] = set()  # pairs with a message on the way
+        self.recvs: dict[tuple[int, int], deque] = defaultdict(deque)  # ... -> (seen by sender at, buf)
+        self.moving: set[tuple[int, int]] = set()  # pairs whose socket is copying a message
         self.work: list[_Work] = []
+        self.waits: list[tuple] = []  # heap of (time, seq, what, args)
+        self.seq = 0
         self.marks: list[list[float]] = [[] for _ in range(self.p)]
 
     def run(self) -> list[list[float]]:
         """Every rank's call-return times, in order."""
         for r in range(self.p):
             self._advance(r)
-        while self.work:
-            wanted = sum(w.demand for w in self.work)
-            speed = min(1.0, self.host.cores / wanted)
-            first = min(self.work, key=lambda w: w.left)
-            step = first.left
-            self.now += step / speed
-            finished = []
-            for w in self.work:
-                w.left -= step
-                if w.left <= 1e-15 + 1e-12 * step:
-                    finished.append(w)
-            gone = {id(w) for w in finished}
-            self.work = [w for w in self.work if id(w) not in gone]
-            for w in finished:
-                self._finish(w)
+        while self.work or self.waits:
+            speed = min(1.0, self.host.cores / sum(w.demand for w in self.work)) if self.work else 1.0
+            first = min(self.work, key=lambda w: w.left) if self.work else None
+            t_work = self.now + first.left / speed if first is not None else math.inf
+            if self.waits and self.waits[0][0] <= t_work:
+                t, _, what, args = heapq.heappop(self.waits)
+                self._progress((t - self.now) * speed, t, exact=None)
+                what(*args)
+            else:
+                assert first is not None
+                self._progress(first.left, t_work, exact=first)
         stuck = [r for r in range(self.p) if self.pc[r] < len(self.progs[r])]
         if stuck:
             raise RuntimeError(f"gloo model: ranks {stuck} never finished (unmatched messages)")
         return self.marks
+
+    def _progress(self, step: float, until: float, exact: _Work | None) -> None:
+        """Every running work does `step` seconds of itself; the time is now `until`."""
+        self.now = max(self.now, until)
+        finished = []
+        for w in self.work:
+            w.left -= step
+            if w is exact or w.left <= 1e-15 + 1e-12 * step:
+                finished.append(w)
+        if finished:
+            gone = {id(w) for w in finished}
+            self.work = [w for w in self.work if id(w) not in gone]
+            for w in finished:
+                w.then(*w.args)
+
+    def _after(self, delay: float, what, *args) -> None:
+        self.seq += 1
+        heapq.heappush(self.waits, (self.now + delay, self.seq, what, args))
 
     def _advance(self, r: int) -> None:
         """Run rank r's program until it waits or computes."""
@@ -139,35 +162,48 @@ class HostRun:
             elif kind == "send":
                 self.sends[(r, st[2])].append((st[1], st[5]))
                 self._start((r, st[2]))
-            elif kind == "recv":
-                self.recvs[(st[2], r)].append((st[1], st[5]))
-                self._start((st[2], r))
+            elif kind == "recv":  # Gloo's receiver tells the sender; the notice takes a latency
+                self.recvs[(st[2], r)].append((self.now + self.host.latency, st[1]))
+                self._after(self.host.latency, self._start, (st[2], r))
             elif kind in ("cpu", "reduce"):
                 secs = st[1] if kind == "cpu" else st[4] * self.host.gamma
                 if secs > 0:
                     self.computing[r] = True
-                    self.work.append(_Work(secs, 1.0, r))
+                    self.work.append(_Work(secs, 1.0, self._computed, (r,)))
             elif kind == "mark":
                 self.marks[r].append(self.now)
             self.pc[r] += 1
 
     def _start(self, pair: tuple[int, int]) -> None:
-        """Put the pair's next message on the way, if both ends posted it and the pair is free."""
+        """Put the pair's next message on its socket, if the sender posted it, knows the
+        receive is posted, and the socket is free."""
         if pair in self.moving or not self.sends[pair] or not self.recvs[pair]:
             return
-        (sbuf, n), (rbuf, _) = self.sends[pair].popleft(), self.recvs[pair].popleft()
+        if self.recvs[pair][0][0] > self.now + 1e-15:
+            return  # the notice is on its way; its arrival calls _start again
+        (sbuf, n), (_, rbuf) = self.sends[pair].popleft(), self.recvs[pair].popleft()
         self.moving.add(pair)
-        self.work.append(_Work(self.host.message_time(n), self.host.demand(n), pair[0], (*pair, sbuf, rbuf)))
+        secs = self.host.byte_time(n)
+        if secs > 0:
+            self.work.append(_Work(secs, self.host.demand(n), self._sent, (pair, sbuf, rbuf)))
+        else:  # through at once; not from here, which may be inside the sender's _advance
+            self._after(0.0, self._sent, pair, sbuf, rbuf)
 
-    def _finish(self, w: _Work) -> None:
-        if w.msg is None:
-            self.computing[w.rank] = False
-            self._advance(w.rank)
-            return
-        src, dst, sbuf, rbuf = w.msg
+    def _computed(self, r: int) -> None:
+        self.computing[r] = False
+        self._advance(r)
+
+    def _sent(self, pair: tuple[int, int], sbuf: str, rbuf: str) -> None:
+        """The bytes are through the socket: the send is complete and the socket free; the
+        delivery (the receiver woken, its wait returning) is a latency of work on one core,
+        which overlaps the pair's next message."""
+        src, dst = pair
         self.done[(src, "send", sbuf)] += 1
-        self.done[(dst, "recv", rbuf)] += 1
-        self.moving.discard((src, dst))
-        self._start((src, dst))
+        self.moving.discard(pair)
+        self.work.append(_Work(self.host.latency, 1.0, self._received, (dst, rbuf)))
+        self._start(pair)
         self._advance(src)
+
+    def _received(self, dst: int, rbuf: str) -> None:
+        self.done[(dst, "recv", rbuf)] += 1
         self._advance(dst)

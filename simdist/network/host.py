@@ -40,13 +40,27 @@ class HostProfile:
         between measured sizes (the smallest size's time below it; the last slope above)."""
         return _interp(self.sizes, [(a + b) / 2 for a, b in zip(self.one_way_s, self.reverse_s, strict=True)], nbytes)
 
+    @property
+    def latency(self) -> float:
+        """The part of a message that does not grow with its size: the smallest message's
+        time. It is waiting (a wake-up on the far side), not work: it holds no socket and
+        no core, so messages in flight overlap their latencies."""
+        return self.message_time(self.sizes[0])
+
+    def byte_time(self, nbytes: float) -> float:
+        """The rest of one message alone: copying its bytes through the socket, which holds
+        the pair's socket and keeps `demand` cores busy."""
+        return max(0.0, self.message_time(nbytes) - self.latency)
+
     def demand(self, nbytes: float) -> float:
-        """Cores one message keeps busy while it moves (sender's write, receiver's read),
-        from the two-in-flight measurement: two messages at once take exchange/one-way
-        times as long, which on `cores` cores means each needs cores*exchange/(2*one-way)
-        cores, between 1 (a thread) and 2 (a thread at each end)."""
-        two = _interp(self.sizes, self.exchange_s, nbytes)
-        return min(2.0, max(1.0, self.cores * two / (2.0 * self.message_time(nbytes))))
+        """Cores one message keeps busy while its bytes move (the sender's write, the
+        receiver's read), from the two-in-flight measurement: both ranks sending at once,
+        each message's bytes took (exchange - latency) / (one-way - latency) times as long,
+        which on `cores` cores means each wanted cores*that/2 cores; between 1 (one thread)
+        and 2 (a thread at each end)."""
+        two = max(0.0, _interp(self.sizes, self.exchange_s, nbytes) - self.latency)
+        one = self.byte_time(nbytes)
+        return min(2.0, max(1.0, self.cores * two / (2.0 * one))) if one > 0 else 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
