@@ -5,8 +5,8 @@
 2. Predict all_reduce, all_gather, broadcast, reduce_scatter and all_to_all at world
    sizes 2, 3 and 4 (`simdist.network.gloo_time`: Gloo's message programs on the host
    model, cores shared).
-3. Measure each (op, world size) in its own sweep (fresh processes, seeded random order of
-   sizes): held-out sizes between powers of two, which the prediction is judged on, and
+3. Measure each (op, world size) in its own sweeps (fresh processes, seeded random order
+   of sizes; `--passes` passes over all (op, world size), the median over passes): held-out sizes between powers of two, which the prediction is judged on, and
    powers of two, on which the fitted baseline (`compare-timing`'s piecewise model,
    `simdist.timing.experiments.evaluate`) is fitted per (op, world size).
 4. Print per (op, world size) and overall the median absolute relative error of both,
@@ -52,33 +52,40 @@ def measure(args) -> dict:
     print(f"calibrated in {time.time() - t0:.0f} s: call {host.call_s * 1e6:.0f} us, cores {host.cores}, "
           f"gamma {host.gamma * 1e9:.3f} ns/B, copy {host.copy * 1e9:.3f} ns/B, spread "
           + ", ".join(f"{k} {v:.2f}" for k, v in host.spread.items()), flush=True)
-    sweeps = {}
-    for i, (op, p) in enumerate((op, p) for p in args.ranks for op in OPS):
-        t1 = time.time()
-        rows = run_sweep(op, p, FIT_SIZES + HELD_OUT, repeats=args.repeats, warmup=2, min_iters=2,
-                         seed=args.seed + i, sweep=f"{op}-p{p}")
-        sweeps[f"{op}/{p}"] = [r.to_dict() for r in rows]
-        print(f"  measured {op} p={p} in {time.time() - t1:.0f} s", flush=True)
+    sweeps: dict[str, list] = {}
+    order = [(op, p) for p in args.ranks for op in OPS]
+    for k in range(args.passes):  # pass after pass over every (op, p): a burst of load hits one
+        for i, (op, p) in enumerate(order):
+            t1 = time.time()
+            rows = run_sweep(op, p, FIT_SIZES + HELD_OUT, repeats=args.repeats, warmup=2, min_iters=2,
+                             seed=args.seed + k * len(order) + i, sweep=f"{op}-p{p}-{k}")
+            sweeps.setdefault(f"{op}/{p}", []).append([r.to_dict() for r in rows])
+            print(f"  pass {k}: measured {op} p={p} in {time.time() - t1:.0f} s", flush=True)
     return {"host": host.to_dict(), "sweeps": sweeps, "measure_s": time.time() - t0}
+
+
+def _fitted(nbytes: int) -> bool:
+    """One of the baseline's calibration sizes (rounded down to a multiple of 4p bytes)."""
+    return any(abs(nbytes - f) <= 0.01 * f for f in FIT_SIZES)
 
 
 def report(doc: dict) -> bool:
     host = HostProfile.from_dict(doc["host"])
     table, pred_all, base_all = [], [], []
-    for key, raw in doc["sweeps"].items():
+    for key, passes in doc["sweeps"].items():
         op, p = key.split("/")[0], int(key.split("/")[1])
-        rows = [SimpleNamespace(**r) for r in raw]
-        train = [r for r in rows if any(abs(r.nbytes - f) <= 0.01 * f for f in FIT_SIZES)]  # rounded to 4p B
-        test = [r for r in rows if r not in train]
-        base = evaluate([train], [test], STAT, op, p, host.gamma)
+        rows_ = [[SimpleNamespace(**d) for d in rows] for rows in passes]
+        train = [[r for r in rows if _fitted(r.nbytes)] for rows in rows_]
+        test = [[r for r in rows if not _fitted(r.nbytes)] for rows in rows_]
+        base = evaluate(train, test, STAT, op, p, host.gamma)  # the value per size: median over passes
         pe, be = [], []
-        for r, b in zip(test, base["sizes"], strict=True):
-            sim, m = gloo_op_time(host, op, r.nbytes, p), row_stat(r, STAT)
+        for b in base["sizes"]:
+            n, m = b["nbytes"], b["measured_s"]
+            sim = gloo_op_time(host, op, n, p)
             pe.append((sim - m) / m)
             be.append(b["rel_error"])
-            print(f"  {op:>14} p={p} {r.nbytes:>9} B  measured {m * 1e3:9.3f} ms "
-                  f"(median {r.op_quantiles_s[2] * 1e3:.3f}, batch means {r.min_s * 1e3:.3f}-{r.max_s * 1e3:.3f})  "
-                  f"predicted {sim * 1e3:9.3f} ms "
+            each = ", ".join(f"{row_stat(r, STAT) * 1e3:.3f}" for rows in test for r in rows if r.nbytes == n)
+            print(f"  {op:>14} p={p} {n:>9} B  measured {m * 1e3:9.3f} ms (passes {each})  predicted {sim * 1e3:9.3f} ms "
                   f"{pe[-1] * 100:+6.1f}%   fitted {b['simulated_s'] * 1e3:9.3f} ms {be[-1] * 100:+6.1f}%")
         table.append((op, p, summarize(pe), summarize(be)))
         pred_all += pe
@@ -100,6 +107,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="*", default=[2, 3, 4])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--passes", type=int, default=2, help="sweeps per (op, world size); the median over them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("out/predict"))
     ap.add_argument("--load", type=Path, help="a predict.json written before: evaluate it again, measure nothing")

@@ -11,9 +11,11 @@ rank 0 and one started by rank 1 (one message in flight, each direction; half a 
 trip is one message), and an exchange (both ranks send to each other at once: two
 messages in flight); then the fixed cost of one call into ProcessGroupGloo that moves no
 message (all_reduce on a one-rank group), and on one core the seconds per byte of a
-float32 sum (Gloo's reduction) and of a copy. Per quantity: batches of about 20 ms after
-a barrier, every single call timed, the slowest rank's 25th percentile, and the spread
-(p75 - p25) / median kept so a noisy calibration is visible.
+float32 sum (Gloo's reduction) and of a copy. Per quantity: `repeats` passes over all
+quantities, one batch of about 20 ms each after a barrier, every single call timed; the
+slowest rank's 25th percentile, and the spread (p75 - p25) / median kept so a noisy
+calibration is visible. A message is never faster than a larger one, so a time above a
+larger size's (load from other processes) is lowered to it.
 
 Nothing here measures a collective: those are what the model predicts.
 """
@@ -46,13 +48,18 @@ def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEAT
     run_ranks("real_backend.calibrate", cfg, 2, timeout_s, lambda d: rows.__setitem__(d.pop("kind") + str(
         d.get("nbytes", "")), d), what="calibration")
     p2p = [rows[f"p2p{n}"] for n in sizes]
+    series = {key: [r[key] for r in p2p] for key in ("one_way_s", "reverse_s", "exchange_s")}
+    series["copy_s"] = [rows["local"]["copy_s"][str(n)] for n in sizes]
+    series["fresh_s"] = [rows["local"]["fresh_s"][str(n)] for n in sizes]
+    for xs in series.values():  # nothing is faster on more bytes: a time above a larger size's
+        for i in range(len(xs) - 2, -1, -1):  # is load from other processes, not the machine
+            xs[i] = min(xs[i], xs[i + 1])
     spread = {k: max(r["spread"][k] for r in p2p) for k in ("one_way_s", "reverse_s", "exchange_s")}
     spread["call_s"] = rows["call"]["spread"]
     return HostProfile(
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-        call_s=rows["call"]["call_s"], sizes=list(sizes), one_way_s=[r["one_way_s"] for r in p2p],
-        reverse_s=[r["reverse_s"] for r in p2p], exchange_s=[r["exchange_s"] for r in p2p],
-        gamma=rows["local"]["gamma"], copy=rows["local"]["copy"], spread=spread)
+        call_s=rows["call"]["call_s"], sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
+        spread=spread, **series)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -70,19 +77,23 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
     try:
         emit = (lambda d: print(json.dumps(d), flush=True)) if rank == 0 else (lambda d: None)
         other = 1 - rank
+        x = torch.zeros(1)
+        jobs = {("call", 0): (lambda: dist.all_reduce(x, group=own), 1)}
         for n in cfg["sizes"]:
             t, r = torch.zeros(max(1, n // 4)), torch.zeros(max(1, n // 4))
+            jobs[("one_way_s", n)] = (_ping(t, rank, other, 0), 2)
+            jobs[("reverse_s", n)] = (_ping(t, rank, other, 1), 2)
+            jobs[("exchange_s", n)] = (_exchange(t, r, other), 1)
+        got = _timed_passes(jobs, cfg)
+        for n in cfg["sizes"]:
             row = {"kind": "p2p", "nbytes": n, "spread": {}}
-            for key, fn, per in (("one_way_s", _ping(t, rank, other, 0), 2), ("reverse_s", _ping(t, rank, other, 1), 2),
-                                 ("exchange_s", _exchange(t, r, other), 1)):
-                med, spr = _timed(fn, cfg)
-                row[key] = med / per
-                row["spread"][key] = spr
+            for key in ("one_way_s", "reverse_s", "exchange_s"):
+                row[key], row["spread"][key] = got[(key, n)]
             emit(row)
-        x = torch.zeros(1)
-        med, spr = _timed(lambda: dist.all_reduce(x, group=own), cfg)
-        emit({"kind": "call", "call_s": med, "spread": spr})
-        emit({"kind": "local", "gamma": _per_byte(lambda a, b: a.add_(b)), "copy": _per_byte(lambda a, b: a.copy_(b))})
+        emit({"kind": "call", "call_s": got[("call", 0)][0], "spread": got[("call", 0)][1]})
+        local = {"kind": "local", "gamma": _per_byte(lambda a, b: a.add_(b)), "copy": _per_byte(lambda a, b: a.copy_(b))}
+        local["copy_s"], local["fresh_s"] = _copies(cfg["sizes"])
+        emit(local)
     finally:
         dist.destroy_process_group()
 
@@ -106,37 +117,63 @@ def _exchange(t, r, other: int):  # pragma: no cover - child side
     return fn
 
 
-def _timed(fn, cfg: dict) -> tuple[float, float]:  # pragma: no cover - child side
-    """(25th percentile of single calls, slowest rank; (p75 - p25) / median). A low
-    quantile of single calls is what repeats on a shared machine: other processes
-    lengthen some calls, not all (docs/timing.md); the benchmark judges with the same."""
+def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child side
+    """key -> (25th percentile of single calls / messages per call, slowest rank; (p75 -
+    p25) / median). Every job gets one batch of about `target_batch_s` per pass, passes
+    `repeats` times over all jobs, so a burst of load from other processes hits one batch
+    of many jobs rather than every batch of one. A low quantile of single calls is what
+    repeats on a shared machine: other processes lengthen some calls, not all."""
     import numpy as np
     import torch
     import torch.distributed as dist
 
-    for _ in range(3):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn()
-    est = max((time.perf_counter() - t0) / 3, 1e-6)
-    it = torch.tensor([float(min(2000, max(2, math.ceil(cfg["target_batch_s"] / est))))])
-    dist.all_reduce(it, op=dist.ReduceOp.MAX)
-    iters = int(it.item())
-    calls = []
+    iters = {}
+    for key, (fn, _) in jobs.items():
+        for _ in range(2):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        iters[key] = max(2, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
+    agreed = torch.tensor([float(min(2000, v)) for v in iters.values()])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    calls: dict = {key: [] for key in jobs}
     pc = time.perf_counter
     for _ in range(cfg["repeats"]):
-        dist.barrier()
-        last = pc()
-        for _ in range(iters):
-            fn()
-            now = pc()
-            calls.append(now - last)
-            last = now
-    q = torch.tensor(np.quantile(calls, QUANTILES, method="lower").tolist(), dtype=torch.float64)
+        for (key, (fn, _)), k in zip(jobs.items(), agreed.tolist(), strict=True):
+            dist.barrier()
+            last = pc()
+            for _ in range(int(k)):
+                fn()
+                now = pc()
+                calls[key].append(now - last)
+                last = now
+    q = torch.tensor([np.quantile(calls[key], QUANTILES, method="lower").tolist() for key in jobs], dtype=torch.float64)
     dist.all_reduce(q, op=dist.ReduceOp.MAX)
-    p25, p50, p75 = q.tolist()
-    return p25, (p75 - p25) / p50 if p50 > 0 else 0.0
+    out = {}
+    for (key, (_, per)), (p25, p50, p75) in zip(jobs.items(), q.tolist(), strict=True):
+        out[key] = (p25 / per, (p75 - p25) / p50 if p50 > 0 else 0.0)
+    return out
+
+
+def _copies(sizes: list[int], repeats: int = 7) -> tuple[dict, dict]:  # pragma: no cover - child side
+    """Per size: median time of a copy into an existing float32 buffer, and into a new one."""
+    import torch
+
+    copy, fresh = {}, {}
+    for n in sizes:
+        src, dst = torch.ones(max(1, n // 4)), torch.empty(max(1, n // 4))
+        dst.copy_(src)
+        ts, tf = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            t1 = time.perf_counter()
+            torch.empty(max(1, n // 4)).copy_(src)
+            tf.append(time.perf_counter() - t1)
+            ts.append(t1 - t0)
+        copy[str(n)], fresh[str(n)] = statistics.median(ts), statistics.median(tf)
+    return copy, fresh
 
 
 def _per_byte(op, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats: int = 7) -> float:  # pragma: no cover

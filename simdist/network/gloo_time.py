@@ -11,7 +11,9 @@ clone and full all_reduce, all_gather's copy out). Costs come from a `HostProfil
     socket: Gloo writes a pair's messages in order) and starts when its send and its
     receive are both posted (Gloo's sender waits for the receiver's notice that the
     receive is posted). Alone it takes the measured one-way time `message_time(n)`;
-  * a reduction takes n*gamma, a copy n*copy, the call `call_s`;
+  * a reduction takes n*gamma, a copy `copy_time(n)`, writing a buffer allocated for the
+    call `fresh_time(n)` (page faults), the call `call_s`; a message cut from a larger
+    buffer costs per byte what a message of the buffer's size does (`byte_time`);
   * **cores are shared.** A moving message keeps `demand(n)` cores busy (the sender's
     write and the receiver's read), a reduction, copy or call one. With D cores wanted
     and C available, everything that is running advances at min(1, C/D) of its own speed
@@ -50,14 +52,15 @@ def rank_program(op: str, rank: int, p: int, nbytes: int, host: HostProfile) -> 
     if op == "all_reduce":
         body = ring_allreduce(rank, p, nbytes // ELEM, ELEM).steps
     elif op == "reduce_scatter":  # clone the input, all_reduce it whole, copy out this rank's chunk
-        body = [("cpu", nbytes * host.copy), *ring_allreduce(rank, p, nbytes // ELEM, ELEM).steps,
-                ("cpu", nbytes // p * host.copy)]
-    elif op == "all_gather":  # gloo gathers into one flat tensor; torch copies it out to the list
-        body = [*allgather(rank, p, nbytes).steps, ("cpu", p * nbytes * host.copy)]
+        body = [("cpu", host.fresh_time(nbytes)), *ring_allreduce(rank, p, nbytes // ELEM, ELEM).steps,
+                ("cpu", host.copy_time(nbytes // p))]
+    elif op == "all_gather":  # gloo gathers into a new flat tensor; torch copies it out to the list
+        body = [*allgather(rank, p, nbytes).steps, ("cpu", host.fresh_time(p * nbytes) - host.copy_time(p * nbytes)),
+                ("cpu", host.copy_time(p * nbytes))]
     elif op == "broadcast":
         body = broadcast(rank, p, nbytes, 0).steps
     elif op == "all_to_all":  # the own block is a local copy
-        body = [("cpu", nbytes // p * host.copy), *alltoall(rank, p, nbytes).steps]
+        body = [("cpu", host.copy_time(nbytes // p)), *alltoall(rank, p, nbytes).steps]
     else:
         raise ValueError(f"op: the Gloo model times {', '.join(sorted(GLOO_TIMED_OPS))}, not {op!r}")
     return [*call, *body, ("mark",)]
@@ -69,11 +72,16 @@ def gloo_op_time(host: HostProfile, op: str, nbytes: int, p: int, iterations: in
     if p <= 1:
         return host.call_s
     progs = [rank_program(op, r, p, nbytes, host) * iterations for r in range(p)]
-    marks = HostRun(host, progs).run()
+    marks = HostRun(host, progs, footprint(op, nbytes, p)).run()
     ends = [max(m[k] for m in marks) for k in range(iterations)]
     if iterations == 1:
         return ends[0]
     return (ends[-1] - ends[0]) / (iterations - 1)
+
+
+def footprint(op: str, nbytes: int, p: int) -> int:
+    """Bytes of the buffer the call's messages are cut from (see `HostProfile.byte_time`)."""
+    return p * nbytes if op == "all_gather" else nbytes
 
 
 @dataclass
@@ -93,8 +101,9 @@ class HostRun:
     delivery, a reduction, a copy, a call), which shares the cores, and waiting (a
     receiver's notice reaching the sender), which does not."""
 
-    def __init__(self, host: HostProfile, programs: list[list[tuple]]):
+    def __init__(self, host: HostProfile, programs: list[list[tuple]], footprint: int = 0):
         self.host = host
+        self.footprint = footprint
         self.progs = programs
         self.p = len(programs)
         self.now = 0.0
@@ -183,7 +192,7 @@ class HostRun:
             return  # the notice is on its way; its arrival calls _start again
         (sbuf, n), (_, rbuf) = self.sends[pair].popleft(), self.recvs[pair].popleft()
         self.moving.add(pair)
-        secs = self.host.byte_time(n)
+        secs = self.host.byte_time(n, self.footprint)
         if secs > 0:
             self.work.append(_Work(secs, self.host.demand(n), self._sent, (pair, sbuf, rbuf)))
         else:  # through at once; not from here, which may be inside the sender's _advance

@@ -22,7 +22,11 @@ class HostProfile:
     `exchange_s[i]`: two messages in flight, both ranks sending to each other at once;
     `call_s`: one call into ProcessGroupGloo that moves no message (an all_reduce on a
     one-rank group: dispatch, hand-off to the worker thread, completion);
-    `gamma`/`copy`: seconds per byte of a float32 sum and of a copy on one core;
+    `gamma`: seconds per byte of a float32 sum on one core (Gloo reduces 1 MiB segments);
+    `copy_s[i]`/`fresh_s[i]`: one copy of `sizes[i]` bytes into an existing buffer and into
+    a newly allocated one (its pages are faulted in as they are first written: above
+    glibc's mmap threshold every allocation is fresh memory); `copy`: per byte, for
+    profiles without the tables;
     `cores`: cores the ranks share (when busy threads outnumber them they take turns)."""
 
     cores: int
@@ -33,7 +37,9 @@ class HostProfile:
     exchange_s: list[float]
     gamma: float
     copy: float
-    spread: dict[str, float] = field(default_factory=dict)  # largest (max-min)/median per series
+    spread: dict[str, float] = field(default_factory=dict)  # largest (p75-p25)/median per series
+    copy_s: list[float] = field(default_factory=list)
+    fresh_s: list[float] = field(default_factory=list)
 
     def message_time(self, nbytes: float) -> float:
         """One message alone: the measured one-way times, interpolated linearly in size
@@ -47,10 +53,22 @@ class HostProfile:
         no core, so messages in flight overlap their latencies."""
         return self.message_time(self.sizes[0])
 
-    def byte_time(self, nbytes: float) -> float:
+    def byte_time(self, nbytes: float, footprint: float = 0.0) -> float:
         """The rest of one message alone: copying its bytes through the socket, which holds
-        the pair's socket and keeps `demand` cores busy."""
-        return max(0.0, self.message_time(nbytes) - self.latency)
+        the pair's socket and keeps `demand` cores busy. A message cut from a larger buffer
+        (a ring segment of a 48 MiB tensor) costs per byte what a message of the buffer's
+        size (`footprint`) costs: its bytes come from memory as large, out of cache alike."""
+        size = max(nbytes, footprint)
+        if size <= 0:
+            return 0.0
+        return max(0.0, self.message_time(size) - self.latency) * nbytes / size
+
+    def copy_time(self, nbytes: float) -> float:
+        return _interp(self.sizes, self.copy_s, nbytes) * (nbytes > 0) if self.copy_s else nbytes * self.copy
+
+    def fresh_time(self, nbytes: float) -> float:
+        """Writing `nbytes` into a buffer allocated for the call (page faults included)."""
+        return _interp(self.sizes, self.fresh_s, nbytes) * (nbytes > 0) if self.fresh_s else self.copy_time(nbytes)
 
     def demand(self, nbytes: float) -> float:
         """Cores one message keeps busy while its bytes move (the sender's write, the
@@ -69,12 +87,15 @@ class HostProfile:
     def from_dict(cls, d: dict) -> HostProfile:
         h = cls(**d)
         n = len(h.sizes)
-        if n < 2 or any(len(x) != n for x in (h.one_way_s, h.reverse_s, h.exchange_s)):
-            raise ValueError("host: sizes, one_way_s, reverse_s and exchange_s must have the same length >= 2")
+        if n < 2 or any(len(x) != n for x in (h.one_way_s, h.reverse_s, h.exchange_s)) or any(
+                len(x) not in (0, n) for x in (h.copy_s, h.fresh_s)):
+            raise ValueError("host: sizes, one_way_s, reverse_s, exchange_s (and copy_s, fresh_s) must have the "
+                             "same length >= 2")
         if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
             raise ValueError("host: sizes must increase and cores be >= 1")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
-                   for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s]):
+                   for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
+                             *h.fresh_s]):
             raise ValueError("host: times must be finite numbers >= 0")
         return h
 
