@@ -9,8 +9,9 @@ Two ranks (`real_backend.bench.run_ranks`: fresh processes, a loopback store, ev
 process ended however the run ends) measure, per message size: a ping-pong started by
 rank 0 and one started by rank 1 (one message in flight, each direction; half a round
 trip is one message), and an exchange (both ranks send to each other at once: two
-messages in flight); then the fixed cost of one call into ProcessGroupGloo that moves no
-message (all_reduce on a one-rank group), and on one core the seconds per byte of a
+messages in flight); then the fixed cost of one call into ProcessGroupGloo (`_call_cost`:
+a barrier on the two ranks less its exchange; at least an all_reduce on a one-rank
+group), and on one core the seconds per byte of a
 float32 sum (Gloo's reduction) and of a copy. Per quantity: `repeats` passes over all
 quantities, one batch of about 20 ms each after a barrier, every single call timed; the
 slowest rank's 25th percentile, and the spread (p75 - p25) / median kept so a noisy
@@ -58,8 +59,18 @@ def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEAT
     spread["call_s"] = rows["call"]["spread"]
     return HostProfile(
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-        call_s=rows["call"]["call_s"], sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
+        call_s=_call_cost(rows["call"], series["exchange_s"][0]), sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
         spread=spread, **series)
+
+
+def _call_cost(call: dict, exchange: float) -> float:
+    """The fixed cost of a call into ProcessGroupGloo that waits for messages: a barrier on
+    two ranks (one dissemination round: each rank sends the other a zero-byte message and
+    waits for the other's, i.e. two messages in flight) less that exchange's measured time.
+    The call on a one-rank group (hand-off to the worker thread and back, no wait) is its
+    floor. The wait costs more than the hand-off alone: the worker thread blocks, and its
+    wake-up is one more thread switch than a p2p receive has."""
+    return max(call["call_s"], call["barrier_s"] - exchange)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -78,7 +89,7 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         emit = (lambda d: print(json.dumps(d), flush=True)) if rank == 0 else (lambda d: None)
         other = 1 - rank
         x = torch.zeros(1)
-        jobs = {("call", 0): (lambda: dist.all_reduce(x, group=own), 1)}
+        jobs = {("call", 0): (lambda: dist.all_reduce(x, group=own), 1), ("barrier", 0): (dist.barrier, 1)}
         for n in cfg["sizes"]:
             t, r = torch.zeros(max(1, n // 4)), torch.zeros(max(1, n // 4))
             jobs[("one_way_s", n)] = (_ping(t, rank, other, 0), 2)
@@ -90,7 +101,8 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
             for key in ("one_way_s", "reverse_s", "exchange_s"):
                 row[key], row["spread"][key] = got[(key, n)]
             emit(row)
-        emit({"kind": "call", "call_s": got[("call", 0)][0], "spread": got[("call", 0)][1]})
+        emit({"kind": "call", "call_s": got[("call", 0)][0], "spread": got[("call", 0)][1],
+              "barrier_s": got[("barrier", 0)][0]})
         local = {"kind": "local", "gamma": _per_byte(lambda a, b: a.add_(b)), "copy": _per_byte(lambda a, b: a.copy_(b))}
         local["copy_s"], local["fresh_s"] = _copies(cfg["sizes"])
         emit(local)

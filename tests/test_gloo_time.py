@@ -153,3 +153,12 @@ def test_profile_round_trip_and_cost_model(tmp_path):
     (tmp_path / "bad.json").write_text(bad)
     with pytest.raises(Exception, match="topology.profile"):
         load_profile(tmp_path / "bad.json")
+
+
+def test_calibrate_refuses_an_unwritable_out_before_measuring(tmp_path):
+    from typer.testing import CliRunner
+
+    from simdist.cli.timing import app
+
+    r = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "missing" / "host.json")])
+    assert r.exit_code == 2 and r.output.startswith("error: out:") and "Traceback" not in r.output
