@@ -100,33 +100,44 @@ def run_sweep(
     cfg = _sweep_config(op, world_size, sizes, backend, seed, warmup=warmup, repeats=repeats,
                         target_batch_s=target_batch_s, min_iters=min_iters, max_iters=max_iters, sweep=sweep, pin=pin)
     n_sizes = len(cfg["sizes"])
-    store = loopback_store(world_size, timeout_s)  # rendezvous; the ranks connect to it
     rows: list[BenchRow] = []
+
+    def take(d: dict) -> None:
+        rows.append(BenchRow(**d))
+        if progress is not None:
+            progress(len(rows), n_sizes, rows[-1])
+
+    run_ranks("real_backend.bench", cfg, world_size, timeout_s, take, what="bench sweep")
+    return sorted(rows, key=lambda r: r.nbytes)
+
+
+def run_ranks(module: str, cfg: dict, world_size: int, timeout_s: float, on_row: Callable[[dict], None],
+              what: str = "bench") -> None:
+    """Start `world_size` ranks of ``python -m MODULE --worker CFG`` (one process each,
+    rendezvous at a loopback store), hand every JSON line rank 0 prints to `on_row`, and
+    end every process, whatever happens (`simdist.procs.LocalProcesses`)."""
+    store = loopback_store(world_size, timeout_s)  # rendezvous; the ranks connect to it
     deadline = time.monotonic() + timeout_s
     with LocalProcesses() as procs, contextlib.ExitStack() as files:
         errs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(world_size)]
         for rank in range(world_size):
             env = with_pythonpath(rank_env(rank, world_size, store.port), REPO_ROOT)
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-            procs.start([sys.executable, "-m", "real_backend.bench", "--worker", json.dumps(cfg)], env=env,
+            procs.start([sys.executable, "-m", module, "--worker", json.dumps(cfg)], env=env,
                         cwd=REPO_ROOT, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL, stderr=errs[rank])
         lead = procs.procs[0].popen
         assert lead.stdout is not None
         try:
             for line in read_lines(lead.stdout, deadline):
                 line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                rows.append(BenchRow(**json.loads(line)))
-                if progress is not None:
-                    progress(len(rows), n_sizes, rows[-1])
+                if line.startswith("{"):
+                    on_row(json.loads(line))
         except TimeoutError:
-            raise TimeoutError(f"bench sweep exceeded {timeout_s:.0f} s") from None
+            raise TimeoutError(f"{what} exceeded {timeout_s:.0f} s") from None
         for p in procs.procs:
             p.popen.wait(timeout=max(1.0, deadline - time.monotonic()))
-        _raise_for_failed_rank([p.returncode for p in procs.procs], errs)
+        _raise_for_failed_rank([p.returncode for p in procs.procs], errs, what)
     del store
-    return sorted(rows, key=lambda r: r.nbytes)
 
 
 def _sweep_config(op: str, world_size: int, sizes: list[int] | None, backend: str, seed: int | None,
@@ -148,14 +159,14 @@ def _sweep_config(op: str, world_size: int, sizes: list[int] | None, backend: st
     return {"op": op, "backend": backend, "sizes": order, **knobs}
 
 
-def _raise_for_failed_rank(returncodes: list[int | None], errs: list) -> None:
+def _raise_for_failed_rank(returncodes: list[int | None], errs: list, what: str = "bench") -> None:
     """RuntimeError naming the first rank that failed, with the tail of its stderr."""
     bad = [(r, rc) for r, rc in enumerate(returncodes) if rc != 0]
     if bad:
         r, rc = bad[0]
         errs[r].seek(0)
         tail = errs[r].read().decode(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"bench rank {r} exited with {rc}: {' | '.join(tail)}")
+        raise RuntimeError(f"{what} rank {r} exited with {rc}: {' | '.join(tail)}")
 
 
 def save_rows(rows: list[BenchRow], path: str | Path) -> Path:

@@ -1,4 +1,4 @@
-"""`simdist bench`, `simdist compare-timing`, `simdist explain`.
+"""`simdist bench`, `simdist compare-timing`, `simdist explain`, `simdist calibrate`.
 
 Mount into the main CLI with ``register(app)`` (commands at top level) or
 ``app.add_typer(timing.app)``. Exit codes: 0 ok, 1 target missed (compare-timing),
@@ -341,12 +341,51 @@ def explain_cmd(
         raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
+# =========================================================================== calibrate
+def calibrate_cmd(
+    out: Annotated[Path, typer.Option(help="where to write the profile JSON (CostModel/topology.profile read it)")] = Path(
+        "out/host-profile.json"),
+    json_out: Annotated[bool, typer.Option("--json", help="print the primitives as JSON")] = False,
+) -> None:
+    """Measure the primitives of the Gloo model once (p2p messages both ways, one and two in
+    flight; the fixed cost of a ProcessGroupGloo call; reduction and copy throughput; the
+    cores) and save them as a profile: every collective at any world size is then predicted
+    from Gloo's message programs (`simdist.network.gloo_time`), nothing fitted per op."""
+    from real_backend.calibrate import calibrate_host
+
+    try:
+        check_output_file(out, "out")
+    except InputError as e:
+        _fail(str(e))
+        return
+    try:
+        host = calibrate_host()
+    except (RuntimeError, TimeoutError) as e:
+        _fail(_first_line(e), 1)
+        return
+    if not write_output(lambda: Profile(host=host).save(out), out, "out"):
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
+    if json_out:
+        typer.echo(dumps(host.to_dict(), indent=1))
+    else:
+        typer.echo(f"cores {host.cores}, call {host.call_s * 1e6:.1f} us, reduction {1 / host.gamma / 1e9:.2f} GB/s, "
+                   f"copy {1 / host.copy / 1e9:.2f} GB/s")
+        for n, t in zip(host.sizes, host.one_way_s, strict=True):
+            typer.echo(f"  message {n:>9} B: one way {t * 1e6:10.1f} us, two in flight "
+                       f"{host.exchange_s[host.sizes.index(n)] * 1e6:10.1f} us")
+        worst = max(host.spread.values(), default=0.0)
+        typer.echo(f"largest batch spread (max-min)/median: {worst:.2f}" + ("  (noisy: the machine is busy; "
+                   "calibrate again when it is quiet)" if worst > 0.5 else ""))
+        typer.echo(f"wrote {out}")
+
+
 # =========================================================================== mounting
 def register(target: typer.Typer) -> None:
-    """Add bench / compare-timing / explain as top-level commands of `target`."""
+    """Add bench / compare-timing / explain / calibrate as top-level commands of `target`."""
     target.command("bench")(bench_cmd)
     target.command("compare-timing")(compare_timing_cmd)
     target.command("explain")(explain_cmd)
+    target.command("calibrate")(calibrate_cmd)
 
 
 register(app)

@@ -17,7 +17,8 @@ A message program is one rank's list of steps, executed in order:
   ``("recv", buf, peer, slot, offset, nbytes)``  post a receive (non-blocking)
   ``("wait_send", buf)`` / ``("wait_recv", buf)``  block until one more completion on buf
   ``("reduce", dst_offset, src_buf, src_offset, nbytes)``  out[dst] = op(out[dst], src[...])
-Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce scratch, uninitialised), ``"zero"``.
+Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce scratch, uninitialised), ``"zero"``,
+``"in"`` (all_to_all's input).
 The slot is the op's name: gloo derives every collective's message slot from a per-op
 prefix and the call's tag, so different ops never exchange a byte; p2p uses ``"p2p"``.
 """
@@ -219,6 +220,19 @@ def barrier(rank: int, p: int) -> MessageProgram:
     return MessageProgram(prog, 0)
 
 
+def alltoall(rank: int, p: int, nbytes: int) -> MessageProgram:
+    """gloo/alltoall.cc: the own block is copied locally (not a message); the p - 1 sends
+    (to rank + i) and receives (from rank - i) are all posted at once, then waited for."""
+    blk = nbytes // p if p else 0
+    prog: list[tuple] = []
+    for i in range(1, p):
+        to, frm = (rank + i) % p, (rank - i) % p
+        prog += [("send", "in", to, "all_to_all", to * blk, blk), ("recv", "out", frm, "all_to_all", frm * blk, blk)]
+    for _ in range(1, p):
+        prog += [("wait_send", "in"), ("wait_recv", "out")]
+    return MessageProgram(prog, blk * p)
+
+
 def message_count(op: str, p: int, elements: int, elem: int) -> int:
     """Sends and receives one rank posts in `message_program(op, ...)`, known without building
     it (the programs of huge tensors are long: the ring all_reduce has a message per MiB)."""
@@ -244,6 +258,8 @@ def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: 
         return allgather(rank, p, nbytes)
     if op == "barrier":
         return barrier(rank, p)
+    if op == "all_to_all":
+        return alltoall(rank, p, nbytes)
     if op in ("send", "recv"):
         wait = "wait_send" if op == "send" else "wait_recv"
         return MessageProgram([(op, "out", root, "p2p", 0, nbytes), (wait, "out")], nbytes)

@@ -17,6 +17,8 @@ from pathlib import Path
 from simdist.collectives.algorithms import REGISTRY
 from simdist.errors import ScenarioError
 from simdist.jsonout import dumps
+from simdist.network.gloo_time import GLOO_TIMED_OPS, gloo_op_time
+from simdist.network.host import HostProfile
 from simdist.userfiles import read_json
 
 
@@ -105,20 +107,26 @@ class Profile:
     """Calibrated timing per (op, world size); `predict` returns None where not calibrated."""
 
     entries: dict[tuple[str, int], OpProfile] = field(default_factory=dict)
+    host: HostProfile | None = None  # measured primitives: predicts what `entries` lacks
 
     def add(self, e: OpProfile) -> None:
         self.entries[(e.op, e.world_size)] = e
 
     def predict(self, op: str, nbytes: float, p: int) -> float | None:
         e = self.entries.get((op, p))
-        if e is None:
-            return None
-        return e.piecewise.predict(nbytes)
+        if e is not None:
+            return e.piecewise.predict(nbytes)
+        if self.host is not None and op in GLOO_TIMED_OPS:
+            return gloo_op_time(self.host, op, int(nbytes), p)
+        return None
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps({"entries": [e.to_dict() for e in self.entries.values()]}, indent=1))
+        doc: dict = {"entries": [e.to_dict() for e in self.entries.values()]}
+        if self.host is not None:
+            doc["host"] = self.host.to_dict()
+        path.write_text(dumps(doc, indent=1))
         return path
 
     @classmethod
@@ -149,8 +157,10 @@ def load_profile(path: str | Path, field: str = "topology.profile") -> Profile:
         raise ScenarioError(f"{field}: {e}") from None
     try:
         prof = Profile()
-        for e in doc["entries"]:
+        for e in doc.get("entries", []):
             prof.add(OpProfile.from_dict(e))
+        if doc.get("host") is not None:
+            prof.host = HostProfile.from_dict(doc["host"])
         _check(prof)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise ScenarioError(f"{field}: {p} is not a calibrated profile ({type(e).__name__}: {e})") from None

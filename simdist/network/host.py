@@ -1,0 +1,110 @@
+"""The host a calibrated Gloo model runs on: primitives measured once (`simdist calibrate`).
+
+Kept apart from `profile` (which stores them beside the fitted curves) and `gloo_time`
+(which executes Gloo's message programs with them) so both import it and neither the
+other.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class HostProfile:
+    """Primitives measured on the real backend (`simdist calibrate`), from which the Gloo
+    model (`simdist.network.gloo_time`) predicts every collective at any world size.
+
+    `one_way_s[i]`: one message of `sizes[i]` bytes between two ranks with nothing else in
+    flight (half a ping-pong round trip), started by rank 0 and by rank 1 (`reverse_s`);
+    `exchange_s[i]`: two messages in flight, both ranks sending to each other at once;
+    `call_s`: one call into ProcessGroupGloo that moves no message (an all_reduce on a
+    one-rank group: dispatch, hand-off to the worker thread, completion);
+    `gamma`: seconds per byte of a float32 sum on one core (Gloo reduces 1 MiB segments);
+    `copy_s[i]`/`fresh_s[i]`: one copy of `sizes[i]` bytes into an existing buffer and into
+    a newly allocated one (its pages are faulted in as they are first written: above
+    glibc's mmap threshold every allocation is fresh memory); `copy`: per byte, for
+    profiles without the tables;
+    `cores`: cores the ranks share (when busy threads outnumber them they take turns)."""
+
+    cores: int
+    call_s: float
+    sizes: list[int]
+    one_way_s: list[float]
+    reverse_s: list[float]
+    exchange_s: list[float]
+    gamma: float
+    copy: float
+    spread: dict[str, float] = field(default_factory=dict)  # largest (p75-p25)/median per series
+    copy_s: list[float] = field(default_factory=list)
+    fresh_s: list[float] = field(default_factory=list)
+
+    def message_time(self, nbytes: float) -> float:
+        """One message alone: the measured one-way times, interpolated linearly in size
+        between measured sizes (the smallest size's time below it; the last slope above)."""
+        return _interp(self.sizes, [(a + b) / 2 for a, b in zip(self.one_way_s, self.reverse_s, strict=True)], nbytes)
+
+    @property
+    def latency(self) -> float:
+        """The part of a message that does not grow with its size: the smallest message's
+        time. It is waiting (a wake-up on the far side), not work: it holds no socket and
+        no core, so messages in flight overlap their latencies."""
+        return self.message_time(self.sizes[0])
+
+    def byte_time(self, nbytes: float, footprint: float = 0.0) -> float:
+        """The rest of one message alone: copying its bytes through the socket, which holds
+        the pair's socket and keeps `demand` cores busy. A message cut from a larger buffer
+        (a ring segment of a 48 MiB tensor) costs per byte what a message of the buffer's
+        size (`footprint`) costs: its bytes come from memory as large, out of cache alike."""
+        size = max(nbytes, footprint)
+        if size <= 0:
+            return 0.0
+        return max(0.0, self.message_time(size) - self.latency) * nbytes / size
+
+    def copy_time(self, nbytes: float) -> float:
+        return _interp(self.sizes, self.copy_s, nbytes) * (nbytes > 0) if self.copy_s else nbytes * self.copy
+
+    def fresh_time(self, nbytes: float) -> float:
+        """Writing `nbytes` into a buffer allocated for the call (page faults included)."""
+        return _interp(self.sizes, self.fresh_s, nbytes) * (nbytes > 0) if self.fresh_s else self.copy_time(nbytes)
+
+    def demand(self, nbytes: float) -> float:
+        """Cores one message keeps busy while its bytes move (the sender's write, the
+        receiver's read), from the two-in-flight measurement: both ranks sending at once,
+        each message's bytes took (exchange - latency) / (one-way - latency) times as long,
+        which on `cores` cores means each wanted cores*that/2 cores; between 1 (one thread)
+        and 2 (a thread at each end)."""
+        two = max(0.0, _interp(self.sizes, self.exchange_s, nbytes) - self.latency)
+        one = self.byte_time(nbytes)
+        return min(2.0, max(1.0, self.cores * two / (2.0 * one))) if one > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HostProfile:
+        h = cls(**d)
+        n = len(h.sizes)
+        if n < 2 or any(len(x) != n for x in (h.one_way_s, h.reverse_s, h.exchange_s)) or any(
+                len(x) not in (0, n) for x in (h.copy_s, h.fresh_s)):
+            raise ValueError("host: sizes, one_way_s, reverse_s, exchange_s (and copy_s, fresh_s) must have the "
+                             "same length >= 2")
+        if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
+            raise ValueError("host: sizes must increase and cores be >= 1")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                   for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
+                             *h.fresh_s]):
+            raise ValueError("host: times must be finite numbers >= 0")
+        return h
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """Piecewise-linear through (xs, ys); flat below xs[0], the last segment's slope above."""
+    if x <= xs[0]:
+        return ys[0]
+    i = min(bisect.bisect_left(xs, x), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
