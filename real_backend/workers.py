@@ -39,20 +39,16 @@ ZYGOTE_MODULE = "real_backend.zygote"
 
 
 def worker_base_env() -> dict[str, str]:
-    """What every worker's environment holds, whatever its rank and run: this process's
-    environment, the package on PYTHONPATH, `rank_env`'s shared settings and the FR buffer."""
+    """A worker's environment but for its rank and rendezvous (what the zygote starts with):
+    this process's environment, the package on PYTHONPATH, `rank_env`'s settings, the FR buffer."""
     env = with_pythonpath(rank_env(0, 1, 0), REPO_ROOT)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key)
     env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
     return env
 
 
 def worker_env(rank: int, world_size: int, port: int, fr_dumps: Path | None, fr_on_demand: bool) -> dict[str, str]:
-    env = with_pythonpath(rank_env(rank, world_size, port), REPO_ROOT)
+    env = rank_env(rank, world_size, port, base=worker_base_env())
     env["SIMDIST_HOSTED_STORE"] = "1"  # the worker connects to the launcher's store
-    env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
     if fr_dumps is not None:
         env.update(fr_env(fr_dumps, rank, fr_on_demand))
     return env
