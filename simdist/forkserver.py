@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import random
@@ -276,9 +277,9 @@ def serve(control: socket.socket, child: Child) -> int | None:
                 with contextlib.suppress(Exception):
                     stream.flush()
             pid = os.fork()
-            if pid == 0:
-                _become(request, fds, (rfd, wfd, control.detach()), server)
-                return child(request)
+            if pid == 0:  # a failed set-up ends the child as a failed program would, never serves
+                code = run_program(functools.partial(_become, request, fds, (rfd, wfd, control.detach()), server))
+                return code or child(request)
             for fd in fds:
                 os.close(fd)
             children.add(pid)
