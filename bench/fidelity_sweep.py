@@ -105,6 +105,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("fidelity-failures"))
     a = ap.parse_args()
     from real_backend.launch import run_real
+    from real_backend.workers import WorkerZygote
     from simdist.compare import compare_reports, format_comparison
     from simdist.scenario import parse_scenario
     from simdist.sim import simulate
@@ -112,16 +113,17 @@ def main() -> int:
     rng = random.Random(a.seed)
     agree = 0
     t0 = time.monotonic()
-    for k in range(a.n):
-        d = random_scenario(rng, f"sweep{a.seed}_{k}")
-        s = parse_scenario(d)
-        cmp = compare_reports(simulate(s), run_real(s))
-        agree += cmp.agree
-        print(f"{d['name']}: {'agree' if cmp.agree else 'DIFFER'} ({simulate(s).outcome})", flush=True)
-        if not cmp.agree:
-            a.out.mkdir(parents=True, exist_ok=True)
-            (a.out / f"{d['name']}.toml").write_text(tomli_w.dumps(d))
-            print(format_comparison(cmp))
+    with WorkerZygote() as zygote:  # torch imported once for the whole sweep
+        for k in range(a.n):
+            d = random_scenario(rng, f"sweep{a.seed}_{k}")
+            s = parse_scenario(d)
+            cmp = compare_reports(simulate(s), run_real(s, zygote=zygote))
+            agree += cmp.agree
+            print(f"{d['name']}: {'agree' if cmp.agree else 'DIFFER'} ({simulate(s).outcome})", flush=True)
+            if not cmp.agree:
+                a.out.mkdir(parents=True, exist_ok=True)
+                (a.out / f"{d['name']}.toml").write_text(tomli_w.dumps(d))
+                print(format_comparison(cmp))
     print(f"agreement: {agree}/{a.n} random scenarios ({agree / max(a.n, 1):.0%}) in {time.monotonic() - t0:.0f} s, "
           f"seed {a.seed}")
     return 0 if agree == a.n else 1

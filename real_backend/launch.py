@@ -15,7 +15,9 @@ clock come from `simdist.procs`, the launcher every local rank process goes thro
 * **Cleanup.** Workers run in their own sessions; whatever happens (a rank killed, an
   exception here, Ctrl-C / SIGTERM) every worker is told to stop, then killed after a
   grace period, and reaped. Workers also exit on their own when their stdin closes, so a
-  killed launcher leaves nothing behind. On Ctrl-C the partial report is written to
+  killed launcher leaves nothing behind. Workers forked by a zygote (`zygote=`, see
+  `real_backend.workers`) are watched, told, killed and reaped the same way, and die with
+  the zygote, which dies with its launcher. On Ctrl-C the partial report is written to
   ``report.partial.json`` in the (kept) work directory and KeyboardInterrupt propagates.
 * **torchrun.** Without this launcher, run ``torchrun ... -m real_backend.worker SCENARIO
   --out DIR`` on every node (each rank's watchdog then uses the c10d store) and
@@ -30,7 +32,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,19 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from real_backend.record import FR_BUFFER_SIZE, FR_ENV
+from real_backend.workers import WorkerZygote, start_worker, worker_env
 from simdist.errors import HostError
-from simdist.flightrec.format import fr_env
 from simdist.limits import check_timeout
-from simdist.procs import (
-    LocalProcess,
-    LocalProcesses,
-    Watchdog,
-    interrupt_event,
-    loopback_store,
-    rank_env,
-    with_pythonpath,
-)
+from simdist.procs import LocalProcess, LocalProcesses, Watchdog, interrupt_event, loopback_store
 from simdist.program.budget import check_ops
 from simdist.report import SHUTDOWN_ABORT, RankError, RankResult, Report, TraceEntry, overall_outcome, shutdown_abort
 from simdist.scenario import Scenario, check_target
@@ -61,7 +53,6 @@ MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch 
 STARTUP_LIMIT_S = 120.0  # longest a rank may spend importing torch and in the rendezvous
 GRACE_S = 5.0  # how long ranks get to write their records before they are killed
 POLL_S = 0.05
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -110,6 +101,7 @@ def run_real(
     kill_at: tuple[int, int] | None = None,
     fr_dumps: Path | None = None,
     fr_on_demand: bool = False,
+    zygote: WorkerZygote | None = None,
 ) -> Report:
     """Run `scenario` on real processes of this host and return their Report (source "real").
 
@@ -120,6 +112,8 @@ def run_real(
     `fr_dumps`: a folder that gets what a production job leaves there, through torch's own
     environment variables (`simdist.flightrec.format.fr_env`): each rank's Flight Recorder dump and torchelastic error
     file; `fr_on_demand` also opens each rank's control-plane socket there (``rank<r>.sock``).
+    `zygote`: a fork server (`real_backend.workers.WorkerZygote`) that forks the workers
+    instead of starting an interpreter for each (for callers that run many real runs).
     """
     check_host(scenario)
     check_target(scenario, "real", scenario.name)
@@ -135,7 +129,7 @@ def run_real(
         stale.unlink()
     try:
         report, interrupted = _run(scenario, wd, timeout, progress, kill_at, fr_dumps, fr_on_demand,
-                                   watch=tmp.watch if tmp is not None else None)
+                                   watch=tmp.watch if tmp is not None else None, zygote=zygote)
         if interrupted:
             if tmp is not None:
                 tmp.keep()
@@ -150,19 +144,10 @@ def run_real(
             tmp.close()
 
 
-def _worker_env(scenario: Scenario, rank: int, port: int, fr_dumps: Path | None, fr_on_demand: bool) -> dict[str, str]:
-    env = with_pythonpath(rank_env(rank, scenario.world_size, port), REPO_ROOT)
-    env["SIMDIST_HOSTED_STORE"] = "1"  # the worker connects to our store (see _run)
-    env[FR_ENV] = env.get(FR_ENV) or FR_BUFFER_SIZE
-    if fr_dumps is not None:
-        env.update(fr_env(fr_dumps, rank, fr_on_demand))
-    return env
-
-
 def _run(
     scenario: Scenario, wd: Path, timeout: float, progress: bool, kill_at: tuple[int, int] | None,
     fr_dumps: Path | None = None, fr_on_demand: bool = False,
-    watch: Callable[[int], None] | None = None,
+    watch: Callable[[int], None] | None = None, zygote: WorkerZygote | None = None,
 ) -> tuple[Report, bool]:
     spec = wd / "scenario.json"
     spec.write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True)))
@@ -175,11 +160,8 @@ def _run(
         for r in range(scenario.world_size):
             log_path = wd / f"rank{r}.log"
             log: IO[bytes] = logs.enter_context(open(log_path, "wb"))  # noqa: SIM115 - the stack closes it
-            proc = procs.start(
-                [sys.executable, "-m", "real_backend.worker", str(spec), "--out", str(wd), "--control", "stdin"],
-                env=_worker_env(scenario, r, store.port, fr_dumps, fr_on_demand), cwd=REPO_ROOT,
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-            )
+            proc = start_worker(procs, [str(spec), "--out", str(wd), "--control", "stdin"],
+                                worker_env(r, scenario.world_size, store.port, fr_dumps, fr_on_demand), log, zygote)
             ranks.append(_Rank(r, proc, log_path))
             if watch is not None:
                 watch(proc.pid)

@@ -81,7 +81,7 @@ class Worker:
         from real_backend.failure import categorise, install_terminate_hook, record_error_file, serve_on_demand
 
         install_terminate_hook(self._on_terminate)
-        threading.Thread(target=_warm_symbolizer, name="simdist-warmup", daemon=True).start()
+        threading.Thread(target=warm_symbolizer, name="simdist-warmup", daemon=True).start()
         threading.Thread(target=self._progress_loop, name="simdist-progress", daemon=True).start()
         if self.control == "stdin":
             threading.Thread(target=self._control_loop, name="simdist-control", daemon=True).start()
@@ -310,7 +310,7 @@ def _terminate() -> None:
         ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()
 
 
-def _warm_symbolizer() -> None:
+def warm_symbolizer() -> None:
     """Pay the one-time cost of traceback symbolization (seconds; the first Flight Recorder
     dump with entries pays it otherwise) in the background, while the rank starts up.
     It runs mostly without the GIL."""

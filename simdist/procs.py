@@ -115,10 +115,10 @@ def with_pythonpath(env: dict[str, str], root: str | Path) -> dict[str, str]:
     return env
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Child side: get SIGKILL when the launcher dies (Linux PR_SET_PDEATHSIG), so a child
     never outlives a launcher that was itself SIGKILLed. Call it first thing in the child.
-
+    The launcher is `parent`, else the process the environment names (LAUNCHER_PID_ENV).
     The signal follows the launcher *thread* that started the child, which is the
     launcher's main thread everywhere here. Elsewhere than Linux this does nothing."""
     try:
@@ -128,7 +128,7 @@ def die_with_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    launcher = str(parent) if parent is not None else os.environ.get(LAUNCHER_PID_ENV)
     if launcher is not None and launcher.isdigit() and os.getppid() != int(launcher):
         os._exit(1)  # the launcher died before prctl took effect
 
@@ -136,8 +136,7 @@ def die_with_parent() -> None:
 # ----------------------------------------------------------------------------- processes
 class Child(Protocol):
     """What a launcher needs of a process it owns: a `subprocess.Popen`, or a process a fork
-    server forked for it (`simdist.script.zygote.ForkedProcess`), which must lead its own
-    session too."""
+    server forked for it (`simdist.forkserver.ForkedProcess`), which leads its own session too."""
 
     pid: int
     returncode: int | None

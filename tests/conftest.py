@@ -132,9 +132,28 @@ def descendants(pid: int) -> list[int]:
     while todo:
         p = todo.pop()
         kids = [c for c, pp in parent.items() if pp == p]
-        out += kids
+        out += [k for k in kids if k not in FORK_SERVERS]  # a server's own children do count
         todo += kids
     return out
+
+
+FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`): no run's leftover
+
+
+@pytest.fixture(scope="session")
+def real_zygote():
+    """A fork server for real-backend workers (`real_backend.workers.WorkerZygote`) shared by
+    the session's real runs that judge what the ranks did (fidelity, fuzz replays, Flight
+    Recorder): each run then forks its workers instead of paying an interpreter start and
+    `import torch` per rank. Tests of the launcher's own process handling keep the plain launch."""
+    from real_backend.workers import WorkerZygote
+
+    with WorkerZygote() as zygote:
+        FORK_SERVERS.add(zygote.pid)
+        try:
+            yield zygote
+        finally:
+            FORK_SERVERS.discard(zygote.pid)
 
 
 EXAMPLES = ROOT / "examples"

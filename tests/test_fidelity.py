@@ -16,14 +16,15 @@ from simdist.scenario import load_scenario
 from simdist.sim import simulate
 from simdist.vocab import is_declared_origin
 
-from .conftest import SCENARIOS
+from .conftest import SCENARIOS, descendants
 
 
-def _leftover(workdir) -> list[int]:
-    """PIDs of live processes whose command line mentions this run's work directory."""
+def _leftover(workdir, zygote) -> list[int]:
+    """PIDs of live processes of this run: whose command line mentions its work directory
+    (a launched worker's), or that the session's fork server forked (a forked worker)."""
     import os
 
-    pids = []
+    pids = descendants(zygote.pid)
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -40,13 +41,13 @@ FITS = [p for p in sorted(SCENARIOS.glob("*.toml")) if load_scenario(p).world_si
 
 @pytest.mark.real
 @pytest.mark.parametrize("path", FITS, ids=lambda p: p.stem)
-def test_simulator_agrees_with_real_gloo(path, tmp_path, capsys):
+def test_simulator_agrees_with_real_gloo(path, tmp_path, capsys, real_zygote):
     from real_backend.launch import run_real
 
     s = load_scenario(path)
     sim = simulate(s)
-    real = run_real(s, workdir=tmp_path / "wd")
-    assert _leftover(tmp_path / "wd") == [], "a rank process outlived the run"
+    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    assert _leftover(tmp_path / "wd", real_zygote) == [], "a rank process outlived the run"
     cmp = compare_reports(sim, real)
     assert cmp.agree, format_comparison(cmp)
     undeclared = {e.origin for r in real.ranks for e in r.trace if not is_declared_origin(e.origin)}
@@ -85,7 +86,7 @@ def _sweep_module():
 
 @pytest.mark.real
 @pytest.mark.parametrize("k", range(4))
-def test_random_scenario_agrees_with_real_gloo(k, tmp_path):
+def test_random_scenario_agrees_with_real_gloo(k, tmp_path, real_zygote):
     """A few of bench/fidelity_sweep.py's random scenarios (fixed seed); the sweep runs many."""
     import random
 
@@ -96,6 +97,6 @@ def test_random_scenario_agrees_with_real_gloo(k, tmp_path):
     for _ in range(k + 1):
         d = _sweep_module().random_scenario(rng, f"ci_random_{k}")
     s = parse_scenario(d)
-    cmp = compare_reports(simulate(s), run_real(s, workdir=tmp_path / "wd"))
+    cmp = compare_reports(simulate(s), run_real(s, workdir=tmp_path / "wd", zygote=real_zygote))
     assert cmp.agree, format_comparison(cmp)
-    assert _leftover(tmp_path / "wd") == []
+    assert _leftover(tmp_path / "wd", real_zygote) == []

@@ -63,7 +63,7 @@ def fetch_on_demand(sock: Path) -> bytes | None:
         return None
 
 
-def test_live_recording_on_timeout_and_on_demand_diagnoses_as_check(tmp_path):
+def test_live_recording_on_timeout_and_on_demand_diagnoses_as_check(tmp_path, real_zygote):
     """subset_collective: rank 0's barrier meets rank 1's all_reduce; both block at once."""
     import json
 
@@ -71,7 +71,8 @@ def test_live_recording_on_timeout_and_on_demand_diagnoses_as_check(tmp_path):
     dumps, on_demand = tmp_path / "dumps", tmp_path / "on_demand"
     on_demand.mkdir()
     result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(report=run_real(s, fr_dumps=dumps, fr_on_demand=True)))
+    runner = threading.Thread(target=lambda: result.update(report=run_real(s, fr_dumps=dumps, fr_on_demand=True,
+                                                                             zygote=real_zygote)))
     runner.start()
     got: dict[int, bytes] = {}
     while runner.is_alive() and len(got) < s.world_size:
@@ -101,9 +102,9 @@ def test_live_recording_on_timeout_and_on_demand_diagnoses_as_check(tmp_path):
 
 
 @pytest.mark.parametrize("name", FAILING)
-def test_replay_of_recorded_dumps_on_gloo_gives_checks_verdict(name):
+def test_replay_of_recorded_dumps_on_gloo_gives_checks_verdict(name, real_zygote):
     d = diagnose([DATA / name])
     s = parse_scenario(d.replay, source=name, target="real")
-    rep = run_real(s, timeout_s=5)
+    rep = run_real(s, timeout_s=5, zygote=real_zygote)
     rep.findings += trace_mismatches(rep, s)  # what the engine would name while pairing
     assert verdict_of(rep, check_run(rep, s)) == checked(name)

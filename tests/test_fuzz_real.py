@@ -18,7 +18,7 @@ FAMILIES = ["no_join", "join_disabled", "unshadowed_every_k", "subset_collective
 
 @pytest.mark.real
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_counterexample_replays_in_sim_and_on_real_gloo(family, tmp_path):
+def test_family_counterexample_replays_in_sim_and_on_real_gloo(family, tmp_path, real_zygote):
     from real_backend.launch import run_real
 
     out = tmp_path / "failures"
@@ -35,5 +35,5 @@ def test_family_counterexample_replays_in_sim_and_on_real_gloo(family, tmp_path)
     assert replay.returncode == 0, replay.stdout  # its [expect] holds the failing verdict
     sim = simulate(s)
     assert sim.outcome != "completed" or sim.findings
-    cmp = compare_reports(sim, run_real(s))
+    cmp = compare_reports(sim, run_real(s, zygote=real_zygote))
     assert cmp.agree, format_comparison(cmp)
