@@ -117,3 +117,24 @@ def test_integer_avg_fails_as_real_gloo_does():
     assert [r.error.message for r in sim.ranks] == [message] * 2
     assert "all_reduce torch.int64: RuntimeError: " + message + " -> [[5, 10, 15, 20, 25]]" in sim.ranks[0].output
     assert "then a SUM pairs as usual: [3]" in sim.ranks[1].output
+
+
+@pytest.mark.real
+def test_tensor_kinds_agree_with_real_gloo():
+    """tests/scripts/tensor_kinds.py: every reduce op on half, bfloat16, integer and bool
+    tensors (bitwise ops on floats fail before anything is exchanged), 0-dim and empty
+    tensors, non-contiguous tensors (Gloo reads and writes the flat run of memory that
+    all_reduce's, broadcast's, reduce's and scatter's tensors start; all_to_all_single and
+    send refuse them), and Gloo's shape checks of all_gather_into_tensor, gather, scatter and
+    reduce_scatter_tensor."""
+    entry = {"script": "../tests/scripts/tensor_kinds.py", "nproc": 2}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    out = sim.ranks[0].output
+    assert ("[rank0] all_reduce torch.float16 RedOpType.BAND: RuntimeError: Cannot use ReduceOp.BAND with "
+            "non-integral dtype -> [[1.0, 3.0, 0.0, 1.0]]") in out
+    # the column [1, 5, 9] is summed as the memory [1, 2, 3] it starts (rank 1's is one more)
+    assert any(line.startswith("[rank0] non-contiguous all_reduce: ok -> [[3.0, 5.0, 9.0]") for line in out), out
+    assert ("[rank0] all_gather_into_tensor (world, n) output: RuntimeError: ProcessGroupGloo::allgather: "
+            "invalid tensor size at index 0 (expected (3), got (1, 3)) -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out

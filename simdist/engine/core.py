@@ -25,7 +25,7 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
-from simdist.engine.results import collective_results, gloo_avg_error
+from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
@@ -177,6 +177,11 @@ class Engine:
             self._open[group][seq] = inst
         calls = inst.calls
         calls[rank] = call
+        if self.backend == "gloo" and (local := gloo_local_error(call)) is not None:
+            # failed before the wire: peers that do exchange wait for it forever (see _match),
+            # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
+            call.settle(False, RankRaised("RuntimeError", local, "other"))
+            inst.stuck = True
         if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == len(members):
@@ -247,6 +252,11 @@ class Engine:
     def _match(self, inst: Instance) -> None:
         inst.matched = True
         calls = [inst.calls[m] for m in inst.members]
+        if inst.stuck:  # a member failed before it exchanged anything (gloo_local_error)
+            if all(c.done for c in calls):
+                inst.finished = True
+                self._open[inst.group].pop(inst.seq, None)
+            return
         verdict = gloo_bridge.classify(calls, len(inst.members))
         if verdict.kind != "ok":
             self.findings.append(gloo_bridge.finding(inst.group, inst.seq, calls, verdict))

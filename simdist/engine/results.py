@@ -18,7 +18,7 @@ from simdist.engine.values import (
     reduce_payloads,
 )
 from simdist.flightrec.format import TORCH_DTYPE_NAMES
-from simdist.vocab import FLOAT_DTYPES, REDUCING_OPS
+from simdist.vocab import BITWISE_REDUCE_OPS, FLOAT_DTYPES, REDUCING_OPS
 
 
 def gloo_avg_error(c: Call) -> str | None:
@@ -34,6 +34,19 @@ def gloo_avg_error(c: Call) -> str | None:
         return None
     name = TORCH_DTYPE_NAMES.get(c.payload.dtype)
     return None if name is None else f"result type Float can't be cast to the desired output type {name}"
+
+
+def gloo_local_error(c: Call) -> str | None:
+    """The error Gloo raises for this rank's call before it exchanges anything, None if none.
+
+    ProcessGroupGloo picks the reduction function (``toFunction``) on its worker thread just
+    before it calls into gloo; a bitwise op on a floating tensor has none and raises there
+    (``Cannot use ReduceOp.BAND with non-integral dtype``): the work fails at ``wait()``, the
+    tensor is untouched and the rank never joins the wire, so peers that did wait for its
+    messages (measured on torch 2.13)."""
+    if c.op not in REDUCING_OPS or c.reduce_op not in BITWISE_REDUCE_OPS or c.payload.dtype not in FLOAT_DTYPES:
+        return None
+    return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
 
 
 def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payload]:
