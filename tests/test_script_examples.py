@@ -138,3 +138,21 @@ def test_tensor_kinds_agree_with_real_gloo():
     assert any(line.startswith("[rank0] non-contiguous all_reduce: ok -> [[3.0, 5.0, 9.0]") for line in out), out
     assert ("[rank0] all_gather_into_tensor (world, n) output: RuntimeError: ProcessGroupGloo::allgather: "
             "invalid tensor size at index 0 (expected (3), got (1, 3)) -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out
+
+
+@pytest.mark.real
+def test_groups_objects_and_async_work_agree_with_real_gloo():
+    """tests/scripts/groups_objects_async.py: object collectives (uneven pickles), subgroups
+    (non-members' calls are no-ops, a group listed out of order, destroy_process_group of a
+    subgroup), async work waited out of order, future values as Gloo gives them (a gather's
+    outputs as one list, all_gather_into_tensor's as its chunks) and the works that have no
+    future on Gloo (reduce_scatter, p2p)."""
+    entry = {"script": "../tests/scripts/groups_objects_async.py", "nproc": 3}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    out = sim.ranks[1].output
+    assert "[rank 1] all_gather future -> [0.0, 0.0]" in out  # the first of the gathered tensors
+    assert "[rank 1] all_gather_into_tensor future -> [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]" in out
+    assert "[rank 1] reduce_scatter_tensor future: Work::getFuture not implemented." in out
+    assert "[rank 1] p2p future: Work::getFuture not implemented." in out

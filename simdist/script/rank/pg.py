@@ -142,6 +142,19 @@ def _gloo_sizes_check(op: str, tensors: Sequence[torch.Tensor], like: torch.Tens
                                f"(expected {_shape(tuple(like.shape))}, got {_shape(tuple(t.shape))})")
 
 
+def _gloo_value(output_lists: list[list[torch.Tensor]]) -> Any:
+    """A work's future value as ProcessGroupGloo gives it (`returnFutureWithOutput`): its
+    outputs as a list of lists, or the one list when there is one."""
+    return output_lists[0] if len(output_lists) == 1 else output_lists
+
+
+def _futureless(work: SimWork | SimWorks, gloo: bool) -> SimWork | SimWorks:
+    """Gloo's works for p2p and reduce_scatter (torch 2.13) have no future: `get_future()` raises."""
+    for w in work.parts if isinstance(work, SimWorks) else [work]:
+        w.futureless = gloo
+    return work
+
+
 def _async(opts: Any) -> bool:
     return bool(getattr(opts, "asyncOp", True))
 
@@ -156,6 +169,20 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
+
+    # torch names every group (`_new_process_group_helper` -> `_set_group_name`) and reads it
+    # back (`destroy_process_group(group)`, `_resolve_process_group`); C++ keeps the name on the
+    # registered backends, which a group that is its own backend has none of ("ProcessGroup
+    # name not set"), so the name is kept here
+    def _set_group_name(self, name: str) -> None:
+        self._sim_group_name = name
+
+    @property
+    def group_name(self) -> str:
+        name = getattr(self, "_sim_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
 
     # ------------------------------------------------------------------ issuing
     def _issue(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], result: Any, *,
@@ -236,20 +263,21 @@ class SimProcessGroup(dist.ProcessGroup):
             return self.allgather_coalesced(output_lists, inputs, opts)
         if self._gloo():
             _gloo_allgather_check(output_lists[0], inputs[0], self.size())
-        return self._issue("all_gather", inputs, output_lists[0], output_lists, numel=inputs[0].numel(),
+        return self._issue("all_gather", inputs, output_lists[0], _gloo_value(output_lists), numel=inputs[0].numel(),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> SimWork:
         # one collective over every input; the gathered bytes are rank-major
         outputs = [output_lists[k][r] for r in range(self.size()) for k in range(len(inputs))]
-        return self._issue("all_gather", inputs, outputs, output_lists, numel=_numel(inputs),
+        return self._issue("all_gather", inputs, outputs, _gloo_value(output_lists), numel=_numel(inputs),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         if self._gloo():  # ProcessGroupGloo::_allgather_base: the list form on output.chunk(size)
             _gloo_allgather_check(output.chunk(self.size()) if output.dim() else [output], input, self.size())
-        return self._issue("all_gather", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
+        value = list(output.chunk(self.size())) if self._gloo() and output.dim() else [output]
+        return self._issue("all_gather", [input], [output], value, numel=input.numel(), dtype=dtype_name(input),
                            async_op=_async(opts))
 
     _allgather_base = all_gather_single
@@ -282,7 +310,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                  dtype=dtype_name(t), reduce_op=red, async_op=_async(opts), announce=False,
                                  frames=frames)
                      for k, t in enumerate(ins)]
-            return SimWorks(parts, outputs)
+            return _futureless(SimWorks(parts, outputs), True)
         if any(t.numel() != outputs[0].numel() for t in ins):
             raise UnsupportedOperation("reduce_scatter with uneven inputs")
         return self._issue("reduce_scatter", ins, outputs, outputs, numel=_numel(ins), dtype=dtype_name(outputs[0]),
@@ -300,8 +328,9 @@ class SimProcessGroup(dist.ProcessGroup):
             def keep_own_chunk() -> None:
                 output.data.copy_(stage.reshape(-1).narrow(0, r * n, n).view(output.shape))
 
-            return self._issue("all_reduce", [input], [stage], [output], numel=input.numel(), dtype=dtype_name(input),
-                               reduce_op=red, async_op=_async(opts), after=keep_own_chunk)
+            return _futureless(self._issue("all_reduce", [input], [stage], [output], numel=input.numel(),
+                                           dtype=dtype_name(input), reduce_op=red, async_op=_async(opts),
+                                           after=keep_own_chunk), True)
         return self._issue("reduce_scatter", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            reduce_op=red, async_op=_async(opts))
 
@@ -318,7 +347,7 @@ class SimProcessGroup(dist.ProcessGroup):
         outs = output_lists[0] if opts.rootRank == self.rank() and output_lists else []
         if self._gloo():
             _gloo_sizes_check("gather", outs, inputs[0])
-        return self._issue("gather", inputs, outs, output_lists, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
+        return self._issue("gather", inputs, outs, _gloo_value(output_lists), numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            root=self._root(opts), async_op=_async(opts))
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None) -> SimWork:
@@ -361,20 +390,21 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:
         self._p2p_check(tensors)
-        return self._issue("send", tensors, [], tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
-                           peer=self.global_ranks[dst], tag=tag)
+        return _futureless(self._issue("send", tensors, [], tensors, numel=_numel(tensors),
+                                       dtype=dtype_name(tensors[0]), peer=self.global_ranks[dst], tag=tag), self._gloo())
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> SimWork:
         self._p2p_check(tensors)
-        return self._issue("recv", [], tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
-                           send=False, peer=self.global_ranks[src], tag=tag)
+        return _futureless(self._issue("recv", [], tensors, tensors, numel=_numel(tensors),
+                                       dtype=dtype_name(tensors[0]), send=False, peer=self.global_ranks[src],
+                                       tag=tag), self._gloo())
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         self._p2p_check(tensors)
         work = self._issue("recv", [], tensors, tensors, numel=_numel(tensors), dtype=dtype_name(tensors[0]),
                            send=False, peer=None, tag=tag)
         work.group_ranks = self.global_ranks
-        return work
+        return _futureless(work, self._gloo())
 
 
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:

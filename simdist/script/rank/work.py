@@ -38,6 +38,7 @@ class SimWork(dist._Work):
         self._future: Future | None = None  # what callers get: `_base.then(self._deliver)`
         self._base: Future | None = None
         self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
+        self.futureless = False  # the backend's work for this op has no future (Gloo: p2p, reduce_scatter)
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
@@ -84,6 +85,8 @@ class SimWork(dist._Work):
     def get_future(self) -> Future:
         """The op's future, completed (with its result tensors, or with an error that C++
         waiters see too) when the coordinator answers."""
+        if self.futureless:
+            raise RuntimeError(NO_FUTURE)
         with self._lock:
             if self._future is not None:
                 return self._future
@@ -125,7 +128,21 @@ class SimWork(dist._Work):
         return RuntimeError(self._error) if self._error is not None else None
 
     def result(self) -> Any:
-        return self._result
+        if not self._done.is_set():
+            raise RuntimeError(NOT_COMPLETED)
+        return _work_result(self._result)
+
+
+# ProcessGroupGloo's words (torch 2.13): a Work without a future (c10d's base Work), and
+# AsyncWork::result() before the work completed or for a list of lists
+NO_FUTURE = "Work::getFuture not implemented."
+NOT_COMPLETED = "Work needs to be completed before calling result(). Should call wait() before result()."
+
+
+def _work_result(value: Any) -> Any:
+    if isinstance(value, list) and any(isinstance(v, list) for v in value):
+        raise RuntimeError("work result does not support list of lists, use .getFuture() and value()")
+    return value
 
 
 def _fill(outputs: list[torch.Tensor], data: bytearray) -> None:
@@ -162,6 +179,8 @@ class SimWorks(dist._Work):
         return True
 
     def get_future(self) -> Future:
+        if any(w.futureless for w in self.parts):
+            raise RuntimeError(NO_FUTURE)
         if self._future is None:
             self._future = collect_all([w.get_future() for w in self.parts]).then(self._deliver)
         return self._future
@@ -181,4 +200,6 @@ class SimWorks(dist._Work):
         return next((e for w in self.parts if (e := w.exception()) is not None), None)
 
     def result(self) -> Any:
-        return self._result
+        if not self.is_completed():
+            raise RuntimeError(NOT_COMPLETED)
+        return _work_result(self._result)
