@@ -152,7 +152,42 @@ def test_groups_objects_and_async_work_agree_with_real_gloo():
     assert _verdict(sim) == ["completed"] * 3
     assert differences(sim, real) == []
     out = sim.ranks[1].output
+    assert "[rank 0] backend gloo, evens gloo" in sim.ranks[0].output  # the modelled backend, not simdist
     assert "[rank 1] all_gather future -> [0.0, 0.0]" in out  # the first of the gathered tensors
     assert "[rank 1] all_gather_into_tensor future -> [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]" in out
     assert "[rank 1] reduce_scatter_tensor future: Work::getFuture not implemented." in out
     assert "[rank 1] p2p future: Work::getFuture not implemented." in out
+
+
+@pytest.mark.real
+def test_ddp_options_agree_with_real_gloo():
+    """tests/scripts/ddp_options.py --mode unused: DistributedSampler over an uneven dataset,
+    BatchNorm buffers broadcast, find_unused_parameters with a branch used every other step,
+    gradient_as_bucket_view, no_sync() accumulation, a rank-0 checkpoint behind a barrier."""
+    entry = {"script": "../tests/scripts/ddp_options.py", "nproc": 2, "args": ["--mode", "unused"]}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert any("replicas equal True" in line for line in sim.ranks[1].output)
+
+
+@pytest.mark.real
+def test_a_rank_that_exits_agrees_with_real_gloo():
+    """tests/scripts/rank_failures.py --case exit: rank 1 calls sys.exit(3) after a barrier;
+    its peers' next all_reduce fails with the peer gone, on both sides."""
+    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "exit"]}
+    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    assert _verdict(sim) == ["error:peer_lost", "error:other"]
+    assert differences(sim, real) == []
+    assert (sim.ranks[1].error.type, sim.ranks[1].error.message) == ("SystemExit", "exit code 3")
+
+
+@pytest.mark.real
+def test_monitored_barrier_is_named_as_not_modelled():
+    """Gloo's monitored_barrier ends by a wall-clock deadline: the run is bad input naming it
+    (not a silent "only implemented for GLOO backend", which real Gloo never says)."""
+    from simdist.errors import ScriptError
+
+    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "monitored_ok"]}
+    with pytest.raises(ScriptError, match="monitored_barrier .* is not supported by the simulated backend"):
+        _run(entry, "sim")

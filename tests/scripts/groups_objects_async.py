@@ -39,6 +39,7 @@ def subgroups(rank, world):
     evens = dist.new_group([r for r in range(world) if r % 2 == 0])
     tail = dist.new_group(list(reversed(range(1, world))))  # listed out of order
     p(f"rank in evens {dist.get_rank(evens)}, in tail {dist.get_rank(tail)}")
+    p(f"backend {dist.get_backend()}, evens {dist.get_backend(evens) if rank % 2 == 0 else '-'}")
     t = torch.tensor([float(rank + 1)])
     work = dist.all_reduce(t, group=evens)  # ranks outside the group: a no-op (and None)
     p(f"evens all_reduce -> {t.item()} work={'None' if work is None else 'Work'}")

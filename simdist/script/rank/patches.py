@@ -104,6 +104,22 @@ def _patch_group_helper(backend: str) -> None:
     c10d._new_process_group_helper = helper
 
 
+def _patch_get_backend() -> None:
+    """`get_backend` names the backend whose semantics the run models ("gloo" or "nccl"), not
+    `simdist`: scripts print and branch on it, and so does torch (`monitored_barrier` is
+    Gloo's only, ZeRO's overlap hook refuses Gloo, autograd all_gather picks by it)."""
+    orig = c10d.get_backend
+
+    @functools.wraps(orig)
+    def get_backend(group: Any = None) -> Any:
+        name = orig(group)
+        c = client.CLIENT
+        return dist.Backend(c.semantics) if name == pg.BACKEND_NAME and c is not None else name
+
+    c10d.get_backend = get_backend
+    dist.get_backend = get_backend
+
+
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     if mode == env.GLOO:
@@ -119,3 +135,4 @@ def install(mode: str) -> None:
     pg.register()
     _patch_init(pg.BACKEND_NAME)
     _patch_group_helper(pg.BACKEND_NAME)
+    _patch_get_backend()

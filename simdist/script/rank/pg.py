@@ -383,6 +383,12 @@ class SimProcessGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> SimWork:
         return self._issue("barrier", [], [], [], numel=0, dtype=env.BARRIER_DTYPE, async_op=_async(opts))
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        # Gloo's monitored_barrier is rank 0 receiving from every rank with a deadline and
+        # naming the first (or every) rank that missed it: its outcome is decided by wall-clock
+        # timeouts, which the simulated ranks do not have
+        raise UnsupportedOperation("monitored_barrier (its outcome is decided by Gloo's wall-clock timeout)")
+
     # ------------------------------------------------------------------ point-to-point
     def _p2p_check(self, tensors: list[torch.Tensor]) -> None:
         if self._gloo():  # ProcessGroupGloo's send and recv both say "input"
