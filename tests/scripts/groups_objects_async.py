@@ -109,7 +109,7 @@ def main():
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     torch.manual_seed(args.seed)
-    dist.init_process_group("gloo", init_method="env://")
+    dist.init_process_group(os.environ.get("BACKEND", "gloo"), init_method="env://")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     log.info("rank %s/%s local %s", rank, world, os.environ.get("LOCAL_RANK"))
     objects(rank, world)
