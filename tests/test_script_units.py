@@ -131,3 +131,22 @@ def test_the_cannot_model_error_is_found_wherever_torch_wrapped_it():
     assert unsupported_in(msg) == "recv from any source (dist.recv without src)"
     assert unsupported_in(f"RuntimeError: in a DDP hook:\n{msg}\nmore") == "recv from any source (dist.recv without src)"
     assert unsupported_in("Connection closed by peer") is None
+
+
+def test_gloo_reads_a_non_contiguous_tensor_as_the_memory_it_starts():
+    """`gloo_args.gloo_memory`: the flat run ProcessGroupGloo reads and writes (measured on
+    real Gloo by tests/scripts/tensor_kinds.py); a run past the storage is not the tensor's."""
+    import torch
+
+    from simdist.script.rank import gloo_args
+
+    m = torch.arange(12.0).view(3, 4)
+    assert gloo_args.gloo_memory(m[:, 1]).tolist() == [1.0, 2.0, 3.0]
+    gloo_args.gloo_memory(m[:, 1]).add_(100)  # written through: the matrix's memory changes
+    assert m[0].tolist() == [0.0, 101.0, 102.0, 103.0]
+    assert gloo_args.gloo_memory(m[1]) is not None and gloo_args.gloo_memory(m[1]).data_ptr() == m[1].data_ptr()
+    assert gloo_args.gloo_memory(torch.zeros(1).expand(5)) is None
+    with pytest.raises(RuntimeError, match=r"allgather: invalid tensor size at index 0 \(expected \(3\), got \(1, 3\)\)"):
+        gloo_args.allgather_check(torch.zeros(2, 3).chunk(2), torch.zeros(3), 2)
+    with pytest.raises(RuntimeError, match=r"outputShape\[0\] \* worldSize == inputShape\[0\] \(4 vs\. 8\)"):
+        gloo_args.reduce_scatter_check(torch.zeros(2, 2), torch.zeros(8), 2)

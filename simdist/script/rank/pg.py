@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from simdist.script import env
-from simdist.script.rank import client, stack
+from simdist.script.rank import client, gloo_args, stack
+from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES
 
@@ -71,75 +72,6 @@ def _element_splits(t: torch.Tensor, rows: list[int], size: int) -> list[int]:
         return [t.numel() // size] * size
     per_row = t.numel() // t.shape[0] if t.dim() and t.shape[0] else 1
     return [int(n) * per_row for n in rows]
-
-
-def _shape(dims: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in dims) + ")"
-
-
-def _gloo_memory(t: torch.Tensor) -> torch.Tensor:
-    """What ProcessGroupGloo reads and writes for a tensor it takes by pointer (all_reduce,
-    broadcast, reduce, scatter's output): `numel` elements from `data_ptr()`, whatever the
-    strides (`getDataPointer`: "call sites must make sure that the input tensor is
-    contiguous", and these do not). A non-contiguous tensor is thus read and written as the
-    flat run of memory it starts (measured on torch 2.13): that run, as a tensor."""
-    if t.is_contiguous():
-        return t
-    if t.storage_offset() + t.numel() > t.untyped_storage().nbytes() // t.element_size():
-        raise UnsupportedOperation("a non-contiguous tensor whose numel elements from its start run past its "
-                                   "storage (Gloo reads and writes that memory)")
-    return t.as_strided((t.numel(),), (1,))
-
-
-def _require_contiguous(message: str, exc: type[Exception], *tensors: torch.Tensor) -> None:
-    """Gloo's own contiguity checks, raised at the call before anything is issued."""
-    if any(not t.is_contiguous() for t in tensors):
-        raise exc(message)
-
-
-def _gloo_allgather_check(outputs: Sequence[torch.Tensor], inp: torch.Tensor, size: int) -> None:
-    """ProcessGroupGloo::allgather's argument checks (torch 2.13), raised at the call: one
-    output per rank, each of the input's shape. `all_gather_into_tensor` reaches them with
-    its output cut into `size` chunks along dim 0, so an output of shape (world, n) for an
-    input of shape (n,) is refused on Gloo (NCCL takes it)."""
-    def invalid(msg: str) -> RuntimeError:
-        return RuntimeError(f"ProcessGroupGloo::allgather: {msg}")
-
-    if len(outputs) != size:
-        raise invalid(f"invalid output tensor list at index 0 (expected length {size}, got {len(outputs)})")
-    for k, t in enumerate(outputs):
-        if tuple(t.shape) != tuple(inp.shape):
-            raise invalid(f"invalid tensor size at index {k} (expected {_shape(tuple(inp.shape))}, "
-                          f"got {_shape(tuple(t.shape))})")
-
-
-# c10's TypeMeta names of dtypes (gcc's demangled C++ types), as its CHECK_EQ messages print them
-_CXX_TYPE_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-                   torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
-                   torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
-                   torch.bool: "bool"}
-
-
-def _gloo_reduce_scatter_check(output: torch.Tensor, inp: torch.Tensor, size: int) -> None:
-    """ProcessGroupGloo::_reduce_scatter_base's checks (torch 2.13: TORCH_CHECK_EQs, raised at
-    the call; the real message carries a glog prefix with the time, "[rank0]:[F1123 21:39:19...
-    ProcessGroupGloo.cpp:1537] ", before this text): same dtype, and the input's dim 0 is the
-    output's times the world size (not merely as many elements: (2, 2) from 8 is refused)."""
-    if output.dtype != inp.dtype:
-        a, b = (_CXX_TYPE_NAMES.get(t.dtype, str(t.dtype)) for t in (output, inp))
-        raise RuntimeError(f"Check failed: outputTensors[i].dtype() == inputTensors[i].dtype() ({a} vs. {b}). ")
-    out0, in0 = (t.shape[0] if t.dim() else 1 for t in (output, inp))
-    if out0 * size != in0:
-        raise RuntimeError(f"Check failed: outputShape[0] * worldSize == inputShape[0] ({out0 * size} vs. {in0}). ")
-
-
-def _gloo_sizes_check(op: str, tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:
-    """ProcessGroupGloo's gather and scatter checks on the root's list (torch 2.13): each
-    tensor has the shape of the rank's own one (`assertTypeAndSizesMatch`)."""
-    for k, t in enumerate(tensors):
-        if tuple(t.shape) != tuple(like.shape):
-            raise RuntimeError(f"ProcessGroupGloo::{op}: invalid tensor size at index {k} "
-                               f"(expected {_shape(tuple(like.shape))}, got {_shape(tuple(t.shape))})")
 
 
 def _gloo_value(output_lists: list[list[torch.Tensor]]) -> Any:
@@ -218,8 +150,14 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ all-reduce, broadcast, reduce
     def _memory(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The memory the backend works on for tensors it takes by pointer (`_gloo_memory`)."""
-        return [_gloo_memory(t) for t in tensors] if self._gloo() else tensors
+        """The memory the backend works on for tensors it takes by pointer (`gloo_args.gloo_memory`)."""
+        if not self._gloo():
+            return tensors
+        raw = [gloo_args.gloo_memory(t) for t in tensors]
+        if any(r is None for r in raw):
+            raise UnsupportedOperation("a non-contiguous tensor whose numel elements from its start run past its "
+                                       "storage (Gloo reads and writes that memory)")
+        return raw  # type: ignore[return-value]
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         opts = opts or dist.AllreduceOptions()
@@ -262,7 +200,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if len(inputs) != 1:
             return self.allgather_coalesced(output_lists, inputs, opts)
         if self._gloo():
-            _gloo_allgather_check(output_lists[0], inputs[0], self.size())
+            gloo_args.allgather_check(output_lists[0], inputs[0], self.size())
         return self._issue("all_gather", inputs, output_lists[0], _gloo_value(output_lists), numel=inputs[0].numel(),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
 
@@ -275,7 +213,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         if self._gloo():  # ProcessGroupGloo::_allgather_base: the list form on output.chunk(size)
-            _gloo_allgather_check(output.chunk(self.size()) if output.dim() else [output], input, self.size())
+            gloo_args.allgather_check(output.chunk(self.size()) if output.dim() else [output], input, self.size())
         value = list(output.chunk(self.size())) if self._gloo() and output.dim() else [output]
         return self._issue("all_gather", [input], [output], value, numel=input.numel(), dtype=dtype_name(input),
                            async_op=_async(opts))
@@ -320,7 +258,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         red = reduce_name(opts.reduceOp)
         if self._gloo():
-            _gloo_reduce_scatter_check(output, input, self.size())
+            gloo_args.reduce_scatter_check(output, input, self.size())
             # ProcessGroupGloo (torch 2.13): one all_reduce of the whole input, then each rank
             # copies out its chunk (the input itself is left as it was)
             stage, n, r = torch.empty_like(input), output.numel(), self.rank()
@@ -346,7 +284,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.GatherOptions()
         outs = output_lists[0] if opts.rootRank == self.rank() and output_lists else []
         if self._gloo():
-            _gloo_sizes_check("gather", outs, inputs[0])
+            gloo_args.sizes_check("gather", outs, inputs[0])
         return self._issue("gather", inputs, outs, _gloo_value(output_lists), numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            root=self._root(opts), async_op=_async(opts))
 
@@ -354,7 +292,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ScatterOptions()
         is_root = opts.rootRank == self.rank()
         if self._gloo() and is_root and input_lists:
-            _gloo_sizes_check("scatter", input_lists[0], outputs[0])
+            gloo_args.sizes_check("scatter", input_lists[0], outputs[0])
         ins = self._memory(input_lists[0]) if is_root and input_lists else []
         return self._issue("scatter", ins, self._memory(outputs), outputs, numel=outputs[0].numel() * self.size(),
                            dtype=dtype_name(outputs[0]), send=is_root, root=self._root(opts), async_op=_async(opts))
@@ -365,7 +303,7 @@ class SimProcessGroup(dist.ProcessGroup):
             for k, t in [*enumerate(inputs), *enumerate(outputs)]:
                 if tuple(t.shape) != want:
                     raise RuntimeError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {k} "
-                                       f"(expected {_shape(want)}, got {_shape(tuple(t.shape))})")
+                                       f"(expected {shape_text(want)}, got {shape_text(tuple(t.shape))})")
         splits = ([t.numel() for t in inputs], [t.numel() for t in outputs])
         return self._issue("all_to_all", inputs, outputs, outputs, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            async_op=_async(opts), splits=splits)
@@ -373,7 +311,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
                           input_splits: list[int], opts: Any = None) -> SimWork:
         if self._gloo():
-            _require_contiguous("Tensors must be contiguous", ValueError, input, output)
+            gloo_args.require_contiguous("Tensors must be contiguous", ValueError, input, output)
         splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()))
         return self._issue("all_to_all", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            async_op=_async(opts), splits=splits)
@@ -392,7 +330,7 @@ class SimProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------------------ point-to-point
     def _p2p_check(self, tensors: list[torch.Tensor]) -> None:
         if self._gloo():  # ProcessGroupGloo's send and recv both say "input"
-            _require_contiguous("input tensor has to be contiguous", RuntimeError, *tensors)
+            gloo_args.require_contiguous("input tensor has to be contiguous", RuntimeError, *tensors)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:
         self._p2p_check(tensors)
