@@ -239,3 +239,19 @@ def test_integer_avg_raises_gloos_error_on_every_rank(op, dtype, name):
     assert {r.error.message for r in rep.ranks} == {f"result type Float can't be cast to the desired output type {name}"}
     assert [r.observed["out"] for r in rep.ranks] == [[3.0]] * 3
     assert [len(r.trace) for r in rep.ranks] == [3] * 3
+
+
+def test_mismatched_sizes_give_the_bytes_gloos_ring_gives():
+    """A script's all_reduce where rank 1 sends 5 floats and ranks 0 and 2 send 4: Gloo pairs
+    them, ranks 0 and 2 finish with what its byte-level ring leaves (gloo_rules.mixed_result),
+    not their own tensors. Measured on real Gloo with tests/scripts/rank_failures.py
+    --case mismatch (3 ranks): rank 2 prints w0 0.8667 after that step, i.e. element 0 is 1.0."""
+    import numpy as np
+
+    eng = Engine(3, {"WORLD": [0, 1, 2]}, AlphaBeta(0.0, 0.0))
+    ins = {0: [1.0] * 4, 1: [0.0] * 5, 2: [3.0] * 4}
+    works = {r: eng.issue(r, "all_reduce", Payload.from_array(np.array(v, dtype=np.float32), "float32", exact=True),
+                          origin="user", reduce_op="sum") for r, v in ins.items()}
+    eng.env.run()
+    assert works[0].done and works[2].done and not works[1].done  # rank 1 waits for a message never sent
+    assert works[2].call.value.array().tolist() == [1.0, 4.0, 3.0, 4.0]

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call
 from simdist.engine.values import (
+    NP_DTYPES,
     Payload,
     alltoall_payload,
     chunk_payload,
@@ -59,12 +63,41 @@ def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payloa
     """
     ranks = [c.rank for c in calls]
     c0 = calls[0]
-    if c0.op in ("all_reduce", "broadcast", "all_gather") and all(
-        c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op and c.root == c0.root
-        for c in calls
-    ):
+    alike = all(c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op
+                and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
+    if c0.op in ("all_reduce", "broadcast", "all_gather") and alike:
         return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
+    if gloo and not alike:
+        mixed = _mixed_bytes(calls)
+        if mixed is not None:
+            return mixed
     return {c.rank: _result_for(c, calls, ranks, gloo) for c in calls}
+
+
+def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
+    """Mismatched calls that Gloo pairs (sizes, dtypes or reduce ops differ), with every
+    rank's exact input known (a script's tensors): what each rank's tensor holds, from Gloo's
+    byte-level ring (`gloo_rules.mixed_result`). A rank whose result reads Gloo's
+    uninitialised scratch memory, or that does not finish, gets an unknown payload. None:
+    not computable here (inputs not explicit, or a dtype the byte model lacks)."""
+    if any(not c.payload.exact or c.payload.dtype == "bfloat16" for c in calls):
+        return None
+    arrays = {c.rank: c.payload.array() for c in calls}
+    if any(a is None for a in arrays.values()):
+        return None
+    try:
+        res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),
+                                      {r: a.tolist() for r, a in arrays.items()})  # type: ignore[union-attr]
+    except (ValueError, KeyError, NotImplementedError):
+        return None
+    out = {}
+    for c in calls:
+        vals, p = res.get(c.rank), c.payload
+        if vals is None or any(v is None for v in vals):
+            out[c.rank] = Payload.unknown(p.numel, p.dtype)
+        else:
+            out[c.rank] = Payload.from_array(np.asarray(vals, dtype=NP_DTYPES[p.dtype]), p.dtype, exact=True)
+    return out
 
 
 def _result_for(c: Call, calls: list[Call], ranks: list[int], gloo: bool) -> Payload:
