@@ -21,6 +21,7 @@ from simdist.engine.values import (
     reduce_partial,
     reduce_payloads,
 )
+from simdist.errors import LimitError
 from simdist.flightrec.format import TORCH_DTYPE_NAMES
 from simdist.vocab import BITWISE_REDUCE_OPS, FLOAT_DTYPES, REDUCING_OPS
 
@@ -67,7 +68,7 @@ def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payloa
                 and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
     if c0.op in ("all_reduce", "broadcast", "all_gather") and alike:
         return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
-    if gloo and not alike:
+    if gloo and any(c.payload.numel != c0.payload.numel for c in calls):  # else: reinterpreted below
         mixed = _mixed_bytes(calls)
         if mixed is not None:
             return mixed
@@ -75,11 +76,11 @@ def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payloa
 
 
 def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
-    """Mismatched calls that Gloo pairs (sizes, dtypes or reduce ops differ), with every
-    rank's exact input known (a script's tensors): what each rank's tensor holds, from Gloo's
-    byte-level ring (`gloo_rules.mixed_result`). A rank whose result reads Gloo's
-    uninitialised scratch memory, or that does not finish, gets an unknown payload. None:
-    not computable here (inputs not explicit, or a dtype the byte model lacks)."""
+    """Calls of different sizes that Gloo pairs, with every rank's exact input known (a
+    script's tensors): what each rank's tensor holds, from Gloo's byte-level ring
+    (`gloo_rules.mixed_result`). A rank whose result reads Gloo's uninitialised scratch
+    memory, or that does not finish, gets an unknown payload. None: not computable here
+    (inputs not explicit, too large, or a dtype the byte model lacks)."""
     if any(not c.payload.exact or c.payload.dtype == "bfloat16" for c in calls):
         return None
     arrays = {c.rank: c.payload.array() for c in calls}
@@ -88,8 +89,8 @@ def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
     try:
         res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),
                                       {r: a.tolist() for r, a in arrays.items()})  # type: ignore[union-attr]
-    except (ValueError, KeyError, NotImplementedError):
-        return None
+    except (ValueError, KeyError, NotImplementedError, LimitError):
+        return None  # too large to model byte by byte (simdist.limits), or a case the model lacks
     out = {}
     for c in calls:
         vals, p = res.get(c.rank), c.payload
