@@ -33,8 +33,9 @@ def main():
 
     t = ints(6)
     work = dist.all_reduce(t, op=AVG, async_op=True)
-    print(f"issued async: {t.tolist() if work.is_completed() else 'pending'}")
+    # (not printed before wait(): whether real Gloo has finished by then is a race)
     attempt("async wait", work.wait, t)
+    print(f"after wait: completed {work.is_completed()}")
     t = ints(4)
     fut = dist.all_reduce(t, op=AVG, async_op=True).get_future()
     try:
