@@ -253,6 +253,8 @@ def _rank_jsonable(r: RankResult) -> dict[str, Any]:
             continue  # as in to_dict
         if f.name == "trace":
             d["trace"] = Lazy(len(v), lambda i, trace=v: _entry_jsonable(trace[i]))
+        elif f.name in ("phases", "compute"):  # one span per iteration: as long as the run
+            d[f.name] = Lazy(len(v), lambda i, spans=v: finite(asdict(spans[i])))
         elif isinstance(v, TraceEntry):
             d[f.name] = _entry_jsonable(v)
         else:
