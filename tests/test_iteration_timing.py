@@ -156,3 +156,35 @@ def test_timing_needs_a_profile_with_host_primitives(tmp_path):
     Profile().save(tmp_path / "fitted-only.json")
     res = _compare(tmp_path, ddp([10]), "--profile", str(tmp_path / "fitted-only.json"))
     assert res.exit_code == 2 and "has no host primitives" in res.stderr
+
+
+@pytest.mark.parametrize("k, code", [(1.1, 0), (1.5, 1)])
+def test_compare_timing_prints_and_judges_the_table(tmp_path, capsys, k, code):
+    """The command's path with the real runs stood in for by the simulated report stretched
+    by k: one line per (iteration, rank), the median, exit 0 within --max-error, else 1."""
+    import json
+
+    import typer
+
+    from simdist.cli.iteration_timing import compare_timing
+
+    s = parse_scenario(ddp([1000], counts=(3, 3)))
+    prof = tmp_path / "host.json"
+    Profile(host=host()).save(prof)
+    sim = timed(ddp([1000], counts=(3, 3)))
+    real = replace(sim, source="real", ranks=[replace(r, phases=[Span(x.t_begin * k, x.t_end * k, x.label)
+                                                                 for x in r.phases]) for r in sim.ranks])
+    for json_ in (False, True):
+        with pytest.raises(typer.Exit) as e:
+            compare_timing(s, prof, 2, lambda: real, json_, 0.15)
+        assert e.value.exit_code == code
+        text = capsys.readouterr().out
+        if json_:
+            doc = json.loads(text)
+            assert [(r["label"], r["rank"]) for r in doc["rows"]] == [(f"loop {i}", r) for r in (0, 1) for i in range(3)]
+            assert doc["median_abs_error"] == pytest.approx(1 - 1 / k) and doc["runs"] == 2
+        else:
+            lines = text.strip().splitlines()
+            assert lines[0].split() == ["iteration", "rank", "measured", "ms", "simulated", "ms", "error"]
+            assert len(lines) == 1 + 6 + 1 and lines[-1].startswith("median |error| over 6 (iteration, rank): ")
+            assert lines[1].split()[:3] == ["loop", "0", "0"] and lines[1].endswith(f"{(1 / k - 1) * 100:+.1f}%")
