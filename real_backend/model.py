@@ -72,7 +72,7 @@ class ChainModel(nn.Module):
         self._used = [f"p{i}" for i in range(len(spec.params)) if i not in unused]
         self._numels = spec.numels()
         self._is_used = [i not in unused for i in range(len(spec.params))]
-        self._busy = busy
+        self.busy = busy  # backward sleeps its shares (set_backward_seconds)
         self._shares = [0.0] * len(spec.params)  # read by the _Busy nodes when backward runs
 
     def set_backward_seconds(self, seconds: float) -> None:
@@ -83,5 +83,5 @@ class ChainModel(nn.Module):
         h = x
         for name in self._used:
             term = (getattr(self, name) * x).sum()
-            h = h + (_Busy.apply(term, self._shares, int(name[1:])) if self._busy else term)
+            h = h + (_Busy.apply(term, self._shares, int(name[1:])) if self.busy else term)
         return h

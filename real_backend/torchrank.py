@@ -153,7 +153,7 @@ class TorchRank:
                     self.losses[name] = ddp(x).sum()
             case Backward(model=name, seconds=seconds):
                 module = self.ddp[name].module
-                if module._busy:
+                if module.busy:
                     module.set_backward_seconds(seconds)
                 self.busy = seconds > 0  # sleeping in backward counts as progress, as in a compute step
                 try:
