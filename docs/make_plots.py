@@ -3,7 +3,10 @@
 The model plots are computed here; the measured-vs-simulated plots (compare-gloo-p2/p4)
 refit the measurements saved in bench/results/compare-gloo-p*.json with the current fitting
 code (`simdist compare-timing --load FILE --plot ...` does the same for one file; new
-measurements come from `python bench/timing_accuracy.py`).
+measurements come from `python bench/timing_accuracy.py`). The predicted-from-primitives plots
+(gloo-predicted, iterations-predicted) read bench/results/timing_predict.json and
+timing_iterations.json (`python bench/timing_predict.py` measures them) and predict with the
+calibration saved in each.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from real_backend.bench import BenchRow  # noqa: E402  (the rows a sweep saves; 
 from simdist.collectives import REGISTRY, algorithms_for  # noqa: E402
 from simdist.timing import experiments, plots  # noqa: E402
 from simdist.timing.sweeps import bus_factor  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
 
 IMG = Path(__file__).resolve().parent / "img"
 ALPHA, BETA, GAMMA = 30e-6, 1 / 3e9, 1 / 2.5e9  # the loopback preset
@@ -93,9 +98,84 @@ def compare_plots():
               f"worst {res['worst_abs_error'] * 100:.1f}%, breakpoints {res['gloo']['breakpoints_bytes']}")
 
 
+def predicted_plot():
+    """Measured vs predicted per op (one panel each), world sizes 2-4: the measured value per
+    size as bench/timing_predict.py judges it (25th percentile of single calls, slowest rank,
+    the less disturbed of the passes), the curve from the saved calibration alone."""
+    from types import SimpleNamespace
+
+    from simdist.network.gloo_time import gloo_op_time
+    from simdist.network.host import HostProfile
+    from simdist.timing.experiments import row_stat
+
+    doc = json.loads((RESULTS / "timing_predict.json").read_text())
+    host = HostProfile.from_dict(doc["host"])
+    ops = list(dict.fromkeys(k.split("/")[0] for k in doc["sweeps"]))
+    fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 4.2), sharey=True)
+    xs = [2.0**k for k in range(10, 27)]
+    for ax, op in zip(axes, ops, strict=True):
+        for p, colour in ((2, "tab:blue"), (3, "tab:orange"), (4, "tab:green")):
+            passes = doc["sweeps"].get(f"{op}/{p}")
+            if not passes:
+                continue
+            rows = [SimpleNamespace(**r) for sweep in passes for r in sweep]
+            sizes_ = sorted({r.nbytes for r in rows})
+            best = [min(row_stat(r, "op_p25") for r in rows if r.nbytes == n) for n in sizes_]
+            ax.plot(sizes_, best, "o", color=colour, ms=4, label=f"measured, p = {p}")
+            ax.plot(xs, [gloo_op_time(host, op, int(x), p) for x in xs], "-", color=colour, lw=1.5,
+                    label=f"predicted, p = {p}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(op)
+        ax.set_xlabel("bytes per rank")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("seconds per call")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Gloo on 2 shared cores: measured vs predicted from calibrated primitives (nothing fitted per op)")
+    fig.tight_layout()
+    fig.savefig(IMG / "gloo-predicted.png", dpi=90)
+    plt.close(fig)
+
+
+def iterations_plot():
+    """Each (iteration, rank) of the iteration scenarios: measured against simulated."""
+    from simdist.network.cost import CostModel
+    from simdist.network.host import HostProfile
+    from simdist.network.profile import Profile
+    from simdist.report import Report
+    from simdist.scenario import parse_scenario
+    from simdist.sim import simulate
+    from simdist.timing.iterations import compare_iterations
+
+    doc = json.loads((RESULTS / "timing_iterations.json").read_text())
+    prof = Profile(host=HostProfile.from_dict(doc["host"]))
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    top = 0.0
+    for name, entry in doc["iterations"].items():
+        s = parse_scenario(entry["scenario"], name)
+        sim = simulate(s, CostModel.from_scenario_topology(s.topology, s.world_size, profile=prof))
+        rows = compare_iterations(sim, [Report.from_dict(r) for r in entry["runs"]])
+        ax.plot([x.simulated_s * 1e3 for x in rows], [x.measured_s * 1e3 for x in rows], "o", ms=5,
+                label=name.removeprefix("iter_"))
+        top = max(top, *(x.measured_s * 1e3 for x in rows), *(x.simulated_s * 1e3 for x in rows))
+    ax.plot([0, top], [0, top], "k-", lw=1, label="measured = simulated")
+    ax.plot([0, top], [0, top * 1.15], "k:", lw=1, label="±15%")
+    ax.plot([0, top], [0, top * 0.85], "k:", lw=1)
+    ax.set_xlabel("simulated ms (calibrated Gloo model)")
+    ax.set_ylabel("measured ms (25th percentile of the real runs)")
+    ax.set_title("per iteration and rank (join_exit: a rank's shadow iterations)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "iterations-predicted.png", dpi=90)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
     IMG.mkdir(exist_ok=True)
     algorithms_plot()
     busbw_plot()
     compare_plots()
+    predicted_plot()
+    iterations_plot()
     print("wrote", sorted(p.name for p in IMG.glob("*.png")))

@@ -45,7 +45,16 @@ from simdist.errors import HostError
 from simdist.limits import check_timeout
 from simdist.procs import LocalProcess, LocalProcesses, Watchdog, interrupt_event, loopback_store
 from simdist.program.budget import check_ops
-from simdist.report import SHUTDOWN_ABORT, RankError, RankResult, Report, TraceEntry, overall_outcome, shutdown_abort
+from simdist.report import (
+    SHUTDOWN_ABORT,
+    RankError,
+    RankResult,
+    Report,
+    Span,
+    TraceEntry,
+    overall_outcome,
+    shutdown_abort,
+)
 from simdist.scenario import Scenario, check_target
 from simdist.tempdir import TempDir
 
@@ -304,6 +313,7 @@ def _result_from_doc(doc: dict[str, Any]) -> RankResult:
         blocked_in=TraceEntry(**doc["blocked_in"]) if doc.get("blocked_in") else None,
         waiting_in=TraceEntry(**doc["waiting_in"]) if doc.get("waiting_in") else None,
         warnings=list(doc.get("warnings", [])),
+        phases=[Span(**sp) for sp in doc.get("phases", [])],
     )
 
 

@@ -49,6 +49,7 @@ from simdist.program.actions import (
 )
 from simdist.program.interpret import rank_actions
 from simdist.scenario import Model, Scenario
+from simdist.schema import BackwardStep
 from simdist.vocab import OBSERVED_MAX_NUMEL, WORLD
 
 
@@ -150,8 +151,15 @@ class TorchRank:
                 x = torch.full((1,), 1.0, dtype=torch_dtype(self.specs[name].dtype), device=self.device)
                 with ddp.no_sync() if no_sync else contextlib.nullcontext():
                     self.losses[name] = ddp(x).sum()
-            case Backward(model=name):
-                self.losses.pop(name).backward()
+            case Backward(model=name, seconds=seconds):
+                module = self.ddp[name].module
+                if module.busy:
+                    module.set_backward_seconds(seconds)
+                self.busy = seconds > 0  # sleeping in backward counts as progress, as in a compute step
+                try:
+                    self.losses.pop(name).backward()
+                finally:
+                    self.busy = False
                 if self.specs[name].observe_grad:
                     g = next(iter(self.ddp[name].module.parameters())).grad
                     self.observed.setdefault(f"{name}.grad", []).append(
@@ -196,7 +204,9 @@ class TorchRank:
 
                 self.specs[m.name] = m
                 device_ids = [self.local_rank] if self.s.backend == "nccl" else None
-                self.ddp[m.name] = DDP(ChainModel(m, self.device), device_ids=device_ids,
+                busy = any(isinstance(st, BackwardStep) and st.seconds and self.s.model_named(st.model).name == m.name
+                           for st in (*self.s.loop, *self.s.after))
+                self.ddp[m.name] = DDP(ChainModel(m, self.device, busy), device_ids=device_ids,
                                        process_group=self._pg(m.group), **kwargs)
             case BuildOptimizer(optimizer=opt, models=names, group=group):
                 self._build_optimizer(opt.kind, opt.lr, opt.zero, names, group)

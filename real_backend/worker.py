@@ -239,6 +239,7 @@ class Worker:
     # ------------------------------------------------------------------ result
     def write_result(self, status: str, error: Any, *, wait_retired: bool = True) -> None:
         from real_backend.record import build_trace, dump_fr_bytes, first_pending, waiting_entry, write_dump_file
+        from simdist.report import phase_spans
 
         if not self.lock.acquire(timeout=10):
             return
@@ -287,6 +288,9 @@ class Worker:
                 "observed": p.observed_snapshot() if p is not None else {},
                 "trace": [asdict(e) for e in trace],
                 "time": (t_end - self.t0_ns) / 1e9,
+                "phases": [asdict(sp) for sp in phase_spans(
+                    [((t - self.t0_ns) / 1e9, ph, it) for t, ph, it in p.marks.phases], (t_end - self.t0_ns) / 1e9)]
+                if p is not None else [],
                 "blocked_in": asdict(blocked) if blocked is not None else None,
                 "waiting_in": asdict(waiting) if waiting is not None else None,
                 "warnings": list(p.warnings) if p is not None else [],

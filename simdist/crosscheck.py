@@ -220,7 +220,7 @@ def check_steps(p: Problems, n: Names, section: str, steps: list[Step], counts: 
             _check_conditions(p, n, value.when, f"{loc}.value.when", section)
         if isinstance(st, StopStep) and section == "after":
             p.add(f"{loc}.kind", "'stop' leaves the loop: it belongs in [[loop]]")
-        if isinstance(st, (ComputeStep, SleepStep)) and isinstance(st.seconds, list) and len(st.seconds) != n.world_size:
+        if isinstance(st, (ComputeStep, SleepStep, BackwardStep)) and isinstance(st.seconds, list) and len(st.seconds) != n.world_size:
             p.add(f"{loc}.seconds", f"has {len(st.seconds)} entries but world_size is {n.world_size}")
         if isinstance(st, (ForwardStep, BackwardStep)):
             _check_model_ref(p, n, st, loc)

@@ -119,6 +119,15 @@ class Span:
     label: str = "compute"
 
 
+def phase_spans(marks: list[tuple[float, str, int | None]], t_end: float) -> list[Span]:
+    """The program's phases as spans, from the marks a driver leaves at each `EnterPhase`
+    ((time, phase, iteration), in order): each phase lasts until the next one begins, the
+    last until `t_end`. One rule for both sides, so their iterations are cut alike."""
+    ends = [m[0] for m in marks[1:]] + [t_end]
+    return [Span(t, max(t, end), phase if it is None else f"{phase} {it}")
+            for (t, phase, it), end in zip(marks, ends, strict=True)]
+
+
 @dataclass
 class RankResult:
     """What one rank did: status, inputs processed, error, observed values, its collectives."""
@@ -142,11 +151,14 @@ class RankResult:
     location: CodeLocation | None = None  # where its code is blocked (hang) or where it left
     exit: str | None = None  # how its process ended: "returned", "exception", "sys.exit(1)", "signal 9", ...
     compute: list[Span] = field(default_factory=list)  # the rank's own work between calls, in order
+    # The program's phases as they ran (scenario runs): "loop <i>" per input, "join_exit",
+    # "after"; what per-iteration timing (`simdist.timing.iterations`) compares.
+    phases: list[Span] = field(default_factory=list)
 
 
 # Left out of the JSON form when unset (so scenario reports keep theirs): the script
-# backend's fields, and compute spans (only ranks that computed carry them).
-_OPTIONAL_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None, "compute": []}
+# backend's fields, compute spans (only ranks that computed carry them) and phases.
+_OPTIONAL_RANK_FIELDS = {"output": [], "stderr": [], "location": None, "exit": None, "compute": [], "phases": []}
 
 
 @dataclass
@@ -207,6 +219,7 @@ class Report:
             r["waiting_in"] = TraceEntry(**r["waiting_in"]) if r.get("waiting_in") else None
             r["location"] = CodeLocation(**r["location"]) if r.get("location") else None
             r["compute"] = [Span(**c) for c in r.get("compute", [])]
+            r["phases"] = [Span(**c) for c in r.get("phases", [])]
             ranks.append(RankResult(**r))
         findings = [Finding(**f) for f in d.get("findings", [])]
         return cls(**{**d, "ranks": ranks, "findings": findings})
@@ -240,6 +253,8 @@ def _rank_jsonable(r: RankResult) -> dict[str, Any]:
             continue  # as in to_dict
         if f.name == "trace":
             d["trace"] = Lazy(len(v), lambda i, trace=v: _entry_jsonable(trace[i]))
+        elif f.name in ("phases", "compute"):  # one span per iteration: as long as the run
+            d[f.name] = Lazy(len(v), lambda i, spans=v: finite(asdict(spans[i])))
         elif isinstance(v, TraceEntry):
             d[f.name] = _entry_jsonable(v)
         else:

@@ -293,10 +293,14 @@ class ForwardStep(_Cond):
 
 
 class BackwardStep(_Cond):
-    """DDP backward: gradient bucket all-reduces from the reducer."""
+    """DDP backward: gradient bucket all-reduces from the reducer, overlapping the backward's
+    own compute (`seconds`) when it has any."""
 
     kind: Literal["backward"]
     model: str | None = Field(default=None, description="which DDP model (default: the only one)")
+    seconds: Seconds | list[Seconds] = Field(
+        default=0.0, description="the backward's compute, shared among the used parameters by size (real: sleeps); "
+                                 "one duration, or one per rank")
 
 
 class OptimizerStep(_Cond):

@@ -12,7 +12,7 @@ import simpy
 from simdist.engine.core import CostLike, Engine, RankRaised
 from simdist.network.cost import CostModel
 from simdist.program.budget import check_ops
-from simdist.report import RankError, RankResult, Report, overall_outcome
+from simdist.report import RankError, RankResult, Report, overall_outcome, phase_spans
 from simdist.scenario import Scenario
 from simdist.simrank import RankOutcome, SimRank
 from simdist.vocab import WORLD
@@ -128,6 +128,7 @@ def _simulate(scenario: Scenario, cost: CostLike | None) -> Report:
                 waiting_in=waiting,
                 warnings=out.warnings,
                 compute=out.compute,
+                phases=phase_spans(out.phases, end_time.get(r, engine.env.now)),
             )
         )
     return Report(

@@ -54,6 +54,7 @@ class RankOutcome:
     observed: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # the Python warnings the rank showed
     compute: list[Span] = field(default_factory=list)  # the rank's compute steps, as they ran
+    phases: list[tuple[float, str, int | None]] = field(default_factory=list)  # (t, phase, iteration) entered
 
 
 class SimRank:
@@ -88,8 +89,8 @@ class SimRank:
         match a:  # the per-iteration kinds first: this is the simulator's inner loop
             case Forward(model=name, no_sync=no_sync):
                 yield from self.ddp[name].forward(no_sync)
-            case Backward(model=name):
-                yield from self.ddp[name].backward()
+            case Backward(model=name, seconds=seconds):
+                yield from self.ddp[name].backward(seconds)
             case StepOptimizer():
                 if self.zero is not None:
                     yield from self.zero.step()
@@ -99,6 +100,7 @@ class SimRank:
                 yield from self._collective(a)
             case EnterPhase(phase=phase, iteration=iteration):
                 self.state.phase, self.state.iteration = phase, iteration
+                self.out.phases.append((self.engine.env.now, phase, iteration))
             case WaitDeferred():
                 deferred, self.deferred = self.deferred, []
                 for work, observe in deferred:

@@ -100,3 +100,21 @@ def test_random_scenario_agrees_with_real_gloo(k, tmp_path, real_zygote):
     cmp = compare_reports(simulate(s), run_real(s, workdir=tmp_path / "wd", zygote=real_zygote))
     assert cmp.agree, format_comparison(cmp)
     assert _leftover(tmp_path / "wd", real_zygote) == []
+
+
+@pytest.mark.real
+def test_backward_seconds_are_spent_on_real_gloo(tmp_path, real_zygote):
+    """A `backward` with `seconds`: real Gloo issues the collectives the simulator does (the
+    buckets launched while the backward computes change no order), and every real iteration
+    lasts at least the compute the scenario gives it, as the simulated one does."""
+    from real_backend.launch import run_real
+    from simdist.timing.iterations import iteration_times
+
+    s = load_scenario(SCENARIOS / "ddp_backward_compute.toml")
+    sim, real = simulate(s), run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    cmp = compare_reports(sim, real)
+    assert cmp.agree, format_comparison(cmp)
+    want = {(f"loop {i}", r) for i in range(3) for r in range(2)}
+    for rep in (sim, real):
+        times = iteration_times(rep)
+        assert set(times) == want and all(t >= 0.005 + 0.015 for t in times.values()), times

@@ -27,7 +27,7 @@ from real_backend.launch import run_real  # noqa: E402
 
 pytestmark = pytest.mark.real
 REAL = Path(__file__).resolve().parent / "scenarios_real"
-_TIMES = {"t_issue", "t_done", "time"}
+_TIMES = {"t_issue", "t_done", "time", "t_begin", "t_end"}  # (t_begin, t_end: phase spans)
 
 
 def _same_run(report) -> dict:

@@ -37,6 +37,7 @@ from simdist.cli.console import (
     worst,
     write_output,
 )
+from simdist.cli.iteration_timing import compare_timing
 from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import InputError, SimdistError
 from simdist.expect import Judgement, judge
@@ -280,9 +281,19 @@ def compare(
     nproc_per_node: script_cli.NprocOpt = None,
     batches: script_cli.BatchesOpt = None,
     backend: script_cli.RealBackendOpt = None,
+    timing: Annotated[bool, typer.Option(
+        "--timing", help="compare time instead: per iteration and rank, measured wall clock against the "
+                         "iteration simulated with a calibrated Gloo profile (exit 0: median |error| <= "
+                         "--max-error)")] = False,
+    profile: Annotated[Path | None, typer.Option(
+        help="with --timing: the profile `simdist calibrate` wrote (default: the scenario's topology.profile)")] = None,
+    runs: Annotated[int, typer.Option(help="with --timing: real runs; each (iteration, rank) is measured as the "
+                                           "25th percentile over them")] = 3,
+    max_error: Annotated[float, typer.Option("--max-error", help="with --timing: the median |error| allowed")] = 0.15,
 ) -> None:
     """Run SCENARIO (or SCRIPT.py) in the simulator and on real processes, and diff them rank
     by rank: collectives, outcome, errors (and a script's printed lines). Exit 0: they agree.
+    With --timing, compare each iteration's time instead (docs/timing.md).
     """
     from dataclasses import asdict
 
@@ -292,10 +303,14 @@ def compare(
     _check_timeout(timeout)
     with bad_input():
         script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        if script is not None and timing:
+            raise InputError("--timing: times a scenario file's iterations, not a script")
         if script is not None:
             script_cli.compare_command(replace(script, timeout=timeout), json_)
         scenario = _one_scenario(paths, "compare")
     s = load_or_exit(scenario, "real")
+    if timing:
+        compare_timing(s, profile, runs, lambda: run_real_or_exit(s, timeout, True), json_, max_error)
     with bad_input(scenario):
         sim_report = simulate(s)
     real_report = run_real_or_exit(s, timeout, json_)

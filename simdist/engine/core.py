@@ -130,6 +130,11 @@ class Engine:
         self._entries_left = OPS.value()
         self._dead: list[int] = []  # ranks whose process is gone, ascending
         self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
+        # A cost model that times a process group's collectives as ProcessGroupGloo runs them
+        # (`CostModel.queued`: the calibrated Gloo model) has them run one after another on
+        # the group: when each is free again (see _schedule_finish).
+        self._queued = bool(getattr(cost, "queued", False))
+        self._group_free: dict[str, float] = defaultdict(float)
 
     def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
         """The lowest member whose process is gone and whose part in this collective cannot
@@ -287,6 +292,10 @@ class Engine:
     def _schedule_finish(self, inst: Instance, calls: list[Call], ranks: list[int]) -> None:
         nbytes = max(c.payload.nbytes for c in calls)
         dur = self.cost.collective_time(calls[0].op, nbytes, inst.members)
+        if self._queued:  # after the group's earlier collectives: they share its sockets and worker threads
+            start = max(self.env.now, self._group_free[inst.group])
+            self._group_free[inst.group] = start + dur
+            dur += start - self.env.now
         ev = self.env.timeout(dur)
         ev.callbacks.append(lambda _ev, inst=inst, ranks=ranks: self._finish(inst, ranks))
 

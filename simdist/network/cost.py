@@ -60,6 +60,9 @@ class CostModel:
         for op, algo in (algorithms or {}).items():
             self.algorithms[op] = resolve(op, algo, f"topology.algorithms.{op}")
         self.profile = profile
+        # With measured Gloo primitives the engine runs a group's collectives one after another
+        # (Engine._schedule_finish): each is timed alone, and they share the group's sockets.
+        self.queued = profile is not None and profile.host is not None
         self._closed: dict[tuple[str, str, int], tuple[float, float]] = {}
         self._auto: dict[tuple[str, int, int], str] = {}
         self._sched_cache: dict[tuple, float] = {}

@@ -109,9 +109,12 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Backward:
-    """`loss[model].backward()` of this iteration's forward of that model."""
+    """`loss[model].backward()` of this iteration's forward of that model; the backward
+    computes for `seconds` (this rank's), each used parameter's gradient ready after its
+    share (by element count), so DDP's buckets all-reduce while the rest is computed."""
 
     model: str = "ddp"
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

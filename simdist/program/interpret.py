@@ -199,7 +199,8 @@ def _step(s: Scenario, rank: int, step: Step, where: str, i: int | None, held: _
     if isinstance(step, ForwardStep):
         return Forward(s.model_named(step.model).name, step.no_sync)
     if isinstance(step, BackwardStep):
-        return Backward(s.model_named(step.model).name)
+        return Backward(s.model_named(step.model).name,
+                        step.seconds[rank] if isinstance(step.seconds, list) else step.seconds)
     if isinstance(step, OptimizerStep):
         return StepOptimizer() if held.optimizer else None
     if isinstance(step, JoinableCallStep):

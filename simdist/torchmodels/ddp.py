@@ -48,6 +48,14 @@ BROADCAST_BUFFERS_DEPRECATED = (
 )
 
 
+def backward_shares(numels: list[int], used: list[bool], seconds: float) -> list[float]:
+    """Each parameter's part of a backward that computes for `seconds`: the used parameters
+    share it by element count (a layer's backward costs about as its size), unused ones get
+    none. The real backend's chain model sleeps these (`real_backend.model`)."""
+    total = sum(n for n, u in zip(numels, used, strict=True) if u)
+    return [seconds * n / total if u and total else 0.0 for n, u in zip(numels, used, strict=True)]
+
+
 class DDPModel(Joinable):
     """`DistributedDataParallel` around a chain model of parameters of `numels` elements
     (`dims` dimensions each) and buffers of `buffers` elements, all of `dtype`; the
@@ -238,10 +246,17 @@ class DDPModel(Joinable):
             return Payload.unknown(sum(self.numels[i] for i in bucket), self.dtype)
         return Payload.runs([(self.numels[i], values[i]) for i in bucket], self.dtype)  # type: ignore[misc]
 
-    def backward(self) -> Generator[Any, Any, None]:
-        """`loss.backward()`: autograd hooks mark params ready; buckets all-reduce in order."""
+    def backward(self, seconds: float = 0.0) -> Generator[Any, Any, None]:
+        """`loss.backward()`: autograd hooks mark params ready; buckets all-reduce in order.
+
+        The backward computes for `seconds`, each used parameter's gradient ready after its
+        share (`backward_shares`); a bucket is launched as soon as it and every bucket
+        before it are ready (the Reducer's `mark_bucket_ready`), so its all-reduce runs
+        while the rest of the backward computes."""
         if not self.expect_autograd_hooks:
             # no_sync (or no prepared forward): gradients accumulate locally, no communication.
+            if seconds > 0:
+                yield from self.dist.compute(seconds)
             for i, used in enumerate(self.used):
                 if used:
                     self.grad[i] = (self.grad[i] or 0.0) + INPUT_VALUE
@@ -259,7 +274,13 @@ class DDPModel(Joinable):
         if self.find_unused_parameters:
             ready += [i for i in reversed(range(len(self.numels))) if not self.used[i]]
         contrib: dict[int, float | None] = {}
+        share = backward_shares(self.numels, self.used, seconds)
+        left = [len(b) for b in self.buckets]  # parameters each bucket still waits for
+        bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
+        works: list[tuple[list[int], Work]] = []
         for i in ready:
+            if share[i] > 0:
+                yield from self.dist.compute(share[i])
             if self.used[i]:
                 self.grad[i] = (self.grad[i] or 0.0) + INPUT_VALUE
                 contrib[i] = self.grad[i] / div  # type: ignore[operator]
@@ -267,11 +288,14 @@ class DDPModel(Joinable):
                 contrib[i] = 0.0
             if self._should_rebuild_buckets():
                 self.rebuilt_params.append(i)
-        works = [
-            (b, self._issue("all_reduce", self._bucket_payload(b, contrib), origin="ddp.backward.bucket_allreduce",
-                            async_op=True))
-            for b in self.buckets
-        ]
+            left[bucket_of[i]] -= 1
+            while len(works) < len(self.buckets) and left[len(works)] <= 0:
+                b = self.buckets[len(works)]
+                works.append((b, self._issue("all_reduce", self._bucket_payload(b, contrib),
+                                             origin="ddp.backward.bucket_allreduce", async_op=True)))
+        for b in self.buckets[len(works):]:  # (every parameter is in `ready`: none is left)
+            works.append((b, self._issue("all_reduce", self._bucket_payload(b, contrib),
+                                         origin="ddp.backward.bucket_allreduce", async_op=True)))
         unused_work = None
         if self.find_unused_parameters:
             used_map = Payload.from_array([1 if u else 0 for u in self.used], "int32") if len(self.used) <= 64 \
