@@ -251,6 +251,20 @@ def compress(s: Scenario) -> tuple[Scenario, list[int]]:
     return apply(s, p), p.removed()
 
 
+def verdict_key(s: Scenario, p: Plan) -> tuple[str, tuple[int, ...]]:
+    """What `passes_compressed(s, p)` depends on, as a cache key: the compressed scenario in
+    full (its JSON: every field, per-rank counts included) and where the cuts lie.
+
+    `passes_compressed` reads `s` and `p` only through ``apply(s, p)`` (simulated and
+    checked), ``p.cuts()`` and ``p.compressed_counts`` (`untrusted`; the counts are the
+    compressed scenario's own), and the simulator is deterministic. So two schedules with
+    the same key get the same answer, by construction rather than by the periodicity
+    argument: distinct full schedules whose steady gaps differ in length meet here, and a
+    fuzzer simulates their shared compressed run once (tests/test_fuzz_verdicts.py compares
+    cached and fresh verdicts over many schedules)."""
+    return apply(s, p).model_dump_json(), tuple(p.cuts())
+
+
 def passes_compressed(s: Scenario, p: Plan, *, invariants: bool = True, cost: CostLike | None = None) -> bool:
     """True when the compressed schedule of plan `p` passes the fuzz property and may stand for
     the full one (`untrusted`), so the full schedule `s` passes too; False means "unknown:

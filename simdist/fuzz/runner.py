@@ -70,6 +70,7 @@ class FuzzResult:
     compress: bool = True  # schedules judged on their compressed form (simdist.fuzz.compress)
     compressed: int = 0  # schedules that were compressed
     resimulated: int = 0  # compressed schedules re-simulated in full (failed, or ranks out of step)
+    reused: int = 0  # compressed schedules whose compressed run was already judged (same verdict_key)
     iterations_full: int = 0  # sum of the schedules' largest input counts
     iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
     expect: str | None = None  # the template's [fuzz].expect: "failure", "ok" or None (= "ok")
@@ -237,6 +238,7 @@ def _merge(res: FuzzResult, camp: CampaignResult) -> None:
         res.examples += r.examples
         res.compressed += r.compressed
         res.resimulated += r.resimulated
+        res.reused += r.reused
         res.iterations_full += r.iterations_full
         res.iterations_run += r.iterations_run
     res.schedules = schedules

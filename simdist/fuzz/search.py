@@ -151,6 +151,7 @@ class ShardResult:
     schedules: int = 0  # distinct schedules simulated and checked
     compressed: int = 0
     resimulated: int = 0
+    reused: int = 0  # compressed schedules judged by a compressed run already simulated (Checker.verdicts)
     iterations_full: int = 0
     iterations_run: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # signature -> failing schedules
@@ -276,7 +277,7 @@ def run_shard(template: Template, spec: ShardSpec, *, stop: Callable[[], bool] |
     if res.stopped:  # hypothesis did not finish: keep what was found, in the order found
         res.keys = list(res.found)
     ck = search.checker
-    res.schedules, res.compressed, res.resimulated = ck.simulated, ck.compressed, ck.resimulated
+    res.schedules, res.compressed, res.resimulated, res.reused = ck.simulated, ck.compressed, ck.resimulated, ck.reused
     res.iterations_full, res.iterations_run = ck.iterations_full, ck.iterations_run
     res.seconds = time.perf_counter() - t0
     return res
