@@ -102,6 +102,8 @@ def _report(label: str, runs1: list[dict[str, Any]], runsn: list[dict[str, Any]]
     assert (r1c["schedules"], r1c["failures"]) == (rnw["schedules"], rnw["failures"]), \
         "the parallel run searched something else"
     n = r1c["schedules"]
+    for jobs_, rs in ((1, runs1), (jobs, runsn)):
+        print(f"[{label}] --jobs {jobs_} runs (CPU s / wall s): " + ", ".join(f"{r['cpu']:.2f}/{r['wall']:.2f}" for r in rs))
     rate_cpu, rate_wall = n / r1c["cpu"], n / r1w["wall"]
     print(f"[{label}] {n} distinct schedules, {r1c['shards']} shards, failures: {len(r1c['failures'])}; "
           f"{r1c['compressed']} compressed, {r1c['reused'] if r1c['reused'] is not None else 'n/a'} judged by a "
