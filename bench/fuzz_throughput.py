@@ -2,16 +2,29 @@
 + ZeroRedundancyOptimizer template under Join (a correct loop, so nothing stops the search early),
 on one core (--jobs 1) and on two worker processes (--jobs 2), measured in the same run.
 
-    python bench/fuzz_throughput.py [--budget 1000] [--seed 0] [--reps 2] [--jobs 2] [--profile] [--no-compress]
+    python bench/fuzz_throughput.py [--budget 1000] [--seed 0] [--reps 2] [--jobs 2]
+                                    [--baseline DIR] [--profile] [--no-compress]
 
 Targets (issue 14): >= 500 schedules/s on one core; --jobs 2 >= 1.7x of --jobs 1 on a
-2-core machine. Both runs search the same shards (same seed, same answer), so the ratio is
-the parallel speed-up alone. The runs alternate (1, N, 1, N, ...) and the best of each is
-kept, and the load average is printed: on a shared machine, compare the ratio, not the
-absolute rates, and only between runs under the same load. The one-core rate is given in
-wall-clock time and in CPU time of this process (less sensitive to other processes).
---profile prints where one --jobs 1 run spends its time; --no-compress adds a run with
-schedule compression off (simdist/fuzz/compress.py) for comparison.
+2-core machine. Every measurement is a fresh process (this file with --one) running one
+search; runs alternate (--jobs 1, --jobs N, and with --baseline the same two on the code in
+DIR, e.g. a `git archive` of an older commit, imported through PYTHONPATH), and the best of
+--reps is kept for each. Both --jobs values search the same shards (same seed, same answer:
+checked), so their ratio is the parallel speed-up alone.
+
+Figures, each with its ratio to the target:
+* one core, CPU time: schedules / CPU seconds of the search's process and its children
+  (imports and start-up not counted). The figure to compare on a shared machine.
+* one core, wall: schedules / wall seconds; on a loaded machine this is mostly the load.
+* --jobs N speed-up, wall: what it is on this machine right now (with other jobs running,
+  N processes get more of the machine than one, or less).
+* --jobs N speed-up, CPU time: CPU seconds of the --jobs 1 search over the CPU seconds of
+  the --jobs N search's busiest process (its shards, run one after another): what the
+  wall-clock speed-up would be on N otherwise idle cores, if CPU time did not change with
+  the load. Its shortfall from N is the uneven split of shards plus the parallel overhead
+  (printed: total CPU of the N processes over the --jobs 1 run's).
+--profile prints where one --jobs 1 run spends its time (in this process); --no-compress adds
+a run with schedule compression off (simdist/fuzz/compress.py) for comparison.
 """
 
 from __future__ import annotations
@@ -19,14 +32,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
+import resource
+import subprocess
+import sys
 import time
-
-from simdist.check.classify import check_run
-from simdist.fuzz.runner import fuzz_template
-from simdist.fuzz.template import Extreme, parse_template
-from simdist.sim import simulate
+from pathlib import Path
+from typing import Any
 
 TARGET_RATE = 500.0  # schedules/s on one core
 TARGET_SPEEDUP = 1.7  # --jobs 2 over --jobs 1
@@ -49,15 +63,66 @@ def _load() -> str:
     return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
 
 
-def _one(t, budget: int, seed: int, jobs: int, compress: bool = True, profile: cProfile.Profile | None = None):
-    """(result, wall seconds, CPU seconds of this process) for one fuzz run."""
-    w0, c0 = time.perf_counter(), time.process_time()
-    if profile is not None:
-        profile.enable()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def measure_one(budget: int, seed: int, jobs: int, compress: bool = True) -> dict[str, Any]:
+    """One search in this process; what it did and what it cost (JSON-able)."""
+    from simdist.fuzz.runner import fuzz_template
+    from simdist.fuzz.template import parse_template
+
+    t = parse_template(TEMPLATE, source="bench")
+    w0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
     res = fuzz_template(t, budget=budget, seed=seed, out_dir=None, use_db=False, compress=compress, jobs=jobs)
-    if profile is not None:
-        profile.disable()
-    return res, time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0 + _children_cpu() - k0  # workers are reaped by now
+    return {"schedules": res.schedules, "failures": res.failures, "shards": res.shards, "wall": wall, "cpu": cpu,
+            "cpu_busiest": getattr(res, "cpu_busiest", None), "cpu_shards": getattr(res, "cpu_seconds", None),
+            "compressed": res.compressed, "reused": getattr(res, "reused", None),
+            "iterations_run": res.iterations_run, "iterations_full": res.iterations_full}
+
+
+def _spawn(budget: int, seed: int, jobs: int, code: str | None) -> dict[str, Any]:
+    """`measure_one` in a fresh process, on this checkout's simdist or on the one in `code`."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(Path(code).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", "--budget", str(budget), "--seed", str(seed),
+                          "--jobs", str(jobs)], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    return min(runs, key=lambda r: r[key])
+
+
+def _report(label: str, runs1: list[dict[str, Any]], runsn: list[dict[str, Any]], jobs: int) -> None:
+    r1c, r1w, rnw = _best(runs1, "cpu"), _best(runs1, "wall"), _best(runsn, "wall")
+    assert (r1c["schedules"], r1c["failures"]) == (rnw["schedules"], rnw["failures"]), \
+        "the parallel run searched something else"
+    n = r1c["schedules"]
+    for jobs_, rs in ((1, runs1), (jobs, runsn)):
+        print(f"[{label}] --jobs {jobs_} runs (CPU s / wall s): " + ", ".join(f"{r['cpu']:.2f}/{r['wall']:.2f}" for r in rs))
+    rate_cpu, rate_wall = n / r1c["cpu"], n / r1w["wall"]
+    print(f"[{label}] {n} distinct schedules, {r1c['shards']} shards, failures: {len(r1c['failures'])}; "
+          f"{r1c['compressed']} compressed, {r1c['reused'] if r1c['reused'] is not None else 'n/a'} judged by a "
+          f"compressed run already simulated; iterations simulated {r1c['iterations_run']} of "
+          f"{r1c['iterations_full']}")
+    print(f"[{label}] --jobs 1, CPU time (process + children): {rate_cpu:.1f} schedules/s ({r1c['cpu']:.2f} s) "
+          f"-> {rate_cpu / TARGET_RATE:.2f}x of the {TARGET_RATE:.0f}/s target")
+    print(f"[{label}] --jobs 1, wall: {rate_wall:.1f} schedules/s ({r1w['wall']:.2f} s) "
+          f"-> {rate_wall / TARGET_RATE:.2f}x of the target")
+    sw = r1w["wall"] / rnw["wall"]
+    print(f"[{label}] --jobs {jobs}, wall: {n / rnw['wall']:.1f} schedules/s ({rnw['wall']:.2f} s) -> speed-up "
+          f"{sw:.2f}x over --jobs 1 ({sw / TARGET_SPEEDUP:.2f}x of the {TARGET_SPEEDUP}x target)")
+    rnc = _best(runsn, "cpu")
+    busiest = _best([r for r in runsn if r["cpu_busiest"] is not None] or [{"cpu_busiest": None}], "cpu_busiest")
+    if busiest["cpu_busiest"]:
+        sc = r1c["cpu"] / busiest["cpu_busiest"]
+        print(f"[{label}] --jobs {jobs}, CPU time: busiest worker {busiest['cpu_busiest']:.2f} s of shards, all "
+              f"processes {rnc['cpu']:.2f} s ({rnc['cpu'] / r1c['cpu']:.2f}x the --jobs 1 CPU) -> speed-up on idle "
+              f"cores {sc:.2f}x ({sc / TARGET_SPEEDUP:.2f}x of the target)")
 
 
 def main() -> None:
@@ -66,51 +131,41 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=2, help="runs of each --jobs value (the best is kept)")
     ap.add_argument("--jobs", type=int, default=2, help="the parallel run's worker processes")
+    ap.add_argument("--baseline", metavar="DIR", help="also measure the simdist in DIR (alternating with this one)")
     ap.add_argument("--profile", action="store_true", help="profile one --jobs 1 run and print the top functions")
     ap.add_argument("--no-compress", action="store_true", help="also measure --jobs 1 without schedule compression")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a measurement process
     args = ap.parse_args()
-    t = parse_template(TEMPLATE, source="bench")
+    if args.one:
+        print(json.dumps(measure_one(args.budget, args.seed, args.jobs)))
+        return
 
-    # a single worst-case schedule (every rank at 100 inputs)
-    s = t.scenario(Extreme(True))
-    t0 = time.perf_counter()
-    rep = simulate(s)
-    t_sim = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    check_run(rep, s)
-    t_chk = time.perf_counter() - t0
-    n_coll = sum(len(r.trace) for r in rep.ranks)
-    print(f"one schedule, 8 ranks x 100 inputs: simulate {t_sim * 1e3:.1f} ms ({n_coll} rank-collectives, "
-          f"{t_sim / max(n_coll, 1) * 1e6:.1f} us each), check {t_chk * 1e3:.1f} ms")
+    print(f"template: 8 ranks, inputs 0-100 per rank, DDP (3 buckets) + ZeRO under Join; budget {args.budget}, "
+          f"seed {args.seed}, best of {args.reps}")
     print(f"before: {_load()}")
-
-    best: dict[int, tuple] = {}
+    codes = {"this": None} | ({"baseline": args.baseline} if args.baseline else {})
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(args.reps):
-        for jobs in (1, args.jobs):
-            res, wall, cpu = _one(t, args.budget, args.seed, jobs)
-            if jobs not in best or wall < best[jobs][1]:
-                best[jobs] = (res, wall, cpu)
-    r1, w1, c1 = best[1]
-    rn, wn, _ = best[args.jobs]
-    assert (r1.schedules, r1.failures) == (rn.schedules, rn.failures), "the parallel run searched something else"
-    rate1, rate1_cpu, rate_n = r1.schedules / w1, r1.schedules / c1, rn.schedules / wn
+        for label, code in codes.items():
+            for jobs in (1, args.jobs):
+                runs.setdefault((label, jobs), []).append(_spawn(args.budget, args.seed, jobs, code))
     print(f"after:  {_load()}")
-    print(f"template: 8 ranks, inputs 0-100 per rank, DDP (3 buckets) + ZeRO under Join; budget {args.budget} "
-          f"({r1.shards} shards), seed {args.seed}, {r1.schedules} distinct schedules, failures: {len(r1.failures)}; "
-          f"{r1.compressed} compressed, iterations simulated {r1.iterations_run} of {r1.iterations_full} "
-          f"({r1.iterations_full / max(r1.iterations_run, 1):.1f}x fewer)")
-    print(f"--jobs 1: {rate1:.1f} schedules/s wall ({w1:.2f} s), {rate1_cpu:.1f} schedules/s CPU time "
-          f"-> {rate1 / TARGET_RATE:.2f}x of the {TARGET_RATE:.0f}/s target (CPU time: {rate1_cpu / TARGET_RATE:.2f}x)")
-    print(f"--jobs {args.jobs}: {rate_n:.1f} schedules/s wall ({wn:.2f} s) -> speed-up {rate_n / rate1:.2f}x over --jobs 1 "
-          f"({rate_n / rate1 / TARGET_SPEEDUP:.2f}x of the {TARGET_SPEEDUP}x target)")
+    for label in codes:
+        _report(label, runs[(label, 1)], runs[(label, args.jobs)], args.jobs)
+    if args.baseline:
+        a, b = _best(runs[("this", 1)], "cpu"), _best(runs[("baseline", 1)], "cpu")
+        print(f"this / baseline, --jobs 1 CPU time: {b['cpu'] / a['cpu']:.2f}x faster")
 
     if args.no_compress:
-        res, wall, _ = _one(t, args.budget, args.seed, 1, compress=False)
-        print(f"--jobs 1 --no-compress: {res.schedules / wall:.1f} schedules/s wall -> compression speed-up "
-              f"{rate1 / (res.schedules / wall):.1f}x")
+        res = measure_one(args.budget, args.seed, 1, compress=False)
+        one = _best(runs[("this", 1)], "cpu")
+        print(f"--jobs 1 --no-compress: {res['schedules'] / res['cpu']:.1f} schedules/s CPU time -> compression "
+              f"speed-up {res['cpu'] / one['cpu']:.1f}x")
     if args.profile:
         prof = cProfile.Profile(time.process_time)
-        _one(t, args.budget, args.seed, 1, profile=prof)
+        prof.enable()
+        measure_one(args.budget, args.seed, 1)
+        prof.disable()
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
         print(buf.getvalue())

@@ -72,6 +72,8 @@ def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEnt
 class Work:
     """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
 
+    __slots__ = ("_engine", "call")  # one per rank-collective
+
     def __init__(self, engine: Engine, call: Call):
         self._engine = engine
         self.call = call
@@ -118,7 +120,9 @@ class Engine:
         self.cost = cost
         self.backend = backend
         self.ranks = [RankState(r) for r in range(world_size)]
-        self._next_seq: dict[tuple[str, int], int] = defaultdict(int)
+        # per group, per global rank: the last sequence number issued (a list per group, not
+        # a dict keyed by (group, rank): `issue` is the engine's hottest function)
+        self._next_seq: dict[str, list[int]] = {name: [0] * world_size for name in self.groups}
         self._instances: dict[tuple[str, int], Instance] = {}
         self._open: dict[str, dict[int, Instance]] = defaultdict(dict)  # unfinished, per group
         self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
@@ -166,12 +170,15 @@ class Engine:
         if not rs.alive:
             return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
                                    self.env))
-        key = (group, rank)
-        seq = self._next_seq[key] = self._next_seq[key] + 1
+        seqs = self._next_seq[group]
+        seq = seqs[rank] = seqs[rank] + 1
         now = self.env._now
-        self._record_one()
+        self._entries_left -= 1  # `_record_one`, inline
+        if self._entries_left < 0:
+            self._over_budget()
+        n = len(members)
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
-        entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, len(members), origin, reduce_op, root,
+        entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, n, origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, now)
         rs.trace.append(entry)
         call = Call(rank, op, payload, reduce_op, root, entry, self.env)
@@ -189,7 +196,7 @@ class Engine:
             inst.stuck = True
         if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
-        elif len(calls) == len(members):
+        elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
         return Work(self, call)
@@ -250,7 +257,10 @@ class Engine:
     def _record_one(self) -> None:
         self._entries_left -= 1
         if self._entries_left < 0:
-            OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
+            self._over_budget()
+
+    def _over_budget(self) -> None:
+        OPS.check(OPS.value() + 1, "simulation", f"the ranks have recorded more than {OPS.value():,} "
                                                      "collectives (the run does more than its scenario's estimate)")
 
     # ------------------------------------------------------------------ matching
@@ -308,7 +318,8 @@ class Engine:
         """Complete a collective's call with its result, or fail it where the backend raises
         only after the collective ran (Gloo's integer AVG): its tensor holds `result` then,
         its peers are unaffected, and later collectives pair as usual."""
-        error = gloo_avg_error(c) if self.backend == "gloo" else None
+        # (gloo_avg_error is None unless the call asked for AVG: the test first, per rank-collective)
+        error = gloo_avg_error(c) if c.reduce_op == "avg" and self.backend == "gloo" else None
         if error is None:
             self._complete_call(c, result)
         elif not c.event.triggered:

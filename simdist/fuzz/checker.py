@@ -13,7 +13,7 @@ from typing import Any
 from simdist.check.classify import check_run
 from simdist.engine.core import CostLike
 from simdist.errors import ScenarioError
-from simdist.fuzz.compress import passes_compressed
+from simdist.fuzz.compress import passes_compressed, verdict_key
 from simdist.fuzz.compress import plan as compress_plan
 from simdist.fuzz.counterexample import canonical
 from simdist.fuzz.template import Template
@@ -39,6 +39,11 @@ class Checker:
     removed). A pass of a run whose ranks stayed in step is final; anything else (a failure,
     or ranks out of step) is re-simulated in full, so every failure class, signature and
     summary the fuzzer reports, shrinks on and writes is the full schedule's own.
+
+    Compressed verdicts are kept by `compress.verdict_key` (the compressed run's whole
+    input): schedules that differ only in how long their steady gaps are share one
+    compressed run, simulated once per checker. Only the compressed pass/unknown answer is
+    shared; a failure is still judged on its own full schedule.
     """
 
     def __init__(self, template: Template, compress: bool = True):
@@ -50,6 +55,8 @@ class Checker:
         self.resimulated = 0  # of those, re-simulated in full (failed, or ranks out of step)
         self.iterations_full = 0  # sum over schedules of the full schedule's max input count
         self.iterations_run = 0  # ... and of the max input count actually simulated
+        self.reused = 0  # compressed schedules whose compressed run was already judged (`verdicts`)
+        self.verdicts: dict[tuple[str, tuple[int, ...]], bool] = {}  # verdict_key -> passes_compressed
         self._costs: dict[tuple[str, int], CostLike] = {}
 
     def cost(self, s: Scenario) -> CostLike:
@@ -91,8 +98,15 @@ class Checker:
         p = compress_plan(s) if self.compress else None
         if p is not None and p.compressed:
             self.compressed += 1
-            self.iterations_run += max(p.compressed_counts, default=0)
-            if passes_compressed(s, p, invariants=self.template.invariants, cost=self.cost(s)):
+            vk = verdict_key(s, p)
+            passed = self.verdicts.get(vk)
+            if passed is None:
+                self.iterations_run += max(p.compressed_counts, default=0)
+                passed = self.verdicts[vk] = passes_compressed(s, p, invariants=self.template.invariants,
+                                                               cost=self.cost(s))
+            else:
+                self.reused += 1
+            if passed:
                 out = Outcome(False, "ok", "ok", "no failure")
             else:  # failed, or ranks out of step: judge the full schedule (exact class, signature, summary)
                 self.resimulated += 1

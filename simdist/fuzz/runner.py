@@ -66,10 +66,15 @@ class FuzzResult:
     classes: dict[str, int] = field(default_factory=dict)  # class key -> first schedule number
     counterexamples: list[Counterexample] = field(default_factory=list)
     seconds: float = 0.0
+    # CPU time of the shards (all processes), and of the busiest process's shards: on idle
+    # cores the search takes about that long, whatever else the machine is doing now
+    cpu_seconds: float = 0.0
+    cpu_busiest: float = 0.0
     first_failure_at: int | None = None  # generation example number of the first failure
     compress: bool = True  # schedules judged on their compressed form (simdist.fuzz.compress)
     compressed: int = 0  # schedules that were compressed
     resimulated: int = 0  # compressed schedules re-simulated in full (failed, or ranks out of step)
+    reused: int = 0  # compressed schedules whose compressed run was already judged (same verdict_key)
     iterations_full: int = 0  # sum of the schedules' largest input counts
     iterations_run: int = 0  # sum of the largest input counts simulated (compressed + full re-runs)
     expect: str | None = None  # the template's [fuzz].expect: "failure", "ok" or None (= "ok")
@@ -225,7 +230,9 @@ def _merge(res: FuzzResult, camp: CampaignResult) -> None:
     """Add up the shards in order: counts, failures by signature, and each failure class's
     first sighting as a schedule number of the whole campaign."""
     generated = schedules = 0
+    per_worker: dict[int, float] = {}
     for r in camp.shards:
+        per_worker[r.worker] = per_worker.get(r.worker, 0.0) + r.cpu_seconds
         for sig, n in r.failures.items():
             res.failures[sig] = res.failures.get(sig, 0) + n
         for key, at in r.classes.items():
@@ -237,10 +244,13 @@ def _merge(res: FuzzResult, camp: CampaignResult) -> None:
         res.examples += r.examples
         res.compressed += r.compressed
         res.resimulated += r.resimulated
+        res.reused += r.reused
         res.iterations_full += r.iterations_full
         res.iterations_run += r.iterations_run
     res.schedules = schedules
     res.shards = len(camp.shards)
+    res.cpu_seconds = sum(per_worker.values())
+    res.cpu_busiest = max(per_worker.values(), default=0.0)
 
 
 def _keys(shards: list[ShardResult]) -> list[str]:

@@ -17,6 +17,7 @@ outcome) is a distinct hypothesis bug, each shrunk separately.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import tempfile
 import time
@@ -151,6 +152,7 @@ class ShardResult:
     schedules: int = 0  # distinct schedules simulated and checked
     compressed: int = 0
     resimulated: int = 0
+    reused: int = 0  # compressed schedules judged by a compressed run already simulated (Checker.verdicts)
     iterations_full: int = 0
     iterations_run: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # signature -> failing schedules
@@ -161,6 +163,8 @@ class ShardResult:
     db_ops: list[DbOp] = field(default_factory=list)
     stopped: bool = False  # interrupted before the end (what it found so far is in `found`)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # CPU time of the process that ran it, while it ran (wall means little on a shared machine)
+    worker: int = 0  # that process's pid: which shards shared a core
 
     @property
     def failed(self) -> bool:
@@ -253,7 +257,7 @@ def run_shard(template: Template, spec: ShardSpec, *, stop: Callable[[], bool] |
     """Search one shard. `stop` is polled between examples (a stopped shard returns what it
     found so far, `stopped` set); `on_found` hears of each failure class when first seen."""
     search = _Search(template, spec, stop, on_found, on_example)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with contextlib.ExitStack() as stack:
         db = None
         if spec.use_db:
@@ -276,7 +280,7 @@ def run_shard(template: Template, spec: ShardSpec, *, stop: Callable[[], bool] |
     if res.stopped:  # hypothesis did not finish: keep what was found, in the order found
         res.keys = list(res.found)
     ck = search.checker
-    res.schedules, res.compressed, res.resimulated = ck.simulated, ck.compressed, ck.resimulated
+    res.schedules, res.compressed, res.resimulated, res.reused = ck.simulated, ck.compressed, ck.resimulated, ck.reused
     res.iterations_full, res.iterations_run = ck.iterations_full, ck.iterations_run
-    res.seconds = time.perf_counter() - t0
+    res.seconds, res.cpu_seconds, res.worker = time.perf_counter() - t0, time.process_time() - c0, os.getpid()
     return res

@@ -7,6 +7,7 @@ broadcasts a run issues, follow from it.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from simdist.vocab import DTYPE_BYTES
@@ -31,8 +32,19 @@ def compute_bucket_assignment_by_size(
     the next limit in `size_limits` after closing a bucket (the last limit repeats). When
     `tensor_indices` is given (the rebuild case: gradient-ready order) the bucket list keeps
     closing order; otherwise buckets are sorted by their smallest tensor index.
-    Returns buckets as lists of tensor indices.
+    Returns buckets as lists of tensor indices (fresh lists: the caller may keep and change them).
+
+    Memoised (`_assign`): every rank of every run of a model asks the same questions (its
+    initial buckets, `_broadcast_coalesced`'s, the rebuild's), and a fuzzer asks them for
+    thousands of schedules of one template.
     """
+    key = tuple(tensor_indices) if tensor_indices is not None else None
+    return [list(b) for b in _assign(tuple(numels), tuple(dtypes), tuple(size_limits), key)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _assign(numels: tuple[int, ...], dtypes: tuple[str, ...], size_limits: tuple[int, ...],
+            tensor_indices: tuple[int, ...] | None) -> tuple[tuple[int, ...], ...]:
     result: list[list[int]] = []
     open_buckets: dict[str, tuple[list[int], int]] = {}  # dtype -> (indices, bytes); insertion-ordered
     limit_pos: dict[str, int] = {}
@@ -54,4 +66,4 @@ def compute_bucket_assignment_by_size(
             result.append(idx)
     if tensor_indices is None:
         result.sort(key=min)
-    return result
+    return tuple(tuple(b) for b in result)
