@@ -12,7 +12,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from simdist.engine.core import Engine, RankRaised, Work
+from simdist.engine.calls import Work
+from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Payload
 from simdist.program.actions import (
     P2P,

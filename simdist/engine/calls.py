@@ -1,4 +1,5 @@
-"""One rank's part in an operation, as the engine holds it.
+"""One rank's part in an operation as the engine holds it (`Call`), the handle the rank
+gets back (`Work`) and what the engine knows of the rank (`RankState`).
 
 Its own module because both the matching core (`core`) and the bridge to the backend's
 pairing rules (`gloo_bridge`) read it, and neither should import the other for it.
@@ -6,13 +7,14 @@ pairing rules (`gloo_bridge`) read it, and neither should import the other for i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Generator
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
 from simdist.engine.values import Payload
-from simdist.report import TraceEntry
+from simdist.report import RankError, TraceEntry
 
 
 @dataclass(slots=True)
@@ -64,3 +66,44 @@ class Call:
         else:
             ev.fail(self.value)
             ev.defused = True  # a failed call is the rank's news, not the event loop's
+
+
+class Work:
+    """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
+
+    __slots__ = ("_state", "call")  # one per rank-collective
+
+    def __init__(self, state: RankState, call: Call):
+        self._state = state  # the issuing rank's: `wait` marks what it waits on there
+        self.call = call
+
+    def wait(self) -> Generator[Any, Any, Payload]:
+        call = self.call
+        if call.ok is not None:
+            # already completed or failed: evaluate without blocking
+            if not call.ok:
+                raise call.value
+            return call.value
+        rs = self._state
+        rs.waiting_on = call.entry
+        try:
+            result = yield call.event
+        finally:
+            rs.waiting_on = None
+        return result
+
+    @property
+    def done(self) -> bool:
+        return self.call.ok is not None
+
+
+@dataclass
+class RankState:
+    rank: int
+    alive: bool = True
+    waiting_on: TraceEntry | None = None
+    trace: list[TraceEntry] = field(default_factory=list)
+    process: simpy.Process | None = None
+    abort_error: RankError | None = None
+    phase: str = "init"
+    iteration: int | None = None

@@ -17,14 +17,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import defaultdict, deque
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
-from simdist.engine.calls import Call
+from simdist.engine.calls import Call, RankState, Work
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
@@ -67,47 +66,6 @@ class Instance:
 def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEntry:
     """Entry for an op a dead process would have issued: never recorded in any trace."""
     return TraceEntry(seq=0, op=op, numel=payload.numel, dtype=payload.dtype, group=group, group_size=0, origin=origin)
-
-
-class Work:
-    """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
-
-    __slots__ = ("_engine", "call")  # one per rank-collective
-
-    def __init__(self, engine: Engine, call: Call):
-        self._engine = engine
-        self.call = call
-
-    def wait(self) -> Generator[Any, Any, Payload]:
-        call = self.call
-        if call.ok is not None:
-            # already completed or failed: evaluate without blocking
-            if not call.ok:
-                raise call.value
-            return call.value
-        rs = self._engine.ranks[call.rank]
-        rs.waiting_on = call.entry
-        try:
-            result = yield call.event
-        finally:
-            rs.waiting_on = None
-        return result
-
-    @property
-    def done(self) -> bool:
-        return self.call.ok is not None
-
-
-@dataclass
-class RankState:
-    rank: int
-    alive: bool = True
-    waiting_on: TraceEntry | None = None
-    trace: list[TraceEntry] = field(default_factory=list)
-    process: simpy.Process | None = None
-    abort_error: RankError | None = None
-    phase: str = "init"
-    iteration: int | None = None
 
 
 class Engine:
@@ -168,7 +126,7 @@ class Engine:
         rs = self.ranks[rank]
         members = self.groups[group]
         if not rs.alive:
-            return Work(self, Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
+            return Work(self.ranks[rank], Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
                                    self.env))
         seqs = self._next_seq[group]
         seq = seqs[rank] = seqs[rank] + 1
@@ -199,7 +157,7 @@ class Engine:
         elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
-        return Work(self, call)
+        return Work(self.ranks[rank], call)
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
             group: str = "WORLD") -> Work:
@@ -229,13 +187,13 @@ class Engine:
             peer = self.any_sender(rank, tag, self._sends)
             if peer is None:
                 self._any_recvs[(rank, tag)].append(call)
-                return Work(self, call)
+                return Work(self.ranks[rank], call)
             entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (src, dst, tag)
         if not self.ranks[peer].alive:
             self._fail_call(call, peer)
-            return Work(self, call)
+            return Work(self.ranks[rank], call)
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
         if not theirs[k] and op == "send" and self._any_recvs[(dst, tag)]:
             theirs[k].append(self._any_recvs[(dst, tag)].popleft())
@@ -246,7 +204,7 @@ class Engine:
             self._match_p2p(send, recv)
         else:
             mine[k].append(call)
-        return Work(self, call)
+        return Work(self.ranks[rank], call)
 
     @staticmethod
     def any_sender(dst: int, tag: int, sends: dict[tuple[int, int, int], deque]) -> int | None:

@@ -24,7 +24,8 @@ import functools
 from collections.abc import Generator
 from typing import Any
 
-from simdist.engine.core import RankRaised, Work
+from simdist.engine.calls import Work
+from simdist.engine.core import RankRaised
 from simdist.engine.values import Payload
 from simdist.torchmodels.buckets import (
     BROADCAST_BUCKET_SIZE,

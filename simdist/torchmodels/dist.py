@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from simdist.engine.core import Engine, RankRaised, Work
+from simdist.engine.calls import Work
+from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Payload
 from simdist.report import Span
 from simdist.vocab import WORLD, reduce_op_of

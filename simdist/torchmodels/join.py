@@ -12,7 +12,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from simdist.engine.core import RankRaised, Work
+from simdist.engine.calls import Work
+from simdist.engine.core import RankRaised
 from simdist.engine.values import Payload
 from simdist.torchmodels.dist import Dist
 
