@@ -30,12 +30,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from simdist.network.gloo_time import gloo_op_time  # noqa: E402
-from simdist.network.host import HostProfile  # noqa: E402
-from simdist.network.profile import Profile  # noqa: E402
-from simdist.timing.experiments import evaluate, row_stat, summarize  # noqa: E402
+from simdist.network.gloo_time import gloo_op_time
+from simdist.network.host import HostProfile
+from simdist.network.profile import Profile
+from simdist.timing.experiments import evaluate, row_stat, summarize
 
 OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all")
 FIT_SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 26]  # baseline's calibration: powers of two
