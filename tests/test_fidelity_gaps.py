@@ -1,0 +1,48 @@
+"""Fidelity gaps found by bench/fidelity_sweep.py, each reduced to its smallest scenario and run
+in the simulator and on real Gloo (the session's `real_zygote`): the two must agree, and on the
+behaviour the gap was about, so that a regression in either side fails here. Minutes of random
+sweeping are not needed to see them again."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.scenario import parse_scenario
+from simdist.sim import simulate
+from simdist.torchmodels.ddp import BAD_ROOT_MESSAGE
+
+# sweep2_27, sweep3_24: rank 0 has no input and leaves Join's loop while rank 1's raw all-reduce
+# (value 0) is counted as "no rank still joining"; rank 0's DDP vote for the final model's source
+# (all-reduce MAX, int64) then meets rank 1's Join heartbeat (float32): rank 1 gets 8 bytes into
+# a 4-byte receive (SIGABRT), rank 0 gets 4 bytes into 8 and keeps Gloo's scratch garbage as the
+# source rank, which _broadcast_coalesced refuses with TypeError.
+GARBAGE_ROOT = {
+    "name": "garbage_root", "world_size": 2, "timeout_s": 4,
+    "inputs": {"counts": [0, 1]}, "model": {"params": [1]},
+    "loop": [{"kind": "collective", "op": "all_reduce", "value": 0}, {"kind": "forward"}, {"kind": "backward"}],
+    "join": {"joinables": ["ddp"]},
+}
+
+
+def _garbage_root_as_on_gloo(report) -> None:
+    r0, r1 = report.ranks
+    assert r0.status == "error" and r0.error.type == "TypeError" and r0.error.category == "model"
+    assert r0.error.message.startswith(BAD_ROOT_MESSAGE)
+    assert r0.trace[-1].origin == "ddp.post_hook.find_common_rank"  # no broadcast was issued
+    assert r1.status == "aborted" and r1.error.category == "gloo_abort"
+
+
+def test_an_undefined_source_rank_is_refused_in_the_simulator():
+    _garbage_root_as_on_gloo(simulate(parse_scenario(GARBAGE_ROOT)))
+
+
+@pytest.mark.real
+def test_an_undefined_source_rank_is_refused_on_gloo(tmp_path, real_zygote):
+    from real_backend.launch import run_real
+
+    s = parse_scenario(GARBAGE_ROOT)
+    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    _garbage_root_as_on_gloo(real)  # the real recorder wrote rank 0's record (it once crashed on the root)
+    cmp = compare_reports(simulate(s), real)
+    assert cmp.agree, format_comparison(cmp)
