@@ -46,3 +46,35 @@ def test_an_undefined_source_rank_is_refused_on_gloo(tmp_path, real_zygote):
     _garbage_root_as_on_gloo(real)  # the real recorder wrote rank 0's record (it once crashed on the root)
     cmp = compare_reports(simulate(s), real)
     assert cmp.agree, format_comparison(cmp)
+
+
+# sweep3_9: rank 1 runs out of inputs and exits right after a collective; its peers post the
+# next broadcast (root 0) at that instant. Gloo fails only the ranks whose own messages involve
+# the exited rank: the root (its send to rank 1 never completes), while rank 2, fed by the
+# root, completes and goes on. The simulator used to fail every member at once.
+EXIT_MID_BROADCAST = {
+    "name": "exit_mid_broadcast", "world_size": 3, "timeout_s": 4, "inputs": {"counts": [2, 1, 2]},
+    "loop": [{"kind": "collective", "op": "broadcast", "value": "rank", "observe": "u"}],
+}
+
+
+def _exit_mid_broadcast_as_on_gloo(report) -> None:
+    r0, r1, r2 = report.ranks
+    assert r0.status == "error" and r0.error.category == "peer_lost" and not r0.trace[-1].completed
+    assert r1.status == "completed" and r1.inputs_processed == 1
+    assert r2.status == "completed" and r2.observed["u"] == [0.0, 0.0] and r2.trace[-1].completed
+
+
+def test_an_exit_fails_only_the_peers_that_talk_to_it_in_the_simulator():
+    _exit_mid_broadcast_as_on_gloo(simulate(parse_scenario(EXIT_MID_BROADCAST)))
+
+
+@pytest.mark.real
+def test_an_exit_fails_only_the_peers_that_talk_to_it_on_gloo(tmp_path, real_zygote):
+    from real_backend.launch import run_real
+
+    s = parse_scenario(EXIT_MID_BROADCAST)
+    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    _exit_mid_broadcast_as_on_gloo(real)
+    cmp = compare_reports(simulate(s), real)
+    assert cmp.agree, format_comparison(cmp)
