@@ -144,8 +144,7 @@ class Engine:
 
     def _gone_absent(self, group: str, posted: dict[int, Call]) -> dict[int, float]:
         """The members whose process ended without posting, and when."""
-        members = self._member_sets[group]
-        return {m: self._gone_at[m] for m in self._dead if m in members and m not in posted}
+        return {m: self._gone_at[m] for m in self._dead if m in self._member_sets[group] and m not in posted}
 
     def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = ()) -> bool:
         """Complete or fail what Gloo does of `inst` without its `gone` members and the live
@@ -292,7 +291,7 @@ class Engine:
             for m in done:
                 self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])
             for r in verdict.aborting_ranks:
-                self.abort_rank(r, verdict.detail)
+                self.abort_rank(r, verdict.detail, inst.calls[r].entry)
             dead = verdict.aborting_ranks[0] if verdict.aborting_ranks else inst.members[0]
             for m in inst.members:
                 if outcomes.get(m) == "peer_error":
@@ -355,7 +354,7 @@ class Engine:
             send.settle(True, send.payload)
             if oversized:
                 self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
-                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}")
+                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}", recv.entry)
             elif not recv.done:
                 recv.settle(True, send.payload.reinterpret(recv.payload.dtype))
 
@@ -416,20 +415,21 @@ class Engine:
                             self._fail_call(c, rank)
                             q.remove(c)
 
-    def abort_rank(self, rank: int, detail: str) -> None:
-        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once."""
+    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
+        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once. What
+        it posted after `fatal` (the collective whose message killed it) at this very instant
+        may or may not beat the signal (a race: docs/real-backend.md): its trace keeps only
+        what is certain, and `compare` accepts a longer real trace for an aborted rank."""
         rs = self.ranks[rank]
         if not rs.alive:
             return
         rs.abort_error = RankError("gloo::EnforceNotMet", f"{detail} (std::terminate: SIGABRT)", "gloo_abort")
+        if fatal is not None and (k := next((i for i, e in enumerate(rs.trace) if e is fatal), None)) is not None:
+            rs.trace[k + 1:] = [e for e in rs.trace[k + 1:] if e.t_issue < self.env.now]
         proc = rs.process
-
-        def interrupt(_ev: Any) -> None:
-            # deferred: the aborting rank may be the process that is running right now
-            if proc is not None and proc.is_alive:
-                proc.interrupt("abort")
-
-        self.env.timeout(0).callbacks.append(interrupt)
+        # deferred: the aborting rank may be the process that is running right now
+        self.env.timeout(0).callbacks.append(lambda _ev: proc.interrupt("abort") if proc is not None and proc.is_alive
+                                             else None)
         self.rank_gone(rank, abrupt=True)
 
     # ------------------------------------------------------------------ quiescence
