@@ -2,9 +2,9 @@
 
     python bench/malformed_inputs.py [--cases 10000] [--cli 300] [--seed 0] [--jobs 2]
 
-Generates `--cases` scenario and template inputs (bench/malformed_cases.py: mutations of
+Generates `--cases` scenario and template inputs (`simdist.testing.malformed`: mutations of
 the bundled scenarios and templates, broken bytes, special files) and feeds each through the
-Python API (`malformed_cases.exercise`). A sample of the files (`--cli`) also goes through
+Python API (`exercise`). A sample of the files (`--cli`) also goes through
 the CLI (`python -m simdist run|fuzz FILE`).
 
 Each case runs in a worker process under a 10 s alarm and a 4 GiB address-space cap (a
@@ -39,7 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from malformed_cases import CASE_SECONDS, ROOT, Case, bundled_bases, exercise, make_case, materialise, special_path
+from simdist.testing.malformed import CASE_SECONDS, Case, bundled_bases, exercise, make_case, materialise, special_path
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: its scenarios/ are what the cases mutate
 
 MEMORY_LIMIT = 1 << 30  # 1 GiB: what one input may make simdist hold at most
 ADDRESS_CAP = 4 << 30  # the worker's RLIMIT_AS: a runaway case fails instead of swapping the host
@@ -107,7 +109,7 @@ def worker(seed: int, indices: range) -> None:
     import simdist.check.classify  # noqa: F401
     import simdist.fuzz.runner  # noqa: F401
     import simdist.sim  # noqa: F401
-    bases = bundled_bases()
+    bases = bundled_bases(ROOT / "scenarios")
     with tempfile.TemporaryDirectory(prefix="simdist-malformed-") as d:
         tmp = Path(d)
         for i in indices:
@@ -196,7 +198,7 @@ def main() -> None:
     t0 = time.perf_counter()
     results = _run_workers(args.seed, args.cases, args.jobs)
     api_s = time.perf_counter() - t0
-    bases = bundled_bases()
+    bases = bundled_bases(ROOT / "scenarios")
     args.startup_s = _startup_seconds()
     with tempfile.TemporaryDirectory(prefix="simdist-malformed-cli-") as d:
         files = [r.index for r in results if r.how in ("file", "path")]  # what a command line can take

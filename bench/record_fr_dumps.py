@@ -27,13 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from real_backend.launch import run_real
+from simdist.check.classify import check_run
+from simdist.scenario import Scenario, load_scenario
+from simdist.sim import simulate
 
-from real_backend.launch import run_real  # noqa: E402
-from simdist.check.classify import check_run  # noqa: E402
-from simdist.scenario import Scenario, load_scenario  # noqa: E402
-from simdist.sim import simulate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "tests" / "data" / "flightrec"
 SCENARIOS = ROOT / "scenarios"

@@ -1,7 +1,7 @@
 """Benchmark (issue 14): the Join/DDP simulator as ranks grow.
 
-DDP (3 buckets) + ZeRO under Join, 20 iterations with uneven inputs (the scenario of
-bench/sim_speed.py). Targets: rank-collectives simulated per second at 1,024 ranks at
+DDP (3 buckets) + ZeRO under Join, 20 iterations with uneven inputs (`simdist.testing.workloads.ddp_zero_join`,
+as bench/sim_speed.py). Targets: rank-collectives simulated per second at 1,024 ranks at
 least half the rate at 8 ranks; peak memory of a 1,024-rank run <= 2 GB.
 
 Rates are CPU time (this process), best of --repeat, measured in the same run for every
@@ -19,31 +19,26 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sim_speed import scenario  # noqa: E402 - the bench folder is not a package
-
-from simdist.sim import simulate  # noqa: E402
+from simdist.sim import simulate
+from simdist.testing.workloads import ddp_zero_join
 
 ITERATIONS = 20
 MEMORY_TARGET_MB = 2048
 RATIO_TARGET = 0.5
 
 _CHILD = """
-import resource, sys
-sys.path.insert(0, {bench!r})
-from sim_speed import scenario
+import resource
 from simdist.sim import simulate
-rep = simulate(scenario({p}, {it}))
+from simdist.testing.workloads import ddp_zero_join
+rep = simulate(ddp_zero_join({p}, {it}))
 print(sum(len(r.trace) for r in rep.ranks), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
 def rate(p: int, repeat: int) -> tuple[float, int, str]:
     """(rank-collectives per CPU second, how many, outcome), best of `repeat`."""
-    s = scenario(p, ITERATIONS)
+    s = ddp_zero_join(p, ITERATIONS)
     best, n, outcome = float("inf"), 0, ""
     for _ in range(repeat):
         c0 = time.process_time()
@@ -55,7 +50,7 @@ def rate(p: int, repeat: int) -> tuple[float, int, str]:
 
 
 def peak_memory_mb(p: int) -> tuple[float, int]:
-    code = _CHILD.format(bench=str(Path(__file__).resolve().parent), p=p, it=ITERATIONS)
+    code = _CHILD.format(p=p, it=ITERATIONS)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     return int(out[1]) / 1024, int(out[0])  # ru_maxrss is in KiB on Linux
 

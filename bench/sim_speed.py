@@ -11,23 +11,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from simdist.scenario import parse_scenario
 from simdist.sim import simulate
+from simdist.testing.workloads import ddp_zero_join
 
 TARGET_S = 2.0
-
-
-def scenario(ranks: int, iterations: int):
-    return parse_scenario({
-        "name": "bench_ddp_zero_8x1000",
-        "world_size": ranks,
-        "inputs": {"counts": [iterations - (r % 3) for r in range(ranks)]},  # uneven: shadowing included
-        # three 1.2 MB parameters with a 1 MiB bucket cap: 3 buckets after the rebuild
-        "model": {"params": [300_000, 300_000, 300_000], "bucket_cap_mb": 1},
-        "optimizer": {"kind": "adam", "zero": True},
-        "join": {"joinables": ["ddp", "zero"]},
-        "loop": [{"kind": "forward"}, {"kind": "backward"}, {"kind": "optimizer_step"}],
-    })
 
 
 def main() -> None:
@@ -36,7 +23,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    s = scenario(a.ranks, a.iterations)
+    s = ddp_zero_join(a.ranks, a.iterations)
     best = float("inf")
     rep = None
     for _ in range(a.repeat):

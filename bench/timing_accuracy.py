@@ -20,10 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from real_backend.bench import run_sweep  # noqa: E402
-from simdist.timing import experiments, plots  # noqa: E402
+from real_backend.bench import run_sweep
+from simdist.timing import experiments, plots
 
 TARGETS = {2: 0.10, 4: 0.20}
 

@@ -39,17 +39,15 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from simdist.network.cost import CostModel  # noqa: E402
-from simdist.network.gloo_time import gloo_op_time  # noqa: E402
-from simdist.network.host import HostProfile  # noqa: E402
-from simdist.network.profile import Profile, load_profile  # noqa: E402
-from simdist.report import Report  # noqa: E402
-from simdist.scenario import load_scenario, parse_scenario, scenario_to_dict  # noqa: E402
-from simdist.sim import simulate  # noqa: E402
-from simdist.timing.experiments import evaluate, row_stat, summarize  # noqa: E402
-from simdist.timing.iterations import compare_iterations, median_abs_error  # noqa: E402
+from simdist.network.cost import CostModel
+from simdist.network.gloo_time import gloo_op_time
+from simdist.network.host import HostProfile
+from simdist.network.profile import Profile, load_profile
+from simdist.report import Report
+from simdist.scenario import load_scenario, parse_scenario, scenario_to_dict
+from simdist.sim import simulate
+from simdist.timing.experiments import evaluate, row_stat, summarize
+from simdist.timing.iterations import compare_iterations, median_abs_error
 
 OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all")
 FIT_SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 26]  # baseline's calibration: powers of two

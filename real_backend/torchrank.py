@@ -285,11 +285,15 @@ class TorchRank:
         return obs
 
     def post_hook_root(self) -> int | None:
-        """The common rank the Join post hooks found (names their broadcasts' root)."""
+        """The common rank the Join post hooks found (names their broadcasts' root); None when
+        it is no rank of the group: a mismatched all-reduce can leave it holding Gloo's
+        uninitialised scratch bytes (then the broadcast itself refuses it, and this rank's
+        record must still be written)."""
         for name, ddp in self.ddp.items():
             root = getattr(ddp, "_authoritative_rank", None)
             if root is not None:
-                return self.s.group_ranks(self.specs[name].group)[int(root)]
+                members = self.s.group_ranks(self.specs[name].group)
+                return members[int(root)] if 0 <= int(root) < len(members) else None
         for j in self.joinables.values():
             if j.last_common_rank is not None:
                 return int(j.last_common_rank)

@@ -2,20 +2,18 @@
 
 Every loader and resource-limit repro of the issue is a case here (undecodable, deep, huge
 or special files; inf/nan and coerced values; work and memory bounds; template expansion),
-plus a hypothesis property over bench/malformed_cases.py's generator of malformed inputs.
+plus a hypothesis property over `simdist.testing.malformed`'s generator of malformed inputs.
 What happens to runs (the fuzzer's files, exit codes, Ctrl-C, the real backend) is in
 test_reliability.py; the store on loopback in test_procs.py and test_real_backend.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import math
 import os
 import random
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -30,8 +28,9 @@ from simdist.errors import InputError, LimitError, ScenarioError, SimdistError
 from simdist.fuzz.template import parse_template
 from simdist.scenario import load_scenario, parse_scenario
 from simdist.sim import simulate
+from simdist.testing import malformed
 
-from .conftest import ROOT, SCENARIOS, one_line_error, run_cli, scenario_file, strict_json
+from .conftest import SCENARIOS, one_line_error, run_cli, scenario_file, strict_json
 
 BASE = {"world_size": 2, "inputs": {"counts": [1, 1]}}
 ALLREDUCE = {"kind": "collective", "op": "all_reduce"}
@@ -334,35 +333,24 @@ def test_template_errors_come_before_any_expansion(patch, expect):
 
 
 # ----------------------------------------------------------------------------- the property
-def _cases_module():
-    """bench/malformed_cases.py (bench/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("malformed_cases", ROOT / "bench" / "malformed_cases.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["malformed_cases"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MALFORMED = _cases_module()
-BASES = MALFORMED.bundled_bases()
+BASES = malformed.bundled_bases(SCENARIOS)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(rng=st.randoms(use_true_random=False), index=st.integers(0, 10**6))
 def test_malformed_inputs_are_rejected_in_one_line_or_run(rng: random.Random, index: int):
-    """bench/malformed_cases.py's generator, driven by hypothesis (which shrinks a failure to
+    """`simdist.testing.malformed`'s generator, driven by hypothesis (which shrinks a failure to
     a small input): every input either runs (and writes valid JSON) or is refused with a
     SimdistError whose every line (one per problem) starts with its source; nothing else
     escapes, nothing takes long."""
-    case = MALFORMED.make_case(index, rng, BASES)
+    case = malformed.make_case(index, rng, BASES)
     old = os.environ.get("SIMDIST_MAX_OPS")
     os.environ["SIMDIST_MAX_OPS"] = "20000"  # keeps accepted runs short: the property is about bad input
     try:
         with tempfile.TemporaryDirectory() as d:
             t = time.monotonic()
             try:
-                status, _, json_ok = MALFORMED.exercise(case, Path(d), fuzz=False)
+                status, _, json_ok = malformed.exercise(case, Path(d), fuzz=False)
                 assert json_ok
             except SimdistError as e:
                 # one line per problem (a file's every problem at once), each naming its source;

@@ -4,6 +4,7 @@ the group's size is gone, and what replaced it gives the same answers."""
 from __future__ import annotations
 
 import gc
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -77,12 +78,16 @@ def test_collector_state_is_restored_even_when_the_run_fails():
         gc.enable()
 
 
-def test_early_exits_fail_peers_naming_the_lowest_exited_rank():
-    """`_dead_member` looks only at exited ranks now; the peers' error still names the
-    lowest member that cannot come, whatever the order the ranks exited in."""
+def test_early_exits_fail_peers_naming_an_exited_rank():
+    """`_dead_member` looks only at exited ranks; a peer's error names a rank whose process had
+    ended: rank 3 (the first to exit) for the ranks whose messages involve it, then, as on Gloo,
+    ranks that failed and exited in turn for the others."""
     d = {"name": "exits", "world_size": 6, "on_finish": "exit", "inputs": {"counts": [4, 2, 4, 1, 4, 4]},
          "model": {"params": [[1, 1], [1]]}, "loop": [{"kind": "forward"}, {"kind": "backward"}]}
     rep = simulate(parse_scenario(d))
-    errors = {r.rank: r.error.message for r in rep.ranks if r.error is not None}
-    assert errors and all("rank 3 has exited" in m for m in errors.values()), errors
+    errors = {r.rank: r.error for r in rep.ranks if r.error is not None}
+    named = {rank: int(re.search(r"rank (\d+) has exited", e.message).group(1)) for rank, e in errors.items()}
+    assert errors and all(e.category == "peer_lost" for e in errors.values()), errors
+    assert 3 in named.values() and set(named.values()) <= {3} | set(errors), named
+    assert all(named[r] != r for r in named)
     assert {r.rank for r in rep.ranks if r.status == "completed"} >= {3}

@@ -75,27 +75,19 @@ def _cli_prints_and_exits_0(real, s, capsys) -> None:
             assert re.sub(r"[\s│]", "", r.error.message) in re.sub(r"[\s│]", "", out)
 
 
-def _sweep_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fidelity_sweep", SCENARIOS.parent / "bench" / "fidelity_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("k", range(4))
 def test_random_scenario_agrees_with_real_gloo(k, tmp_path, real_zygote):
-    """A few of bench/fidelity_sweep.py's random scenarios (fixed seed); the sweep runs many."""
+    """A few of the fidelity sweep's random scenarios (fixed seed); bench/fidelity_sweep.py runs many."""
     import random
 
     from real_backend.launch import run_real
     from simdist.scenario import parse_scenario
+    from simdist.testing.fidelity import random_scenario
 
     rng = random.Random(1000)
     for _ in range(k + 1):
-        d = _sweep_module().random_scenario(rng, f"ci_random_{k}")
+        d = random_scenario(rng, f"ci_random_{k}")
     s = parse_scenario(d)
     cmp = compare_reports(simulate(s), run_real(s, workdir=tmp_path / "wd", zygote=real_zygote))
     assert cmp.agree, format_comparison(cmp)

@@ -174,6 +174,17 @@ def test_exited_peer_w4_only_ring_neighbour_fails_fast():
     assert v.kind == "hang"
 
 
+def test_a_root_that_posted_before_a_peer_exited_still_feeds_the_others():
+    # observed (tests/test_fidelity_gaps.py, exit_mid_broadcast): rank 1 exits as ranks 0 and 2
+    # post a broadcast from 0; rank 0's send to 1 was posted before 1's sockets closed, so its
+    # send to 2 follows and rank 2 completes; only rank 0 fails (in its wait). Had rank 0 known
+    # (a later post), its first send would throw and rank 2 would wait for nothing.
+    v = classify_mismatch([BC(0), BC(2)], 3, exited={1}, unaware={0: frozenset({1})})
+    assert v.rank_outcomes == {0: "peer_error", 2: "ok"}
+    v = classify_mismatch([BC(0), BC(2)], 3, exited={1})
+    assert v.rank_outcomes == {0: "peer_error", 2: "hang"}
+
+
 def test_entries_must_cover_live_ranks():
     with pytest.raises(ValueError):
         classify_mismatch([AR(0)], 2)

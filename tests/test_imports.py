@@ -1,5 +1,6 @@
-"""The import structure of simdist/ and real_backend/: no cycle, no import of a file by path,
-and simdist reaches real_backend only from its CLI and its lazy public API.
+"""The import structure of simdist/ and real_backend/: no cycle, no import of a file by path
+(nor in tests/ and bench/, which import shared code such as `simdist.testing` by name), and
+simdist reaches real_backend only from its CLI and its lazy public API.
 
 What counts as an import, and why:
 
@@ -162,14 +163,37 @@ def test_no_import_cycle(graph):
 
 
 
+SCRIPT_FOLDERS = ("tests", "bench")  # not packages of simdist, but they import it and each other
+
+
+def _sys_path_edit(node: ast.AST) -> bool:
+    """`sys.path.insert/append/extend(...)` or an assignment to `sys.path` or one of its items:
+    how a script imports a neighbour file by its path without saying so."""
+    def is_sys_path(n: ast.AST) -> bool:
+        return isinstance(n, ast.Attribute) and n.attr == "path" and getattr(n.value, "id", None) == "sys"
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in ("insert", "append", "extend") and is_sys_path(node.func.value)
+    if isinstance(node, ast.Assign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)) for t in targets)
+    return False
+
+
 def _path_imports() -> dict[str, list[str]]:
+    """Loads of a file by its path: a path loader anywhere (simdist, real_backend, tests, bench),
+    and in tests/ and bench/ also edits of sys.path (simdist's script launcher sets
+    `sys.path[0]` for the user's script, as the interpreter does: that is not an import of ours)."""
+    files = [(m.path, False) for m in MODULES.values()]
+    files += [(p, True) for folder in SCRIPT_FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))
+              if "data" not in p.relative_to(ROOT).parts]
     hits: dict[str, list[str]] = {}
-    for mod in MODULES.values():
-        for node in ast.walk(ast.parse(mod.path.read_text())):
+    for path, script in files:
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-            if name in PATH_LOADERS:
-                rel = str(mod.path.relative_to(ROOT))
-                hits.setdefault(rel, []).append(f"{rel}:{node.lineno} {name}")
+            if name in PATH_LOADERS or (script and _sys_path_edit(node)):
+                hits.setdefault(rel, []).append(f"{rel}:{node.lineno} {name or 'sys.path edit'}")
     return hits
 
 
@@ -178,6 +202,17 @@ def test_nothing_imports_a_file_by_path():
     assert not unknown, "imports by file path (import the module by name instead):\n" + \
         "\n".join(x for v in unknown.values() for x in v)
 
+
+def test_the_path_import_scan_sees_tests_and_bench():
+    """The scan reads tests/ and bench/ too, and what it looks for is what a path import is."""
+    seen = {str(f.relative_to(ROOT)) for folder in SCRIPT_FOLDERS for f in (ROOT / folder).rglob("*.py")}
+    assert "tests/test_bad_input.py" in seen and "bench/fidelity_sweep.py" in seen
+    for code in ("import sys\nsys.path.insert(0, 'bench')", "import sys\nsys.path[0] = 'x'",
+                 "import sys\nsys.path += ['x']"):
+        assert any(_sys_path_edit(n) for n in ast.walk(ast.parse(code))), code
+    assert not any(_sys_path_edit(n) for n in ast.walk(ast.parse("import sys\nprint(sys.path[0])")))
+    tree = ast.parse("import importlib.util\nimportlib.util.spec_from_file_location('m', 'm.py')")
+    assert any(getattr(n, "attr", None) in PATH_LOADERS for n in ast.walk(tree))
 
 
 def _real_backend_users() -> dict[str, str]:

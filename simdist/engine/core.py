@@ -6,8 +6,8 @@ When every member of a group has issued sequence number k, the backend rules dec
 happens (`gloo_rules.classify_mismatch`): identical fingerprints complete normally;
 fingerprints that differ but that the backend would still pair complete with mixed values
 and a finding; others block forever (a hang) or abort a process (SIGABRT). A rank that has
-exited makes every unfinished collective that needs it fail at once on its peers
-("Connection closed by peer"), which is what a real peer sees.
+exited fails, on its peers, the unfinished collectives that need it ("Connection closed by
+peer", what a real peer sees); on Gloo only the peers whose own messages involve it.
 
 A hang is not a timer: it is the event queue running dry while some rank still waits.
 """
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import simpy
 
-from simdist.engine import gloo_bridge, gloo_rules
+from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, RankState, Work
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
 from simdist.engine.values import Payload
@@ -91,6 +91,7 @@ class Engine:
         # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
         self._entries_left = OPS.value()
         self._dead: list[int] = []  # ranks whose process is gone, ascending
+        self._gone_at: dict[int, float] = {}  # when each of them ended
         self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
         # A cost model that times a process group's collectives as ProcessGroupGloo runs them
         # (`CostModel.queued`: the calibrated Gloo model) has them run one after another on
@@ -99,15 +100,38 @@ class Engine:
         self._group_free: dict[str, float] = defaultdict(float)
 
     def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
-        """The lowest member whose process is gone and whose part in this collective cannot
-        come: it never posted it, or it died abruptly (see rank_gone). Looks at the dead
-        ranks only, not at every member: each issue pays for the ranks that exited, not
-        for the group's size."""
-        members = self._member_sets[group]
+        """The lowest member that died abruptly (SIGABRT; see rank_gone), or on a backend other
+        than Gloo never posted this: it fails on its peers at once (Gloo: `_settle_exited`).
+        Looks at the dead ranks only: each issue pays for the ranks that exited, not the group."""
+        members, gloo = self._member_sets[group], self.backend == "gloo"
         for m in self._dead:
-            if m in members and (m not in posted or self.ranks[m].abort_error is not None):
+            if m in members and (self.ranks[m].abort_error is not None or (m not in posted and not gloo)):
                 return m
         return None
+
+    def _gone_absent(self, group: str, posted: dict[int, Call]) -> dict[int, float]:
+        """The members whose process ended without posting, and when."""
+        return {m: self._gone_at[m] for m in self._dead if m in self._member_sets[group] and m not in posted}
+
+    def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = ()) -> bool:
+        """Complete or fail what Gloo does of `inst` without its `gone` members and the live
+        `missing` ones (`gloo_bridge.absent_outcomes`). Returns whether a call was settled."""
+        outcomes = gloo_bridge.absent_outcomes(list(inst.calls.values()), len(inst.members), gone, list(missing))
+        settled = False
+        for m, call in inst.calls.items():
+            if call.done or not self.ranks[m].alive or outcomes.get(m) not in ("ok", "peer_error"):
+                continue
+            settled = True
+            if outcomes[m] == "peer_error":
+                self._fail_call(call, min(gone))
+                continue
+            src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
+            self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
+                                Payload.unknown(call.payload.numel, call.payload.dtype))
+        inst.stuck = inst.stuck or bool(gone)  # the calls left wait on stuck peers: their exits fail them
+        if not missing:
+            self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
+        return settled
 
     # ------------------------------------------------------------------ issuing
     def issue(
@@ -157,6 +181,8 @@ class Engine:
         elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
+        elif self._dead and (gone := self._gone_absent(group, calls)) and len(calls) + len(gone) == n:
+            self._settle_exited(inst, gone)
         return Work(self.ranks[rank], call)
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
@@ -248,7 +274,7 @@ class Engine:
             for m in done:
                 self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])
             for r in verdict.aborting_ranks:
-                self.abort_rank(r, verdict.detail)
+                self.abort_rank(r, verdict.detail, inst.calls[r].entry)
             dead = verdict.aborting_ranks[0] if verdict.aborting_ranks else inst.members[0]
             for m in inst.members:
                 if outcomes.get(m) == "peer_error":
@@ -316,7 +342,7 @@ class Engine:
             send.settle(True, send.payload)
             if oversized:
                 self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
-                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}")
+                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}", recv.entry)
             elif not recv.done:
                 recv.settle(True, send.payload.reinterpret(recv.payload.dtype))
 
@@ -345,20 +371,29 @@ class Engine:
         A process that ends normally or by an exception takes milliseconds or more to unwind
         (record, tear down), far longer than its peers need to post their side, so on Gloo the
         collectives it had already posted (async ones included) still complete: they stay
-        matchable here. Collectives it never posted, and ones that can never complete, fail
-        on its peers at once. An abrupt death (SIGABRT) cuts everything off.
+        matchable here. Collectives it never posted fail only on the peers whose messages
+        involve it (Gloo, `_settle_exited`; other backends: on all of them), ones that can
+        never complete on every peer. An abrupt death (SIGABRT) cuts everything off.
         """
         rs = self.ranks[rank]
         if not rs.alive:
             return
         rs.alive = False
         bisect.insort(self._dead, rank)
+        self._gone_at[rank] = self.env.now
         for gname, members in self.groups.items():
             if rank not in members:
                 continue
             for inst in list(self._open[gname].values()):
                 if not abrupt and not inst.stuck and rank in inst.calls:
                     continue  # posted before the exit: peers can still complete it
+                if not abrupt and not inst.stuck and not inst.matched and self.backend == "gloo":
+                    # never posted by it: settled once every live member has posted (or when
+                    # nothing more can happen, `settle_absent`)
+                    gone = self._gone_absent(gname, inst.calls)
+                    if len(inst.calls) + len(gone) == len(inst.members):
+                        self._settle_exited(inst, gone)
+                    continue
                 self._fail_instance(inst, rank)
         for queues in (self._sends, self._recvs):
             for (src, dst, _tag), q in queues.items():
@@ -368,48 +403,35 @@ class Engine:
                             self._fail_call(c, rank)
                             q.remove(c)
 
-    def abort_rank(self, rank: int, detail: str) -> None:
-        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once."""
+    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
+        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once. What
+        it posted after `fatal` (the collective whose message killed it) at this very instant
+        may or may not beat the signal (a race: docs/real-backend.md): its trace keeps only
+        what is certain, and `compare` accepts a longer real trace for an aborted rank."""
         rs = self.ranks[rank]
         if not rs.alive:
             return
         rs.abort_error = RankError("gloo::EnforceNotMet", f"{detail} (std::terminate: SIGABRT)", "gloo_abort")
+        if fatal is not None and (k := next((i for i, e in enumerate(rs.trace) if e is fatal), None)) is not None:
+            rs.trace[k + 1:] = [e for e in rs.trace[k + 1:] if e.t_issue < self.env.now]
         proc = rs.process
-
-        def interrupt(_ev: Any) -> None:
-            # deferred: the aborting rank may be the process that is running right now
-            if proc is not None and proc.is_alive:
-                proc.interrupt("abort")
-
-        self.env.timeout(0).callbacks.append(interrupt)
+        # deferred: the aborting rank may be the process that is running right now
+        self.env.timeout(0).callbacks.append(lambda _ev: proc.interrupt("abort") if proc is not None and proc.is_alive
+                                             else None)
         self.rank_gone(rank, abrupt=True)
 
     # ------------------------------------------------------------------ quiescence
     def settle_absent(self) -> bool:
-        """Called when nothing more can happen: complete what Gloo completes without the absent.
-
-        A collective that some live member will now never post is not all-or-nothing on Gloo:
-        a rank whose own messages only involve members that did post completes (in a
-        broadcast tree, a rank fed by the root finishes even if a sibling never shows up).
-        The absent rank is judged as posting a different kind of collective (a separate Gloo
-        slot, so it exchanges nothing). Returns whether any rank could go on.
-        """
+        """Called when nothing more can happen: what Gloo completes without the absent. A
+        collective that some live member will now never post is not all-or-nothing on Gloo
+        (`_settle_exited`: a broadcast's rank fed by the root finishes even if a sibling never
+        shows up). Returns whether any rank could go on."""
         progressed = False
         for opens in self._open.values():
             for inst in list(opens.values()):
                 if inst.matched or inst.finished or not inst.calls:
                     continue
-                missing = [m for m in inst.members if m not in inst.calls]
-                if not missing or any(not self.ranks[m].alive for m in missing):
-                    continue
-                entries = gloo_bridge.rule_calls(list(inst.calls.values()))
-                entries += [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
-                verdict = gloo_rules.classify_mismatch(entries, len(inst.members))
-                for m, call in inst.calls.items():
-                    if verdict.rank_outcomes.get(m) == "ok" and not call.done:
-                        src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
-                        result = dataclasses.replace(src.payload) if src is not None else \
-                            Payload.unknown(call.payload.numel, call.payload.dtype)
-                        self._complete_call(call, result)
-                        progressed = True
+                missing = [m for m in inst.members if m not in inst.calls and self.ranks[m].alive]
+                if missing:
+                    progressed |= self._settle_exited(inst, self._gone_absent(inst.group, inst.calls), tuple(missing))
         return progressed

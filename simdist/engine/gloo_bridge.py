@@ -51,6 +51,22 @@ def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
             for c in calls]
 
 
+def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
+                    missing: list[int]) -> dict[int, gloo_rules.RankOutcome]:
+    """Each posted rank's outcome of a collective that members never posted: `gone` ended
+    their processes (member -> when), `missing` are alive but have not posted it (judged as
+    posting a different kind of collective: a separate Gloo slot, so they exchange nothing).
+
+    Gloo fails only the ranks whose own messages involve a gone member; the others complete
+    (a broadcast's rank fed by the root finishes without a sibling that exited). A rank that
+    posted at or before the instant a peer ended posted all its messages before that peer's
+    sockets closed (a process takes milliseconds to unwind): its posts to the peer are
+    accepted and only its wait fails; one that posted later fails as it posts."""
+    entries = rule_calls(calls) + [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
+    unaware = {c.rank: frozenset(d for d, t in gone.items() if c.entry.t_issue <= t) for c in calls}
+    return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware).rank_outcomes
+
+
 def mismatch_kind(calls: list[gloo_rules.CollectiveCall]) -> str:
     """The checker's name for the first field on which the ranks' calls disagree."""
     first = calls[0]

@@ -155,13 +155,14 @@ def _execute(
     w: int,
     inputs: dict[int, list] | None,
     exited: frozenset[int] = frozenset(),
+    unaware: dict[int, frozenset[int]] | None = None,
 ) -> dict[int, RankRun]:
     """Run the calls' programs on gloo's transport; with `inputs`, on real bytes."""
     _check_size(calls, w, inputs is not None)
     ranks: dict[int, RankRun] = {}
     for c in calls:
         prog = _program(c, w)
-        run = RankRun(c.rank, prog.steps, {}, _describe(c))
+        run = RankRun(c.rank, prog.steps, {}, _describe(c), unaware=(unaware or {}).get(c.rank, frozenset()))
         if inputs is not None:
             dtype, op = real_dtype(c.dtype), (c.reduce_op or "SUM").upper()
             run.bufs = {"zero": [], "tmp": [UNDEF] * prog.tmp_bytes, "out": _initial_out(c, prog, inputs, dtype)}
@@ -223,6 +224,7 @@ def classify_mismatch(
     world_size_of_group: int,
     *,
     exited: frozenset[int] | set[int] = frozenset(),
+    unaware: dict[int, frozenset[int]] | None = None,
 ) -> MismatchVerdict:
     """Classify one per-group sequence position, given every member's call.
 
@@ -233,14 +235,18 @@ def classify_mismatch(
     lists group ranks whose process is gone (exited, with or without
     ``destroy_process_group``, or crashed) and which therefore issue nothing: a rank
     that posts a message to one of them fails at once with ``Connection closed by
-    peer``; a rank that only waits on live-but-stuck peers times out.
+    peer``; a rank that only waits on live-but-stuck peers times out. ``unaware[r]``: the
+    exited ranks that rank r posted to before their sockets closed (it posted at the instant
+    they ended): those posts are accepted, r goes on, and only its wait on them fails.
     Returns a :class:`MismatchVerdict` (see the module docstring for the rule).
     """
     w = world_size_of_group
     to_group, to_caller = _rank_maps(entries, w, exited)
     if to_group is not None:
         v = classify_mismatch([_remap(e, to_group) for e in entries], w,
-                              exited={to_group[r] for r in exited})
+                              exited={to_group[r] for r in exited},
+                              unaware={to_group[r]: frozenset(to_group[d] for d in ds)
+                                       for r, ds in (unaware or {}).items()})
         v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
         v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
         v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
@@ -264,7 +270,7 @@ def classify_mismatch(
         return MismatchVerdict("hang", [], detail, {e.rank: "hang" for e in entries},
                                modelled=False)
 
-    ranks = _execute(entries, w, None, exited)
+    ranks = _execute(entries, w, None, exited, unaware)
     outcomes: dict[int, RankOutcome] = {}
     for r, s in ranks.items():
         if s.aborted:

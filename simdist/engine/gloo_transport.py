@@ -4,7 +4,9 @@ Messages of one slot pair per (sender, receiver) in FIFO order, whatever their s
 (gloo/transport/tcp/pair.cc). A message longer than the receive it lands in kills the
 receiver (``GLOO_ENFORCE_LE(op.preamble.length, op.nbytes)`` on its I/O thread); a
 shorter one completes silently; a rank that waits for a message nobody sends blocks
-until the PG timeout, and one that posts to or waits on a dead peer fails at once.
+until the PG timeout, and one that posts to or waits on a dead peer fails at once -- unless it
+posted before the peer's sockets closed (`RankRun.unaware`): then the post is accepted, the
+rank goes on with its program, and only its wait on that peer fails.
 The programs come from `simdist.collectives.gloo`; what they mean for a verdict is
 `simdist.engine.gloo_rules`.
 
@@ -35,6 +37,8 @@ class RankRun:
     bufs: dict
     label: str  # the rank's call, for details
     reduce: Reducer | None = None
+    # exited peers whose sockets had not closed yet when this rank posted (see `_advance`)
+    unaware: frozenset = frozenset()
     pc: int = 0
     done: bool = False
     aborted: bool = False
@@ -94,11 +98,18 @@ def _advance(ranks: dict[int, RankRun], st: RankRun, wire: _Wire) -> bool:
         kind = step[0]
         if kind in ("send", "recv"):
             _, buf, peer, slot, off, n = step
-            if peer in wire.dead:
+            if peer in wire.dead and peer not in st.unaware:
                 # Pair::send/recv -> throwIfException(): the pair already saw EOF.
                 st.peer_error = True
                 st.error_detail = f"posts a {kind} to rank {peer}, which is gone"
                 return True
+            if peer in wire.dead:
+                # posted while the peer was still unwinding: accepted, never paired; the
+                # rank goes on posting and fails in the wait (`_diagnose`)
+                st.pending[(buf, peer)] = st.pending.get((buf, peer), 0) + 1
+                st.pc += 1
+                progress = True
+                continue
             if peer not in ranks:
                 raise ValueError(f"rank {st.rank} talks to rank {peer}, which has no entry")
             key = (st.rank, peer, slot) if kind == "send" else (peer, st.rank, slot)

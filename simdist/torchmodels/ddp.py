@@ -48,6 +48,14 @@ BROADCAST_BUFFERS_DEPRECATED = (
     "`init_sync_buffers` is available."
 )
 
+# What `dist._broadcast_coalesced` (pybind) raises for a source rank that is no C int. A source
+# rank from a mismatched vote (`DDPModel._find_common_rank`) holds uninitialised bytes of Gloo's
+# ring scratch buffer (`new uint8_t[]` in gloo/allreduce.cc): on torch 2.13+cpu they were the
+# upper half of a heap pointer (0x00007f1b3f800000 where a float32 1.0 filled the lower half),
+# far above INT_MAX, so the call is refused before any byte moves. Known limit: garbage that is
+# zero or negative would give "invalid root rank" or the rank's own vote instead (docs/gloo-mismatch.md).
+BAD_ROOT_MESSAGE = "_broadcast_coalesced(): incompatible function arguments. The following argument types are supported:"
+
 
 def backward_shares(numels: list[int], used: list[bool], seconds: float) -> list[float]:
     """Each parameter's part of a backward that computes for `seconds`: the used parameters
@@ -151,10 +159,13 @@ class DDPModel(Joinable):
         numels = self.numels + (self.buffer_numels if self.init_sync_buffers else [])
         yield from self._broadcast_coalesced(numels, 0, "ddp.init.sync_module_states")
 
-    def _broadcast_coalesced(self, numels: list[int], root: int, origin: str) -> Generator[Any, Any, None]:
-        """c10d `broadcast_coalesced`: one broadcast per 250 MiB bucket (per dtype); `root` is a group rank."""
+    def _broadcast_coalesced(self, numels: list[int], root: int | None, origin: str) -> Generator[Any, Any, None]:
+        """c10d `broadcast_coalesced`: one broadcast per 250 MiB bucket (per dtype); `root` is a group rank,
+        None when `_find_common_rank` left it undefined (see there)."""
         if not numels:
             return
+        if root is None:
+            raise RankRaised("TypeError", BAD_ROOT_MESSAGE, "model")
         buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
         works = [
             self._issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
@@ -200,7 +211,11 @@ class DDPModel(Joinable):
             authoritative = 0
         yield from self._broadcast_coalesced(self.buffer_numels, authoritative, "ddp.pre_forward.sync_buffers")
 
-    def _find_common_rank(self, input_rank: int, rank_cond: bool, origin: str) -> Generator[Any, Any, int]:
+    def _find_common_rank(self, input_rank: int, rank_cond: bool, origin: str) -> Generator[Any, Any, int | None]:
+        """DDP's vote (all-reduce MAX of the rank, or -1). None: the result is undefined, because
+        the all-reduce was mismatched and its bytes came partly from Gloo's uninitialised ring
+        scratch buffer (`engine.gloo_rules.mixed_result`); torch then passes that garbage on as
+        the broadcast's source rank, which `_broadcast_coalesced` refuses (`BAD_ROOT_MESSAGE`)."""
         res = yield from self._run("all_reduce", Payload.full(1, "int64", input_rank if rank_cond else -1),
                                    origin=origin, reduce_op="max")
         v = res.item()
@@ -211,7 +226,7 @@ class DDPModel(Joinable):
                 "This indicates a bug in PyTorch, please report an issue.",
                 "model",
             )
-        return int(v) if v is not None else 0
+        return int(v) if v is not None else None
 
     def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool, origin: str = "ddp.pre_forward.requires_grad_sync") -> Work:
         value = 1.0 if (not is_joined_rank and self.require_backward_grad_sync) else 0.0

@@ -1,6 +1,7 @@
-"""The malformed and adversarial inputs of bench/malformed_inputs.py, and how one is fed to simdist.
+"""Malformed and adversarial inputs (bench/malformed_inputs.py, tests/test_bad_input.py), and how
+one is fed to simdist.
 
-`make_case(index, rng, bases)` mutates a bundled scenario or template (values replaced by
+`make_case(index, rng, bases)` mutates a scenario or template of `bundled_bases(folder)` (values replaced by
 extremes, wrong types, inf/nan, huge numbers, strings with markup, paths and emoji; keys
 dropped or invented; lists bloated; tables nested; huge mismatched collectives; bytes
 flipped, truncated, made non-UTF-8; special files such as /dev/zero, FIFOs and folders), a
@@ -22,7 +23,12 @@ from typing import Any
 import tomli_w
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+from simdist.check.classify import check_run
+from simdist.fuzz.runner import fuzz_template
+from simdist.fuzz.template import load_template, parse_template
+from simdist.scenario import load_scenario, parse_scenario
+from simdist.sim import simulate
+
 CASE_SECONDS = 10.0  # what one input may take at most
 
 HUGE = [10**18, 2**63, 2**64 - 1, -(2**63), 10**30, 2**200]
@@ -67,9 +73,11 @@ class Case:
 
 
 # ----------------------------------------------------------------------------- generation
-def bundled_bases() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    scenarios = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "scenarios").glob("*.toml"))]
-    templates = [tomllib.loads(p.read_text()) for p in sorted((ROOT / "scenarios" / "templates").glob("*.toml"))]
+def bundled_bases(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The scenarios in `folder` (a checkout's scenarios/) and the templates in its templates/:
+    what the cases mutate."""
+    scenarios = [tomllib.loads(p.read_text()) for p in sorted(folder.glob("*.toml"))]
+    templates = [tomllib.loads(p.read_text()) for p in sorted((folder / "templates").glob("*.toml"))]
     return scenarios, templates
 
 
@@ -278,12 +286,6 @@ def exercise(case: Case, tmp: Path, fuzz: bool = True, path: Path | None = None)
     simdist raises (a `SimdistError` is a clean rejection; the caller classifies). A valid
     template is fuzzed for 3 examples when `fuzz` (not inside a hypothesis test: no nesting).
     `path`: the case's file, already written by `materialise` (else written here)."""
-    from simdist.check.classify import check_run
-    from simdist.fuzz.runner import fuzz_template
-    from simdist.fuzz.template import load_template, parse_template
-    from simdist.scenario import load_scenario, parse_scenario
-    from simdist.sim import simulate
-
     source = f"case-{case.index}"
     if case.how == "dict":
         loaded = (parse_template(case.data, source=source) if case.kind == "template"
