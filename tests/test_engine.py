@@ -255,3 +255,20 @@ def test_mismatched_sizes_give_the_bytes_gloos_ring_gives():
     eng.env.run()
     assert works[0].done and works[2].done and not works[1].done  # rank 1 waits for a message never sent
     assert works[2].call.value.array().tolist() == [1.0, 4.0, 3.0, 4.0]
+
+
+def test_a_group_made_after_the_engine_pairs_and_fails_like_one_made_before():
+    """A script creates process groups as it runs (`new_group`): the engine learns them then
+    (`add_group`), and issuing on one, or a member exiting, works as for a group it started with."""
+    eng = Engine(3, {"WORLD": [0, 1, 2]}, AlphaBeta(0.0, 0.0))
+    assert eng.add_group("pg1", [2, 0]) == [0, 2]
+    assert eng.add_group("pg1", [0, 1]) == [0, 2]  # an existing name keeps its members
+    works = [eng.issue(r, "all_reduce", Payload.full(1, "float32", r + 1), group="pg1", origin="user",
+                       reduce_op="sum") for r in (0, 2)]
+    eng.env.run()
+    assert [w.call.value.item() for w in works] == [4.0, 4.0]
+    assert [w.call.entry.seq for w in works] == [1, 1]
+    eng.rank_gone(2, abrupt=True)  # a dead member fails the next collective on the group
+    late = eng.issue(0, "all_reduce", Payload.full(1, "float32", 1), group="pg1", origin="user", reduce_op="sum")
+    eng.env.run()
+    assert late.done and late.call.ok is False

@@ -74,13 +74,14 @@ class Engine:
     def __init__(self, world_size: int, groups: dict[str, list[int]], cost: CostLike, backend: str = "gloo"):
         self.env = simpy.Environment()
         self.world_size = world_size
-        self.groups = {name: sorted(r) for name, r in groups.items()}
+        self.groups: dict[str, list[int]] = {}
+        self._next_seq: dict[str, list[int]] = {}  # per group, per global rank: the last seq issued
+        self._member_sets: dict[str, frozenset[int]] = {}
+        for name, members in groups.items():
+            self.add_group(name, members)
         self.cost = cost
         self.backend = backend
         self.ranks = [RankState(r) for r in range(world_size)]
-        # per group, per global rank: the last sequence number issued (a list per group, not
-        # a dict keyed by (group, rank): `issue` is the engine's hottest function)
-        self._next_seq: dict[str, list[int]] = {name: [0] * world_size for name in self.groups}
         self._instances: dict[tuple[str, int], Instance] = {}
         self._open: dict[str, dict[int, Instance]] = defaultdict(dict)  # unfinished, per group
         self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
@@ -92,12 +93,21 @@ class Engine:
         self._entries_left = OPS.value()
         self._dead: list[int] = []  # ranks whose process is gone, ascending
         self._gone_at: dict[int, float] = {}  # when each of them ended
-        self._member_sets = {name: frozenset(r) for name, r in self.groups.items()}
         # A cost model that times a process group's collectives as ProcessGroupGloo runs them
         # (`CostModel.queued`: the calibrated Gloo model) has them run one after another on
         # the group: when each is free again (see _schedule_finish).
         self._queued = bool(getattr(cost, "queued", False))
         self._group_free: dict[str, float] = defaultdict(float)
+
+    def add_group(self, name: str, members: list[int]) -> list[int]:
+        """Make a process group known (a script creates them as it runs); returns its members,
+        the earlier ones if `name` exists. Sequence numbers are a list per group, not a dict
+        keyed by (group, rank): `issue` is the engine's hottest function."""
+        if name not in self.groups:
+            self.groups[name] = sorted(members)
+            self._next_seq[name] = [0] * self.world_size
+            self._member_sets[name] = frozenset(members)
+        return self.groups[name]
 
     def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
         """The lowest member that died abruptly (SIGABRT; see rank_gone), or on a backend other

@@ -205,7 +205,7 @@ class Coordinator:
     def _group(self, h: dict[str, Any]) -> None:
         assert self.engine is not None
         ranks = sorted(int(r) for r in h["ranks"])
-        have = self.engine.groups.setdefault(h["g"], ranks)
+        have = self.engine.add_group(h["g"], ranks)
         if have != ranks:
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
 
