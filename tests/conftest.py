@@ -137,7 +137,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`): no run's leftover
+FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`, `script_zygote`): no run's leftover
 
 
 @pytest.fixture(scope="session")
@@ -154,6 +154,34 @@ def real_zygote():
             yield zygote
         finally:
             FORK_SERVERS.discard(zygote.pid)
+
+
+@pytest.fixture(scope="session")
+def script_zygote():
+    """`get(mode)`: a fork server for any script in that mode ("sim" or "gloo";
+    `simdist.script.zygote.Zygote(None)`), started on first use and shared by the session's
+    script runs that judge what the ranks did (agreement with real Gloo, expected verdicts,
+    traces): `run_script(..., zygote=script_zygote(mode))` forks each rank instead of paying
+    an interpreter start and `import torch` per rank. Runs whose output must reach a stream
+    of their own, and tests of what a user sees of the processes (the CLI, teardown, Ctrl-C,
+    SIGKILL), keep the plain launch."""
+    import contextlib
+    import subprocess
+
+    from simdist.script.zygote import Zygote
+
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, Zygote] = {}
+
+        def get(mode: str) -> Zygote:
+            if mode not in servers:
+                z = stack.enter_context(Zygote(None, mode=mode, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                FORK_SERVERS.add(z.pid)
+                stack.callback(FORK_SERVERS.discard, z.pid)
+                servers[mode] = z
+            return servers[mode]
+
+        yield get
 
 
 EXAMPLES = ROOT / "examples"

@@ -12,7 +12,7 @@ import pytest
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.vocab import P2P_OPS
-from tests.conftest import EXAMPLES, line_of
+from tests.conftest import EXAMPLES, descendants, line_of
 
 pytestmark = pytest.mark.real
 
@@ -23,24 +23,26 @@ def _keys(trace) -> list[tuple]:
             if e.op not in P2P_OPS]
 
 
-def _both(name: str, **kw):
+def _both(name: str, zygote, **kw):
+    """The program run once per side, its ranks forked by the session's zygote for that mode
+    (`script_zygote`); none of a run's processes outlives it."""
     out = []
     for mode in ("sim", "gloo"):
-        run_id = new_run_id()
-        out.append(run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, stdout=-3, **kw))
-        assert tagged_processes(run_id) == []
+        run_id, z = new_run_id(), zygote(mode)
+        out.append(run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, zygote=z, **kw))
+        assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     return out
 
 
 @pytest.fixture(scope="module")
-def both():
+def both(script_zygote):
     """`_both(name)`, each program run once per side in this module: the tests that read a
     program's simulated run (what it prints, its trace) share the agreement test's."""
     runs: dict[str, list] = {}
 
     def get(name: str) -> list:
         if name not in runs:
-            runs[name] = _both(name)
+            runs[name] = _both(name, script_zygote)
         return runs[name]
 
     return get
@@ -61,8 +63,8 @@ def test_example_agrees_with_real_gloo(name, both):
         assert all(e.completed for e in s.trace)  # (FR's `retired` flag may lag a sync op's return)
 
 
-def test_no_join_on_gloo_fails_as_real_gloo_does():
-    sim, real = _both("join_tutorial_no_join.py", backend="gloo")
+def test_no_join_on_gloo_fails_as_real_gloo_does(script_zygote):
+    sim, real = _both("join_tutorial_no_join.py", script_zygote, backend="gloo")
     assert [r.status for r in sim.ranks] == [r.status for r in real.ranks] == ["completed", "error"]
     assert sim.ranks[1].error.category == real.ranks[1].error.category == "peer_lost"
     assert _keys(sim.ranks[1].trace) == _keys(real.ranks[1].trace)
