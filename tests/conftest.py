@@ -187,6 +187,30 @@ def script_zygote():
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.fixture(scope="session")
+def example_run(script_zygote):
+    """`get(name, mode="sim", **kw)`: one run of examples/NAME (`run_script` with `kw`, its
+    ranks forked by `script_zygote`), made once per session and shared by the tests that read
+    it: the Join and dist tutorials' programs are judged by several modules (agreement with
+    real Gloo, the tutorial's lines, the scenario's collectives, the hang report), each of
+    them on the same run. A test that needs runs of its own (two runs compared) makes them.
+    Tests must not change a report they get (`Report.to_dict` gives a copy)."""
+    from simdist.script import run_script
+    from simdist.script.launch import new_run_id, tagged_processes
+
+    runs: dict[tuple, object] = {}
+
+    def get(name: str, mode: str = "sim", **kw):
+        key = (name, mode, tuple(sorted(kw.items())))
+        if key not in runs:
+            run_id, z = new_run_id(), script_zygote(mode)
+            runs[key] = run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, zygote=z, **kw)
+            assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # no process of the run survives it
+        return runs[key]
+
+    return get
+
+
 def line_of(path: Path, text: str, after: str | None = None) -> int:
     """1-based number of the first line of `path` containing `text` (after the line containing `after`)."""
     lines = path.read_text().splitlines()

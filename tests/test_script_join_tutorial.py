@@ -9,25 +9,17 @@ import pytest
 
 from simdist.frames import qualname_at
 from simdist.scenario import load_scenario
-from simdist.script import run_script
-from simdist.script.launch import new_run_id, tagged_processes
 from simdist.sim import simulate
-from tests.conftest import EXAMPLES, SCENARIOS, descendants, trace_keys
+from tests.conftest import EXAMPLES, SCENARIOS, trace_keys
 
 pytestmark = pytest.mark.real
 
 
 @pytest.fixture
-def run(script_zygote):
-    """`run(name)`: the program as-is (it starts its own ranks), started by a fork of the
-    session's zygote (`script_zygote`)."""
-    def go(name: str, **kw):
-        run_id, z = new_run_id(), script_zygote("sim")
-        report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, zygote=z, **kw)
-        assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # no process of the run survives it
-        return report
-
-    return go
+def run(example_run):
+    """`run(name)`: the program as-is (it starts its own ranks) on simulated ranks: the
+    session's run of it (`example_run`; no process of it survives it)."""
+    return example_run
 
 
 def _scenario_traces(name: str) -> list[list[tuple]]:
