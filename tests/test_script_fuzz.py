@@ -58,6 +58,17 @@ def test_a_zygote_for_any_script_runs_only_its_mode_and_gpu_count(script_zygote)
     assert descendants(z.pid) == []
 
 
+def test_a_forked_rank_starts_in_the_launchers_working_directory(script_zygote, tmp_path, monkeypatch):
+    """Where a launched rank would start (it inherits the launcher's), not where the zygote did."""
+    z = script_zygote("sim")  # started (or already running) elsewhere
+    p = tmp_path / "where.py"
+    p.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nprint(os.getcwd())\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    rep = run_script(p, nproc_per_node=2, zygote=z)
+    assert [r.output for r in rep.ranks] == [[str(tmp_path / "sub")]] * 2
+
+
 @pytest.fixture(scope="module")
 def no_join_search(tmp_path_factory):
     """`simdist fuzz` on the no-Join DataLoader example, as a user runs it (one search shared

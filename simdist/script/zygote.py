@@ -46,7 +46,11 @@ class Zygote(ForkServer):
         directory (where a launched rank would start)."""
         if environ.get(env.MODE) != self.mode or environ.get(env.GPUS) != str(self.gpus):
             raise ScriptError("script: a run's mode and GPU count must be the fork server's")
-        return self.fork({"env": environ, "argv": argv, "cwd": os.getcwd()})
+        try:
+            cwd = os.getcwd()
+        except OSError:  # ours was removed: the rank keeps the zygote's (a launched one would inherit the removed one)
+            cwd = None
+        return self.fork({"env": environ, "argv": argv, "cwd": cwd})
 
     def _end(self) -> None:
         launch.end(self._own)
