@@ -137,7 +137,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`): no run's leftover
+FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`, `script_zygote`): no run's leftover
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +156,59 @@ def real_zygote():
             FORK_SERVERS.discard(zygote.pid)
 
 
+@pytest.fixture(scope="session")
+def script_zygote():
+    """`get(mode)`: a fork server for any script in that mode ("sim" or "gloo";
+    `simdist.script.zygote.Zygote(None)`), started on first use and shared by the session's
+    script runs that judge what the ranks did (agreement with real Gloo, expected verdicts,
+    traces): `run_script(..., zygote=script_zygote(mode))` forks each rank instead of paying
+    an interpreter start and `import torch` per rank. Runs whose output must reach a stream
+    of their own, and tests of what a user sees of the processes (the CLI, teardown, Ctrl-C,
+    SIGKILL), keep the plain launch."""
+    import contextlib
+    import subprocess
+
+    from simdist.script.zygote import Zygote
+
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, Zygote] = {}
+
+        def get(mode: str) -> Zygote:
+            if mode not in servers:
+                z = stack.enter_context(Zygote(None, mode=mode, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                FORK_SERVERS.add(z.pid)
+                stack.callback(FORK_SERVERS.discard, z.pid)
+                servers[mode] = z
+            return servers[mode]
+
+        yield get
+
+
 EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def example_run(script_zygote):
+    """`get(name, mode="sim", **kw)`: one run of examples/NAME (`run_script` with `kw`, its
+    ranks forked by `script_zygote`), made once per session and shared by the tests that read
+    it: the Join and dist tutorials' programs are judged by several modules (agreement with
+    real Gloo, the tutorial's lines, the scenario's collectives, the hang report), each of
+    them on the same run. A test that needs runs of its own (two runs compared) makes them.
+    Tests must not change a report they get (`Report.to_dict` gives a copy)."""
+    from simdist.script import run_script
+    from simdist.script.launch import new_run_id, tagged_processes
+
+    runs: dict[tuple, object] = {}
+
+    def get(name: str, mode: str = "sim", **kw):
+        key = (name, mode, tuple(sorted(kw.items())))
+        if key not in runs:
+            run_id, z = new_run_id(), script_zygote(mode)
+            runs[key] = run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, zygote=z, **kw)
+            assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # no process of the run survives it
+        return runs[key]
+
+    return get
 
 
 def line_of(path: Path, text: str, after: str | None = None) -> int:

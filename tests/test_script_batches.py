@@ -15,7 +15,7 @@ from simdist.errors import ScriptError
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.vocab import P2P_OPS
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, descendants, run_cli
 
 pytestmark = pytest.mark.real
 
@@ -44,19 +44,21 @@ def _keys(trace) -> list[tuple]:
     return [(e.seq, e.op, e.numel, e.group, e.origin) for e in trace if e.op not in P2P_OPS]
 
 
-def _both(path, **kw):
+def _both(path, zygote, **kw):
+    """One run per side, its ranks forked by the session's zygote for that mode (`script_zygote`);
+    none of a run's processes outlives it."""
     out = []
     for mode in ("sim", "gloo"):
-        run_id = new_run_id()
-        out.append(run_script(path, timeout_s=300, run_id=run_id, mode=mode, stdout=subprocess.DEVNULL, **kw))
-        assert tagged_processes(run_id) == []
+        run_id, z = new_run_id(), zygote(mode)
+        out.append(run_script(path, timeout_s=300, run_id=run_id, mode=mode, zygote=z, **kw))
+        assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     return out
 
 
-def test_every_epoch_of_every_loader_is_capped_with_workers_and_without(tmp_path):
+def test_every_epoch_of_every_loader_is_capped_with_workers_and_without(tmp_path, script_zygote):
     p = tmp_path / "loaders.py"
     p.write_text(LOADERS)
-    for rep in _both(p, nproc_per_node=2, batches="3,12"):
+    for rep in _both(p, script_zygote, nproc_per_node=2, batches="3,12"):
         assert rep.outcome == "completed"
         r0, r1 = rep.ranks
         assert r0.output == ["rank 0 epoch 0: train 3 of len 3, other 3", "rank 0 epoch 1: train 3 of len 3, other 3",
@@ -66,17 +68,17 @@ def test_every_epoch_of_every_loader_is_capped_with_workers_and_without(tmp_path
         assert [r.inputs_processed for r in rep.ranks] == [3 * 2 + 3 * 2 + 3, 12 * 2 + 10 * 2 + 8]
 
 
-def test_one_cap_for_every_rank_and_none_without_the_option(tmp_path):
+def test_one_cap_for_every_rank_and_none_without_the_option(tmp_path, script_zygote):
     p = tmp_path / "loaders.py"
     p.write_text(LOADERS)
-    rep = run_script(p, nproc_per_node=2, batches=1, stdout=subprocess.DEVNULL)
+    rep = run_script(p, nproc_per_node=2, batches=1, zygote=script_zygote("sim"))
     assert [r.inputs_processed for r in rep.ranks] == [5, 5]
-    rep = run_script(p, nproc_per_node=2, stdout=subprocess.DEVNULL)
+    rep = run_script(p, nproc_per_node=2, zygote=script_zygote("sim"))
     assert [r.inputs_processed for r in rep.ranks] == [20 * 2 + 10 * 2 + 8] * 2
 
 
-def test_uneven_batches_without_join_fail_on_gloo_as_real_gloo_does():
-    sim, real = _both(EXAMPLES / "fuzz_ddp_dataloader_no_join.py", nproc_per_node=2, batches="2,3", backend="gloo")
+def test_uneven_batches_without_join_fail_on_gloo_as_real_gloo_does(script_zygote):
+    sim, real = _both(EXAMPLES / "fuzz_ddp_dataloader_no_join.py", script_zygote, nproc_per_node=2, batches="2,3", backend="gloo")
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed", "error"]
         assert rep.ranks[1].error.category == "peer_lost"
@@ -87,8 +89,8 @@ def test_uneven_batches_without_join_fail_on_gloo_as_real_gloo_does():
     assert _keys(sim.ranks[0].trace) == _keys(real.ranks[0].trace)
 
 
-def test_uneven_batches_under_join_complete_as_on_real_gloo():
-    sim, real = _both(EXAMPLES / "fuzz_ddp_dataloader_join.py", nproc_per_node=3, batches="2,4,3", args=["--epochs", "2"])
+def test_uneven_batches_under_join_complete_as_on_real_gloo(script_zygote):
+    sim, real = _both(EXAMPLES / "fuzz_ddp_dataloader_join.py", script_zygote, nproc_per_node=3, batches="2,4,3", args=["--epochs", "2"])
     assert sim.outcome == real.outcome == "completed"
     assert [r.inputs_processed for r in sim.ranks] == [r.inputs_processed for r in real.ranks] == [4, 8, 6]
     for s, r in zip(sim.ranks, real.ranks, strict=True):

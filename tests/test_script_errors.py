@@ -18,7 +18,7 @@ from simdist.errors import ScriptError
 from simdist.procs import processes_with_env
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
-from tests.conftest import ROOT, TEST_TAG, one_line_error, run_cli
+from tests.conftest import ROOT, TEST_TAG, descendants, one_line_error, run_cli
 
 pytestmark = pytest.mark.real
 
@@ -37,24 +37,34 @@ def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
     return p
 
 
-def _run(path: Path, **kw):
-    run_id = new_run_id()
-    rep = run_script(path, nproc_per_node=2, timeout_s=120, run_id=run_id, stdout=subprocess.DEVNULL, **kw)
-    assert tagged_processes(run_id) == []
-    return rep
+@pytest.fixture
+def run(script_zygote):
+    """`run(path, **kw)`: the script on 2 simulated ranks forked by the session's zygote
+    (`script_zygote`; how a rank ends is reported the same either way, test_script_fuzz.py);
+    none of its processes outlives the run. The CLI's plain launch of failing ranks:
+    test_script_commands.py."""
+    def go(path: Path, **kw):
+        run_id, z = new_run_id(), script_zygote("sim")
+        try:
+            return run_script(path, nproc_per_node=2, timeout_s=kw.pop("timeout_s", 120), run_id=run_id, zygote=z,
+                              **kw)
+        finally:  # also when the run raised (bad input found once the ranks ran)
+            assert tagged_processes(run_id) == [] and descendants(z.pid) == []
+
+    return go
 
 
 def _line(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def test_a_rank_that_raises(tmp_path):
+def test_a_rank_that_raises(tmp_path, run):
     p = _script(tmp_path, """
         if rank == 1:
             raise ValueError("bad batch")
         dist.all_reduce(torch.ones(1))
     """)
-    rep = _run(p)
+    rep = run(p)
     assert rep.outcome == "error"
     r0, r1 = rep.ranks
     assert r1.status == "error" and (r1.error.type, r1.error.message) == ("ValueError", "bad batch")
@@ -63,20 +73,20 @@ def test_a_rank_that_raises(tmp_path):
     assert r0.location.line == _line(p, "dist.all_reduce")
 
 
-def test_a_rank_that_calls_os_exit(tmp_path):
+def test_a_rank_that_calls_os_exit(tmp_path, run):
     p = _script(tmp_path, """
         if rank == 1:
             os._exit(3)
         dist.all_reduce(torch.ones(1))
     """)
-    rep = _run(p, backend="nccl")
+    rep = run(p, backend="nccl")
     r0, r1 = rep.ranks
     assert r1.status == "error" and r1.exit == "os._exit(3)" and r1.location.line == _line(p, "os._exit(3)")
     assert (r1.error.type, r1.error.message) == ("os._exit", "exit code 3")
     assert rep.outcome == "error" and r0.status == "hang"  # nccl: nobody tells rank 0
 
 
-def test_sleeping_and_computing_ranks_are_not_hung(tmp_path):
+def test_sleeping_and_computing_ranks_are_not_hung(tmp_path, run):
     p = _script(tmp_path, """
         if rank == 0:
             time.sleep(1.0)
@@ -89,32 +99,28 @@ def test_sleeping_and_computing_ranks_are_not_hung(tmp_path):
         dist.all_reduce(t)
         print(int(t.item()))
     """)
-    rep = _run(p)
+    rep = run(p)
     assert rep.outcome == "completed" and [r.output for r in rep.ranks] == [["2"], ["2"]]
 
 
-def test_an_operation_the_backend_cannot_model_is_named(tmp_path):
+def test_an_operation_the_backend_cannot_model_is_named(tmp_path, run):
     p = _script(tmp_path, """
         t = torch.zeros(3, dtype=torch.uint16)
         dist.all_reduce(t)
     """)
-    run_id = new_run_id()
     with pytest.raises(ScriptError, match=r"a tensor of dtype uint16 is not supported by the simulated backend "
                                           r"\(rank 0 at train.py:\d+ in <module>: dist.all_reduce\(t\)\)"):
-        run_script(p, nproc_per_node=2, timeout_s=120, run_id=run_id, stdout=subprocess.DEVNULL)
-    assert tagged_processes(run_id) == []
+        run(p)
 
 
-def test_a_rank_spinning_without_communicating_is_caught_by_the_watchdog(tmp_path):
+def test_a_rank_spinning_without_communicating_is_caught_by_the_watchdog(tmp_path, run):
     p = _script(tmp_path, """
         if rank == 0:
             while True:
                 pass
         dist.barrier()
     """)
-    run_id = new_run_id()
-    rep = run_script(p, nproc_per_node=2, timeout_s=6, run_id=run_id, stdout=subprocess.DEVNULL)
-    assert tagged_processes(run_id) == []
+    rep = run(p, timeout_s=6)
     assert rep.outcome == "hang" and [r.status for r in rep.ranks] == ["hang", "hang"]
     assert rep.ranks[1].waiting_in.op == "barrier"
     assert any("watchdog" in n for n in rep.notes)

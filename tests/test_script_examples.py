@@ -23,7 +23,7 @@ from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.vocab import ERROR_CATEGORIES, STATUSES
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, descendants
 
 MANIFEST = tomllib.loads((EXAMPLES / "examples.toml").read_text())["example"]
 
@@ -46,18 +46,20 @@ def differences(sim: Report, real: Report) -> list[str]:
     return [d.detail for d in compare_reports(sim, real).differences]
 
 
-def _run(entry: dict, mode: str) -> Report:
-    run_id = new_run_id()
+def _run(entry: dict, mode: str, zygote) -> Report:
+    """One run of the entry in `mode`, its ranks forked by the session's zygote for that mode
+    (`script_zygote`); none of its processes outlives it."""
+    run_id, z = new_run_id(), zygote(mode)
     report = run_script(EXAMPLES / entry["script"], entry.get("args", []), nproc_per_node=entry.get("nproc"),
-                        backend="gloo", mode=mode, timeout_s=300, run_id=run_id, stdout=-3, measure_compute=False)
-    assert tagged_processes(run_id) == []
+                        backend="gloo", mode=mode, timeout_s=300, run_id=run_id, measure_compute=False, zygote=z)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     return report
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("entry", MANIFEST, ids=[_id(e) for e in MANIFEST])
-def test_example_agrees_with_real_gloo(entry):
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+def test_example_agrees_with_real_gloo(entry, script_zygote):
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert (sim.source, real.source) == ("sim", "real")
     assert _verdict(sim) == entry["ranks"]
     assert differences(sim, real) == []
@@ -91,13 +93,13 @@ def test_docs_list_every_example_with_its_verdict():
 
 @pytest.mark.real
 @pytest.mark.parametrize("nproc", [3, 4])
-def test_every_collective_agrees_with_real_gloo_bit_for_bit(nproc):
+def test_every_collective_agrees_with_real_gloo_bit_for_bit(nproc, script_zygote):
     """tests/scripts/collectives_zoo.py prints a digest of the exact bytes of every result
     (all reduce ops on float32/64/16 and bfloat16, reduce, both reduce_scatter forms, gathers,
     scatter, all_to_all with uneven splits, p2p, objects) and Gloo's own error for a list
     all_to_all of unequal tensors."""
     entry = {"script": "../tests/scripts/collectives_zoo.py", "nproc": nproc}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed"] * nproc
     assert differences(sim, real) == []
     assert any("all_to_all uneven: ProcessGroupGloo::alltoall: invalid tensor size" in line
@@ -105,12 +107,12 @@ def test_every_collective_agrees_with_real_gloo_bit_for_bit(nproc):
 
 
 @pytest.mark.real
-def test_integer_avg_fails_as_real_gloo_does():
+def test_integer_avg_fails_as_real_gloo_does(script_zygote):
     """tests/scripts/int_avg.py: AVG of integer and bool tensors raises Gloo's error at wait()
     (and in the future) on every rank, for all_reduce, reduce and both reduce_scatters, with
     the SUM left in the tensor where Gloo leaves it; later collectives still pair."""
     entry = {"script": "../tests/scripts/int_avg.py", "nproc": 2}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == _verdict(real) == ["error:other"] * 2
     assert differences(sim, real) == []
     message = "result type Float can't be cast to the desired output type Long"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from simdist.errors import ScriptError
 from simdist.fuzz.scripts import Space, fuzz_script
 from simdist.script import run_script
 from simdist.script.launch import tagged_processes
@@ -34,6 +35,8 @@ def test_a_forked_rank_runs_the_script_as_a_launched_one_does():
     with Zygote(path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as z:
         forked = [run_script(path, zygote=z, run_id=f"zyg{i}", **kw) for i in range(2)]
         assert all(tagged_processes(f"zyg{i}") == [] for i in range(2))
+        with pytest.raises(ScriptError, match="zygote: a fork server for .*no_join.py .* cannot run .*_join.py"):
+            run_script(EXAMPLES / "fuzz_ddp_dataloader_join.py", zygote=z, **kw)  # one made for a script runs it only
     assert tagged_processes(z.run_id) == [] and descendants(os.getpid()) == []
     for rep in forked:
         assert rep.outcome == plain.outcome == "error"
@@ -42,6 +45,28 @@ def test_a_forked_rank_runs_the_script_as_a_launched_one_does():
                    (b.status, b.output, b.stderr[:1], b.exit, b.inputs_processed)
             assert trace_keys(a.trace) == trace_keys(b.trace) and a.location == b.location
             assert (a.error.category if a.error else None) == (b.error.category if b.error else None)
+
+
+def test_a_zygote_for_any_script_runs_only_its_mode_and_gpu_count(script_zygote):
+    """The session's zygote (made for no script) refuses, before any process starts, a run it
+    could not give as a launched one would."""
+    z, path = script_zygote("sim"), EXAMPLES / "fuzz_ddp_dataloader_join.py"
+    with pytest.raises(ScriptError, match=r"zygote: a fork server for scripts \(sim\) cannot run .* \(gloo\)"):
+        run_script(path, nproc_per_node=2, mode="gloo", zygote=z)
+    with pytest.raises(ScriptError, match="gpus: 4 asked for, but the zygote simulates 8"):
+        run_script(path, nproc_per_node=2, gpus=4, zygote=z)
+    assert descendants(z.pid) == []
+
+
+def test_a_forked_rank_starts_in_the_launchers_working_directory(script_zygote, tmp_path, monkeypatch):
+    """Where a launched rank would start (it inherits the launcher's), not where the zygote did."""
+    z = script_zygote("sim")  # started (or already running) elsewhere
+    p = tmp_path / "where.py"
+    p.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nprint(os.getcwd())\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    rep = run_script(p, nproc_per_node=2, zygote=z)
+    assert [r.output for r in rep.ranks] == [[str(tmp_path / "sub")]] * 2
 
 
 @pytest.fixture(scope="module")

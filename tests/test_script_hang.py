@@ -11,24 +11,18 @@ import pytest
 
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
-from tests.conftest import EXAMPLES, line_of
+from tests.conftest import EXAMPLES, descendants, line_of
 
 pytestmark = pytest.mark.real
 
 NO_JOIN = EXAMPLES / "join_tutorial_no_join.py"
 
 
-def _run(**kw):
-    run_id = new_run_id()
-    report = run_script(NO_JOIN, timeout_s=180, run_id=run_id, **kw)
-    assert tagged_processes(run_id) == []  # every process ended with the report
-    return report
-
-
-@pytest.fixture(scope="module")
-def no_join():
-    """One run of the no-Join program as the tutorial has it (nccl), shared by the tests below."""
-    return _run()
+@pytest.fixture
+def no_join(example_run):
+    """The session's run of the no-Join program as the tutorial has it (nccl; `example_run`:
+    the program as-is, every process ended with the report), shared by the tests below."""
+    return example_run(NO_JOIN.name)
 
 
 def test_no_join_hang_is_reported_at_once_with_the_users_lines(no_join):
@@ -54,8 +48,8 @@ def test_no_join_hang_is_reported_at_once_with_the_users_lines(no_join):
     assert rep.timings["hang_detect_s"] < 2.0 and rep.timings["hang_report_s"] < 2.0
 
 
-def test_no_join_with_gloo_semantics_fails_on_the_exited_peer():
-    rep = _run(backend="gloo")
+def test_no_join_with_gloo_semantics_fails_on_the_exited_peer(example_run):
+    rep = example_run(NO_JOIN.name, backend="gloo")  # the simulated side of test_script_real's comparison
     assert rep.outcome == "error"
     r0, r1 = rep.ranks
     assert r0.status == "completed"
@@ -79,16 +73,20 @@ def _without_times(d: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", ["join_tutorial_no_join.py", "join_tutorial_counter.py"])
-def test_two_runs_give_the_same_report(name, no_join):
+def test_two_runs_give_the_same_report(name, example_run, script_zygote):
     """Two runs with --zero-compute: the same report, times included. A run that measures
     compute differs from them in its times only (trace, outcome, values, lines: the same)."""
-    measured = no_join if name == NO_JOIN.name else _run_example(name)
-    c, d = (_run_example(name, measure_compute=False).to_dict() for _ in range(2))
+    measured = example_run(name)
+    c, d = (_run_example(name, script_zygote, measure_compute=False).to_dict() for _ in range(2))
     c.pop("timings")
     d.pop("timings")
     assert c == d
     assert _without_times(measured.to_dict()) == _without_times(c)
 
 
-def _run_example(name: str, **kw):
-    return run_script(EXAMPLES / name, timeout_s=180, **kw)
+def _run_example(name: str, zygote, **kw):
+    """A run of its own (the session's is `example_run`'s), none of its processes left after it."""
+    run_id, z = new_run_id(), zygote("sim")
+    report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, zygote=z, **kw)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []
+    return report

@@ -9,27 +9,25 @@ import pytest
 
 from simdist.frames import qualname_at
 from simdist.scenario import load_scenario
-from simdist.script import run_script
-from simdist.script.launch import new_run_id, tagged_processes
 from simdist.sim import simulate
 from tests.conftest import EXAMPLES, SCENARIOS, trace_keys
 
 pytestmark = pytest.mark.real
 
 
-def _run(name: str, **kw):
-    run_id = new_run_id()
-    report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, **kw)
-    assert tagged_processes(run_id) == []  # no process of the run survives it
-    return report
+@pytest.fixture
+def run(example_run):
+    """`run(name)`: the program as-is (it starts its own ranks) on simulated ranks: the
+    session's run of it (`example_run`; no process of it survives it)."""
+    return example_run
 
 
 def _scenario_traces(name: str) -> list[list[tuple]]:
     return [trace_keys(r.trace) for r in simulate(load_scenario(SCENARIOS / name)).ranks]
 
 
-def test_ddp_program_prints_the_tutorials_lines_and_the_scenarios_collectives():
-    rep = _run("join_tutorial_ddp.py")
+def test_ddp_program_prints_the_tutorials_lines_and_the_scenarios_collectives(run):
+    rep = run("join_tutorial_ddp.py")
     assert rep.outcome == "completed" and rep.backend == "nccl" and rep.world_size == 2
     assert [r.output for r in rep.ranks] == [["Rank 0 has exhausted all 5 of its inputs!"],
                                               ["Rank 1 has exhausted all 6 of its inputs!"]]
@@ -38,8 +36,8 @@ def test_ddp_program_prints_the_tutorials_lines_and_the_scenarios_collectives():
     assert [r.exit for r in rep.ranks] == ["returned normally"] * 2
 
 
-def test_ddp_zero_program():
-    rep = _run("join_tutorial_ddp_zero.py")
+def test_ddp_zero_program(run):
+    rep = run("join_tutorial_ddp_zero.py")
     assert rep.outcome == "completed"
     assert [r.output for r in rep.ranks] == [["Rank 0 has exhausted all 5 of its inputs!"],
                                               ["Rank 1 has exhausted all 6 of its inputs!"]]
@@ -57,9 +55,9 @@ _COUNTER_FUNCTIONS = {
 }
 
 
-def test_counter_program_prints_10_11_11_11():
+def test_counter_program_prints_10_11_11_11(run):
     path = EXAMPLES / "join_tutorial_counter.py"
-    rep = _run(path.name)
+    rep = run(path.name)
     assert rep.outcome == "completed"
     assert [r.output for r in rep.ranks] == [
         ["10 inputs processed before rank 0 joined!", "11 inputs processed across all ranks!"],

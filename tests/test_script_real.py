@@ -23,25 +23,13 @@ def _keys(trace) -> list[tuple]:
             if e.op not in P2P_OPS]
 
 
-def _both(name: str, **kw):
-    out = []
-    for mode in ("sim", "gloo"):
-        run_id = new_run_id()
-        out.append(run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, stdout=-3, **kw))
-        assert tagged_processes(run_id) == []
-    return out
-
-
-@pytest.fixture(scope="module")
-def both():
-    """`_both(name)`, each program run once per side in this module: the tests that read a
-    program's simulated run (what it prints, its trace) share the agreement test's."""
-    runs: dict[str, list] = {}
-
-    def get(name: str) -> list:
-        if name not in runs:
-            runs[name] = _both(name)
-        return runs[name]
+@pytest.fixture
+def both(example_run):
+    """`both(name, **kw)`: the program's simulated run and its real Gloo run, each made once
+    in the session (`example_run`): the tests that read a program's simulated run (what it
+    prints, its trace; here and in test_script_join_tutorial/test_script_hang) share them."""
+    def get(name: str, **kw) -> list:
+        return [example_run(name, mode, **kw) for mode in ("sim", "gloo")]
 
     return get
 
@@ -61,8 +49,8 @@ def test_example_agrees_with_real_gloo(name, both):
         assert all(e.completed for e in s.trace)  # (FR's `retired` flag may lag a sync op's return)
 
 
-def test_no_join_on_gloo_fails_as_real_gloo_does():
-    sim, real = _both("join_tutorial_no_join.py", backend="gloo")
+def test_no_join_on_gloo_fails_as_real_gloo_does(both):
+    sim, real = both("join_tutorial_no_join.py", backend="gloo")
     assert [r.status for r in sim.ranks] == [r.status for r in real.ranks] == ["completed", "error"]
     assert sim.ranks[1].error.category == real.ranks[1].error.category == "peer_lost"
     assert _keys(sim.ranks[1].trace) == _keys(real.ranks[1].trace)

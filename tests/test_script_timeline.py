@@ -15,7 +15,7 @@ from simdist.network.cost import CostModel
 from simdist.scenario import Topology, load_topology
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
-from tests.conftest import run_cli
+from tests.conftest import descendants, run_cli
 
 pytestmark = pytest.mark.real
 
@@ -40,12 +40,13 @@ links = [{a = "a", b = "b", latency_us = 500.0, bandwidth_gbps = 0.1}]
 """
 
 
-def _run(tmp_path, **kw):
+def _run(tmp_path, zygote, **kw):
+    """The script on 2 simulated ranks forked by the session's zygote (`script_zygote`)."""
     p = tmp_path / "train.py"
     p.write_text(SCRIPT)
-    run_id = new_run_id()
-    rep = run_script(p, nproc_per_node=2, timeout_s=300, run_id=run_id, stdout=subprocess.DEVNULL, **kw)
-    assert tagged_processes(run_id) == []
+    run_id, z = new_run_id(), zygote("sim")
+    rep = run_script(p, nproc_per_node=2, timeout_s=300, run_id=run_id, zygote=z, **kw)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     assert rep.outcome == "completed" and [r.output for r in rep.ranks] == [["2"], ["2"]]
     return rep
 
@@ -56,10 +57,10 @@ def _comm(rep) -> float:
     return a0.t_done - max(a0.t_issue, a1.t_issue)
 
 
-def test_communication_is_timed_on_the_chosen_topology(tmp_path):
+def test_communication_is_timed_on_the_chosen_topology(tmp_path, script_zygote):
     (tmp_path / "slow.toml").write_text(textwrap.dedent(SLOW_LINK))
-    fast = _run(tmp_path, measure_compute=False)
-    slow = _run(tmp_path, measure_compute=False, topology=tmp_path / "slow.toml")
+    fast = _run(tmp_path, script_zygote, measure_compute=False)
+    slow = _run(tmp_path, script_zygote, measure_compute=False, topology=tmp_path / "slow.toml")
     for rep, topo in ((fast, Topology()), (slow, load_topology(tmp_path / "slow.toml"))):
         want = CostModel.from_scenario_topology(topo, 2).collective_time("all_reduce", 1 << 20, [0, 1])
         assert _comm(rep) == pytest.approx(want, rel=1e-9) and want > 0
@@ -68,8 +69,8 @@ def test_communication_is_timed_on_the_chosen_topology(tmp_path):
     assert _comm(slow) > 10 * _comm(fast)
 
 
-def test_measured_compute_is_on_the_timeline_between_operations(tmp_path):
-    rep = _run(tmp_path, topology="two_nodes")
+def test_measured_compute_is_on_the_timeline_between_operations(tmp_path, script_zygote):
+    rep = _run(tmp_path, script_zygote, topology="two_nodes")
     r0, r1 = rep.ranks
     for r in rep.ranks:
         assert r.compute and all(s.t_end > s.t_begin for s in r.compute)

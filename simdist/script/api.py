@@ -24,7 +24,7 @@ from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch
 from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
-from simdist.script.zygote import Zygote, same_script
+from simdist.script.zygote import Zygote, runs
 
 DEFAULT_GPUS = 8
 BACKENDS = ("gloo", "nccl")
@@ -116,8 +116,9 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `batches`: cap on the batches each rank's DataLoaders yield per epoch (one per rank, or
     one for every rank; "5,6" or [5, 6] or 5), honoured the same way in both modes
     (`simdist.script.rank.batches`); each rank's batches yielded are its `inputs_processed`.
-    `zygote`: a fork server for this script and mode (`simdist.script.zygote`) that forks the
-    ranks instead of starting an interpreter for each (output goes where the zygote's goes).
+    `zygote`: a fork server for this script (or any script) and mode (`simdist.script.zygote`)
+    that forks the ranks instead of starting an interpreter for each (output goes where the
+    zygote's goes; the simulated GPU count is the zygote's, and `gpus`, if given, must be it).
     `topology`: the network the cost model times communication on: a preset name, a TOML
     file with a [topology] table (as a scenario's), or a `Topology` (default: loopback).
     """
@@ -137,8 +138,9 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
         raise ScriptError(f"mode: must be {env.SIM} or {env.GLOO}, got {mode!r}")
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
-    if zygote is not None and (not same_script(zygote, script) or zygote.mode != mode):
-        raise ScriptError(f"zygote: a fork server for {zygote.script} ({zygote.mode}) cannot run {script} ({mode})")
+    if zygote is not None and not runs(zygote, script, mode):
+        raise ScriptError(f"zygote: a fork server for {zygote.script or 'scripts'} ({zygote.mode}) cannot run "
+                          f"{script} ({mode})")
     return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
 
 
@@ -163,7 +165,9 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)
-    gpus = zygote.gpus if zygote is not None else gpus or max(DEFAULT_GPUS, nproc_per_node or 0)
+    gpus = gpus or (zygote.gpus if zygote is not None else max(DEFAULT_GPUS, nproc_per_node or 0))
+    if zygote is not None and gpus != zygote.gpus:
+        raise ScriptError(f"gpus: {gpus} asked for, but the zygote simulates {zygote.gpus}")
     tmp = tempfile.mkdtemp(prefix="simdist-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(tmp, "coordinator.sock"))

@@ -5,8 +5,11 @@ process that has torch and the rank layer imported already (`simdist.script.rank
 instead of a fresh interpreter: tens of milliseconds instead of 1-2 s per rank. The
 fuzzer runs every schedule of a script this way; one-off runs keep the plain launch.
 
-The ranks' stdout and stderr are the zygote's, chosen when it starts; everything else
-(environment, arguments, run id, `--batches` caps) is the run's own. What every fork
+A zygote made for one script preloads that script's torch/NumPy imports too (the fuzzer's,
+which runs one script many times); one made for no script (`Zygote(None)`) preloads only
+the common ones and runs any script of its mode (a test session's many short runs). The
+ranks' stdout and stderr are the zygote's, chosen when it starts; everything else
+(environment, arguments, working directory, run id, `--batches` caps) is the run's own. What every fork
 server does (the forked processes as the launcher sees them, sessions, exit statuses) is
 `simdist.forkserver`'s; the zygote's own processes carry its run id, and `close` ends them.
 """
@@ -23,25 +26,31 @@ from simdist.script import env, launch
 
 
 class Zygote(ForkServer):
-    """A fork server for one script (its imports preloaded), mode and simulated GPU count."""
+    """A fork server for one mode and simulated GPU count, and for one script (its imports
+    preloaded) or, with `script=None`, for any script."""
 
-    def __init__(self, script: str | os.PathLike, *, mode: str = env.SIM, gpus: int = 8,
+    def __init__(self, script: str | os.PathLike | None, *, mode: str = env.SIM, gpus: int = 8,
                  stdout: int | IO | None = None, stderr: int | IO | None = None):
-        self.script, self.mode, self.gpus = str(script), mode, gpus
+        self.script, self.mode, self.gpus = None if script is None else str(script), mode, gpus
         self.run_id = launch.new_run_id()
         e = launch.base_env("-", self.run_id, gpus, mode)  # rank layer on; each rank gets its run's socket
         self._own = launch.Launch(self.run_id)  # the zygote and, through the run id, what it forked
         try:
-            super().__init__("simdist.script.rank.zygote", [self.script], env=e, owner=self._own.procs,
+            super().__init__("simdist.script.rank.zygote", [] if script is None else [self.script], env=e, owner=self._own.procs,
                              stdout=stdout, stderr=stderr)
         except OSError:
-            raise ScriptError(f"script: the fork server for {script} did not start") from None
+            raise ScriptError(f"script: the fork server for {script or 'scripts'} did not start") from None
 
     def spawn(self, environ: dict[str, str], argv: list[str]) -> ForkedProcess:
-        """Fork a rank that runs `python ARGV` with environment `environ`."""
+        """Fork a rank that runs `python ARGV` with environment `environ`, in our working
+        directory (where a launched rank would start)."""
         if environ.get(env.MODE) != self.mode or environ.get(env.GPUS) != str(self.gpus):
             raise ScriptError("script: a run's mode and GPU count must be the fork server's")
-        return self.fork({"env": environ, "argv": argv})
+        try:
+            cwd = os.getcwd()
+        except OSError:  # ours was removed: the rank keeps the zygote's (a launched one would inherit the removed one)
+            cwd = None
+        return self.fork({"env": environ, "argv": argv, "cwd": cwd})
 
     def _end(self) -> None:
         launch.end(self._own)
@@ -50,5 +59,6 @@ class Zygote(ForkServer):
         return self
 
 
-def same_script(zygote: Zygote, script: Path) -> bool:
-    return Path(zygote.script).resolve() == script.resolve()
+def runs(zygote: Zygote, script: Path, mode: str) -> bool:
+    """Whether `zygote` can run `script` in `mode` (one made for no script runs any)."""
+    return zygote.mode == mode and (zygote.script is None or Path(zygote.script).resolve() == script.resolve())

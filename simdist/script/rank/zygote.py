@@ -2,8 +2,9 @@
 that forks a rank process per request, so a run does not pay an interpreter start and
 `import torch` (1-2 s) per rank. The fuzzer runs hundreds of short schedules this way.
 
-Started by `simdist.script.zygote.Zygote` as `python -m simdist.script.rank.zygote SCRIPT FD`
-with the run's bootstrap environment, so the rank layer (sitecustomize) is installed here
+Started by `simdist.script.zygote.Zygote` as `python -m simdist.script.rank.zygote [SCRIPT] FD`
+(SCRIPT: whose torch/NumPy imports to preload besides the common ones; the script each
+child runs is its request's) with the run's bootstrap environment, so the rank layer (sitecustomize) is installed here
 exactly as in a freshly launched rank; FD is its control socket. Per request
 (`{"env": {...}, "argv": [...]}`) it forks a child that becomes what `python SCRIPT ARGS`
 with that environment would be. `simdist.forkserver` does what every forked child needs (new
@@ -55,8 +56,8 @@ def _script_imports(path: str) -> list[str]:
     return [n for n in names if n.split(".")[0] in _SAFE_TOP]
 
 
-def preload(script: str) -> None:
-    for name in (*PRELOAD, *_script_imports(script)):
+def preload(script: str | None) -> None:
+    for name in (*PRELOAD, *(_script_imports(script) if script else ())):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
 
@@ -82,7 +83,7 @@ def _child(request: dict[str, Any]) -> int:
 
 
 def main() -> int:
-    preload(sys.argv[1])
+    preload(sys.argv[1] if len(sys.argv) > 2 else None)  # [SCRIPT] FD
     return forkserver.main(_child)
 
 
