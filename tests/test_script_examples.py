@@ -122,7 +122,7 @@ def test_integer_avg_fails_as_real_gloo_does(script_zygote):
 
 
 @pytest.mark.real
-def test_tensor_kinds_agree_with_real_gloo():
+def test_tensor_kinds_agree_with_real_gloo(script_zygote):
     """tests/scripts/tensor_kinds.py: every reduce op on half, bfloat16, integer and bool
     tensors (bitwise ops on floats fail before anything is exchanged), 0-dim and empty
     tensors, non-contiguous tensors (Gloo reads and writes the flat run of memory that
@@ -130,7 +130,7 @@ def test_tensor_kinds_agree_with_real_gloo():
     send refuse them), and Gloo's shape checks of all_gather_into_tensor, gather, scatter and
     reduce_scatter_tensor."""
     entry = {"script": "../tests/scripts/tensor_kinds.py", "nproc": 2}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
     out = sim.ranks[0].output
@@ -143,14 +143,14 @@ def test_tensor_kinds_agree_with_real_gloo():
 
 
 @pytest.mark.real
-def test_groups_objects_and_async_work_agree_with_real_gloo():
+def test_groups_objects_and_async_work_agree_with_real_gloo(script_zygote):
     """tests/scripts/groups_objects_async.py: object collectives (uneven pickles), subgroups
     (non-members' calls are no-ops, a group listed out of order, destroy_process_group of a
     subgroup), async work waited out of order, future values as Gloo gives them (a gather's
     outputs as one list, all_gather_into_tensor's as its chunks) and the works that have no
     future on Gloo (reduce_scatter, p2p)."""
     entry = {"script": "../tests/scripts/groups_objects_async.py", "nproc": 3}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed"] * 3
     assert differences(sim, real) == []
     out = sim.ranks[1].output
@@ -162,34 +162,34 @@ def test_groups_objects_and_async_work_agree_with_real_gloo():
 
 
 @pytest.mark.real
-def test_ddp_options_agree_with_real_gloo():
+def test_ddp_options_agree_with_real_gloo(script_zygote):
     """tests/scripts/ddp_options.py --mode unused: DistributedSampler over an uneven dataset,
     BatchNorm buffers broadcast, find_unused_parameters with a branch used every other step,
     gradient_as_bucket_view, no_sync() accumulation, a rank-0 checkpoint behind a barrier."""
     entry = {"script": "../tests/scripts/ddp_options.py", "nproc": 2, "args": ["--mode", "unused"]}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
     assert any("replicas equal True" in line for line in sim.ranks[1].output)
 
 
 @pytest.mark.real
-def test_a_rank_that_exits_agrees_with_real_gloo():
+def test_a_rank_that_exits_agrees_with_real_gloo(script_zygote):
     """tests/scripts/rank_failures.py --case exit: rank 1 calls sys.exit(3) after a barrier;
     its peers' next all_reduce fails with the peer gone, on both sides."""
     entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "exit"]}
-    sim, real = _run(entry, "sim"), _run(entry, "gloo")
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["error:peer_lost", "error:other"]
     assert differences(sim, real) == []
     assert (sim.ranks[1].error.type, sim.ranks[1].error.message) == ("SystemExit", "exit code 3")
 
 
 @pytest.mark.real
-def test_monitored_barrier_is_named_as_not_modelled():
+def test_monitored_barrier_is_named_as_not_modelled(script_zygote):
     """Gloo's monitored_barrier ends by a wall-clock deadline: the run is bad input naming it
     (not a silent "only implemented for GLOO backend", which real Gloo never says)."""
     from simdist.errors import ScriptError
 
     entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "monitored_ok"]}
     with pytest.raises(ScriptError, match="monitored_barrier .* is not supported by the simulated backend"):
-        _run(entry, "sim")
+        _run(entry, "sim", script_zygote)
