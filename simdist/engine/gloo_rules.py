@@ -251,12 +251,7 @@ def classify_mismatch(
                               exited={to_group[r] for r in exited},
                               unaware={to_group[r]: frozenset(to_group[d] for d in ds)
                                        for r, ds in (unaware or {}).items()})
-        v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
-        v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
-        v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
-        v.waits_on = {to_caller[r]: frozenset(to_caller[p] for p in ps) for r, ps in v.waits_on.items()}
-        v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
-        return v
+        return _in_callers_ranks(v, to_caller, w)
     exited = frozenset(exited)
     entries = sorted(entries, key=lambda e: e.rank)
     sigs = {_signature(e, w) for e in entries}
@@ -305,6 +300,16 @@ def classify_mismatch(
                                    f"{ranks[errs[0]].error_detail}", outcomes)
         return MismatchVerdict("ok", [], "no live rank needs the exited ranks", outcomes)
     return MismatchVerdict("silent", [], _silent_detail(entries), outcomes)
+
+
+def _in_callers_ranks(v: MismatchVerdict, to_caller: dict[int, int], w: int) -> MismatchVerdict:
+    """A verdict on group ranks, renumbered to the caller's (global) ranks."""
+    v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
+    v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
+    v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
+    v.waits_on = {to_caller[r]: frozenset(to_caller[p] for p in ps) for r, ps in v.waits_on.items()}
+    v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
+    return v
 
 
 def _describe(c: CollectiveCall) -> str:
