@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -135,6 +136,17 @@ def descendants(pid: int) -> list[int]:
         out += [k for k in kids if k not in FORK_SERVERS]  # a server's own children do count
         todo += kids
     return out
+
+
+@pytest.fixture(autouse=True)
+def _collector_left_as_found():
+    """A test that leaves Python's cycle collector off (code that pauses it without putting
+    it back) fails itself, not whichever later test depends on it."""
+    was = gc.isenabled()
+    yield
+    if gc.isenabled() != was:
+        gc.enable() if was else gc.disable()
+        pytest.fail(f"the test left the cycle collector {'off' if was else 'on'}")
 
 
 FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`, `script_zygote`): no run's leftover

@@ -105,3 +105,41 @@ def test_an_aborted_ranks_trace_is_a_prefix_of_gloos(tmp_path, real_zygote):
     assert [e.key() for e in real.ranks[0].trace[: len(sim.ranks[0].trace)]] == [e.key() for e in sim.ranks[0].trace]
     cmp = compare_reports(sim, real)
     assert cmp.agree, format_comparison(cmp)
+
+
+# sweep5_17 (its rank 1): a rank left waiting in a mismatched collective after a peer's SIGABRT
+# waits on a live peer, and fails (Connection closed by peer) once that peer exits, not never.
+# Reduced without sweep5_17's race (what the aborting rank sends reaching a peer first): one
+# all-reduce, int64 on rank 2 against float32 elsewhere. Gloo's ring (docs/gloo-mismatch.md,
+# w3_ar_i64_r2): rank 1 gets 8 bytes into a 4-byte receive and aborts; rank 0's receive from
+# rank 1 fails at once (reset); rank 2's waits on rank 0 only, so it fails when rank 0 exits
+# after its error. The simulator used to leave rank 2 hanging forever.
+ABORT_THEN_WAIT = {
+    "name": "abort_then_wait", "world_size": 3, "timeout_s": 4, "inputs": {"counts": [1, 1, 1]},
+    "loop": [{"kind": "collective", "op": "all_reduce", "ranks": [0, 1]},
+             {"kind": "collective", "op": "all_reduce", "dtype": "int64", "ranks": [2]}],
+}
+
+
+def _abort_then_wait_as_on_gloo(report) -> None:
+    r0, r1, r2 = report.ranks
+    assert r1.status == "aborted" and r1.error.category == "gloo_abort"
+    for r in (r0, r2):  # both fail in the all-reduce, on a peer's exit, not by a timeout
+        assert r.status == "error" and r.error.category == "peer_lost", r.error
+        assert "by peer" in r.error.message  # closed or reset: which one is the kernel's race
+        assert len(r.trace) == 1 and not r.trace[0].completed
+
+
+def test_a_rank_waiting_after_an_abort_fails_when_its_peer_exits_in_the_simulator():
+    _abort_then_wait_as_on_gloo(simulate(parse_scenario(ABORT_THEN_WAIT)))
+
+
+@pytest.mark.real
+def test_a_rank_waiting_after_an_abort_fails_when_its_peer_exits_on_gloo(tmp_path, real_zygote):
+    from real_backend.launch import run_real
+
+    s = parse_scenario(ABORT_THEN_WAIT)
+    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    _abort_then_wait_as_on_gloo(real)
+    cmp = compare_reports(simulate(s), real)
+    assert cmp.agree, format_comparison(cmp)

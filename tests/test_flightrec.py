@@ -154,7 +154,13 @@ def test_ras_grouping_writes_ranges():
 
 # --------------------------------------------------------------------------- export -> torch's analyzer
 def fr_trace_text(folder: Path) -> str:
-    """torch's analyzer (the `torchfrtrace` entry point) on `folder`, its log as text."""
+    """torch's analyzer (the `torchfrtrace` entry point) on `folder`, its log as text.
+
+    Run in this process, so what it changes of the process is put back: its loader
+    (`flight_recorder/components/loader.py`, `read_dir`) calls `gc.disable()` for speed and
+    never re-enables the collector (fine for a command that exits), which left it off for
+    every test after this one (tests/test_engine_scale.py checks the collector's state)."""
+    import gc
     import io
     import logging
 
@@ -164,10 +170,13 @@ def fr_trace_text(folder: Path) -> str:
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     log.addHandler(handler)
+    collecting = gc.isenabled()
     try:
         main([str(folder)])
     finally:
         log.removeHandler(handler)
+        if collecting:
+            gc.enable()
     return buf.getvalue()
 
 

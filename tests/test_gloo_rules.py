@@ -172,6 +172,18 @@ def test_exited_peer_w4_only_ring_neighbour_fails_fast():
     v = classify_mismatch([AR(0), AR(1), AR(2)], 4, exited={3})
     assert v.rank_outcomes == {0: "hang", 1: "hang", 2: "peer_error"}
     assert v.kind == "hang"
+    # each waits for the ring's next rank: its exit (after r2's error) fails the wait in turn
+    assert v.waits_on == {0: {1}, 1: {2}}
+
+
+def test_a_rank_left_waiting_after_an_abort_waits_on_its_live_ring_neighbour():
+    # observed (w3_ar_i64_r2; tests/test_fidelity_gaps.py, abort_then_wait): r1 aborts, r0's
+    # receive from r1 fails, r2 waits on r0 only (in global ranks too) and fails when r0 exits
+    v = classify_mismatch([AR(0), AR(1), AR(2, dtype="int64")], 3)
+    assert (v.kind, v.rank_outcomes) == ("abort", {0: "peer_error", 1: "abort", 2: "hang"})
+    assert v.waits_on == {2: {0}}
+    v = classify_mismatch([AR(4), AR(5), AR(9, dtype="int64")], 3)
+    assert v.waits_on == {9: {4}}
 
 
 def test_a_root_that_posted_before_a_peer_exited_still_feeds_the_others():

@@ -1,5 +1,6 @@
-"""One rank's part in an operation as the engine holds it (`Call`), the handle the rank
-gets back (`Work`) and what the engine knows of the rank (`RankState`).
+"""One rank's part in an operation as the engine holds it (`Call`), the calls of one
+collective (`Instance`), the handle the rank gets back (`Work`) and what the engine knows
+of the rank (`RankState`).
 
 Its own module because both the matching core (`core`) and the bridge to the backend's
 pairing rules (`gloo_bridge`) read it, and neither should import the other for it.
@@ -37,6 +38,9 @@ class Call:
     env: simpy.Environment
     ok: bool | None = None  # None while pending; True: completed; False: failed
     value: Any = None  # the result Payload, or the exception it failed with
+    # left waiting in a stuck collective: the peers whose exit fails it (Gloo: those it has an
+    # op pending with, `MismatchVerdict.waits_on`); None: not known, any member's exit does
+    waits_on: frozenset[int] | None = None
     _event: simpy.Event | None = None
 
     @property
@@ -66,6 +70,21 @@ class Call:
         else:
             ev.fail(self.value)
             ev.defused = True  # a failed call is the rank's news, not the event loop's
+
+
+@dataclass(slots=True)
+class Instance:
+    """Sequence number `seq` of one process group: the calls of its members so far."""
+
+    group: str
+    seq: int
+    members: list[int]
+    calls: dict[int, Call] = field(default_factory=dict)
+    matched: bool = False
+    finished: bool = False
+    # the backend pairs them but never completes them all (a mismatch hang or abort, a member
+    # that failed before the wire or exited): the calls left wait on `Call.waits_on`
+    stuck: bool = False
 
 
 class Work:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import simpy
 
 from simdist.engine import gloo_bridge
-from simdist.engine.calls import Call, RankState, Work
+from simdist.engine.calls import Call, Instance, RankState, Work
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
@@ -48,19 +47,6 @@ class CostLike(Protocol):
     def collective_time(self, op: str, nbytes: int, ranks: list[int], algo: str | None = None) -> float: ...
 
     def p2p_time(self, nbytes: int, src: int, dst: int) -> float: ...
-
-
-@dataclass(slots=True)
-class Instance:
-    """Sequence number `seq` of one process group: the calls of its members so far."""
-
-    group: str
-    seq: int
-    members: list[int]
-    calls: dict[int, Call] = field(default_factory=dict)
-    matched: bool = False
-    finished: bool = False
-    stuck: bool = False  # the backend pairs them but never completes (mismatch hang)
 
 
 def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEntry:
@@ -126,10 +112,11 @@ class Engine:
     def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = ()) -> bool:
         """Complete or fail what Gloo does of `inst` without its `gone` members and the live
         `missing` ones (`gloo_bridge.absent_outcomes`). Returns whether a call was settled."""
-        outcomes = gloo_bridge.absent_outcomes(list(inst.calls.values()), len(inst.members), gone, list(missing))
-        settled = False
+        verdict = gloo_bridge.absent_outcomes(list(inst.calls.values()), len(inst.members), gone, list(missing))
+        outcomes, settled = verdict.rank_outcomes, False
         for m, call in inst.calls.items():
             if call.done or not self.ranks[m].alive or outcomes.get(m) not in ("ok", "peer_error"):
+                call.waits_on = verdict.waits_on.get(m)
                 continue
             settled = True
             if outcomes[m] == "peer_error":
@@ -277,10 +264,9 @@ class Engine:
         outcomes = verdict.rank_outcomes
         done = [m for m in inst.members if outcomes.get(m) == "ok"]
         inst.stuck = True
+        for m in inst.members:  # who fails whose exit: the ranks left waiting on the peers named
+            inst.calls[m].waits_on = frozenset() if m in done else verdict.waits_on.get(m)
         if verdict.kind == "abort":
-            # the instance is settled here: ranks marked "hang" keep waiting even though the
-            # aborting rank dies, so keep it away from rank_gone's sweep
-            self._open[inst.group].pop(inst.seq, None)
             for m in done:
                 self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])
             for r in verdict.aborting_ranks:
@@ -375,6 +361,17 @@ class Engine:
             if self.ranks[m].alive:
                 self._fail_call(c, dead)
 
+    def _fail_waiting(self, inst: Instance, dead: int) -> None:
+        """`dead` is gone: of a stuck collective, the calls that wait on it fail (`Call.waits_on`;
+        Gloo: the pair's exception reaches only the buffers with an op pending with it), the
+        others keep waiting on their live peers. Finished once no live member waits."""
+        for m, c in inst.calls.items():
+            if not c.done and self.ranks[m].alive and (c.waits_on is None or dead in c.waits_on):
+                self._fail_call(c, dead)
+        if all(not self.ranks[m].alive or (m in inst.calls and inst.calls[m].done) for m in inst.members):
+            inst.finished = True
+            self._open[inst.group].pop(inst.seq, None)
+
     def rank_gone(self, rank: int, abrupt: bool = False) -> None:
         """`rank`'s process has ended: everything unfinished that needs it fails on its peers.
 
@@ -395,9 +392,12 @@ class Engine:
             if rank not in members:
                 continue
             for inst in list(self._open[gname].values()):
-                if not abrupt and not inst.stuck and rank in inst.calls:
+                if inst.stuck:
+                    self._fail_waiting(inst, rank)
+                    continue
+                if not abrupt and rank in inst.calls:
                     continue  # posted before the exit: peers can still complete it
-                if not abrupt and not inst.stuck and not inst.matched and self.backend == "gloo":
+                if not abrupt and not inst.matched and self.backend == "gloo":
                     # never posted by it: settled once every live member has posted (or when
                     # nothing more can happen, `settle_absent`)
                     gone = self._gone_absent(gname, inst.calls)

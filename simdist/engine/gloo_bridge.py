@@ -52,10 +52,11 @@ def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
 
 
 def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
-                    missing: list[int]) -> dict[int, gloo_rules.RankOutcome]:
-    """Each posted rank's outcome of a collective that members never posted: `gone` ended
-    their processes (member -> when), `missing` are alive but have not posted it (judged as
-    posting a different kind of collective: a separate Gloo slot, so they exchange nothing).
+                    missing: list[int]) -> gloo_rules.MismatchVerdict:
+    """Each posted rank's outcome (`rank_outcomes`; for one left waiting, on whom: `waits_on`)
+    of a collective that members never posted: `gone` ended their processes (member -> when),
+    `missing` are alive but have not posted it (judged as posting a different kind of
+    collective: a separate Gloo slot, so they exchange nothing).
 
     Gloo fails only the ranks whose own messages involve a gone member; the others complete
     (a broadcast's rank fed by the root finishes without a sibling that exited). A rank that
@@ -64,7 +65,7 @@ def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
     accepted and only its wait fails; one that posted later fails as it posts."""
     entries = rule_calls(calls) + [gloo_rules.CollectiveCall(m, "barrier") for m in missing]
     unaware = {c.rank: frozenset(d for d, t in gone.items() if c.entry.t_issue <= t) for c in calls}
-    return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware).rank_outcomes
+    return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware)
 
 
 def mismatch_kind(calls: list[gloo_rules.CollectiveCall]) -> str:

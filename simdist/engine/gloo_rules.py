@@ -115,6 +115,10 @@ class MismatchVerdict:
     modelled: bool = True
     #: for each hanging rank, the operation its timeout error names ("recv"/"send" ...)
     blocked_on: dict[int, str] = field(default_factory=dict)
+    #: for each hanging rank, the peers whose exit fails its wait ("Connection closed by peer"):
+    #: those it has an operation pending with on the buffer it blocks on (Gloo's pair
+    #: signals its exception to those buffers only); the others' exits leave it waiting
+    waits_on: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 def _esize(dtype: str) -> int:
@@ -247,11 +251,7 @@ def classify_mismatch(
                               exited={to_group[r] for r in exited},
                               unaware={to_group[r]: frozenset(to_group[d] for d in ds)
                                        for r, ds in (unaware or {}).items()})
-        v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
-        v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
-        v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
-        v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
-        return v
+        return _in_callers_ranks(v, to_caller, w)
     exited = frozenset(exited)
     entries = sorted(entries, key=lambda e: e.rank)
     sigs = {_signature(e, w) for e in entries}
@@ -282,14 +282,15 @@ def classify_mismatch(
         else:
             outcomes[r] = "hang"
     blocked = {r: s.blocked_on for r, s in ranks.items() if outcomes[r] == "hang"}
+    waits_on = {r: ranks[r].waits_on for r in blocked}
     aborting = sorted(r for r, o in outcomes.items() if o == "abort")
     if aborting:
         return MismatchVerdict("abort", aborting, ranks[aborting[0]].abort_detail, outcomes,
-                               blocked_on=blocked)
+                               blocked_on=blocked, waits_on=waits_on)
     hanging = sorted(blocked)
     if hanging:
         return MismatchVerdict("hang", [], _hang_detail(entries, ranks, hanging, exited),
-                               outcomes, blocked_on=blocked)
+                               outcomes, blocked_on=blocked, waits_on=waits_on)
     if exited:
         errs = sorted(r for r, o in outcomes.items() if o == "peer_error")
         if errs:
@@ -299,6 +300,16 @@ def classify_mismatch(
                                    f"{ranks[errs[0]].error_detail}", outcomes)
         return MismatchVerdict("ok", [], "no live rank needs the exited ranks", outcomes)
     return MismatchVerdict("silent", [], _silent_detail(entries), outcomes)
+
+
+def _in_callers_ranks(v: MismatchVerdict, to_caller: dict[int, int], w: int) -> MismatchVerdict:
+    """A verdict on group ranks, renumbered to the caller's (global) ranks."""
+    v.aborting_ranks = [to_caller[r] for r in v.aborting_ranks]
+    v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
+    v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
+    v.waits_on = {to_caller[r]: frozenset(to_caller[p] for p in ps) for r, ps in v.waits_on.items()}
+    v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
+    return v
 
 
 def _describe(c: CollectiveCall) -> str:

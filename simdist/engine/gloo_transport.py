@@ -48,6 +48,9 @@ class RankRun:
     abort_detail: str = ""
     error_detail: str = ""
     blocked_on: str = ""
+    # a blocked rank's peers with an operation pending on the buffer it waits on: when one
+    # of them goes, the pair's exception reaches that buffer and the wait fails (`_diagnose`)
+    waits_on: frozenset = frozenset()
 
     @property
     def stopped(self) -> bool:
@@ -185,7 +188,7 @@ def _abort(st: RankRun, wire: _Wire) -> None:
 def _diagnose(st: RankRun, dead: set[int]) -> None:
     """Why a rank stays blocked in waitSend/waitRecv: a buffer that still has an operation
     pending with a dead peer gets that pair's exception (Connection closed/reset by peer);
-    one whose pending peers are alive (but stuck) times out."""
+    one whose pending peers are alive (but stuck) times out, or fails when one of them goes."""
     step = st.prog[st.pc]
     buf = step[1]
     gone = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0 and p in dead)
@@ -195,4 +198,5 @@ def _diagnose(st: RankRun, dead: set[int]) -> None:
     else:
         peers = sorted(p for (b, p), n in st.pending.items() if b == buf and n > 0)
         what = "send" if step[0] == "wait_send" else "recv"
+        st.waits_on = frozenset(peers)
         st.blocked_on = f"{what} (pending with rank(s) {peers})" if peers else what
