@@ -143,3 +143,37 @@ def test_a_rank_waiting_after_an_abort_fails_when_its_peer_exits_on_gloo(tmp_pat
     _abort_then_wait_as_on_gloo(real)
     cmp = compare_reports(simulate(s), real)
     assert cmp.agree, format_comparison(cmp)
+
+
+# Found on review: rank 2 has no input and exits; the root (rank 0) posts a broadcast at 0.05 s
+# and its send to rank 2 meets a closed socket: it fails then, having sent nothing to rank 1
+# (whose receive is posted only at 2 s), and its process ends. Rank 1 then waits on a root that
+# is gone and fails too. The simulator once let rank 1 complete, "fed by the root", as if a
+# root that failed had still sent its other messages.
+FAILED_ROOT = {
+    "name": "failed_root", "world_size": 3, "timeout_s": 6, "inputs": {"counts": [1, 1, 0]},
+    "loop": [{"kind": "compute", "seconds": [0.05, 2.0, 0]},
+             {"kind": "collective", "op": "broadcast", "root": 0}],
+}
+
+
+def _failed_root_as_on_gloo(report) -> None:
+    r0, r1, r2 = report.ranks
+    assert (r0.status, r0.error.category) == ("error", "peer_lost")
+    assert (r1.status, r1.error.category) == ("error", "peer_lost")  # its root never sent
+    assert r2.status == "completed" and r2.trace == []
+
+
+def test_a_root_that_failed_feeds_nobody_in_the_simulator():
+    _failed_root_as_on_gloo(simulate(parse_scenario(FAILED_ROOT)))
+
+
+@pytest.mark.real
+def test_a_root_that_failed_feeds_nobody_on_gloo(tmp_path, real_zygote):
+    from real_backend.launch import run_real
+
+    s = parse_scenario(FAILED_ROOT)
+    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
+    _failed_root_as_on_gloo(real)
+    cmp = compare_reports(simulate(s), real)
+    assert cmp.agree, format_comparison(cmp)

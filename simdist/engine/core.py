@@ -15,7 +15,6 @@ A hang is not a timer: it is the event queue running dry while some rank still w
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections import defaultdict, deque
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ import simpy
 
 from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, Instance, RankState, Work
+from simdist.engine.exits import GlooExits
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
@@ -54,7 +54,7 @@ def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEnt
     return TraceEntry(seq=0, op=op, numel=payload.numel, dtype=payload.dtype, group=group, group_size=0, origin=origin)
 
 
-class Engine:
+class Engine(GlooExits):
     """Holds the simpy environment, process groups and pending operations of one run."""
 
     def __init__(self, world_size: int, groups: dict[str, list[int]], cost: CostLike, backend: str = "gloo"):
@@ -105,31 +105,6 @@ class Engine:
                 return m
         return None
 
-    def _gone_absent(self, group: str, posted: dict[int, Call]) -> dict[int, float]:
-        """The members whose process ended without posting, and when."""
-        return {m: self._gone_at[m] for m in self._dead if m in self._member_sets[group] and m not in posted}
-
-    def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = ()) -> bool:
-        """Complete or fail what Gloo does of `inst` without its `gone` members and the live
-        `missing` ones (`gloo_bridge.absent_outcomes`). Returns whether a call was settled."""
-        verdict = gloo_bridge.absent_outcomes(list(inst.calls.values()), len(inst.members), gone, list(missing))
-        outcomes, settled = verdict.rank_outcomes, False
-        for m, call in inst.calls.items():
-            if call.done or not self.ranks[m].alive or outcomes.get(m) not in ("ok", "peer_error"):
-                call.waits_on = verdict.waits_on.get(m)
-                continue
-            settled = True
-            if outcomes[m] == "peer_error":
-                self._fail_call(call, min(gone))
-                continue
-            src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
-            self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
-                                Payload.unknown(call.payload.numel, call.payload.dtype))
-        inst.stuck = inst.stuck or bool(gone)  # the calls left wait on stuck peers: their exits fail them
-        if not missing:
-            self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
-        return settled
-
     # ------------------------------------------------------------------ issuing
     def issue(
         self,
@@ -178,8 +153,8 @@ class Engine:
         elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
-        elif self._dead and (gone := self._gone_absent(group, calls)) and len(calls) + len(gone) == n:
-            self._settle_exited(inst, gone)
+        elif self._dead and self.backend == "gloo":
+            self._settle_gone(inst)
         return Work(self.ranks[rank], call)
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
@@ -398,11 +373,7 @@ class Engine:
                 if not abrupt and rank in inst.calls:
                     continue  # posted before the exit: peers can still complete it
                 if not abrupt and not inst.matched and self.backend == "gloo":
-                    # never posted by it: settled once every live member has posted (or when
-                    # nothing more can happen, `settle_absent`)
-                    gone = self._gone_absent(gname, inst.calls)
-                    if len(inst.calls) + len(gone) == len(inst.members):
-                        self._settle_exited(inst, gone)
+                    self._settle_gone(inst)  # never posted by it
                     continue
                 self._fail_instance(inst, rank)
         for queues in (self._sends, self._recvs):
@@ -431,17 +402,3 @@ class Engine:
         self.rank_gone(rank, abrupt=True)
 
     # ------------------------------------------------------------------ quiescence
-    def settle_absent(self) -> bool:
-        """Called when nothing more can happen: what Gloo completes without the absent. A
-        collective that some live member will now never post is not all-or-nothing on Gloo
-        (`_settle_exited`: a broadcast's rank fed by the root finishes even if a sibling never
-        shows up). Returns whether any rank could go on."""
-        progressed = False
-        for opens in self._open.values():
-            for inst in list(opens.values()):
-                if inst.matched or inst.finished or not inst.calls:
-                    continue
-                missing = [m for m in inst.members if m not in inst.calls and self.ranks[m].alive]
-                if missing:
-                    progressed |= self._settle_exited(inst, self._gone_absent(inst.group, inst.calls), tuple(missing))
-        return progressed

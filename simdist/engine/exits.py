@@ -1,0 +1,96 @@
+"""What a process that ended does to the collectives it did not take part in, on Gloo.
+
+Gloo has no all-or-nothing rule for a collective a member never posted: each rank fails or
+completes by its own messages (`gloo_bridge.absent_outcomes`): a rank whose messages
+involve the gone member fails, a broadcast's rank fed by the root completes. These are the
+engine's methods for it, kept apart from matching because they are one rule with its own
+timing questions (when a failure is final, when to wait for members still to post).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simdist.engine import gloo_bridge
+from simdist.engine.calls import Call, Instance, RankState
+from simdist.engine.values import Payload
+
+
+class GlooExits:
+    """Mixed into `core.Engine`; reads its ranks, groups and dead list, and completes or fails
+    calls through its `_complete_call` / `_fail_call`."""
+
+    ranks: list[RankState]
+    _dead: list[int]
+    _gone_at: dict[int, float]
+    _member_sets: dict[str, frozenset[int]]
+    _instances: dict[tuple[str, int], Instance]
+    _open: dict[str, dict[int, Instance]]
+
+    def _complete_call(self, c: Call, result: Payload) -> None:
+        raise NotImplementedError
+
+    def _fail_call(self, call: Call, dead: int) -> None:
+        raise NotImplementedError
+
+    def _gone_absent(self, group: str, posted: dict[int, Call]) -> dict[int, float]:
+        """The members whose process ended without taking part, and when: never posted, or
+        posted and failed (a rank's messages stop where it failed, e.g. a root whose first
+        send met a closed socket never sends the rest)."""
+        return {m: self._gone_at[m] for m in self._dead
+                if m in self._member_sets[group] and (m not in posted or posted[m].ok is False)}
+
+    def _settle_gone(self, inst: Instance) -> None:
+        """On Gloo, a collective that members whose process ended never posted: the posted
+        ranks whose messages involve them fail now (their sockets are closed: Gloo fails
+        them as they post, or as the peer goes); the rest is settled once every live
+        member has posted (or when nothing more can happen, `settle_absent`)."""
+        gone = self._gone_absent(inst.group, inst.calls)
+        if gone:
+            missing = tuple(m for m in inst.members if m not in inst.calls and m not in gone)
+            self._settle_exited(inst, gone, missing, failures_only=bool(missing))
+
+    def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = (),
+                       failures_only: bool = False) -> bool:
+        """Complete or fail what Gloo does of `inst` without its `gone` members and the live
+        `missing` ones (`gloo_bridge.absent_outcomes`). Returns whether a call was settled.
+        `failures_only`: the missing will still post it, so only a failure is final yet."""
+        calls = [c for m, c in inst.calls.items() if m not in gone]
+        verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, list(missing))
+        outcomes, settled = verdict.rank_outcomes, False
+        if failures_only:
+            for m, call in inst.calls.items():
+                if not call.done and self.ranks[m].alive and outcomes.get(m) == "peer_error":
+                    self._fail_call(call, min(gone))
+                    settled = True
+            return settled
+        for m, call in inst.calls.items():
+            if call.done or not self.ranks[m].alive or outcomes.get(m) not in ("ok", "peer_error"):
+                call.waits_on = verdict.waits_on.get(m)
+                continue
+            settled = True
+            if outcomes[m] == "peer_error":
+                self._fail_call(call, min(gone))
+                continue
+            src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
+            self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
+                                Payload.unknown(call.payload.numel, call.payload.dtype))
+        inst.stuck = inst.stuck or bool(gone)  # the calls left wait on stuck peers: their exits fail them
+        if not missing:
+            self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
+        return settled
+
+    def settle_absent(self) -> bool:
+        """Called when nothing more can happen: what Gloo completes without the absent. A
+        collective that some live member will now never post is not all-or-nothing on Gloo
+        (`_settle_exited`: a broadcast's rank fed by the root finishes even if a sibling never
+        shows up). Returns whether any rank could go on."""
+        progressed = False
+        for opens in self._open.values():
+            for inst in list(opens.values()):
+                if inst.matched or inst.finished or not inst.calls:
+                    continue
+                missing = [m for m in inst.members if m not in inst.calls and self.ranks[m].alive]
+                if missing:
+                    progressed |= self._settle_exited(inst, self._gone_absent(inst.group, inst.calls), tuple(missing))
+        return progressed
