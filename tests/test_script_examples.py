@@ -140,6 +140,12 @@ def test_tensor_kinds_agree_with_real_gloo(script_zygote):
     assert any(line.startswith("[rank0] non-contiguous all_reduce: ok -> [[3.0, 5.0, 9.0]") for line in out), out
     assert ("[rank0] all_gather_into_tensor (world, n) output: RuntimeError: ProcessGroupGloo::allgather: "
             "invalid tensor size at index 0 (expected (3), got (1, 3)) -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out
+    assert ("[rank0] reduce_scatter_tensor (2, 3) from (2 * world, 2): RuntimeError: Check failed: "
+            "outputShape[i] == inputShape[i] (3 vs. 2).  -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out
+    assert ("[rank0] reduce_scatter_tensor (2,) from (2 * world, 3): RuntimeError: The size of tensor a (2) must "
+            "match the size of tensor b (3) at non-singleton dimension 1 -> [[0.0, 0.0]]") in out
+    assert "[rank0] reduce_scatter_tensor async, before wait: ok -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]" in out
+    assert "[rank0] reduce_scatter_tensor async, after wait: ok -> [[[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]]" in out
 
 
 @pytest.mark.real
