@@ -191,6 +191,26 @@ def test_a_rank_that_exits_agrees_with_real_gloo(script_zygote):
 
 
 @pytest.mark.real
+def test_mixed_size_all_reduce_leaves_what_real_gloo_leaves(script_zygote):
+    """tests/scripts/rank_failures.py --case mismatch (3 ranks): rank 1 all-reduces 5 floats,
+    the others 4. Gloo pairs them: ranks 0 and 2 finish with what its byte-level ring leaves
+    (`gloo_rules.mixed_result`), printed whole, and rank 1 waits for a message never sent.
+    The one difference allowed is how that wait ends: real Gloo raises its timeout (made
+    short here) and the simulator reports the hang at once (`gloo_rules` names the timeout
+    Gloo would raise) -- values, lines printed and operations must agree."""
+    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 3,
+             "args": ["--case", "mismatch", "--pg-timeout", "3"]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["hang"] * 3
+    assert [r.status for r in real.ranks] == ["error"] * 3
+    assert {r.error.category for r in real.ranks} <= {"timeout", "peer_lost"}
+    ending = {"outcome", "status", "error"}
+    assert [d.detail for d in compare_reports(sim, real).differences if d.field not in ending] == []
+    for r in (0, 2):
+        assert f"rank {r} step 1: summed [1.0, 4.0, 3.0, 4.0]" in sim.ranks[r].output
+
+
+@pytest.mark.real
 def test_monitored_barrier_is_named_as_not_modelled(script_zygote):
     """Gloo's monitored_barrier ends by a wall-clock deadline: the run is bad input naming it
     (not a silent "only implemented for GLOO backend", which real Gloo never says)."""
