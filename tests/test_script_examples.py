@@ -219,3 +219,19 @@ def test_monitored_barrier_is_named_as_not_modelled(script_zygote):
     entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "monitored_ok"]}
     with pytest.raises(ScriptError, match="monitored_barrier .* is not supported by the simulated backend"):
         _run(entry, "sim", script_zygote)
+
+
+@pytest.mark.real
+def test_a_forked_rank_reads_the_runs_environment_as_a_launched_one(script_zygote, monkeypatch):
+    """What torch reads from the environment at import (c10d's debug level, the intra-op
+    thread count) is the run's in a rank forked by a zygote started before the run's
+    environment was set, as in a launched rank (`forkserver.apply_torch_env`)."""
+    z = script_zygote("sim")  # started (if not yet) in the environment without them
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    script = ROOT / "tests" / "scripts" / "env_reads.py"
+    forked, launched = (run_script(script, nproc_per_node=2, backend="gloo", mode="sim", timeout_s=60,
+                                   measure_compute=False, zygote=zygote) for zygote in (z, None))
+    assert descendants(z.pid) == []
+    assert [r.output for r in forked.ranks] == [r.output for r in launched.ranks]
+    assert "debug DebugLevel.DETAIL" in forked.ranks[0].output[0]
