@@ -216,9 +216,11 @@ def test_monitored_barrier_is_named_as_not_modelled(script_zygote):
     (not a silent "only implemented for GLOO backend", which real Gloo never says)."""
     from simdist.errors import ScriptError
 
-    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "monitored_ok"]}
+    run_id, z = new_run_id(), script_zygote("sim")
     with pytest.raises(ScriptError, match="monitored_barrier .* is not supported by the simulated backend"):
-        _run(entry, "sim", script_zygote)
+        run_script(EXAMPLES / "../tests/scripts/rank_failures.py", ["--case", "monitored_ok"], nproc_per_node=2,
+                   backend="gloo", mode="sim", timeout_s=300, run_id=run_id, measure_compute=False, zygote=z)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # its ranks (forked, run) ended with it
 
 
 @pytest.mark.real
