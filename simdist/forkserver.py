@@ -133,10 +133,13 @@ class ForkServer:
             raise
         finally:
             theirs.close()
-        self._sel.register(self._sock, selectors.EVENT_READ)
-        if self._next_reply(START_TIMEOUT_S).get("ready") is None:
+        try:  # Ctrl-C while the server imports must end it too
+            self._sel.register(self._sock, selectors.EVENT_READ)
+            if self._next_reply(START_TIMEOUT_S).get("ready") is None:
+                raise OSError(f"the fork server {module} did not start")
+        except BaseException:
             self.close()
-            raise OSError(f"the fork server {module} did not start")
+            raise
 
     @property
     def pid(self) -> int:
