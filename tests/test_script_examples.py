@@ -164,6 +164,7 @@ def test_groups_objects_and_async_work_agree_with_real_gloo(script_zygote):
     assert "[rank 1] all_gather future -> [0.0, 0.0]" in out  # the first of the gathered tensors
     assert "[rank 1] all_gather_into_tensor future -> [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]" in out
     assert "[rank 1] reduce_scatter_tensor future: Work::getFuture not implemented." in out
+    assert "[rank 1] reduce_scatter (list) future: Work::getFuture not implemented." in out
     assert "[rank 1] p2p future: Work::getFuture not implemented." in out
 
 
