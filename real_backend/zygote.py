@@ -17,7 +17,6 @@ that way).
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Any
 
@@ -30,27 +29,18 @@ from simdist import forkserver, procs
 PRELOAD = ("torch", "torch.distributed", "real_backend.worker", "real_backend.torchrank", "real_backend.record",
            "real_backend.failure", "torch.distributed.elastic.multiprocessing.errors",
            "torch.distributed.elastic.control_plane", "simdist.report", "simdist.scenario")
-THREADS_ENV = "OMP_NUM_THREADS"  # OpenMP reads it when torch loads it: before the fork
 
 
 def _child(request: dict[str, Any]) -> int:
-    """In the forked child (already in the request's environment): ``python -m
-    real_backend.worker ARGS``; the exit status."""
-    threads = os.environ.get(THREADS_ENV, "")
-    if threads != _STARTED_WITH.get(THREADS_ENV, "") and threads.isdigit() and int(threads) > 0:
-        import torch
-
-        torch.set_num_threads(int(threads))
+    """In the forked child (already in the request's environment, with what torch reads of
+    it at import redone: `forkserver.apply_torch_env`): ``python -m real_backend.worker
+    ARGS``; the exit status."""
     sys.argv[0] = worker.__file__
     return forkserver.run_program(lambda: worker.main(sys.argv[1:]))
 
 
-_STARTED_WITH: dict[str, str] = {}
-
-
 def main() -> int:
     procs.die_with_parent()  # the zygote ends with its launcher; its children end with it
-    _STARTED_WITH.update(os.environ)
     for name in PRELOAD:
         importlib.import_module(name)
     worker.warm_symbolizer()  # in-memory state only (no thread, file or process): ~1 CPU s saved per rank

@@ -20,7 +20,8 @@ both sides of it:
   the same way), take the request's file descriptors as its stdin/stdout/stderr
   (SCM_RIGHTS), its environment (`os.environ` replaced, which is the C environment too), its
   working directory and `sys.argv`, fresh seeds for `random` and NumPy (a fresh interpreter
-  seeds them from the OS); at the end it leaves with `os._exit` after what the interpreter's
+  seeds them from the OS), what torch read from the environment at import
+  (`apply_torch_env`); at the end it leaves with `os._exit` after what the interpreter's
   shutdown does that anyone can see (joining non-daemon threads, atexit handlers, flushes):
   tearing down torch's modules one by one takes ~1 s and changes nothing a peer could see.
 
@@ -132,10 +133,13 @@ class ForkServer:
             raise
         finally:
             theirs.close()
-        self._sel.register(self._sock, selectors.EVENT_READ)
-        if self._next_reply(START_TIMEOUT_S).get("ready") is None:
+        try:  # Ctrl-C while the server imports must end it too
+            self._sel.register(self._sock, selectors.EVENT_READ)
+            if self._next_reply(START_TIMEOUT_S).get("ready") is None:
+                raise OSError(f"the fork server {module} did not start")
+        except BaseException:
             self.close()
-            raise OSError(f"the fork server {module} did not start")
+            raise
 
     @property
     def pid(self) -> int:
@@ -246,6 +250,27 @@ def _become(request: dict[str, Any], fds: list[int], closing: Sequence[int], ser
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    apply_torch_env()
+
+
+def apply_torch_env() -> None:
+    """In a forked child, once its environment is the request's: redo what torch read from
+    the environment when the server imported it, so the child sees the run's environment as
+    a launched process does -- the intra-op thread count (`OMP_NUM_THREADS`, read when torch
+    loads OpenMP) and c10d's debug level (`TORCH_DISTRIBUTED_DEBUG`, read by
+    `import torch.distributed`). Through `sys.modules`: a server that has not imported torch
+    has nothing to redo (the child's own import reads the environment)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        # torch sizes its OpenMP pool by MKL's count, which (MKL_DYNAMIC) stays within the
+        # cores it may use: OMP_NUM_THREADS=3 or 8 gives 2 on 2 CPUs (measured, torch 2.13)
+        torch.set_num_threads(min(int(threads), len(os.sched_getaffinity(0))))
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if c10d is not None and "torch.distributed" in sys.modules:
+        c10d.set_debug_level_from_env()
 
 
 def serve(control: socket.socket, child: Child) -> int | None:

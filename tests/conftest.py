@@ -206,7 +206,9 @@ def example_run(script_zygote):
     it: the Join and dist tutorials' programs are judged by several modules (agreement with
     real Gloo, the tutorial's lines, the scenario's collectives, the hang report), each of
     them on the same run. A test that needs runs of its own (two runs compared) makes them.
-    Tests must not change a report they get (`Report.to_dict` gives a copy)."""
+    Each call gives its own copy of the shared report."""
+    import copy
+
     from simdist.script import run_script
     from simdist.script.launch import new_run_id, tagged_processes
 
@@ -218,7 +220,7 @@ def example_run(script_zygote):
             run_id, z = new_run_id(), script_zygote(mode)
             runs[key] = run_script(EXAMPLES / name, timeout_s=300, run_id=run_id, mode=mode, zygote=z, **kw)
             assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # no process of the run survives it
-        return runs[key]
+        return copy.deepcopy(runs[key])  # each test its own: one that changes it cannot change another's
 
     return get
 

@@ -129,7 +129,7 @@ def test_real_chain_model_sleeps_its_shares_in_backward():
 
 
 # --- simdist compare --timing: bad input is one line, exit 2, before any process starts -------------
-def _compare(tmp_path, scenario: dict, *args: str):
+def _compare(tmp_path, scenario: dict, *args: str, timing: bool = True):
     import tomli_w
     from typer.testing import CliRunner
 
@@ -137,7 +137,14 @@ def _compare(tmp_path, scenario: dict, *args: str):
 
     path = tmp_path / "s.toml"
     path.write_bytes(tomli_w.dumps(scenario).encode())
-    return CliRunner().invoke(app, ["compare", str(path), "--timing", *args])
+    return CliRunner().invoke(app, ["compare", str(path), *(["--timing"] if timing else []), *args])
+
+
+@pytest.mark.parametrize("given", [["--profile", "x.json"], ["--runs", "3"], ["--max-error", "0.2"]])
+def test_timing_options_without_timing_are_refused(tmp_path, given):
+    """Not silently ignored (a plain compare would run instead): one line naming the option."""
+    res = _compare(tmp_path, ddp([10]), *given, timing=False)
+    assert res.exit_code == 2 and res.stderr.strip() == f"error: {given[0]}: only with --timing"
 
 
 def test_timing_needs_a_loop_that_computes(tmp_path):

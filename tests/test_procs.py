@@ -146,3 +146,25 @@ def test_watchdog_fires_after_timeout_and_allows_a_slow_start():
     slow = Watchdog(1.0, startup_limit_s=3.0, started=0.0)
     assert not slow.fired(2.9, starting=True)  # still starting: counts as progress
     assert slow.fired(4.0, starting=True)  # ... but only up to the start-up limit
+
+
+def test_a_fork_server_interrupted_while_it_starts_is_ended():
+    """Ctrl-C while the launcher waits for a fork server's "ready" ends the server (here a
+    process that never says it: `python -m timeit` sleeping) instead of leaking it."""
+    from simdist.forkserver import ForkServer
+
+    owner = LocalProcesses()
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ForkServer("timeit", ["-n", "1", "-r", "1", "import time; time.sleep(60)"], env=dict(os.environ),
+                       owner=owner)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert len(owner.procs) == 1 and not owner.procs[0].alive()

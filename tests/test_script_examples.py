@@ -140,6 +140,12 @@ def test_tensor_kinds_agree_with_real_gloo(script_zygote):
     assert any(line.startswith("[rank0] non-contiguous all_reduce: ok -> [[3.0, 5.0, 9.0]") for line in out), out
     assert ("[rank0] all_gather_into_tensor (world, n) output: RuntimeError: ProcessGroupGloo::allgather: "
             "invalid tensor size at index 0 (expected (3), got (1, 3)) -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out
+    assert ("[rank0] reduce_scatter_tensor (2, 3) from (2 * world, 2): RuntimeError: Check failed: "
+            "outputShape[i] == inputShape[i] (3 vs. 2).  -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]") in out
+    assert ("[rank0] reduce_scatter_tensor (2,) from (2 * world, 3): RuntimeError: The size of tensor a (2) must "
+            "match the size of tensor b (3) at non-singleton dimension 1 -> [[0.0, 0.0]]") in out
+    assert "[rank0] reduce_scatter_tensor async, before wait: ok -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]" in out
+    assert "[rank0] reduce_scatter_tensor async, after wait: ok -> [[[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]]" in out
 
 
 @pytest.mark.real
@@ -158,6 +164,7 @@ def test_groups_objects_and_async_work_agree_with_real_gloo(script_zygote):
     assert "[rank 1] all_gather future -> [0.0, 0.0]" in out  # the first of the gathered tensors
     assert "[rank 1] all_gather_into_tensor future -> [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]" in out
     assert "[rank 1] reduce_scatter_tensor future: Work::getFuture not implemented." in out
+    assert "[rank 1] reduce_scatter (list) future: Work::getFuture not implemented." in out
     assert "[rank 1] p2p future: Work::getFuture not implemented." in out
 
 
@@ -185,11 +192,49 @@ def test_a_rank_that_exits_agrees_with_real_gloo(script_zygote):
 
 
 @pytest.mark.real
+def test_mixed_size_all_reduce_leaves_what_real_gloo_leaves(script_zygote):
+    """tests/scripts/rank_failures.py --case mismatch (3 ranks): rank 1 all-reduces 5 floats,
+    the others 4. Gloo pairs them: ranks 0 and 2 finish with what its byte-level ring leaves
+    (`gloo_rules.mixed_result`), printed whole, and rank 1 waits for a message never sent.
+    The one difference allowed is how that wait ends: real Gloo raises its timeout (made
+    short here) and the simulator reports the hang at once (`gloo_rules` names the timeout
+    Gloo would raise) -- values, lines printed and operations must agree."""
+    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 3,
+             "args": ["--case", "mismatch", "--pg-timeout", "3"]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["hang"] * 3
+    assert [r.status for r in real.ranks] == ["error"] * 3
+    assert {r.error.category for r in real.ranks} <= {"timeout", "peer_lost"}
+    ending = {"outcome", "status", "error"}
+    assert [d.detail for d in compare_reports(sim, real).differences if d.field not in ending] == []
+    for r in (0, 2):
+        assert f"rank {r} step 1: summed [1.0, 4.0, 3.0, 4.0]" in sim.ranks[r].output
+
+
+@pytest.mark.real
 def test_monitored_barrier_is_named_as_not_modelled(script_zygote):
     """Gloo's monitored_barrier ends by a wall-clock deadline: the run is bad input naming it
     (not a silent "only implemented for GLOO backend", which real Gloo never says)."""
     from simdist.errors import ScriptError
 
-    entry = {"script": "../tests/scripts/rank_failures.py", "nproc": 2, "args": ["--case", "monitored_ok"]}
+    run_id, z = new_run_id(), script_zygote("sim")
     with pytest.raises(ScriptError, match="monitored_barrier .* is not supported by the simulated backend"):
-        _run(entry, "sim", script_zygote)
+        run_script(EXAMPLES / "../tests/scripts/rank_failures.py", ["--case", "monitored_ok"], nproc_per_node=2,
+                   backend="gloo", mode="sim", timeout_s=300, run_id=run_id, measure_compute=False, zygote=z)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []  # its ranks (forked, run) ended with it
+
+
+@pytest.mark.real
+def test_a_forked_rank_reads_the_runs_environment_as_a_launched_one(script_zygote, monkeypatch):
+    """What torch reads from the environment at import (c10d's debug level, the intra-op
+    thread count) is the run's in a rank forked by a zygote started before the run's
+    environment was set, as in a launched rank (`forkserver.apply_torch_env`)."""
+    z = script_zygote("sim")  # started (if not yet) in the environment without them
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    script = ROOT / "tests" / "scripts" / "env_reads.py"
+    forked, launched = (run_script(script, nproc_per_node=2, backend="gloo", mode="sim", timeout_s=60,
+                                   measure_compute=False, zygote=zygote) for zygote in (z, None))
+    assert descendants(z.pid) == []
+    assert [r.output for r in forked.ranks] == [r.output for r in launched.ranks]
+    assert "debug DebugLevel.DETAIL" in forked.ranks[0].output[0]

@@ -7,6 +7,8 @@ by peer"), as scenarios/no_join_exit.toml does on real Gloo."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from simdist.script import run_script
@@ -74,19 +76,23 @@ def _without_times(d: dict) -> dict:
 
 @pytest.mark.parametrize("name", ["join_tutorial_no_join.py", "join_tutorial_counter.py"])
 def test_two_runs_give_the_same_report(name, example_run, script_zygote):
-    """Two runs with --zero-compute: the same report, times included. A run that measures
-    compute differs from them in its times only (trace, outcome, values, lines: the same)."""
+    """Two runs with --zero-compute, one forked by the zygote and one launched (its own
+    interpreters and hash seeds, so nondeterminism can show): the same report, times
+    included. A run that measures compute differs from them in its times only (trace,
+    outcome, values, lines: the same)."""
     measured = example_run(name)
-    c, d = (_run_example(name, script_zygote, measure_compute=False).to_dict() for _ in range(2))
+    c, d = (_run_example(name, script_zygote, measure_compute=False, forked=f).to_dict() for f in (True, False))
     c.pop("timings")
     d.pop("timings")
     assert c == d
     assert _without_times(measured.to_dict()) == _without_times(c)
 
 
-def _run_example(name: str, zygote, **kw):
-    """A run of its own (the session's is `example_run`'s), none of its processes left after it."""
+def _run_example(name: str, zygote, forked: bool = True, **kw):
+    """A run of its own (the session's is `example_run`'s), its ranks forked by the session's
+    zygote or (`forked=False`) launched; none of its processes left after it."""
     run_id, z = new_run_id(), zygote("sim")
-    report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, zygote=z, **kw)
+    where = {"zygote": z} if forked else {"stdout": subprocess.DEVNULL}
+    report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, **where, **kw)
     assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     return report

@@ -275,6 +275,7 @@ def report_and_exit(report: Report, s: Scenario, json_: bool) -> NoReturn:
 
 
 def compare(
+    ctx: typer.Context,
     inputs: OneInputArg,
     json_: JsonOpt = False,
     timeout: TimeoutOpt = None,
@@ -302,6 +303,11 @@ def compare(
 
     _check_timeout(timeout)
     with bad_input():
+        if not timing:  # options of --timing alone would otherwise be silently ignored
+            for name, flag in (("profile", "--profile"), ("runs", "--runs"), ("max_error", "--max-error")):
+                # (typer's own click: its ParameterSource is not click's, so by name)
+                if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT":
+                    raise InputError(f"{flag}: only with --timing")
         script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
         if script is not None and timing:
             raise InputError("--timing: times a scenario file's iterations, not a script")

@@ -89,6 +89,13 @@ def async_work(rank, world):
         p(f"reduce_scatter_tensor future: {e}")
     work.wait()
     p(f"shard {shard.tolist()}")
+    work = dist.reduce_scatter(shard, [torch.full((1,), float(k + rank)) for k in range(world)], async_op=True)
+    try:
+        p(f"reduce_scatter (list) future -> {[t.tolist() for t in work.get_future().wait()]}")
+    except RuntimeError as e:
+        p(f"reduce_scatter (list) future: {e}")
+    work.wait()
+    p(f"list shard {shard.tolist()}")
     if rank < 2:
         buf = torch.tensor([float(rank)])
         req = dist.isend(buf, 1) if rank == 0 else dist.irecv(buf, 0)

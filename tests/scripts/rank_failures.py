@@ -24,9 +24,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--pg-timeout", type=float, default=60.0, help="Gloo's timeout (seconds) for a stuck collective")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     w = torch.ones(4)
     for step in range(args.steps):
@@ -39,6 +40,8 @@ def main():
         if args.case == "mismatch" and rank == 1 and step == 1:
             g = torch.zeros(5)
         dist.all_reduce(g)
+        if args.case == "mismatch" and step == 1:
+            print(f"rank {rank} step {step}: summed {g.tolist()}", flush=True)  # what Gloo's ring left
         w -= 0.1 * g[:4] / world
         print(f"rank {rank} step {step}: w0 {w[0].item():.4f}", flush=True)
     if args.case == "exit":

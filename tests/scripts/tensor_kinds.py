@@ -88,6 +88,17 @@ def main():
     shard = torch.zeros(2, 2)
     attempt(rank, "reduce_scatter_tensor (2, 2) from (2 * world, 2)", lambda: dist.reduce_scatter_tensor(
         shard, torch.ones(2 * world, 2) * rank), shard)
+    shard = torch.zeros(2, 3)  # Gloo compares the output's later dims with the input's at the call
+    attempt(rank, "reduce_scatter_tensor (2, 3) from (2 * world, 2)", lambda: dist.reduce_scatter_tensor(
+        shard, torch.ones(2 * world, 2)), shard)
+    flat = torch.zeros(2)  # passes the checks; the copy out in wait() cannot broadcast (2, 3) into (2,)
+    attempt(rank, "reduce_scatter_tensor (2,) from (2 * world, 3)", lambda: dist.reduce_scatter_tensor(
+        flat, torch.arange(6.0 * world).view(2 * world, 3) + rank), flat)
+    shard = torch.zeros(2, 3)  # async: the output gets its chunk in wait(), not when the all_reduce ends
+    work = dist.reduce_scatter_tensor(shard, torch.arange(6.0 * world).view(2 * world, 3) + rank, async_op=True)
+    dist.barrier()
+    attempt(rank, "reduce_scatter_tensor async, before wait", lambda: None, shard)
+    attempt(rank, "reduce_scatter_tensor async, after wait", work.wait, shard)
 
     a, b = torch.ones(2) * rank, torch.ones(3, dtype=torch.float64) * rank
     attempt(rank, "all_reduce_coalesced mixed dtypes", lambda: dist.all_reduce_coalesced([a, b]), a, b)

@@ -56,17 +56,35 @@ _CXX_TYPE_NAMES = {torch.float32: "float", torch.float64: "double", torch.float1
                    torch.bool: "bool"}
 
 
-def reduce_scatter_check(output: torch.Tensor, inp: torch.Tensor, size: int) -> None:
-    """ProcessGroupGloo::_reduce_scatter_base's checks (torch 2.13: TORCH_CHECK_EQs, raised at
-    the call; the real message carries a glog prefix with the time, "[rank0]:[F1123 21:39:19...
-    ProcessGroupGloo.cpp:1537] ", before this text): same dtype, and the input's dim 0 is the
-    output's times the world size (not merely as many elements: (2, 2) from 8 is refused)."""
+def reduce_scatter_check(output: torch.Tensor, inp: torch.Tensor, size: int) -> bool:
+    """ProcessGroupGloo::reduce_scatter_tensor_coalesced's checks (torch 2.13: TORCH_CHECK_EQs,
+    raised at the call; the real message carries a glog prefix with the time, "[rank0]:[F1123
+    21:39:19... ProcessGroupGloo.cpp:1537] ", before this text): same dtype, the input's dim 0
+    is the output's times the world size (not merely as many elements: (2, 2) from 8 is
+    refused), and every further dim of the output equals the input's. That loop runs over the
+    output's dims: an output with more dims than the input makes Gloo read past the input's
+    shape (garbage, measured): False then, for the caller to name as not modelled. An output
+    with fewer dims passes here and fails at wait(), on the copy out (`reduce_scatter_copy`)."""
     if output.dtype != inp.dtype:
         a, b = (_CXX_TYPE_NAMES.get(t.dtype, str(t.dtype)) for t in (output, inp))
         raise RuntimeError(f"Check failed: outputTensors[i].dtype() == inputTensors[i].dtype() ({a} vs. {b}). ")
     out0, in0 = (t.shape[0] if t.dim() else 1 for t in (output, inp))
     if out0 * size != in0:
         raise RuntimeError(f"Check failed: outputShape[0] * worldSize == inputShape[0] ({out0 * size} vs. {in0}). ")
+    if output.dim() > max(inp.dim(), 1):
+        return False
+    for i in range(1, output.dim()):
+        if output.shape[i] != inp.shape[i]:
+            raise RuntimeError(f"Check failed: outputShape[i] == inputShape[i] ({output.shape[i]} vs. {inp.shape[i]}). ")
+    return True
+
+
+def reduce_scatter_copy(output: torch.Tensor, reduced: torch.Tensor, size: int, rank: int) -> None:
+    """What ProcessGroupGloo's reduce_scatter_tensor work does in wait() (torch 2.13, a
+    LambdaWork): `output.copy_(buffer.chunk(worldSize)[rank])`, broadcasting as copy_ does
+    (an output (2,) of an input (4, 3) fails there with copy_'s own message). Until wait()
+    the output is untouched, however long ago the all_reduce finished."""
+    output.data.copy_(reduced.chunk(size)[rank])
 
 
 def sizes_check(op: str, tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:

@@ -258,17 +258,16 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         red = reduce_name(opts.reduceOp)
         if self._gloo():
-            gloo_args.reduce_scatter_check(output, input, self.size())
-            # ProcessGroupGloo (torch 2.13): one all_reduce of the whole input, then each rank
-            # copies out its chunk (the input itself is left as it was)
-            stage, n, r = torch.empty_like(input), output.numel(), self.rank()
-
-            def keep_own_chunk() -> None:
-                output.data.copy_(stage.reshape(-1).narrow(0, r * n, n).view(output.shape))
-
-            return _futureless(self._issue("all_reduce", [input], [stage], [output], numel=input.numel(),
-                                           dtype=dtype_name(input), reduce_op=red, async_op=_async(opts),
-                                           after=keep_own_chunk), True)
+            if not gloo_args.reduce_scatter_check(output, input, self.size()):
+                raise UnsupportedOperation("reduce_scatter_tensor with an output of more dims than its input "
+                                           "(Gloo compares shapes past the input's: undefined)")
+            # ProcessGroupGloo (torch 2.13): one all_reduce of a copy of the whole input; each
+            # rank copies its chunk out in the work's wait() (the input is left as it was)
+            stage, size, r = torch.empty_like(input), self.size(), self.rank()
+            work = self._issue("all_reduce", [input], [stage], [output], numel=input.numel(),
+                               dtype=dtype_name(input), reduce_op=red, async_op=_async(opts))
+            work.at_wait = lambda: gloo_args.reduce_scatter_copy(output, stage, size, r)
+            return _futureless(work, True)
         return self._issue("reduce_scatter", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            reduce_op=red, async_op=_async(opts))
 

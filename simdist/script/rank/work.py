@@ -29,6 +29,7 @@ class SimWork(dist._Work):
         self.id = 0
         self._outputs = list(outputs)
         self._after = after  # run once the outputs hold the result (copy a staged result out)
+        self.at_wait: Callable[[], None] | None = None  # run by each successful wait() (Gloo's LambdaWork)
         self.source: int | None = None
         self.group_ranks: list[int] = []  # a receive's group (global ranks), for `_source_rank`
         self._result = result
@@ -80,6 +81,8 @@ class SimWork(dist._Work):
                     c.main_waits -= 1
         if self._error is not None:
             raise RuntimeError(self._error)
+        if self.at_wait is not None:
+            self.at_wait()
         return True
 
     def get_future(self) -> Future:
