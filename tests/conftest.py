@@ -12,6 +12,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal delivers it, even when the suite itself was started with SIGINT
+    ignored (a background job of a shell without job control inherits that, and so would
+    every CLI the Ctrl-C tests start: Python never installs its KeyboardInterrupt handler
+    for a signal it inherits ignored). A handler, unlike SIG_IGN, is not inherited by exec."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_cli(*args: str, timeout: float = 120):
     """Run the real `simdist` CLI in a subprocess (as users do) and return the CompletedProcess."""
     import subprocess
