@@ -306,9 +306,14 @@ def _make_op(op: str, count: int, p: int, rank: int, device: str):  # pragma: no
     raise ValueError(op)
 
 
-if __name__ == "__main__":  # pragma: no cover
+def worker_main(worker: Callable[[dict], None], module: str, command: str) -> None:  # pragma: no cover
+    """The `python -m MODULE --worker CONFIG` entry of a module whose ranks `run_ranks` starts."""
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        _worker(json.loads(sys.argv[2]))
+        worker(json.loads(sys.argv[2]))
     else:
-        print("usage: python -m real_backend.bench --worker CONFIG (internal); use `simdist bench`")
+        print(f"usage: python -m {module} --worker CONFIG (internal); use `simdist {command}`")
         sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    worker_main(_worker, "real_backend.bench", "bench")

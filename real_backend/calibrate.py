@@ -28,10 +28,9 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 
-from real_backend.bench import run_ranks
+from real_backend.bench import run_ranks, worker_main
 from simdist.network.host import HostProfile
 from simdist.procs import die_with_parent
 
@@ -209,8 +208,4 @@ def _per_byte(op, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22), repeats: int = 21)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        _worker(json.loads(sys.argv[2]))
-    else:
-        print("usage: python -m real_backend.calibrate --worker CONFIG (internal); use `simdist calibrate`")
-        sys.exit(2)
+    worker_main(_worker, "real_backend.calibrate", "calibrate")

@@ -33,21 +33,6 @@ def _garbage_root_as_on_gloo(report) -> None:
     assert r1.status == "aborted" and r1.error.category == "gloo_abort"
 
 
-def test_an_undefined_source_rank_is_refused_in_the_simulator():
-    _garbage_root_as_on_gloo(simulate(parse_scenario(GARBAGE_ROOT)))
-
-
-@pytest.mark.real
-def test_an_undefined_source_rank_is_refused_on_gloo(tmp_path, real_zygote):
-    from real_backend.launch import run_real
-
-    s = parse_scenario(GARBAGE_ROOT)
-    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
-    _garbage_root_as_on_gloo(real)  # the real recorder wrote rank 0's record (it once crashed on the root)
-    cmp = compare_reports(simulate(s), real)
-    assert cmp.agree, format_comparison(cmp)
-
-
 # sweep3_9: rank 1 runs out of inputs and exits right after a collective; its peers post the
 # next broadcast (root 0) at that instant. Gloo fails only the ranks whose own messages involve
 # the exited rank: the root (its send to rank 1 never completes), while rank 2, fed by the
@@ -63,21 +48,6 @@ def _exit_mid_broadcast_as_on_gloo(report) -> None:
     assert r0.status == "error" and r0.error.category == "peer_lost" and not r0.trace[-1].completed
     assert r1.status == "completed" and r1.inputs_processed == 1
     assert r2.status == "completed" and r2.observed["u"] == [0.0, 0.0] and r2.trace[-1].completed
-
-
-def test_an_exit_fails_only_the_peers_that_talk_to_it_in_the_simulator():
-    _exit_mid_broadcast_as_on_gloo(simulate(parse_scenario(EXIT_MID_BROADCAST)))
-
-
-@pytest.mark.real
-def test_an_exit_fails_only_the_peers_that_talk_to_it_on_gloo(tmp_path, real_zygote):
-    from real_backend.launch import run_real
-
-    s = parse_scenario(EXIT_MID_BROADCAST)
-    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
-    _exit_mid_broadcast_as_on_gloo(real)
-    cmp = compare_reports(simulate(s), real)
-    assert cmp.agree, format_comparison(cmp)
 
 
 # sweep2_29: the same vote with the roles swapped: rank 0 gets the 8-byte message and dies by
@@ -130,21 +100,6 @@ def _abort_then_wait_as_on_gloo(report) -> None:
         assert len(r.trace) == 1 and not r.trace[0].completed
 
 
-def test_a_rank_waiting_after_an_abort_fails_when_its_peer_exits_in_the_simulator():
-    _abort_then_wait_as_on_gloo(simulate(parse_scenario(ABORT_THEN_WAIT)))
-
-
-@pytest.mark.real
-def test_a_rank_waiting_after_an_abort_fails_when_its_peer_exits_on_gloo(tmp_path, real_zygote):
-    from real_backend.launch import run_real
-
-    s = parse_scenario(ABORT_THEN_WAIT)
-    real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
-    _abort_then_wait_as_on_gloo(real)
-    cmp = compare_reports(simulate(s), real)
-    assert cmp.agree, format_comparison(cmp)
-
-
 # Found on review: rank 2 has no input and exits; the root (rank 0) posts a broadcast at 0.05 s
 # and its send to rank 2 meets a closed socket: it fails then, having sent nothing to rank 1
 # (whose receive is posted only at 2 s), and its process ends. Rank 1 then waits on a root that
@@ -164,16 +119,30 @@ def _failed_root_as_on_gloo(report) -> None:
     assert r2.status == "completed" and r2.trace == []
 
 
-def test_a_root_that_failed_feeds_nobody_in_the_simulator():
-    _failed_root_as_on_gloo(simulate(parse_scenario(FAILED_ROOT)))
+# Each gap: its scenario and what Gloo does there, asserted of the simulator's report, of
+# real Gloo's (the session's `real_zygote`), and their agreement.
+GAPS = {
+    "garbage_root": (GARBAGE_ROOT, _garbage_root_as_on_gloo),  # the real recorder once crashed on the root
+    "exit_mid_broadcast": (EXIT_MID_BROADCAST, _exit_mid_broadcast_as_on_gloo),
+    "abort_then_wait": (ABORT_THEN_WAIT, _abort_then_wait_as_on_gloo),
+    "failed_root": (FAILED_ROOT, _failed_root_as_on_gloo),
+}
+
+
+@pytest.mark.parametrize("gap", GAPS)
+def test_the_simulator_does_what_gloo_does(gap):
+    scenario, as_on_gloo = GAPS[gap]
+    as_on_gloo(simulate(parse_scenario(scenario)))
 
 
 @pytest.mark.real
-def test_a_root_that_failed_feeds_nobody_on_gloo(tmp_path, real_zygote):
+@pytest.mark.parametrize("gap", GAPS)
+def test_gloo_does_it_and_agrees_with_the_simulator(gap, tmp_path, real_zygote):
     from real_backend.launch import run_real
 
-    s = parse_scenario(FAILED_ROOT)
+    scenario, as_on_gloo = GAPS[gap]
+    s = parse_scenario(scenario)
     real = run_real(s, workdir=tmp_path / "wd", zygote=real_zygote)
-    _failed_root_as_on_gloo(real)
+    as_on_gloo(real)
     cmp = compare_reports(simulate(s), real)
     assert cmp.agree, format_comparison(cmp)

@@ -49,7 +49,8 @@ def gloo_local_error(c: Call) -> str | None:
     (``Cannot use ReduceOp.BAND with non-integral dtype``): the work fails at ``wait()``, the
     tensor is untouched and the rank never joins the wire, so peers that did wait for its
     messages (measured on torch 2.13)."""
-    if c.op not in REDUCING_OPS or c.reduce_op not in BITWISE_REDUCE_OPS or c.payload.dtype not in FLOAT_DTYPES:
+    # the reduce op first: this runs for every rank-collective on Gloo, and most are no bitwise op
+    if c.reduce_op not in BITWISE_REDUCE_OPS or c.op not in REDUCING_OPS or c.payload.dtype not in FLOAT_DTYPES:
         return None
     return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
 
