@@ -401,4 +401,21 @@ class Engine(GlooExits):
                                              else None)
         self.rank_gone(rank, abrupt=True)
 
+    def time_out(self, call: Call, message: str) -> None:
+        """Gloo's timeout: `call` waited past its group's deadline and fails with `message`
+        (the driver decides when: `simdist.script.deadlines`). A collective it belongs to is
+        stuck from then on: a member that arrives later completes nothing, and the rank's exit
+        fails the peers still waiting on it (`rank_gone`), as a real rank that raised does."""
+        if call.done:
+            return
+        if call.op in ("send", "recv"):  # no longer matchable: its buffer gave up
+            for queues in (self._sends, self._recvs, self._any_recvs):
+                for q in queues.values():
+                    if call in q:
+                        q.remove(call)
+        elif (inst := self._open[call.entry.group].get(call.entry.seq)) is not None:
+            inst.stuck = True
+        call.entry.t_done = None
+        call.settle(False, RankRaised("RuntimeError", message, "timeout"))
+
     # ------------------------------------------------------------------ quiescence

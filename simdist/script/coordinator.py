@@ -8,7 +8,9 @@ answers with the result bytes when the operation completes.
 Hang detection needs no timer: when every live rank is blocked in operations that have
 not completed (a visible `wait()`, or idle on futures torch waits for in C++; see
 `rank.client`), no message can arrive that would let one complete, so the run hangs. On
-Gloo, `settle_absent` first completes what Gloo completes without an absent member.
+Gloo, `settle_absent` first completes what Gloo completes without an absent member, and a
+group's own timeout, where the script set one, ends the waits due first
+(`simdist.script.deadlines`); only a run with none left hangs.
 
 Rank exits follow the backend the script asked for (or `backend=` overrides): on Gloo a
 peer that exits makes its partners' unfinished collectives fail ("Connection closed by
@@ -32,7 +34,7 @@ from simdist.engine.values import Splits
 from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
-from simdist.script import env, payloads, wire
+from simdist.script import deadlines, env, payloads, wire
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
 
@@ -71,6 +73,8 @@ class Coordinator:
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.input_error: str | None = None  # bad input found only once ranks said who they are
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
+        self.timeouts: dict[str, float] = {}  # group -> its Gloo timeout (s), where modelled (`deadlines`)
+        self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -95,7 +99,7 @@ class Coordinator:
             self._pump()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung():
+            if self._hung() and not self._expire():
                 return Ending("hang", time.time(), self._last_event())
             if dog.fired(starting=self.engine is None or len(self.by_rank) < self.world_size):
                 return Ending("timeout", time.time())
@@ -205,6 +209,8 @@ class Coordinator:
     def _group(self, h: dict[str, Any]) -> None:
         assert self.engine is not None
         ranks = sorted(int(r) for r in h["ranks"])
+        if h.get("to") is not None:
+            self.timeouts[h["g"]] = float(h["to"])
         have = self.engine.add_group(h["g"], ranks)
         if have != ranks:
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
@@ -232,7 +238,10 @@ class Coordinator:
         entry = work.call.entry
         entry.t_issue = conn.clock
         entry.phase, entry.iteration = phase_of(frames), None
-        rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members)
+        rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
+        limit = h.get("to", self.timeouts.get(group))  # the op's own (monitored_barrier's) or its group's
+        if limit is not None:
+            rec.deadline, rec.limit_s = entry.t_issue + float(limit), float(limit)
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
@@ -255,6 +264,8 @@ class Coordinator:
         if rec is None:
             return
         conn.waited_on(rec)
+        if h.get("to") is not None:  # a wait with its own timeout (monitored_barrier's rank 0)
+            rec.deadline, rec.limit_s = conn.clock + float(h["to"]), float(h["to"])
         if not rec.done:
             conn.block = Block([rec.id], time.time(), h.get("frames") or [])
 
@@ -330,6 +341,24 @@ class Coordinator:
             self._pump()
             return False
         return True
+
+    def _expire(self) -> bool:
+        """Nothing can progress: Gloo's timeout ends the waits due first (`deadlines`). Returns
+        whether one ended (the run goes on); False: no deadline is left, the run hangs."""
+        assert self.engine is not None
+        if self.backend != "gloo":
+            return False
+        due = deadlines.due([(c, rec) for c in self._live() for rec in c.ops.values() if not rec.done])
+        for conn, rec in due:
+            assert rec.deadline is not None and rec.limit_s is not None
+            blocked = conn.block is not None and rec.id in conn.block.ids
+            frames = conn.block.frames if blocked and conn.block is not None else []
+            msg = deadlines.message(rec.entry.op, rec.limit_s)
+            self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
+            self.engine.time_out(rec.call, msg)
+            conn.clock = max(conn.clock, rec.deadline)
+        self._pump()
+        return bool(due)
 
     def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])

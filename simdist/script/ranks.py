@@ -37,6 +37,9 @@ class OpRecord:
     members: list[int]
     done: bool = False
     waited: bool = False
+    call: Any = None  # the engine's Call (for Gloo's timeout: `Engine.time_out`)
+    deadline: float | None = None  # simulated time at which Gloo's timeout ends its wait (`deadlines`)
+    limit_s: float | None = None  # the timeout that deadline comes from
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import client, gloo_args, stack
@@ -355,8 +356,11 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     given = list(opts.global_ranks_in_group)
     ranks = given or list(range(opts.group_size))
     name = env.group_name(str(opts.group_id), not given)
-    if given and client.CLIENT is not None:
-        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks})
+    # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
+    # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
+    limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
+    if (given or limit is not None) and client.CLIENT is not None:
+        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
 
 
