@@ -182,6 +182,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             last = next((e for e in reversed(r.trace)), None)
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
+    notes.extend(_timeout_notes(coord))
     if ending.kind == "hang":
         wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
@@ -195,6 +196,21 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     elif ending.kind == "timeout":
         notes.append("watchdog: the run did not finish in time and no hang was proven (a rank may be computing "
                      "or spinning without communicating)")
+    return notes
+
+
+def _timeout_notes(coord: Coordinator) -> list[str]:
+    """The hang that Gloo's timeout ended (`simdist.script.deadlines`): which rank waited in
+    which operation, at which line, until when; a run that times out is still a hang to debug."""
+    notes = []
+    for x in coord.expired:
+        where = _user_location(x.frames)
+        at = f" at {where.short()}" if where is not None else ""
+        notes.append(f"rank {x.rank} was blocked in {x.entry.short()}{at} until its {x.limit_s:g} s timeout "
+                     f"(t={x.deadline:.3f} s): {x.message}")
+    if coord.expired:
+        notes.append("timeout: Gloo's timeout ended waits that no rank could complete any more (a hang that the "
+                     "group's timeout turns into errors)")
     return notes
 
 

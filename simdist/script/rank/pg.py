@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, gloo_args, stack
+from simdist.script.rank import client, gloo_args, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES
@@ -122,7 +122,7 @@ class SimProcessGroup(dist.ProcessGroup):
                numel: int, dtype: str, send: bool = True, reduce_op: str | None = None, root: int | None = None,
                peer: int | None = None, tag: int = 0, async_op: bool = True, announce: bool | None = None,
                splits: tuple[list[int], list[int]] | None = None, after: Any = None,
-               frames: list | None = None) -> SimWork:
+               frames: list | None = None, limit_s: float | None = None, hidden: bool = False) -> SimWork:
         """Send one operation to the coordinator. `announce`: the op message says the caller
         waits on it at once (default: a synchronous call); `splits`: all_to_all's element
         counts (to each rank, from each rank); `after`: run once the outputs hold the result."""
@@ -137,6 +137,10 @@ class SimProcessGroup(dist.ProcessGroup):
                   "want": bool(outputs), "cpu": time.thread_time(), "frames": frames or stack.caller_stack(2)}
         if splits is not None:
             header["splits"] = splits
+        if limit_s is not None:  # its own deadline (`simdist.script.deadlines`), not its group's
+            header["to"] = limit_s
+        if hidden:  # below Python and the Flight Recorder on Gloo (`monitored`): not in the trace
+            header["hidden"] = True
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
         return work
 
@@ -322,10 +326,12 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._issue("barrier", [], [], [], numel=0, dtype=env.BARRIER_DTYPE, async_op=_async(opts))
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
-        # Gloo's monitored_barrier is rank 0 receiving from every rank with a deadline and
-        # naming the first (or every) rank that missed it: its outcome is decided by wall-clock
-        # timeouts, which the simulated ranks do not have
-        raise UnsupportedOperation("monitored_barrier (its outcome is decided by Gloo's wall-clock timeout)")
+        """ProcessGroupGloo::monitoredBarrier, message for message: each rank sends rank 0 its
+        rank and waits for rank 0's answer; rank 0 receives from every rank with a deadline
+        (`timeout` from its start; with `wait_all_ranks`, the whole `timeout` for each wait in
+        turn), names the first rank that missed it (every one, with `wait_all_ranks`), and
+        answers only if all arrived. The deadlines are simulated (`simdist.script.deadlines`)."""
+        monitored.barrier(self, timeout, wait_all_ranks)
 
     # ------------------------------------------------------------------ point-to-point
     def _p2p_check(self, tensors: list[torch.Tensor]) -> None:

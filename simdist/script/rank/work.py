@@ -40,6 +40,7 @@ class SimWork(dist._Work):
         self._base: Future | None = None
         self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
         self.futureless = False  # the backend's work for this op has no future (Gloo: p2p, reduce_scatter)
+        self.wait_limit_s: float | None = None  # the next wait()'s own timeout (`monitored_barrier`'s rank 0)
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
@@ -72,9 +73,10 @@ class SimWork(dist._Work):
                 elif self._done.is_set():
                     # still told: the rank's simulated clock waits for the op whether or not
                     # its result happened to arrive first (reports must not depend on that race)
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time()})
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "to": self.wait_limit_s})
                 else:
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack()})
+                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack(),
+                            "to": self.wait_limit_s})
                 self._done.wait()
             finally:
                 if on_main:

@@ -1,0 +1,61 @@
+"""Gloo's own timeout and monitored_barrier: --case picks how a rank gets stuck (3 ranks).
+
+  never        ranks 0, 1 all-reduce on WORLD (timeout 2 s); rank 2 waits in a subgroup
+               all_reduce (torch's default timeout) that rank 1 never joins
+  mismatch     rank 1 broadcasts while the others all-reduce
+  recv         rank 1 waits for a message rank 0 never sends; ranks 0, 2 in a barrier
+  late         rank 1 all-reduces after its peers have finished and exited
+  monitored    rank 1 skips a monitored_barrier (1 s) and waits in a barrier instead
+  monitored_all ranks 1 and 2 skip a monitored_barrier(wait_all_ranks=True)
+Each rank prints how its wait ended (the first line of a monitored_barrier error; Gloo's
+own messages differ in their file-and-line prefix and peer address), then re-raises."""
+
+import argparse
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+def _said(e: Exception) -> str:
+    msg = str(e)
+    if "monitoredBarrier" in msg:
+        return msg.splitlines()[0]
+    return "timed out" if "Timed out" in msg else "peer gone" if "by peer" in msg else msg
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True)
+    case = ap.parse_args().case
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+    rank = dist.get_rank()
+    t = torch.ones(4) * rank
+    sub = dist.new_group([1, 2])
+    one_s = datetime.timedelta(seconds=1)
+    try:
+        if case == "never":
+            dist.all_reduce(t, group=sub) if rank == 2 else dist.all_reduce(t)
+        elif case == "mismatch":
+            dist.broadcast(t, src=0) if rank == 1 else dist.all_reduce(t)
+        elif case == "recv":
+            dist.recv(t, src=0) if rank == 1 else dist.barrier()
+        elif case == "late":
+            dist.barrier()
+            if rank == 1:
+                dist.all_reduce(t)
+        elif case == "monitored":
+            dist.barrier() if rank == 1 else dist.monitored_barrier(timeout=one_s)
+        elif case == "monitored_all":
+            if rank == 0:
+                dist.monitored_barrier(timeout=one_s, wait_all_ranks=True)
+            else:
+                dist.all_reduce(t, group=sub)  # what the skipping ranks wait in instead
+    except RuntimeError as e:
+        print(f"rank {rank}: {_said(e)}", flush=True)
+        raise
+    print(f"rank {rank}: done {t.tolist()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

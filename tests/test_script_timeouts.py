@@ -1,0 +1,74 @@
+"""Gloo's own timeout and `monitored_barrier` (`simdist.script.deadlines`,
+`simdist.script.rank.monitored`): tests/scripts/pg_timeouts.py runs each case simulated
+and on real Gloo (the session's `script_zygote`); they must agree rank by rank as
+`simdist compare` judges (outcome, status, error category, printed lines, where each rank
+ended, operations), and on what real Gloo was measured to do (torch 2.13, 3 ranks):
+
+* a wait that no rank can complete ends at the group's timeout (2 s here) with "Timed out
+  waiting 2000ms for recv/send operation to complete", on every rank whose group has that
+  timeout; a rank in a group with torch's default (30 min) fails only when a timed-out peer
+  exits ("Connection closed by peer");
+* a collective called after the peers exited fails with the peer gone, not a timeout;
+* monitored_barrier: rank 0 names the first rank that missed its deadline (its error ends
+  with the wait's own: a timeout), the ranks that arrived fail when rank 0 exits; with
+  wait_all_ranks rank 0 names every rank that missed it and the others go on."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.script import run_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT, descendants
+from tests.test_script_examples import differences
+
+SCRIPT = ROOT / "tests" / "scripts" / "pg_timeouts.py"
+
+CASES = {  # case -> each rank's status[:category] and printed line (after "rank N: ")
+    "never": [("error:timeout", "timed out"), ("error:timeout", "timed out"), ("error:peer_lost", "peer gone")],
+    "mismatch": [("error:timeout", "timed out")] * 3,
+    "recv": [("error:timeout", "timed out")] * 3,
+    "late": [("completed", "done [0.0, 0.0, 0.0, 0.0]"), ("error:peer_lost", "peer gone"),
+             ("completed", "done [2.0, 2.0, 2.0, 2.0]")],
+    "monitored": [("error:timeout", "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms"),
+                  ("error:peer_lost", "peer gone"),
+                  ("error:peer_lost", "Rank 2 successfully reached monitoredBarrier, but received errors while "
+                                      "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.")],
+    "monitored_all": [("error:other", "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms"),
+                      ("completed", "done [3.0, 3.0, 3.0, 3.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]")],
+}
+
+
+def _run(case: str, mode: str, zygote):
+    run_id, z = new_run_id(), zygote(mode)
+    report = run_script(SCRIPT, ["--case", case], nproc_per_node=3, backend="gloo", mode=mode, timeout_s=60,
+                        run_id=run_id, measure_compute=False, zygote=z)
+    assert tagged_processes(run_id) == [] and descendants(z.pid) == []
+    return report
+
+
+def _seen(report) -> list[tuple[str, str]]:
+    return [(r.status + (f":{r.error.category}" if r.error and r.status != "completed" else ""),
+             r.output[-1].removeprefix(f"rank {r.rank}: ") if r.output else "") for r in report.ranks]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("case", CASES)
+def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
+    sim, real = _run(case, "sim", script_zygote), _run(case, "gloo", script_zygote)
+    assert _seen(sim) == CASES[case]
+    assert _seen(real) == CASES[case]
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_the_report_still_says_where_each_rank_was_stuck(script_zygote):
+    """A run that Gloo's timeout ends is a hang to debug: the notes name each timed-out rank's
+    operation, its line and the simulated time its deadline came."""
+    sim = _run("mismatch", "sim", script_zygote)
+    notes = [n for n in sim.notes if "until its 2 s timeout" in n]
+    assert len(notes) == 3, sim.notes
+    assert any(n.startswith("rank 1 was blocked in #1 broadcast[4] float32 root=0 group=WORLD") and
+               "pg_timeouts.py:" in n and "(t=2.000 s): Timed out waiting 2000ms" in n for n in notes), notes
+    assert all(r.time >= 2.0 for r in sim.ranks)  # each clock reached its deadline
+    assert sim.outcome == "error"
