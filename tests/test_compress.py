@@ -218,12 +218,13 @@ BENCH_LIKE = {
 def test_plan_removes_the_steady_middle_of_each_gap():
     s = parse_scenario(BENCH_LIKE)
     p = plan(s)
-    # P = 1, warm-up 4 iterations; gaps [0,17) (a rank with 0 inputs joins at 0) and [17,40)
-    assert p.period == 1 and p.segments == ((4, 13), (18, 22))
-    assert list(p.compressed_counts) == [0, 4, 5, 6] and p.removed() == [0, 13, 35, 35]
+    # P = 1, warm-up W = 2 iterations; gaps [0,17) (a rank with 0 inputs joins at 0, so its
+    # first 3P = 3 iterations are kept: its shadow passes push and rebuild DDP's buckets) and [17,40)
+    assert p.period == 1 and p.segments == ((3, 14), (18, 22))
+    assert list(p.compressed_counts) == [0, 3, 4, 5] and p.removed() == [0, 14, 36, 36]
     c, removed = compress(s)
-    assert c.counts() == [0, 4, 5, 6] and removed == [0, 13, 35, 35]
-    assert [p.full_inputs_processed(n) for n in (0, 4, 5, 6)] == [0, 17, 40, 41]
+    assert c.counts() == [0, 3, 4, 5] and removed == [0, 14, 36, 36]
+    assert [p.full_inputs_processed(n) for n in (0, 3, 4, 5)] == [0, 17, 40, 41]
     assert_same_verdict(s)
 
 
@@ -242,7 +243,7 @@ def test_refused(patch, reason):
 
 
 def test_short_gaps_are_kept():
-    s = parse_scenario({**BENCH_LIKE, "inputs": {"counts": [3, 4, 5, 6]}})
+    s = parse_scenario({**BENCH_LIKE, "inputs": {"counts": [2, 3, 4, 5]}})
     assert not plan(s).compressed and compress(s)[0] is s
 
 
@@ -250,13 +251,14 @@ def test_misaligned_shadow_is_not_trusted():
     # Join([counter]) but the loop's all-reduce is no counter call: the joined ranks' shadow pass
     # (count + counter hook: two all-reduces) slides against the live rank's one per iteration.
     # Every pair has equal fingerprints, so only the gap's length decides the outcome.
-    s = parse_scenario({"world_size": 3, "on_finish": "stay", "inputs": {"counts": [0, 0, 5]},
+    s = parse_scenario({"world_size": 3, "on_finish": "stay", "inputs": {"counts": [0, 0, 4]},
                         "joinables": [{"name": "counter", "kind": "counter"}], "join": {"joinables": ["counter"]},
                         "loop": [{"kind": "collective", "op": "all_reduce", "async": True}],
                         "after": [{"kind": "collective", "op": "barrier"}]})
     p = plan(s)
     assert p.compressed
-    assert verdict(s)["outcome"] == "hang" and verdict(apply(s, p))["outcome"] == "completed"
+    assert p.compressed_counts == (0, 0, 3)
+    assert verdict(s)["outcome"] == "completed" and verdict(apply(s, p))["outcome"] == "hang"
     assert misaligned(simulate(apply(s, p)))
 
 

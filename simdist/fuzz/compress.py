@@ -34,12 +34,28 @@ Conditions (``plan(scenario).reason`` says which one failed; no compression then
 * only the bundled joinable kinds (``counter``, ``allreducer``; ``ddp``, ``zero``);
 * ``P = lcm(every) <= MAX_PERIOD`` (12).
 
-What is kept: every iteration ``i < W = T + 3P + 1`` (warm-up: thresholds passed, DDP
-buckets rebuilt, flags periodic), and in every gap ``[v, v')`` its first ``J`` iterations
-(``J = P`` when every rank that joins at ``v`` already ran ``W`` live iterations, else
-``3P``: it may still have to push and rebuild its buckets in its shadow passes, which run
-at least once a period), so each gap's own transient is simulated and no two distinct counts
-merge. From the steady part of each gap the largest multiple of ``P`` is removed.
+What is kept: every iteration ``i < W = T + 2P`` (warm-up), and in every gap ``[v, v')``
+its first ``J`` iterations (``J = P`` when every rank that joins at ``v`` already ran ``W``
+live iterations, else ``3P``: it may still have to push and rebuild its buckets in its
+shadow passes, which run at least once a period), so each gap's own transient is simulated
+and no two distinct counts merge. From the steady part of each gap the largest multiple of
+``P`` is removed.
+
+Why ``W = T + 2P`` is enough: from ``T`` on, the steps an iteration runs repeat every ``P``
+iterations, so a piece of state that is rewritten at all after ``T`` is rewritten in every
+period, and its value at the start of iteration ``i >= T + P`` is the one left by the
+period before, which is periodic itself (the sync flags, Join's counts and hooks). The only
+state that settles once is DDP's bucket rebuild, a chain of two events: a synchronised
+backward fills ``rebuilt_params`` and the next forward rebuilds. If the periodic part of
+the loop synchronises a backward at all, it does so by ``T + P - 1``, and the loop's next
+forward comes at most ``P`` iterations later, so the rebuild happens by iteration
+``T + 2P - 1`` and every iteration from ``T + 2P`` on is steady: removing whole periods
+there maps steady iterations onto steady iterations. (A rebuild before ``T`` only settles
+it sooner; with no synchronised backward after ``T``, or no forward after it, none comes.)
+The warm-up used to be ``T + 3P + 1``, one period and an iteration more than this needs
+(a fifth of a fuzzed DDP schedule's simulated iterations); tests/test_compress.py checks
+the shorter one on random loops mixing ``every``, ``below``, ``from_iteration``, ``ranks``
+and ``no_sync`` conditions, and tests/test_fuzz_verdicts.py on every bundled template.
 
 Checked on the compressed run (`untrusted`): the static conditions make each rank's own
 behaviour periodic, not the pairing of collectives across ranks, so a compressed run only
@@ -59,7 +75,7 @@ from simdist.report import Report
 from simdist.scenario import CollectiveStep, Inputs, P2PStep, Scenario, Step, StopStep, ValueWhen, When
 
 MAX_PERIOD = 12
-WARM_PERIODS, WARM_EXTRA = 3, 1  # warm-up W = T + WARM_PERIODS * P + WARM_EXTRA
+WARM_PERIODS = 2  # warm-up W = T + WARM_PERIODS * P (see the module docstring)
 UNSETTLED_PERIODS = 3  # kept at a gap's start when its joiners ran fewer than W iterations
 # observed values the checker compares across ranks (simdist.check.classify.invariant_findings)
 _CHECKED_OBSERVED = ("counter.max_count", "allreducer.post_hook_tensor")
@@ -154,7 +170,7 @@ def plan(s: Scenario) -> Plan:
         return refuse(f"period {period} > {MAX_PERIOD}")
     thresholds = [x for c in conds for x in (c.below, c.from_iteration) if x is not None]
     threshold = max(thresholds, default=0)
-    warm = threshold + WARM_PERIODS * period + WARM_EXTRA
+    warm = threshold + WARM_PERIODS * period
     values = sorted(set(counts) | {0})
     segments: list[tuple[int, int]] = []
     for v, nxt in zip(values, values[1:], strict=False):

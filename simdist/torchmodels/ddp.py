@@ -112,6 +112,14 @@ class DDPModel(Joinable):
             limits = [self.bucket_bytes_cap]
         initial = compute_bucket_assignment_by_size(self.numels, [self.dtype] * len(self.numels), limits)
         self.buckets: list[list[int]] = list(reversed(initial))
+        self._bucket_of = _bucket_index(self.buckets)
+        # the order autograd marks gradients ready (used ones last to first; with
+        # find_unused_parameters the unused ones after, at the end of the backward): the same
+        # every backward, so worked out once, like each backward's compute shares (`_shares`)
+        self._ready = [i for i in reversed(range(len(self.numels))) if self.used[i]]
+        if self.find_unused_parameters:
+            self._ready += [i for i in reversed(range(len(self.numels))) if not self.used[i]]
+        self._shares: tuple[float, list[float]] | None = None  # (seconds, backward_shares(...))
         self.has_rebuilt_bucket = False
         self.rebuilt_params: list[int] = []
         self.require_backward_grad_sync = True
@@ -252,6 +260,7 @@ class DDPModel(Joinable):
         layout = got.meta if got.meta is not None else mine
         yield from self._run("broadcast", Payload.unknown(len(layout), "int32"), root=0, origin=origin)
         self.buckets = [list(b) for b in layout]
+        self._bucket_of = _bucket_index(self.buckets)
         self.has_rebuilt_bucket = True
         self.rebuilt_params = []
         return True
@@ -286,13 +295,13 @@ class DDPModel(Joinable):
             v = hb.item()
             div = float(v) if v else div
         self.forward_work = None
-        ready = [i for i in reversed(range(len(self.numels))) if self.used[i]]
-        if self.find_unused_parameters:
-            ready += [i for i in reversed(range(len(self.numels))) if not self.used[i]]
+        ready = self._ready
         contrib: dict[int, float | None] = {}
-        share = backward_shares(self.numels, self.used, seconds)
+        if self._shares is None or self._shares[0] != seconds:
+            self._shares = (seconds, backward_shares(self.numels, self.used, seconds))
+        share = self._shares[1]
         left = [len(b) for b in self.buckets]  # parameters each bucket still waits for
-        bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
+        bucket_of = self._bucket_of
         works: list[tuple[list[int], Work]] = []
         for i in ready:
             if share[i] > 0:
@@ -345,6 +354,11 @@ class DDPModel(Joinable):
         root = yield from self._find_common_rank(self.group_rank, is_last_joiner, "ddp.post_hook.find_common_rank")
         numels = self.numels + (self.buffer_numels if self.forward_sync_buffers else [])
         yield from self._broadcast_coalesced(numels, root, "ddp.post_hook.broadcast_final_model")
+
+
+def _bucket_index(buckets: list[list[int]]) -> dict[int, int]:
+    """Parameter index -> the bucket it is in."""
+    return {i: k for k, b in enumerate(buckets) for i in b}
 
 
 @functools.lru_cache(maxsize=1024)
