@@ -13,7 +13,8 @@ messages in flight); then the fixed cost of one call into ProcessGroupGloo (`_ca
 a barrier on the two ranks less its exchange; at least an all_reduce on a one-rank
 group), and on one core the seconds per byte of a
 float32 sum (Gloo's reduction) and of a copy. Per quantity: `repeats` passes over all
-quantities, one batch of about 20 ms each after a barrier, every single call timed; the
+quantities, one batch of about 20 ms each after a barrier and one untimed call (warm, as
+the benchmark's back-to-back calls are), at least `MIN_CALLS` calls, every single call timed; the
 slowest rank's 25th percentile, and the spread (p75 - p25) / median kept so a noisy
 calibration is visible. A message is never faster than a larger one, so a time above a
 larger size's (load from other processes) is lowered to it.
@@ -38,6 +39,7 @@ MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, fac
 REPEATS = 7
 TARGET_BATCH_S = 0.02
 QUANTILES = (0.25, 0.5, 0.75)
+MIN_CALLS = 4  # timed calls per batch at least: a 64 MiB message then still gets 28 samples
 
 
 def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEATS, timeout_s: float = 600.0
@@ -145,7 +147,7 @@ def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child si
         t0 = time.perf_counter()
         for _ in range(3):
             fn()
-        iters[key] = max(2, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
+        iters[key] = max(MIN_CALLS, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
     agreed = torch.tensor([float(min(2000, v)) for v in iters.values()])
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
     calls: dict = {key: [] for key in jobs}
@@ -153,6 +155,7 @@ def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child si
     for _ in range(cfg["repeats"]):
         for (key, (fn, _)), k in zip(jobs.items(), agreed.tolist(), strict=True):
             dist.barrier()
+            fn()  # untimed: the batch starts warm (buffer in cache, socket buffers grown), as back-to-back calls run
             last = pc()
             for _ in range(int(k)):
                 fn()

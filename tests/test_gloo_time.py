@@ -84,6 +84,30 @@ def test_uncontended_time_is_the_closed_form(op, p, n, beta):
     assert gloo_op_time(h, op, n, p, iterations=1) == pytest.approx(closed_form(op, n, p, beta), rel=1e-9)
 
 
+def test_message_bytes_cost_per_end():
+    """docs/timing.md: a message's bytes cost per byte the mean of what a message of each
+    end's buffer costs (sender's read, receiver's write). Cheap bytes up to 2 MiB (in
+    cache), dearer above: the ring all_reduce of a 24 MiB tensor sends 1 MiB segments out
+    of the tensor; in the reduce-scatter phase they land in the 2-segment scratch (one end
+    cheap), in the all-gather phase in the tensor (both ends dear). Broadcast and
+    all_to_all move tensor to tensor."""
+    cheap, dear = 1e-10, 4e-10
+    sizes = [0, 1 << 12, 1 << 20, 2 << 20, 16 << 20, 256 << 20]
+    one = [ALPHA + n * (cheap if n <= 2 << 20 else dear) for n in sizes]
+    h = HostProfile(64, CALL, sizes, one, list(one), list(one), 0.0, 0.0)
+    n, p = 24 << 20, 2
+    num, seg = ring_segments(n, p)
+    assert (num, seg) == (24, 1 << 20)
+    m = num - num // p
+    assert gloo_op_time(h, "all_reduce", n, p, iterations=1) == pytest.approx(
+        CALL + phase(m, seg * (cheap + dear) / 2) + phase(m, seg * dear), rel=1e-9)
+    assert gloo_op_time(h, "broadcast", n, p, iterations=1) == pytest.approx(CALL + 2 * ALPHA + n * dear, rel=1e-9)
+    small = 1 << 20  # all in cache: both phases cheap
+    num, seg = ring_segments(small, p)
+    assert gloo_op_time(h, "all_reduce", small, p, iterations=1) == pytest.approx(
+        CALL + 2 * phase(num - num // p, seg * cheap), rel=1e-9)
+
+
 @pytest.mark.parametrize("two", [1.0, 1.5, 2.0])
 @pytest.mark.parametrize("p", [3, 4])
 def test_more_ranks_than_cores_stretch_as_derived(two, p):

@@ -12,8 +12,11 @@ clone and full all_reduce, all_gather's copy out). Costs come from a `HostProfil
     receive are both posted (Gloo's sender waits for the receiver's notice that the
     receive is posted). Alone it takes the measured one-way time `message_time(n)`;
   * a reduction takes n*gamma, a copy `copy_time(n)`, writing a buffer allocated for the
-    call `fresh_time(n)` (page faults), the call `call_s`; a message cut from a larger
-    buffer costs per byte what a message of the buffer's size does (`byte_time`);
+    call `fresh_time(n)` (page faults), the call `call_s`; a message's bytes cost per byte
+    the mean of what a message of each end's buffer costs (`byte_time` with the sender's
+    and the receiver's buffer size, `buffers`): the sender reads its buffer, the receiver
+    writes its own, and a 1 MiB ring segment of a 48 MiB tensor is read from memory but
+    lands, in the reduce-scatter phase, in a two-segment scratch that stays in cache;
   * **cores are shared.** A moving message keeps `demand(n)` cores busy (the sender's
     write and the receiver's read), a reduction, copy or call one. With D cores wanted
     and C available, everything that is running advances at min(1, C/D) of its own speed
@@ -35,7 +38,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simdist.collectives.gloo import allgather, alltoall, broadcast, ring_allreduce
+from simdist.collectives.gloo import allgather, alltoall, broadcast, ring_allreduce, ring_segments
 from simdist.network.host import HostProfile
 
 #: Ops this model times (torch names; reduce_scatter is reduce_scatter_tensor).
@@ -72,16 +75,19 @@ def gloo_op_time(host: HostProfile, op: str, nbytes: int, p: int, iterations: in
     if p <= 1:
         return host.call_s
     progs = [rank_program(op, r, p, nbytes, host) * iterations for r in range(p)]
-    marks = HostRun(host, progs, footprint(op, nbytes, p)).run()
+    marks = HostRun(host, progs, buffers(op, nbytes, p)).run()
     ends = [max(m[k] for m in marks) for k in range(iterations)]
     if iterations == 1:
         return ends[0]
     return (ends[-1] - ends[0]) / (iterations - 1)
 
 
-def footprint(op: str, nbytes: int, p: int) -> int:
-    """Bytes of the buffer the call's messages are cut from (see `HostProfile.byte_time`)."""
-    return p * nbytes if op == "all_gather" else nbytes
+def buffers(op: str, nbytes: int, p: int) -> dict[str, int]:
+    """Bytes of each buffer a call's messages are read from or written into (see
+    `HostProfile.byte_time`): the tensor ("out"; all_gather's p*n flat output), all_to_all's
+    input ("in"), and the ring all_reduce's scratch ("tmp": two segments, cache-resident)."""
+    out = p * nbytes if op == "all_gather" else nbytes
+    return {"out": out, "in": nbytes, "tmp": 2 * ring_segments(nbytes, p)[1] if p > 1 else 0, "zero": 0}
 
 
 @dataclass
@@ -101,9 +107,9 @@ class HostRun:
     delivery, a reduction, a copy, a call), which shares the cores, and waiting (a
     receiver's notice reaching the sender), which does not."""
 
-    def __init__(self, host: HostProfile, programs: list[list[tuple]], footprint: int = 0):
+    def __init__(self, host: HostProfile, programs: list[list[tuple]], sizes: dict[str, int] | None = None):
         self.host = host
-        self.footprint = footprint
+        self.sizes = sizes or {}
         self.progs = programs
         self.p = len(programs)
         self.now = 0.0
@@ -192,7 +198,9 @@ class HostRun:
             return  # the notice is on its way; its arrival calls _start again
         (sbuf, n), (_, rbuf) = self.sends[pair].popleft(), self.recvs[pair].popleft()
         self.moving.add(pair)
-        secs = self.host.byte_time(n, self.footprint)
+        secs = (self.host.byte_time(n, self.sizes.get(sbuf, 0)) + self.host.byte_time(n, self.sizes.get(rbuf, 0))) / 2
+        # each end copies the bytes once (the sender's write, the receiver's read): half the
+        # message's byte time each, priced at the size of the buffer that end touches
         if secs > 0:
             self.work.append(_Work(secs, self.host.demand(n), self._sent, (pair, sbuf, rbuf)))
         else:  # through at once; not from here, which may be inside the sender's _advance

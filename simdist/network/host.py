@@ -55,9 +55,10 @@ class HostProfile:
 
     def byte_time(self, nbytes: float, footprint: float = 0.0) -> float:
         """The rest of one message alone: copying its bytes through the socket, which holds
-        the pair's socket and keeps `demand` cores busy. A message cut from a larger buffer
-        (a ring segment of a 48 MiB tensor) costs per byte what a message of the buffer's
-        size (`footprint`) costs: its bytes come from memory as large, out of cache alike."""
+        the pair's socket and keeps `demand` cores busy. Priced per byte as a message of
+        `footprint` bytes (at least `nbytes`): a message cut from a larger buffer touches
+        memory as large, out of cache alike. The Gloo model asks once per end of a message
+        (the sender's buffer, the receiver's) and takes the mean (`gloo_time.buffers`)."""
         size = max(nbytes, footprint)
         if size <= 0:
             return 0.0
