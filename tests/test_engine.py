@@ -137,6 +137,19 @@ def test_p2p_without_partner_hangs():
     assert rep.ranks[1].status == "completed"
 
 
+def test_three_collective_kinds_and_a_rank_elsewhere_hang_without_a_crash():
+    """Ranks 0-2 post a barrier, an all_gather and an all_reduce at one position while rank 3
+    waits in a recv: the stand-in for the absent rank must not run out of kinds (it raised
+    StopIteration, an internal error) and every rank is left waiting."""
+    loop = [{"kind": "collective", "op": op, "ranks": [r]}
+            for r, op in enumerate(("barrier", "all_gather", "all_reduce"))]
+    loop.append({"kind": "p2p", "src": 0, "dst": 3, "ranks": [3]})
+    rep = sim({"world_size": 4, "inputs": {"counts": [1] * 4}, "on_finish": "stay", "loop": loop})
+    assert rep.outcome == "hang"
+    assert [r.status for r in rep.ranks] == ["hang"] * 4
+    assert [r.blocked_in.op for r in rep.ranks] == ["barrier", "all_gather", "all_reduce", "recv"]
+
+
 def test_hang_reports_blocked_ranks_and_collective():
     rep = sim({"world_size": 3, "inputs": {"counts": [1, 2, 2]}, "on_finish": "stay",
                "loop": [{"kind": "collective", "op": "all_reduce", "name": "step_sync"}]})

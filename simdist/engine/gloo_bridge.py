@@ -66,7 +66,9 @@ def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
     posted = rule_calls(calls)
     # a stand-in of a kind no posted rank issued: a missing barrier must not "match" posted ones
     # (ranks 0 and 2 in a barrier while rank 1 waits in a recv time out on Gloo, they do not pass)
-    kind = next(op for op in ("barrier", "all_gather", "all_reduce") if all(c.op != op for c in posted))
+    # (posted calls of all three kinds leave none: the stand-in is then an op Gloo's rules do not
+    # model, which `classify_mismatch` judges as the conservative hang of different slots)
+    kind = next((op for op in ("barrier", "all_gather", "all_reduce") if all(c.op != op for c in posted)), "absent")
     entries = posted + [gloo_rules.CollectiveCall(m, kind) for m in missing]
     unaware = {c.rank: frozenset(d for d, t in gone.items() if c.entry.t_issue <= t) for c in calls}
     return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware)
