@@ -266,3 +266,20 @@ def test_post_hook_when_no_rank_was_the_last_joiner(cls, error):
         engine.env.process(rank(r))
     engine.env.run()
     assert raised == {0: (*error, "other"), 1: (*error, "other")}
+
+
+def test_ddp_vote_that_met_another_collective_is_refused_as_torch_refuses_it():
+    """DDP's buffer-sync vote (all-reduce MAX of the rank) meeting a bucket all-reduce of
+    another size reads bytes that are no rank: `_broadcast_coalesced` refuses the source
+    (TypeError) on the voters instead of the simulator indexing past the group (IndexError,
+    an internal error). `simdist compare` of this scenario agrees with real Gloo rank for rank."""
+    d = {"world_size": 5, "inputs": {"counts": [14, 29, 7, 10, 12]}, "on_finish": "stay",
+         "model": {"params": [[1, 1], [1]], "buffers": [2], "bucket_cap_mb": 25.0, "find_unused_parameters": True},
+         "optimizer": {}, "joinables": [{"name": "allreducer", "kind": "allreducer"}],
+         "join": {"joinables": ["ddp"], "kwargs": {"sync_max_count": True}},
+         "loop": [{"kind": "forward"}, {"kind": "backward"}, {"every": 4, "kind": "forward"},
+                  {"every": 2, "ranks": [0, 1], "kind": "forward"}]}
+    rep = simulate(parse_scenario(d))
+    assert rep.outcome == "error"
+    assert [r.error.type for r in rep.ranks[:2]] == ["TypeError", "TypeError"]
+    assert rep.ranks[4].status == "aborted"

@@ -172,8 +172,10 @@ class DDPModel(Joinable):
         None when `_find_common_rank` left it undefined (see there)."""
         if not numels:
             return
-        if root is None:
+        if root is None or not -2**31 <= root < 2**31:  # no C int: pybind refuses the call
             raise RankRaised("TypeError", BAD_ROOT_MESSAGE, "model")
+        if not 0 <= root < len(self.members):  # a vote that met another collective's bytes
+            raise RankRaised("RuntimeError", f"ProcessGroupGloo::broadcast: invalid root rank: {root}")
         buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
         works = [
             self._issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
