@@ -26,7 +26,7 @@ from simdist.script import env
 from simdist.script.rank import client, gloo_args, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES
+from simdist.vocab import DTYPE_BYTES, GLOO_EMPTY_IS_LOCAL
 
 BACKEND_NAME = "simdist"
 
@@ -80,10 +80,14 @@ def _gloo_value(output_lists: list[list[torch.Tensor]]) -> Any:
     return output_lists[0] if len(output_lists) == 1 else output_lists
 
 
-def _futureless(work: SimWork | SimWorks, gloo: bool) -> SimWork | SimWorks:
-    """Gloo's works for p2p and reduce_scatter (torch 2.13) have no future: `get_future()` raises."""
+def _futureless(work: SimWork | SimWorks, gloo: bool, completed: str = "at_wait") -> SimWork | SimWorks:
+    """Gloo's works for p2p and reduce_scatter (torch 2.13) have no future: `get_future()`
+    raises; and `is_completed()` says what those works say (`SimWork.completed_view`,
+    measured): a send's or receive's True only once `wait()` returned, a reduce-scatter's
+    never (its `is_success()` is True after the wait all the same)."""
     for w in work.parts if isinstance(work, SimWorks) else [work]:
         w.futureless = gloo
+        w.completed_view = completed if gloo else "op"
     return work
 
 
@@ -129,7 +133,10 @@ class SimProcessGroup(dist.ProcessGroup):
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result, after)
-        work.id = c.new_op(work)
+        # what Gloo runs without the wire completes here at once, as Gloo's worker thread
+        # does it: a future's callbacks then run where `then` is called (the engine agrees)
+        local = numel == 0 and op in GLOO_EMPTY_IS_LOCAL and self._gloo()
+        work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
                   "root": root, "peer": peer, "tag": tag, "async": async_op, "wait": work.announced,
@@ -137,6 +144,8 @@ class SimProcessGroup(dist.ProcessGroup):
         if splits is not None:
             header["splits"] = splits
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
+        if local:
+            work.complete(bytearray(), None)
         return work
 
     @staticmethod
@@ -248,7 +257,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                  dtype=dtype_name(t), reduce_op=red, async_op=_async(opts), announce=False,
                                  frames=frames)
                      for k, t in enumerate(ins)]
-            return _futureless(SimWorks(parts, outputs), True)
+            return _futureless(SimWorks(parts, outputs), True, "never")
         if any(t.numel() != outputs[0].numel() for t in ins):
             raise UnsupportedOperation("reduce_scatter with uneven inputs")
         return self._issue("reduce_scatter", ins, outputs, outputs, numel=_numel(ins), dtype=dtype_name(outputs[0]),
@@ -267,7 +276,7 @@ class SimProcessGroup(dist.ProcessGroup):
             work = self._issue("all_reduce", [input], [stage], [output], numel=input.numel(),
                                dtype=dtype_name(input), reduce_op=red, async_op=_async(opts))
             work.at_wait = lambda: gloo_args.reduce_scatter_copy(output, stage, size, r)
-            return _futureless(work, True)
+            return _futureless(work, True, "never")
         return self._issue("reduce_scatter", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            reduce_op=red, async_op=_async(opts))
 
