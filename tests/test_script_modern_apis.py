@@ -95,3 +95,21 @@ def test_ddp_unused_parameter_error_syncbn_and_static_graph_agree_with_real_gloo
     assert any(line.startswith("[strict rank1] step 2: RuntimeError: Expected to have finished reduction")
                for line in out)
     assert "[syncbn rank1] ValueError: SyncBatchNorm layers only work with GPU modules" in out
+
+
+@pytest.mark.real
+def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
+    """tests/scripts/objects_p2p_dcp.py: a batch_isend_irecv ring both ways, then collectives
+    rooted at the last rank (the real side's reduce ops and roots are keyed by collective
+    number, which the group's sequence number exceeds by its p2p operations), object
+    collectives of uneven sizes, barrier(device_ids=...), empty all_reduces (done at once,
+    peers or not), and a torch.distributed.checkpoint save and load (its writer uses CUDA
+    streams once CUDA is visible: on the CPU they have nothing to wait for)."""
+    sim, real = _both("objects_p2p_dcp.py", 3, script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    out = sim.ranks[0].output
+    assert "[ring rank0] from left [2.0, 2.0, 2.0] from right [11.0, 11.0]" in out
+    assert "[scatter_object_list rank0] ['shard-0']" in out
+    assert "[empty rank0] done before the peers: True" in out
+    assert any(line.startswith("[dcp rank0] restored") and "__2_0.distcp" in line for line in out)
