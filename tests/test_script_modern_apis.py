@@ -6,8 +6,11 @@ operations), as in tests/test_script_examples.py."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from simdist.script.rank.callbacks import Runners
 from tests.test_script_examples import _run, _verdict, differences
 
 
@@ -113,3 +116,29 @@ def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
     assert "[scatter_object_list rank0] ['shard-0']" in out
     assert "[empty rank0] done before the peers: True" in out
     assert any(line.startswith("[dcp rank0] restored") and "__2_0.distcp" in line for line in out)
+
+
+def test_callbacks_run_in_order_and_one_that_waits_hands_the_queue_on():
+    """`rank.callbacks.Runners`: completions run one at a time in the order they came; a
+    callback that parks (it issued or waits on an operation) lets the next run on a fresh
+    thread, which is what completes the operation it waits for."""
+    runners, order, threads = Runners(), [], []
+    released, finished = threading.Event(), threading.Event()
+
+    def plain(name):
+        order.append(name)
+        threads.append(threading.current_thread())
+
+    def waits():
+        order.append("waits: start")
+        runners.park()
+        assert released.wait(10)
+        order.append("waits: end")
+        finished.set()
+
+    for job in (lambda: plain("a"), lambda: plain("b"), waits, lambda: plain("c"), released.set):
+        runners.submit(job)
+    assert finished.wait(10)
+    assert order[:4] == ["a", "b", "waits: start", "c"] and order[-1] == "waits: end"
+    assert threads[0] is threads[1] is not threads[2]  # the same runner until one parked
+    assert threading.current_thread() not in threads
