@@ -2,10 +2,7 @@
 as people first write it (find_unused_parameters=False: DDP raises on the step after the
 branch was skipped, on every rank), then with SyncBatchNorm converted in (refused on the
 CPU), then with find_unused_parameters=True (trains), then with static_graph=True. Any
-world size >= 2.
-
-    --fail-on-step N   rank 1 (only) skips the branch on step N with find_unused_parameters=False
-"""
+world size >= 2."""
 
 import argparse
 import os
