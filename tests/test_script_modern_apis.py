@@ -106,8 +106,9 @@ def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
     rooted at the last rank (the real side's reduce ops and roots are keyed by collective
     number, which the group's sequence number exceeds by its p2p operations), object
     collectives of uneven sizes, barrier(device_ids=...), empty all_reduces (done at once,
-    peers or not), and a torch.distributed.checkpoint save and load (its writer uses CUDA
-    streams once CUDA is visible: on the CPU they have nothing to wait for)."""
+    peers or not), and a torch.distributed.checkpoint save, async_save (it wants the group to
+    list a CPU device, as Gloo's lists cuda and cpu) and load (its writer uses CUDA streams
+    once CUDA is visible: on the CPU they have nothing to wait for)."""
     sim, real = _both("objects_p2p_dcp.py", 3, script_zygote)
     assert _verdict(sim) == ["completed"] * 3
     assert differences(sim, real) == []
@@ -116,6 +117,7 @@ def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
     assert "[scatter_object_list rank0] ['shard-0']" in out
     assert "[empty rank0] done before the peers: True" in out
     assert any(line.startswith("[dcp rank0] restored") and "__2_0.distcp" in line for line in out)
+    assert "[dcp rank0] group devices ['cuda', 'cpu']" in out
 
 
 def test_callbacks_run_in_order_and_one_that_waits_hands_the_queue_on():

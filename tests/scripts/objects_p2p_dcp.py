@@ -2,7 +2,7 @@
 code still uses: a batch_isend_irecv ring (halo exchange) both ways, reduce / gather_object /
 scatter_object_list / broadcast_object_list rooted at the last rank, all_gather_object of
 uneven objects, barrier(device_ids=...) (ignored on Gloo), a torch.distributed.checkpoint
-save and load of a DDP model's state_dict to a shared directory, and zero-element collectives
+save (and async_save) and load of a DDP model's state_dict to a shared directory, and zero-element collectives
 (Gloo completes an empty all_reduce without waiting for the peers). Any world size >= 2."""
 
 import os
@@ -71,17 +71,21 @@ def checkpoint(rank):
     path = [os.path.join(names[0], f"{names[1]}_{os.getppid()}")] if rank == 0 else [None]
     dist.broadcast_object_list(path, src=0)
     dcp.save({"model": model.state_dict()}, checkpoint_id=path[0])
+    print(f"[dcp rank{rank}] group devices {[d.type for d in dist.group.WORLD._device_types]}", flush=True)
+    # async_save wants a group with a CPU backend; it saves on a thread of its own
+    dcp.async_save({"model": model.state_dict()}, checkpoint_id=path[0] + "_async").result()
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=path[0])
+    dcp.load(state, checkpoint_id=path[0] + "_async")
     model.load_state_dict(state["model"])
     total = sum(p.detach().sum() for p in model.parameters())
     print(f"[dcp rank{rank}] restored {total.item():.8f} files {sorted(os.listdir(path[0]))}", flush=True)
     dist.barrier()
     if rank == 0:
         shutil.rmtree(path[0])
+        shutil.rmtree(path[0] + "_async")
 
 
 def main():

@@ -106,6 +106,17 @@ class SimProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
 
+    # A group torch made from a registered backend lists the devices its backends serve, and
+    # Python code branches on them (dcp.async_save wants "cpu", _state_dict_utils takes the
+    # first): a Gloo group lists cuda and cpu (torch 2.13, also on a CPU-only build). This
+    # group is its own backend for each (torch registers none on a group that is one).
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device("cuda"), torch.device("cpu")]
+
+    def _get_backend(self, device: Any) -> SimProcessGroup:
+        return self
+
     # torch names every group (`_new_process_group_helper` -> `_set_group_name`) and reads it
     # back (`destroy_process_group(group)`, `_resolve_process_group`); C++ keeps the name on the
     # registered backends, which a group that is its own backend has none of ("ProcessGroup
