@@ -23,8 +23,8 @@ def _both(script: str, nproc: int, zygote, *args: str):
 def test_fsdp_and_dtensor_on_a_cpu_mesh_agree_with_real_gloo(script_zygote):
     """tests/scripts/fsdp_dtensor.py: a 1-D CPU DeviceMesh (on Gloo with CUDA visible, torch
     gives it a group of its own, as it decides by `get_backend`), DTensor Shard -> Replicate
-    of uneven rows, a sharded matmul, FSDP and FSDP2 training steps: losses and parameters
-    bit for bit."""
+    of uneven rows, a sharded matmul, tensor parallelism (ColwiseParallel, RowwiseParallel),
+    FSDP and FSDP2 training steps: losses and parameters bit for bit."""
     sim, real = _both("fsdp_dtensor.py", 3, script_zygote)
     assert _verdict(sim) == ["completed"] * 3
     assert differences(sim, real) == []
@@ -32,6 +32,7 @@ def test_fsdp_and_dtensor_on_a_cpu_mesh_agree_with_real_gloo(script_zygote):
     assert "[mesh rank2] DeviceMesh((3,), 'cpu', stride=(1,)) group mesh_default world False" in out, out
     assert "[dtensor rank2] local (2, 5) sum" in "".join(out)  # 10 rows over 3 ranks: 4, 4, 2
     assert any(line.startswith("[fsdp2 rank2] full {") for line in out)
+    assert sum(line.startswith("[tp rank2] step") for line in out) == 2
 
 
 @pytest.mark.real

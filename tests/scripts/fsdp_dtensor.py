@@ -1,5 +1,6 @@
 """A torchrun-style script on torch's sharding APIs over a CPU DeviceMesh with Gloo:
-DTensor (distribute_tensor, Shard -> Replicate, full_tensor, a sharded matmul), FSDP
+DTensor (distribute_tensor, Shard -> Replicate, full_tensor, a sharded matmul), tensor
+parallelism (parallelize_module with ColwiseParallel and RowwiseParallel), FSDP
 (FullyShardedDataParallel on the CPU) and FSDP2 (fully_shard), a few training steps each,
 losses and full parameters printed. Any world size >= 2.
 
@@ -16,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 
 def make_model():
@@ -23,9 +25,9 @@ def make_model():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
-def train(model, rank, steps, tag):
+def train(model, rank, steps, tag, same_data=False):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(10 + rank)
+    g = torch.Generator().manual_seed(10 + (0 if same_data else rank))  # tensor parallel: one batch
     for step in range(steps):
         x, y = torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
         loss = F.mse_loss(model(x), y)
@@ -65,6 +67,10 @@ def main():
     mesh = init_device_mesh("cpu", (world,))
     if not args.uneven:
         dtensors(mesh, rank, world)
+        torch.manual_seed(0)
+        tp = nn.Sequential(nn.Linear(8, 4 * world), nn.ReLU(), nn.Linear(4 * world, 4))
+        train(parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()}), rank, args.steps, "tp",
+              same_data=True)
     model = FSDP(make_model(), device_id=torch.device("cpu"))
     train(model, rank, args.steps - (args.uneven and rank == world - 1), "fsdp1")
     sums = {k: round(v.sum().item(), 6) for k, v in model.state_dict().items()}
