@@ -68,6 +68,11 @@ CollectiveOp = Literal[
 ReduceOp = Literal["sum", "avg", "product", "min", "max", "band", "bor", "bxor"]
 REDUCE_OPS: tuple[str, ...] = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
 BITWISE_REDUCE_OPS: frozenset[str] = frozenset({"band", "bor", "bxor"})
+# the ops whose Gloo algorithm returns at once for a tensor of zero elements: the rank's call
+# completes without the wire, whether or not its peers call it (measured, torch 2.13, 2 and 3
+# ranks; broadcast, gather, scatter and all_to_all wait for their peers even then). Gloo's
+# reduce_scatter forms and all_reduce_coalesced are all_reduces, so theirs too.
+GLOO_EMPTY_IS_LOCAL: frozenset[str] = frozenset({"all_reduce", "reduce", "all_gather"})
 
 
 def root_of(op: str, root: int | None) -> int | None:

@@ -286,3 +286,18 @@ def test_a_group_made_after_the_engine_pairs_and_fails_like_one_made_before():
     late = eng.issue(0, "all_reduce", Payload.full(1, "float32", 1), group="pg1", origin="user", reduce_op="sum")
     eng.env.run()
     assert late.done and late.call.ok is False
+
+
+@pytest.mark.parametrize("op,local", [("all_reduce", True), ("all_gather", True), ("reduce", True),
+                                      ("broadcast", False), ("gather", False)])
+def test_an_empty_collective_is_local_on_gloo_for_the_ops_gloo_skips(op, local):
+    """Gloo returns at once from an all_reduce, reduce or all_gather of zero elements: a rank
+    that calls one alone completes it (it still takes the group's next sequence number, so the
+    ranks fall out of step and the next collective hangs, as real Gloo's times out); a
+    broadcast or gather of zero elements waits for the peers (measured, torch 2.13)."""
+    steps = [{"kind": "collective", "op": op, "numel": 0, "ranks": [0]},
+             {"kind": "collective", "op": "all_reduce", "numel": 1}]
+    rep = sim({"world_size": 2, "backend": "gloo", "inputs": {"counts": [1, 1]}, "loop": steps})
+    assert rep.outcome == "hang"
+    assert [len(r.trace) for r in rep.ranks] == ([2, 1] if local else [1, 1])
+    assert rep.ranks[0].trace[0].completed is local

@@ -23,7 +23,7 @@ import simpy
 from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, Instance, RankState, Work
 from simdist.engine.exits import GlooExits
-from simdist.engine.results import collective_results, gloo_avg_error, gloo_local_error
+from simdist.engine.results import collective_results, gloo_avg_error, gloo_exchanges_nothing, gloo_local_error
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
@@ -148,6 +148,9 @@ class Engine(GlooExits):
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
             call.settle(False, RankRaised("RuntimeError", local, "other"))
             inst.stuck = True
+        elif self.backend == "gloo" and payload.numel == 0 and gloo_exchanges_nothing(call):
+            self._complete_call(call, payload)  # no wire: done at issue, peers as for a local error
+            inst.stuck = True
         if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == n:
@@ -223,7 +226,7 @@ class Engine(GlooExits):
     def _match(self, inst: Instance) -> None:
         inst.matched = True
         calls = [inst.calls[m] for m in inst.members]
-        if inst.stuck:  # a member failed before it exchanged anything (gloo_local_error)
+        if inst.stuck:  # a member ended before it exchanged anything (gloo_local_error, gloo_exchanges_nothing)
             if all(c.done for c in calls):
                 inst.finished = True
                 self._open[inst.group].pop(inst.seq, None)

@@ -23,7 +23,7 @@ from simdist.engine.values import (
 )
 from simdist.errors import LimitError
 from simdist.flightrec.format import TORCH_DTYPE_NAMES
-from simdist.vocab import BITWISE_REDUCE_OPS, FLOAT_DTYPES, REDUCING_OPS
+from simdist.vocab import BITWISE_REDUCE_OPS, FLOAT_DTYPES, GLOO_EMPTY_IS_LOCAL, REDUCING_OPS
 
 
 def gloo_avg_error(c: Call) -> str | None:
@@ -53,6 +53,15 @@ def gloo_local_error(c: Call) -> str | None:
     if c.reduce_op not in BITWISE_REDUCE_OPS or c.op not in REDUCING_OPS or c.payload.dtype not in FLOAT_DTYPES:
         return None
     return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
+
+
+def gloo_exchanges_nothing(c: Call) -> bool:
+    """Whether Gloo completes this rank's call without the wire: a zero-element call of an op
+    in `simdist.vocab.GLOO_EMPTY_IS_LOCAL`. It still takes the group's next tag (its sequence number), so a
+    peer that posted a non-empty call there waits for messages that never come, and ranks
+    that issue it unevenly fall out of step (PowerSGD's all-reduce of a bucket's uncompressed
+    tensors is empty when every tensor of the bucket is compressed)."""
+    return c.payload.numel == 0 and c.op in GLOO_EMPTY_IS_LOCAL
 
 
 def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payload]:

@@ -68,10 +68,13 @@ class Client:
         ev.wait()
         return box[0]
 
-    def new_op(self, work: Completable) -> int:
+    def new_op(self, work: Completable, track: bool = True) -> int:
+        """An id for a new op; `track`: its completion comes from the coordinator (else the
+        rank completes it itself and the coordinator's answer is ignored)."""
         op_id = next(self._ids)
-        with self._state:
-            self._works[op_id] = work
+        if track:
+            with self._state:
+                self._works[op_id] = work
         return op_id
 
     def future_requested(self, op_id: int) -> None:

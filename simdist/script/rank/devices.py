@@ -10,7 +10,8 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   they are: only where a tensor is placed changes;
 * `Module.to` parses its device before any tensor call, so it is remapped directly;
 * `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
-  `device_count`, `set_device`, `current_device`, `synchronize`, ...);
+  `device_count`, `set_device`, `current_device`, `synchronize`, streams and events that
+  have nothing to wait for, ...);
 * DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
 
 The mode is entered on the main thread, where scripts (and CPU autograd) run.
@@ -108,6 +109,44 @@ class _DeviceContext:
         return None
 
 
+class _Stream:
+    """A CUDA stream or event on the CPU: work is done when it is issued, so there is nothing
+    to wait for (torch.distributed.checkpoint's writer overlaps copies on the current stream
+    once CUDA is available; scripts make side streams and events for overlap and timing)."""
+
+    device_type = "cuda"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.device = torch.device("cuda", _Gpus.current)
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else _Stream()
+
+    def elapsed_time(self, end: Any) -> float:
+        return 0.0
+
+
+_CURRENT_STREAM = _Stream()
+
+
 def _install_cuda_shims(gpus: int) -> None:
     import torch.cuda as tc
 
@@ -124,6 +163,11 @@ def _install_cuda_shims(gpus: int) -> None:
         "max_memory_allocated": lambda device=None: 0,
         "reset_peak_memory_stats": lambda device=None: None,
         "device": _DeviceContext,
+        "Stream": _Stream,
+        "Event": _Stream,
+        "current_stream": lambda device=None: _CURRENT_STREAM,
+        "default_stream": lambda device=None: _CURRENT_STREAM,
+        "stream": _DeviceContext,
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)

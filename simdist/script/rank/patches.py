@@ -116,8 +116,11 @@ def _patch_get_backend() -> None:
         c = client.CLIENT
         return dist.Backend(c.semantics) if name == pg.BACKEND_NAME and c is not None else name
 
-    c10d.get_backend = get_backend
-    dist.get_backend = get_backend
+    # modules that imported it by name (device_mesh, imported with torch, decides by it
+    # whether a 1-D mesh gets a group of its own) hold the original: rebind them too
+    for name, module in list(sys.modules.items()):
+        if name.startswith("torch") and getattr(module, "get_backend", None) is orig:
+            module.get_backend = get_backend
 
 
 def install(mode: str) -> None:

@@ -27,7 +27,7 @@ from simdist.script import env
 from simdist.script.rank import client, gloo_args, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES
+from simdist.vocab import DTYPE_BYTES, GLOO_EMPTY_IS_LOCAL
 
 BACKEND_NAME = "simdist"
 
@@ -81,10 +81,14 @@ def _gloo_value(output_lists: list[list[torch.Tensor]]) -> Any:
     return output_lists[0] if len(output_lists) == 1 else output_lists
 
 
-def _futureless(work: SimWork | SimWorks, gloo: bool) -> SimWork | SimWorks:
-    """Gloo's works for p2p and reduce_scatter (torch 2.13) have no future: `get_future()` raises."""
+def _futureless(work: SimWork | SimWorks, gloo: bool, completed: str = "at_wait") -> SimWork | SimWorks:
+    """Gloo's works for p2p and reduce_scatter (torch 2.13) have no future: `get_future()`
+    raises; and `is_completed()` says what those works say (`SimWork.completed_view`,
+    measured): a send's or receive's True only once `wait()` returned, a reduce-scatter's
+    never (its `is_success()` is True after the wait all the same)."""
     for w in work.parts if isinstance(work, SimWorks) else [work]:
         w.futureless = gloo
+        w.completed_view = completed if gloo else "op"
     return work
 
 
@@ -102,6 +106,17 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
+
+    # A group torch made from a registered backend lists the devices its backends serve, and
+    # Python code branches on them (dcp.async_save wants "cpu", _state_dict_utils takes the
+    # first): a Gloo group lists cuda and cpu (torch 2.13, also on a CPU-only build). This
+    # group is its own backend for each (torch registers none on a group that is one).
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device("cuda"), torch.device("cpu")]
+
+    def _get_backend(self, device: Any) -> SimProcessGroup:
+        return self
 
     # torch names every group (`_new_process_group_helper` -> `_set_group_name`) and reads it
     # back (`destroy_process_group(group)`, `_resolve_process_group`); C++ keeps the name on the
@@ -130,7 +145,10 @@ class SimProcessGroup(dist.ProcessGroup):
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result, after)
-        work.id = c.new_op(work)
+        # what Gloo runs without the wire completes here at once, as Gloo's worker thread
+        # does it: a future's callbacks then run where `then` is called (the engine agrees)
+        local = numel == 0 and op in GLOO_EMPTY_IS_LOCAL and self._gloo()
+        work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
                   "root": root, "peer": peer, "tag": tag, "async": async_op, "wait": work.announced,
@@ -142,6 +160,8 @@ class SimProcessGroup(dist.ProcessGroup):
         if hidden:  # below Python and the Flight Recorder on Gloo (`monitored`): not in the trace
             header["hidden"] = True
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
+        if local:
+            work.complete(bytearray(), None)
         return work
 
     @staticmethod
@@ -253,7 +273,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                  dtype=dtype_name(t), reduce_op=red, async_op=_async(opts), announce=False,
                                  frames=frames)
                      for k, t in enumerate(ins)]
-            return _futureless(SimWorks(parts, outputs), True)
+            return _futureless(SimWorks(parts, outputs), True, "never")
         if any(t.numel() != outputs[0].numel() for t in ins):
             raise UnsupportedOperation("reduce_scatter with uneven inputs")
         return self._issue("reduce_scatter", ins, outputs, outputs, numel=_numel(ins), dtype=dtype_name(outputs[0]),
@@ -272,7 +292,7 @@ class SimProcessGroup(dist.ProcessGroup):
             work = self._issue("all_reduce", [input], [stage], [output], numel=input.numel(),
                                dtype=dtype_name(input), reduce_op=red, async_op=_async(opts))
             work.at_wait = lambda: gloo_args.reduce_scatter_copy(output, stage, size, r)
-            return _futureless(work, True)
+            return _futureless(work, True, "never")
         return self._issue("reduce_scatter", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            reduce_op=red, async_op=_async(opts))
 

@@ -8,6 +8,7 @@ reduce_scatter is one all_reduce per input chunk).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future, collect_all
 
-from simdist.script.rank import client, stack
+from simdist.script.rank import callbacks, client, stack
 
 
 class SimWork(dist._Work):
@@ -26,6 +27,7 @@ class SimWork(dist._Work):
 
     def __init__(self, outputs: Sequence[torch.Tensor], result: Any, after: Callable[[], None] | None = None):
         super().__init__()
+        callbacks.RUNNERS.park()  # issued from a callback, which may wait on it next
         self.id = 0
         self._outputs = list(outputs)
         self._after = after  # run once the outputs hold the result (copy a staged result out)
@@ -41,6 +43,8 @@ class SimWork(dist._Work):
         self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
         self.futureless = False  # the backend's work for this op has no future (Gloo: p2p, reduce_scatter)
         self.wait_limit_s: float | None = None  # the next wait()'s own timeout (`monitored_barrier`'s rank 0)
+        self.completed_view = "op"  # is_completed(): "op" the op's state, "at_wait" once waited, "never"
+        self._waited = False
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
@@ -54,10 +58,17 @@ class SimWork(dist._Work):
                 self._after()
         with self._lock:
             self._error = error
-            self._done.set()
             base = self._base
-        if base is not None:
+            if base is None:
+                self._done.set()
+        if base is not None:  # Gloo completes the future (its callbacks run) before the work
+            callbacks.RUNNERS.submit(functools.partial(self._settle, base))
+
+    def _settle(self, base: Future) -> None:
+        try:
             base.set_result(None)
+        finally:
+            self._done.set()
 
     def wait(self, timeout: Any = None) -> bool:
         c = client.CLIENT
@@ -67,6 +78,7 @@ class SimWork(dist._Work):
             on_main = threading.current_thread() is threading.main_thread()
             if on_main:
                 c.main_waits += 1
+            callbacks.RUNNERS.park()  # a callback waiting: later completions must not wait for it
             try:
                 if self.announced:
                     self.announced = False
@@ -85,6 +97,7 @@ class SimWork(dist._Work):
             raise RuntimeError(self._error)
         if self.at_wait is not None:
             self.at_wait()
+        self._waited = True
         return True
 
     def get_future(self) -> Future:
@@ -103,8 +116,10 @@ class SimWork(dist._Work):
             c.send({"t": "fut", "id": self.id})  # a future is waited on (by C++ or Python)
         if done:
             base.set_result(None)
-        elif c is not None:
-            c.future_requested(self.id)
+        else:
+            callbacks.RUNNERS.park()  # a callback may wait on this future next
+            if c is not None:
+                c.future_requested(self.id)
         return fut
 
     def _deliver(self, _base: Future) -> Any:
@@ -115,7 +130,14 @@ class SimWork(dist._Work):
             raise RuntimeError(self._error)
         return self._result
 
+    @property
+    def op_done(self) -> bool:
+        """Whether the operation ended (whatever `is_completed()` says of it)."""
+        return self._done.is_set()
+
     def is_completed(self) -> bool:
+        if self.completed_view != "op":
+            return self._waited and self.completed_view == "at_wait"
         return self._done.is_set()
 
     def _source_rank(self) -> int:
@@ -205,6 +227,6 @@ class SimWorks(dist._Work):
         return next((e for w in self.parts if (e := w.exception()) is not None), None)
 
     def result(self) -> Any:
-        if not self.is_completed():
+        if not all(w.op_done for w in self.parts):
             raise RuntimeError(NOT_COMPLETED)
         return _work_result(self._result)
