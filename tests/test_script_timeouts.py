@@ -9,6 +9,10 @@ ended, operations), and on what real Gloo was measured to do (torch 2.13, 3 rank
   timeout; a rank in a group with torch's default (30 min) fails only when a timed-out peer
   exits ("Connection closed by peer");
 * a collective called after the peers exited fails with the peer gone, not a timeout;
+* a rank that sleeps past its peers' deadline before it joins their collective: they time
+  out at their deadline, and it fails at once with the peer gone (their timeout closed the
+  group's pairs: "Application timeout caused pair closure"), even while they still live;
+  retried, the collective fails at once on every rank, and the group can still be destroyed;
 * monitored_barrier: rank 0 names the first rank that missed its deadline (its error ends
   with the wait's own: a timeout), the ranks that arrived fail when rank 0 exits; with
   wait_all_ranks rank 0 names every rank that missed it and the others go on."""
@@ -36,6 +40,9 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
                                       "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.")],
     "monitored_all": [("error:other", "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms"),
                       ("completed", "done [3.0, 3.0, 3.0, 3.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]")],
+    "slow": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
+    "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
+              ("completed", "timed out; closed; destroyed")],
 }
 
 

@@ -123,7 +123,7 @@ class Coordinator:
         progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
-            progress = progress or header["t"] != "out"
+            progress = progress or header["t"] not in ("out", "sleep")  # a rank sleeping in a loop spins
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -169,6 +169,11 @@ class Coordinator:
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.exit = h
             conn.exit_at = time.time()
+            self._overdue(conn)
+        elif kind == "sleep":
+            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.sleep(float(h["s"]))
+            self._overdue(conn)
 
     def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
         rank, size = int(h["rank"]), int(h["world_size"])
@@ -220,6 +225,7 @@ class Coordinator:
         assert engine is not None and timeline is not None and conn.rank is not None
         conn.advance(h.get("cpu"), self.measure_compute)
         conn.block = None
+        self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
         frames, user, origin = self._classify(raw, h["dt"])
@@ -262,6 +268,7 @@ class Coordinator:
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
         conn.advance(h.get("cpu"), self.measure_compute)
+        self._overdue(conn)
         rec = conn.ops.get(int(h["id"]))
         if rec is None:
             return
@@ -351,16 +358,42 @@ class Coordinator:
         if self.backend != "gloo":
             return False
         due = deadlines.due([(c, rec) for c in self._live() for rec in c.ops.values() if not rec.done])
+        self._fire(due)
+        for conn, rec in due:
+            conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
+        self._pump()
+        return bool(due)
+
+    def _overdue(self, late: RankConn) -> None:
+        """`late`'s simulated clock has moved on without it posting what other ranks' waits
+        need from it: the waits whose deadline lies before its clock ran out first (on real
+        Gloo they time out while it still computes or sleeps), before it posts anything."""
+        if self.engine is None or self.backend != "gloo" or late.rank is None:
+            return
+        engine = self.engine
+        due = [(c, rec) for c in self._live() if c is not late for rec in c.ops.values()
+               if not rec.done and rec.deadline is not None and rec.deadline < late.clock
+               and engine.awaits(rec.call, late.rank)]
+        if due:
+            self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
+            self._pump()
+
+    def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
+        """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
+        `Engine.time_out`)."""
+        assert self.engine is not None
+        expired = []
         for conn, rec in due:
             assert rec.deadline is not None and rec.limit_s is not None
             blocked = conn.block is not None and rec.id in conn.block.ids
             frames = conn.block.frames if blocked and conn.block is not None else []
             msg = deadlines.message(rec.entry.op, rec.limit_s)
             self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
-            self.engine.time_out(rec.call, msg)
-            conn.clock = max(conn.clock, rec.deadline)
-        self._pump()
-        return bool(due)
+            rec.ended_at = rec.deadline
+            expired.append((rec.call, msg))
+            if blocked:
+                conn.clock = max(conn.clock, rec.deadline)
+        self.engine.time_out(expired)
 
     def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
