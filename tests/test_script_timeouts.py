@@ -13,6 +13,9 @@ ended, operations), and on what real Gloo was measured to do (torch 2.13, 3 rank
   out at their deadline, and it fails at once with the peer gone (their timeout closed the
   group's pairs: "Application timeout caused pair closure"), even while they still live;
   retried, the collective fails at once on every rank, and the group can still be destroyed;
+* `Work.wait(timeout=1 s)` on a collective a peer joins late raises "Operation timed out!" at
+  1 s and the op goes on: waited for again, it ends at the group's own timeout; a wait
+  timeout longer than the peer's delay sees the op complete;
 * monitored_barrier: rank 0 names the first rank that missed its deadline (its error ends
   with the wait's own: a timeout), the ranks that arrived fail when rank 0 exits; with
   wait_all_ranks rank 0 names every rank that missed it and the others go on."""
@@ -41,6 +44,8 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
     "monitored_all": [("error:other", "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms"),
                       ("completed", "done [3.0, 3.0, 3.0, 3.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]")],
     "slow": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
+    "wait_timeout": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
+    "wait_long": [("completed", "done [3.0, 3.0, 3.0, 3.0]")] * 3,
     "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
               ("completed", "timed out; closed; destroyed")],
 }
@@ -66,6 +71,10 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
     assert _seen(sim) == CASES[case]
     assert _seen(real) == CASES[case]
     assert differences(sim, real) == []
+    if case == "wait_timeout":  # each side printed the wait's own timeout first
+        for report in (sim, real):
+            assert [r.output[0] for r in report.ranks[::2]] == ["rank 0: Operation timed out!",
+                                                              "rank 2: Operation timed out!"], report.ranks
 
 
 @pytest.mark.real

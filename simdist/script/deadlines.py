@@ -48,11 +48,30 @@ def message(op: str, limit_s: float) -> str:
     return f"Timed out waiting {round(limit_s * 1000)}ms for {kind} operation to complete"
 
 
-def due(pending: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """Of `(conn, rec)` pairs whose record has a deadline, those that fire next: the earliest
-    and every one within `TIE_S` of it."""
+WAIT_TIMED_OUT = "Operation timed out!"  # torch's Work::wait(timeout) when the op is still running
+
+
+def due(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> tuple[list, list]:
+    """What fires next of `(conn, rec)` pairs whose record has a deadline (the op's own or its
+    group's) and `(conn, rec, until)` waits with their own timeout (`Work.wait(timeout=)`):
+    the earliest and every one within `TIE_S` of it, as (ops, waits). A wait's timeout ends
+    only the wait (torch raises "Operation timed out!", the op goes on); one due before any
+    op's deadline fires alone."""
     timed = [(c, r) for c, r in pending if r.deadline is not None]
-    if not timed:
-        return []
-    first = min(r.deadline for _, r in timed)
-    return sorted(((c, r) for c, r in timed if r.deadline <= first + TIE_S), key=lambda cr: (cr[1].deadline, cr[0].rank))
+    first = min([r.deadline for _, r in timed] + [u for _, _, u in waits], default=None)
+    if first is None:
+        return [], []
+    first_wait = min((u for _, _, u in waits), default=None)
+    if first_wait is not None and first_wait == first:
+        return [], sorted(((c, r, u) for c, r, u in waits if u <= first + TIE_S), key=lambda w: (w[2], w[0].rank))
+    return sorted(((c, r) for c, r in timed if r.deadline <= first + TIE_S), key=lambda cr: (cr[1].deadline, cr[0].rank)), []
+
+
+def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], posting: Any = None) -> bool:
+    """Whether `owner`'s `call` (waiting until simulated time `at`) runs out before what it
+    waits for can come: a live rank it `awaits` is past `at` without having posted it, and
+    either that rank is `posting` now (its post comes too late) or no rank can still post
+    anything before `at` (each is past it, blocked or leaving), so the timeout at `at` acts
+    on no earlier post."""
+    late = [c for c in live if c is not owner and c.clock > at and awaits(call, c.rank)]
+    return bool(late) and (posting in late or all(c.clock >= at or c.blocked() or c.exit is not None for c in live))

@@ -76,6 +76,7 @@ class RankConn:
     compute: list[Span] = field(default_factory=list)  # its measured compute on its simulated clock
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
+    wait_until: tuple[OpRecord, float] | None = None  # a Work.wait(timeout=) in progress: its op, its end
 
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed."""

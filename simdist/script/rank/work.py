@@ -41,6 +41,8 @@ class SimWork(dist._Work):
         self.announced = False  # issued with asyncOp=False: the op message said its caller waits at once
         self.futureless = False  # the backend's work for this op has no future (Gloo: p2p, reduce_scatter)
         self.wait_limit_s: float | None = None  # the next wait()'s own timeout (`monitored_barrier`'s rank 0)
+        self._gave_up = threading.Event()  # the coordinator ended a wait(timeout=) before the op completed
+        self._gave_up_error = ""
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
@@ -60,7 +62,11 @@ class SimWork(dist._Work):
             base.set_result(None)
 
     def wait(self, timeout: Any = None) -> bool:
+        """Block until the op completes. `timeout` (a timedelta; 0, torch's default, is none):
+        the work's own limit on this wait, in simulated time; when it runs out first the wait
+        raises torch's "Operation timed out!" and the op goes on (measured on Gloo)."""
         c = client.CLIENT
+        limit = timeout.total_seconds() if timeout is not None and hasattr(timeout, "total_seconds") else 0.0
         if c is None:
             self._done.wait()
         else:
@@ -76,8 +82,12 @@ class SimWork(dist._Work):
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "to": self.wait_limit_s})
                 else:
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack(),
-                            "to": self.wait_limit_s})
-                self._done.wait()
+                            "to": self.wait_limit_s, "wt": limit if limit > 0 else None})
+                while not self._done.wait(None if limit <= 0 else 0.02) and not self._gave_up.is_set():
+                    pass
+                if self._gave_up.is_set():  # before the op's own end, if both came (they come in order)
+                    self._gave_up.clear()
+                    raise RuntimeError(self._gave_up_error)
             finally:
                 if on_main:
                     c.main_waits -= 1
@@ -86,6 +96,11 @@ class SimWork(dist._Work):
         if self.at_wait is not None:
             self.at_wait()
         return True
+
+    def give_up(self, error: str) -> None:
+        """Called on the reader thread: this wait's own timeout ran out (`wait(timeout=)`)."""
+        self._gave_up_error = error
+        self._gave_up.set()
 
     def get_future(self) -> Future:
         """The op's future, completed (with its result tensors, or with an error that C++
