@@ -87,4 +87,6 @@ def test_the_report_still_says_where_each_rank_was_stuck(script_zygote):
     assert any(n.startswith("rank 1 was blocked in #1 broadcast[4] float32 root=0 group=WORLD") and
                "pg_timeouts.py:" in n and "(t=2.000 s): Timed out waiting 2000ms" in n for n in notes), notes
     assert all(r.time >= 2.0 for r in sim.ranks)  # each clock reached its deadline
+    # it iterates no DataLoader: the inputs column's 0 is explained, not left to read as "did nothing"
+    assert any(n.startswith("inputs: no rank's DataLoaders yielded a batch") for n in sim.notes), sim.notes
     assert sim.outcome == "error"
