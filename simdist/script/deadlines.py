@@ -2,13 +2,17 @@
 
 A real Gloo group ends every wait that outlasts its `timeout` (`init_process_group(...,
 timeout=)`, `new_group(timeout=)`) with "Timed out waiting <T>ms for recv/send operation to
-complete"; the rank's script then goes on (it usually raises and exits, and its peers see
-their own timeouts or its exit). Users set short timeouts precisely so that a stuck run ends,
-so the simulator models them as discrete events: an operation gets a deadline when it is
-issued (its rank's simulated clock plus the group's timeout; `monitored_barrier`'s waits
-bring their own). Nothing else can end a wait, so when no rank can progress (the
-coordinator's hang test), the next event is the earliest deadline: the operations due then
-fail with Gloo's error, their ranks' clocks move to the deadline, and the run goes on.
+complete", and closes the rank's pairs in the group (`simdist.engine.timeouts`); the rank's
+script then goes on (it usually raises and exits). Users set short timeouts precisely so
+that a stuck run ends, so the simulator models them as discrete events: an operation gets a
+deadline when it is issued (its rank's simulated clock plus the group's timeout;
+`monitored_barrier`'s waits bring their own). A deadline fires when what the operation waits
+for can no longer come in time: a rank it awaits is past the deadline on its own clock
+without having posted (`overdue`: once no rank can post anything earlier, or when that rank
+posts or leaves), or no rank can progress at all (the coordinator's hang test: `due`). The
+operations due then fail with Gloo's error, their ranks' clocks move to the deadline, and
+the run goes on. `Work.wait(timeout=)` adds a deadline to one wait only: it raises torch's
+"Operation timed out!" and the operation goes on.
 
 A timed-out rank needs time to raise, unwind and close its sockets before its peers can
 notice its exit; deadlines closer than that race on real Gloo. `TIE_S` treats deadlines
@@ -43,7 +47,9 @@ class Expiry:
 def message(op: str, limit_s: float) -> str:
     """Gloo's error for a wait that outlasted `limit_s` (its file-and-line prefix left out,
     as the simulator's other Gloo messages do). Which of "recv"/"send" a collective names
-    depends on the step of Gloo's algorithm it was in: the simulator says "recv" for them."""
+    depends on the step of Gloo's algorithm it was in and the direction of the message its
+    rank waits for there, which the engine does not model: the simulator says "recv" for
+    collectives (docs/script-backend.md)."""
     kind = "send" if op == "send" else "recv"
     return f"Timed out waiting {round(limit_s * 1000)}ms for {kind} operation to complete"
 
