@@ -285,7 +285,8 @@ def error_category(message: str, *, runtime_error: bool, timeout_error: bool = F
         return "join_early_termination"
     if any(s in message for s in ("closed by peer", "reset by peer", "Broken pipe", "Connection refused")):
         return "peer_lost"
-    if "Timed out" in message or "timed out" in message or timeout_error:
+    # "Application timeout caused pair closure": what Gloo's timeout leaves of the rank's group
+    if "Timed out" in message or "timed out" in message or "Application timeout" in message or timeout_error:
         return "timeout"
     return "model" if in_model else "other"
 

@@ -128,7 +128,7 @@ def test_tensor_kinds_agree_with_real_gloo(script_zygote):
     tensors, non-contiguous tensors (Gloo reads and writes the flat run of memory that
     all_reduce's, broadcast's, reduce's and scatter's tensors start; all_to_all_single and
     send refuse them), and Gloo's shape checks of all_gather_into_tensor, gather, scatter and
-    reduce_scatter_tensor."""
+    reduce_scatter_tensor; int16, which Gloo has no kernel for ("Invalid scalar type")."""
     entry = {"script": "../tests/scripts/tensor_kinds.py", "nproc": 2}
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed"] * 2
@@ -146,6 +146,10 @@ def test_tensor_kinds_agree_with_real_gloo(script_zygote):
             "match the size of tensor b (3) at non-singleton dimension 1 -> [[0.0, 0.0]]") in out
     assert "[rank0] reduce_scatter_tensor async, before wait: ok -> [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]" in out
     assert "[rank0] reduce_scatter_tensor async, after wait: ok -> [[[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]]" in out
+    # int16: no Gloo kernel, each collective fails at wait() with the tensor untouched; send/recv work
+    assert "[rank1] int16 all_reduce: RuntimeError: Invalid scalar type -> [[1, 2, 3, 4]]" in sim.ranks[1].output
+    assert sum("int16" in line and "Invalid scalar type" in line for line in out) == 10, out
+    assert "[rank1] int16 send/recv: ok -> [[0, 1, 2, 3]]" in sim.ranks[1].output
 
 
 @pytest.mark.real

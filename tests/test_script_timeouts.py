@@ -9,6 +9,13 @@ ended, operations), and on what real Gloo was measured to do (torch 2.13, 3 rank
   timeout; a rank in a group with torch's default (30 min) fails only when a timed-out peer
   exits ("Connection closed by peer");
 * a collective called after the peers exited fails with the peer gone, not a timeout;
+* a rank that sleeps past its peers' deadline before it joins their collective: they time
+  out at their deadline, and it fails at once with the peer gone (their timeout closed the
+  group's pairs: "Application timeout caused pair closure"), even while they still live;
+  retried, the collective fails at once on every rank, and the group can still be destroyed;
+* `Work.wait(timeout=1 s)` on a collective a peer joins late raises "Operation timed out!" at
+  1 s and the op goes on: waited for again, it ends at the group's own timeout; a wait
+  timeout longer than the peer's delay sees the op complete;
 * monitored_barrier: rank 0 names the first rank that missed its deadline (its error ends
   with the wait's own: a timeout), the ranks that arrived fail when rank 0 exits; with
   wait_all_ranks rank 0 names every rank that missed it and the others go on."""
@@ -36,6 +43,11 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
                                       "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.")],
     "monitored_all": [("error:other", "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms"),
                       ("completed", "done [3.0, 3.0, 3.0, 3.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]")],
+    "slow": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
+    "wait_timeout": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
+    "wait_long": [("completed", "done [3.0, 3.0, 3.0, 3.0]")] * 3,
+    "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
+              ("completed", "timed out; closed; destroyed")],
 }
 
 
@@ -59,6 +71,10 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
     assert _seen(sim) == CASES[case]
     assert _seen(real) == CASES[case]
     assert differences(sim, real) == []
+    if case == "wait_timeout":  # each side printed the wait's own timeout first
+        for report in (sim, real):
+            assert [r.output[0] for r in report.ranks[::2]] == ["rank 0: Operation timed out!",
+                                                              "rank 2: Operation timed out!"], report.ranks
 
 
 @pytest.mark.real
@@ -71,4 +87,6 @@ def test_the_report_still_says_where_each_rank_was_stuck(script_zygote):
     assert any(n.startswith("rank 1 was blocked in #1 broadcast[4] float32 root=0 group=WORLD") and
                "pg_timeouts.py:" in n and "(t=2.000 s): Timed out waiting 2000ms" in n for n in notes), notes
     assert all(r.time >= 2.0 for r in sim.ranks)  # each clock reached its deadline
+    # it iterates no DataLoader: the inputs column's 0 is explained, not left to read as "did nothing"
+    assert any(n.startswith("inputs: no rank's DataLoaders yielded a batch") for n in sim.notes), sim.notes
     assert sim.outcome == "error"

@@ -24,6 +24,7 @@ from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, Instance, RankState, Work
 from simdist.engine.exits import GlooExits
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_exchanges_nothing, gloo_local_error
+from simdist.engine.timeouts import GlooTimeouts
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
@@ -54,7 +55,7 @@ def _ghost_entry(op: str, payload: Payload, group: str, origin: str) -> TraceEnt
     return TraceEntry(seq=0, op=op, numel=payload.numel, dtype=payload.dtype, group=group, group_size=0, origin=origin)
 
 
-class Engine(GlooExits):
+class Engine(GlooExits, GlooTimeouts):
     """Holds the simpy environment, process groups and pending operations of one run."""
 
     def __init__(self, world_size: int, groups: dict[str, list[int]], cost: CostLike, backend: str = "gloo"):
@@ -84,6 +85,7 @@ class Engine(GlooExits):
         # the group: when each is free again (see _schedule_finish).
         self._queued = bool(getattr(cost, "queued", False))
         self._group_free: dict[str, float] = defaultdict(float)
+        self._closed: defaultdict[str, set[int]] = defaultdict(set)  # Gloo's timeout closed these (`timeouts`)
 
     def add_group(self, name: str, members: list[int]) -> list[int]:
         """Make a process group known (a script creates them as it runs); returns its members,
@@ -151,6 +153,9 @@ class Engine(GlooExits):
         elif self.backend == "gloo" and payload.numel == 0 and gloo_exchanges_nothing(call):
             self._complete_call(call, payload)  # no wire: done at issue, peers as for a local error
             inst.stuck = True
+        elif self._closed and (shut := self.closed_error(call, group, members)) is not None:
+            self._fail(call, *shut)  # Gloo's timeout closed this group's pairs here or at a peer
+            inst.stuck = True
         if self._dead and (dead := self._dead_member(group, calls)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == n:
@@ -192,6 +197,9 @@ class Engine(GlooExits):
             entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (src, dst, tag)
+        if self._closed and (shut := self.closed_error(call, group, [peer])) is not None:
+            self._fail(call, *shut)
+            return Work(self.ranks[rank], call)
         if not self.ranks[peer].alive:
             self._fail_call(call, peer)
             return Work(self.ranks[rank], call)
@@ -404,21 +412,9 @@ class Engine(GlooExits):
                                              else None)
         self.rank_gone(rank, abrupt=True)
 
-    def time_out(self, call: Call, message: str) -> None:
-        """Gloo's timeout: `call` waited past its group's deadline and fails with `message`
-        (the driver decides when: `simdist.script.deadlines`). A collective it belongs to is
-        stuck from then on: a member that arrives later completes nothing, and the rank's exit
-        fails the peers still waiting on it (`rank_gone`), as a real rank that raised does."""
-        if call.done:
-            return
-        if call.op in ("send", "recv"):  # no longer matchable: its buffer gave up
-            for queues in (self._sends, self._recvs, self._any_recvs):
-                for q in queues.values():
-                    if call in q:
-                        q.remove(call)
-        elif (inst := self._open[call.entry.group].get(call.entry.seq)) is not None:
-            inst.stuck = True
+    def _fail(self, call: Call, message: str, category: str) -> None:
+        """`GlooTimeouts`' failures: `call` raises `message` (a RuntimeError) on its rank."""
         call.entry.t_done = None
-        call.settle(False, RankRaised("RuntimeError", message, "timeout"))
+        call.settle(False, RankRaised("RuntimeError", message, category))
 
     # ------------------------------------------------------------------ quiescence

@@ -23,7 +23,14 @@ from simdist.engine.values import (
 )
 from simdist.errors import LimitError
 from simdist.flightrec.format import TORCH_DTYPE_NAMES
-from simdist.vocab import BITWISE_REDUCE_OPS, FLOAT_DTYPES, GLOO_EMPTY_IS_LOCAL, REDUCING_OPS
+from simdist.vocab import (
+    BITWISE_REDUCE_OPS,
+    FLOAT_DTYPES,
+    GLOO_EMPTY_IS_LOCAL,
+    GLOO_NO_KERNEL_DTYPES,
+    P2P_OPS,
+    REDUCING_OPS,
+)
 
 
 def gloo_avg_error(c: Call) -> str | None:
@@ -48,11 +55,14 @@ def gloo_local_error(c: Call) -> str | None:
     before it calls into gloo; a bitwise op on a floating tensor has none and raises there
     (``Cannot use ReduceOp.BAND with non-integral dtype``): the work fails at ``wait()``, the
     tensor is untouched and the rank never joins the wire, so peers that did wait for its
-    messages (measured on torch 2.13)."""
+    messages (measured on torch 2.13). A dtype Gloo has no kernel for (int16) fails the same
+    way, at ``wait()``, on every collective but barrier: "Invalid scalar type"."""
     # the reduce op first: this runs for every rank-collective on Gloo, and most are no bitwise op
-    if c.reduce_op not in BITWISE_REDUCE_OPS or c.op not in REDUCING_OPS or c.payload.dtype not in FLOAT_DTYPES:
-        return None
-    return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
+    if c.reduce_op in BITWISE_REDUCE_OPS and c.op in REDUCING_OPS and c.payload.dtype in FLOAT_DTYPES:
+        return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
+    if c.payload.dtype in GLOO_NO_KERNEL_DTYPES and c.op not in P2P_OPS and c.op != "barrier":
+        return "Invalid scalar type"
+    return None
 
 
 def gloo_exchanges_nothing(c: Call) -> bool:

@@ -183,6 +183,10 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(_timeout_notes(coord))
+    if report.ranks and not any(r.inputs_processed for r in report.ranks):
+        # a script's inputs are its DataLoaders' batches: a 0 column would read as "did nothing"
+        notes.append("inputs: no rank's DataLoaders yielded a batch (a script's inputs are the batches its "
+                     "DataLoaders yield; loops over other data are not counted)")
     if ending.kind == "hang":
         wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]

@@ -75,6 +75,7 @@ class Coordinator:
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         self.timeouts: dict[str, float] = {}  # group -> its Gloo timeout (s), where modelled (`deadlines`)
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
+        self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -123,7 +124,7 @@ class Coordinator:
         progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
-            progress = progress or header["t"] != "out"
+            progress = progress or header["t"] not in ("out", "sleep")  # a rank sleeping in a loop spins
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -169,6 +170,11 @@ class Coordinator:
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.exit = h
             conn.exit_at = time.time()
+            self._overdue(conn)
+        elif kind == "sleep":
+            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.sleep(float(h["s"]))
+            self._overdue()
 
     def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
         rank, size = int(h["rank"]), int(h["world_size"])
@@ -220,6 +226,7 @@ class Coordinator:
         assert engine is not None and timeline is not None and conn.rank is not None
         conn.advance(h.get("cpu"), self.measure_compute)
         conn.block = None
+        self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
         frames, user, origin = self._classify(raw, h["dt"])
@@ -244,12 +251,15 @@ class Coordinator:
         limit = h.get("to", self.timeouts.get(group))  # the op's own (monitored_barrier's) or its group's
         if limit is not None:
             rec.deadline, rec.limit_s = entry.t_issue + float(limit), float(limit)
+            self._timed.append((conn, rec))
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
         work.call.event.callbacks.append(lambda ev, conn=conn, rec=rec: self._completed(conn, rec, ev))
         if h.get("wait", not h.get("async", True)):  # the caller waits at once (dist.all_reduce(..., async_op=False))
             conn.waited_on(rec)
             conn.block = Block([rec.id], time.time(), raw)
+        if rec.deadline is not None:  # a peer may be past it already
+            self._overdue()
 
     def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
         """Frames and origin of a call site; the same site recurs every iteration, so cached."""
@@ -268,8 +278,12 @@ class Coordinator:
         conn.waited_on(rec)
         if h.get("to") is not None:  # a wait with its own timeout (monitored_barrier's rank 0)
             rec.deadline, rec.limit_s = conn.clock + float(h["to"]), float(h["to"])
+            self._timed.append((conn, rec))
+        if h.get("wt") and not rec.done:  # the user's Work.wait(timeout=...)
+            conn.wait_until = (rec, conn.clock + float(h["wt"]))
         if not rec.done:
             conn.block = Block([rec.id], time.time(), h.get("frames") or [])
+        self._overdue()
 
     def _idle(self, conn: RankConn, h: dict[str, Any]) -> None:
         recs = [conn.ops[i] for i in h["ids"] if i in conn.ops]
@@ -277,6 +291,7 @@ class Coordinator:
             conn.waited_on(rec)
         if recs and all(not r.done for r in recs):
             conn.block = Block([r.id for r in recs], float(h.get("since") or time.time()), h.get("frames") or [])
+            self._overdue()
 
     def _completed(self, conn: RankConn, rec: OpRecord, ev: Any) -> None:
         assert self.timeline is not None
@@ -299,6 +314,8 @@ class Coordinator:
             self._send(conn, {"t": "done", "id": rec.id, "error": message}, [data] if data is not None else [])
         if conn.block is not None and rec.id in conn.block.ids:
             conn.block = None
+        if conn.wait_until is not None and conn.wait_until[0] is rec:
+            conn.wait_until = None
 
     def _closed(self, conn: RankConn) -> None:
         if not conn.connected:
@@ -350,17 +367,75 @@ class Coordinator:
         assert self.engine is not None
         if self.backend != "gloo":
             return False
-        due = deadlines.due([(c, rec) for c in self._live() for rec in c.ops.values() if not rec.done])
+        live = self._live()
+        due, waits = deadlines.due([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
+                                   [(c, *c.wait_until) for c in live if c.wait_until is not None])
+        self._fire(due)
+        for conn, rec in due:
+            conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
+        for conn, _rec, _until in waits:
+            self._give_up(conn)
+        self._pump()
+        return bool(due or waits)
+
+    def _overdue(self, posting: RankConn | None = None) -> None:
+        """Ranks' simulated clocks moved on without them posting what other ranks' waits need
+        from them: the waits whose deadline lies before such a rank's clock ran out first (on
+        real Gloo they time out while it still computes or sleeps). Called at each message
+        that moves a clock or adds a deadline, before the rank posts anything (it then meets
+        closed pairs). Conservative in simulated time: fires only once no rank can post
+        anything before the deadline, or when the late rank is `posting` (about to post, or
+        leaving, at its clock: what waits on it cannot have completed in time)."""
+        if self.engine is None or self.backend != "gloo":
+            return
+        self._timed = [(c, rec) for c, rec in self._timed if not rec.done]
+        waits = [c for c in self.by_rank.values() if c.wait_until is not None]
+        if not self._timed and not waits:
+            return
+        if len(self.by_rank) < self.world_size:
+            return
+        live = self._live()
+
+        def overdue(call: Any, at: float, owner: RankConn) -> bool:
+            return deadlines.overdue(self.engine.awaits, call, at, owner, live, posting)  # type: ignore[union-attr]
+
+        for c in waits:
+            assert c.wait_until is not None
+            if c.connected and overdue(c.wait_until[0].call, c.wait_until[1], c):
+                self._give_up(c)
+        due = [(c, rec) for c, rec in self._timed if c.connected and overdue(rec.call, rec.deadline or 0.0, c)]
+        if due:
+            self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
+            self._pump()
+
+    def _give_up(self, conn: RankConn) -> None:
+        """The rank's `Work.wait(timeout=)` ran out before its op completed: the wait raises
+        torch's "Operation timed out!", the op goes on (with its group's own deadline)."""
+        assert conn.wait_until is not None
+        rec, until = conn.wait_until
+        conn.wait_until, conn.block = None, None
+        conn.clock = max(conn.clock, until)
+        if rec in conn.to_sync:  # it did not wait for the op after all
+            conn.to_sync.remove(rec)
+            rec.waited = False
+        self._send(conn, {"t": "waited", "id": rec.id, "error": deadlines.WAIT_TIMED_OUT})
+
+    def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
+        """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
+        `Engine.time_out`)."""
+        assert self.engine is not None
+        expired = []
         for conn, rec in due:
             assert rec.deadline is not None and rec.limit_s is not None
             blocked = conn.block is not None and rec.id in conn.block.ids
             frames = conn.block.frames if blocked and conn.block is not None else []
             msg = deadlines.message(rec.entry.op, rec.limit_s)
             self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
-            self.engine.time_out(rec.call, msg)
-            conn.clock = max(conn.clock, rec.deadline)
-        self._pump()
-        return bool(due)
+            rec.ended_at = rec.deadline
+            expired.append((rec.call, msg))
+            if blocked:
+                conn.clock = max(conn.clock, rec.deadline)
+        self.engine.time_out(expired)
 
     def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])

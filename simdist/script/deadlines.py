@@ -2,13 +2,17 @@
 
 A real Gloo group ends every wait that outlasts its `timeout` (`init_process_group(...,
 timeout=)`, `new_group(timeout=)`) with "Timed out waiting <T>ms for recv/send operation to
-complete"; the rank's script then goes on (it usually raises and exits, and its peers see
-their own timeouts or its exit). Users set short timeouts precisely so that a stuck run ends,
-so the simulator models them as discrete events: an operation gets a deadline when it is
-issued (its rank's simulated clock plus the group's timeout; `monitored_barrier`'s waits
-bring their own). Nothing else can end a wait, so when no rank can progress (the
-coordinator's hang test), the next event is the earliest deadline: the operations due then
-fail with Gloo's error, their ranks' clocks move to the deadline, and the run goes on.
+complete", and closes the rank's pairs in the group (`simdist.engine.timeouts`); the rank's
+script then goes on (it usually raises and exits). Users set short timeouts precisely so
+that a stuck run ends, so the simulator models them as discrete events: an operation gets a
+deadline when it is issued (its rank's simulated clock plus the group's timeout;
+`monitored_barrier`'s waits bring their own). A deadline fires when what the operation waits
+for can no longer come in time: a rank it awaits is past the deadline on its own clock
+without having posted (`overdue`: once no rank can post anything earlier, or when that rank
+posts or leaves), or no rank can progress at all (the coordinator's hang test: `due`). The
+operations due then fail with Gloo's error, their ranks' clocks move to the deadline, and
+the run goes on. `Work.wait(timeout=)` adds a deadline to one wait only: it raises torch's
+"Operation timed out!" and the operation goes on.
 
 A timed-out rank needs time to raise, unwind and close its sockets before its peers can
 notice its exit; deadlines closer than that race on real Gloo. `TIE_S` treats deadlines
@@ -43,16 +47,37 @@ class Expiry:
 def message(op: str, limit_s: float) -> str:
     """Gloo's error for a wait that outlasted `limit_s` (its file-and-line prefix left out,
     as the simulator's other Gloo messages do). Which of "recv"/"send" a collective names
-    depends on the step of Gloo's algorithm it was in: the simulator says "recv" for them."""
+    depends on the step of Gloo's algorithm it was in and the direction of the message its
+    rank waits for there, which the engine does not model: the simulator says "recv" for
+    collectives (docs/script-backend.md)."""
     kind = "send" if op == "send" else "recv"
     return f"Timed out waiting {round(limit_s * 1000)}ms for {kind} operation to complete"
 
 
-def due(pending: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """Of `(conn, rec)` pairs whose record has a deadline, those that fire next: the earliest
-    and every one within `TIE_S` of it."""
+WAIT_TIMED_OUT = "Operation timed out!"  # torch's Work::wait(timeout) when the op is still running
+
+
+def due(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> tuple[list, list]:
+    """What fires next of `(conn, rec)` pairs whose record has a deadline (the op's own or its
+    group's) and `(conn, rec, until)` waits with their own timeout (`Work.wait(timeout=)`):
+    the earliest and every one within `TIE_S` of it, as (ops, waits). A wait's timeout ends
+    only the wait (torch raises "Operation timed out!", the op goes on); one due before any
+    op's deadline fires alone."""
     timed = [(c, r) for c, r in pending if r.deadline is not None]
-    if not timed:
-        return []
-    first = min(r.deadline for _, r in timed)
-    return sorted(((c, r) for c, r in timed if r.deadline <= first + TIE_S), key=lambda cr: (cr[1].deadline, cr[0].rank))
+    first = min([r.deadline for _, r in timed] + [u for _, _, u in waits], default=None)
+    if first is None:
+        return [], []
+    first_wait = min((u for _, _, u in waits), default=None)
+    if first_wait is not None and first_wait == first:
+        return [], sorted(((c, r, u) for c, r, u in waits if u <= first + TIE_S), key=lambda w: (w[2], w[0].rank))
+    return sorted(((c, r) for c, r in timed if r.deadline <= first + TIE_S), key=lambda cr: (cr[1].deadline, cr[0].rank)), []
+
+
+def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], posting: Any = None) -> bool:
+    """Whether `owner`'s `call` (waiting until simulated time `at`) runs out before what it
+    waits for can come: a live rank it `awaits` is past `at` without having posted it, and
+    either that rank is `posting` now (its post comes too late) or no rank can still post
+    anything before `at` (each is past it, blocked or leaving), so the timeout at `at` acts
+    on no earlier post."""
+    late = [c for c in live if c is not owner and c.clock > at and awaits(call, c.rank)]
+    return bool(late) and (posting in late or all(c.clock >= at or c.blocked() or c.exit is not None for c in live))

@@ -40,6 +40,7 @@ class OpRecord:
     call: Any = None  # the engine's Call (for Gloo's timeout: `Engine.time_out`)
     deadline: float | None = None  # simulated time at which Gloo's timeout ends its wait (`deadlines`)
     limit_s: float | None = None  # the timeout that deadline comes from
+    ended_at: float | None = None  # simulated time at which its timeout ended it
 
 
 @dataclass
@@ -75,6 +76,7 @@ class RankConn:
     compute: list[Span] = field(default_factory=list)  # its measured compute on its simulated clock
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
+    wait_until: tuple[OpRecord, float] | None = None  # a Work.wait(timeout=) in progress: its op, its end
 
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed."""
@@ -83,14 +85,22 @@ class RankConn:
     def advance(self, cpu: float | None, measure: bool) -> None:
         """At a message: catch up with completed waits, then add the compute since the last one."""
         for rec in [r for r in self.to_sync if r.done]:
-            if rec.entry.t_done is not None:
-                self.clock = max(self.clock, rec.entry.t_done)
+            end = rec.entry.t_done if rec.entry.t_done is not None else rec.ended_at
+            if end is not None:
+                self.clock = max(self.clock, end)
             self.to_sync.remove(rec)
         if cpu is not None:
             if measure and self.cpu_mark is not None and cpu > self.cpu_mark:
                 self.compute.append(Span(self.clock, self.clock + cpu - self.cpu_mark))
                 self.clock += cpu - self.cpu_mark
             self.cpu_mark = cpu
+
+    def sleep(self, seconds: float) -> None:
+        """`time.sleep` on its main thread: simulated time passes as it does for the script
+        (a sleeping rank is late for its peers as a computing one is), in either compute mode."""
+        if seconds > 0:
+            self.compute.append(Span(self.clock, self.clock + seconds))
+            self.clock += seconds
 
     def waited_on(self, rec: OpRecord) -> None:
         if not rec.waited:

@@ -7,11 +7,19 @@
   late         rank 1 all-reduces after its peers have finished and exited
   monitored    rank 1 skips a monitored_barrier (1 s) and waits in a barrier instead
   monitored_all ranks 1 and 2 skip a monitored_barrier(wait_all_ranks=True)
+  slow         rank 1 sleeps 3 s before it joins its peers' all_reduce
+  wait_timeout rank 1 sleeps 3 s; the others wait for their async all_reduce with
+               Work.wait(timeout=1 s) (torch: "Operation timed out!", the op goes on), then
+               wait again without one (the group's 2 s timeout ends it)
+  wait_long    rank 1 sleeps 1 s; the others' Work.wait(timeout=5 s) sees the all_reduce complete
+  retry        the same as slow, and every rank catches the error, retries the all_reduce (what
+               happened is printed as one line), then destroys the group and exits normally
 Each rank prints how its wait ended (the first line of a monitored_barrier error; Gloo's
 own messages differ in their file-and-line prefix and peer address), then re-raises."""
 
 import argparse
 import datetime
+import time
 
 import torch
 import torch.distributed as dist
@@ -22,6 +30,23 @@ def _said(e: Exception) -> str:
     if "monitoredBarrier" in msg:
         return msg.splitlines()[0]
     return "timed out" if "Timed out" in msg else "peer gone" if "by peer" in msg else msg
+
+
+def _retry(rank, t):
+    """A late rank's peers time out; each rank retries. After a timeout Gloo has closed the
+    group's pairs on the ranks that timed out: every retry fails at once, with "Application
+    timeout caused pair closure" on a rank whose own timeout closed it or "Connection closed
+    by peer" (which one reaches a rank that timed out itself first is a race: both "closed")."""
+    said = []
+    for _ in range(2):
+        try:
+            dist.all_reduce(t)
+            said.append(f"done {t.tolist()}")
+        except RuntimeError as e:
+            msg = str(e)
+            said.append("closed" if said and ("pair closure" in msg or "by peer" in msg) else _said(e))
+    dist.destroy_process_group()
+    print(f"rank {rank}: {'; '.join(said)}; destroyed", flush=True)
 
 
 def main():
@@ -51,6 +76,23 @@ def main():
                 dist.monitored_barrier(timeout=one_s, wait_all_ranks=True)
             else:
                 dist.all_reduce(t, group=sub)  # what the skipping ranks wait in instead
+        elif case in ("wait_timeout", "wait_long"):
+            if rank == 1:
+                time.sleep(3 if case == "wait_timeout" else 1)
+                dist.all_reduce(t)
+            else:
+                work = dist.all_reduce(t, async_op=True)
+                try:
+                    work.wait(timeout=datetime.timedelta(seconds=1 if case == "wait_timeout" else 5))
+                except RuntimeError as e:
+                    print(f"rank {rank}: {e}", flush=True)
+                    work.wait()
+        elif case in ("slow", "retry"):
+            if rank == 1:
+                time.sleep(3)
+            if case == "retry":
+                return _retry(rank, t)
+            dist.all_reduce(t)
     except RuntimeError as e:
         print(f"rank {rank}: {_said(e)}", flush=True)
         raise

@@ -5,7 +5,8 @@ Every process of a script run, whether the launcher started it or the script did
 * dies with its parent (`simdist.procs.die_with_parent`, re-armed in forked children), and
   exits at once if its parent is already gone, so killing `simdist` leaves no process behind;
 * reports its printed lines and how it ends (`output`, `exits`);
-* counts `time.sleep` as busy (a sleeping rank is not blocked in a collective);
+* counts `time.sleep` as busy (a sleeping rank is not blocked in a collective) and as
+  simulated time passing;
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
   before the script does, so its environment settings still apply). In the "gloo" mode
@@ -76,6 +77,9 @@ def _patch_sleep() -> None:
         if c is None or threading.current_thread() is not main:
             return orig(seconds)
         c.sleeping += 1
+        # simulated time passes as the sleep says (`RankConn.sleep`): said first, so that the
+        # waits of peers that time out meanwhile end before this rank posts again
+        c.send({"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time()})
         try:
             orig(seconds)
         finally:

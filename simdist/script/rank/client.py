@@ -34,6 +34,8 @@ hard_exit = os._exit  # the real one: `exits` wraps os._exit to report the exit 
 class Completable(Protocol):
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None: ...
 
+    def give_up(self, error: str) -> None: ...
+
 
 class Client:
     def __init__(self, path: str):
@@ -107,6 +109,11 @@ class Client:
                         work.complete(buffers[0] if buffers else None, header.get("error"), header.get("src"))
                     except Exception as e:  # noqa: BLE001 - the reader must live on, the op must end
                         work.complete(None, f"simdist: could not deliver the result of this operation: {e}")
+            elif kind == "waited":  # a wait(timeout=) ran out; the op goes on
+                with self._state:
+                    work = self._works.get(header["id"])
+                if work is not None:
+                    work.give_up(header["error"])
             elif kind == "reply":
                 with self._state:
                     ev, box = self._replies.pop(header["req"])

@@ -45,6 +45,8 @@ class SimWork(dist._Work):
         self.wait_limit_s: float | None = None  # the next wait()'s own timeout (`monitored_barrier`'s rank 0)
         self.completed_view = "op"  # is_completed(): "op" the op's state, "at_wait" once waited, "never"
         self._waited = False
+        self._gave_up = threading.Event()  # the coordinator ended a wait(timeout=) before the op completed
+        self._gave_up_error = ""
 
     def complete(self, data: bytearray | None, error: str | None, source: int | None = None) -> None:
         """Called on the reader thread when the coordinator answers (`source`: a receive's
@@ -71,7 +73,11 @@ class SimWork(dist._Work):
             self._done.set()
 
     def wait(self, timeout: Any = None) -> bool:
+        """Block until the op completes. `timeout` (a timedelta; 0, torch's default, is none):
+        the work's own limit on this wait, in simulated time; when it runs out first the wait
+        raises torch's "Operation timed out!" and the op goes on (measured on Gloo)."""
         c = client.CLIENT
+        limit = timeout.total_seconds() if timeout is not None and hasattr(timeout, "total_seconds") else 0.0
         if c is None:
             self._done.wait()
         else:
@@ -88,8 +94,12 @@ class SimWork(dist._Work):
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "to": self.wait_limit_s})
                 else:
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack(),
-                            "to": self.wait_limit_s})
-                self._done.wait()
+                            "to": self.wait_limit_s, "wt": limit if limit > 0 else None})
+                while not self._done.wait(None if limit <= 0 else 0.02) and not self._gave_up.is_set():
+                    pass
+                if self._gave_up.is_set():  # before the op's own end, if both came (they come in order)
+                    self._gave_up.clear()
+                    raise RuntimeError(self._gave_up_error)
             finally:
                 if on_main:
                     c.main_waits -= 1
@@ -99,6 +109,11 @@ class SimWork(dist._Work):
             self.at_wait()
         self._waited = True
         return True
+
+    def give_up(self, error: str) -> None:
+        """Called on the reader thread: this wait's own timeout ran out (`wait(timeout=)`)."""
+        self._gave_up_error = error
+        self._gave_up.set()
 
     def get_future(self) -> Future:
         """The op's future, completed (with its result tensors, or with an error that C++
