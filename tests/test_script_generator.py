@@ -1,0 +1,49 @@
+"""The random script generator of the script sweep (`simdist.testing.scripts`,
+bench/script_sweep.py), without running any script: what it writes is valid Python that
+a torchrun-style launch can start, a function of its seed, and over some seeds it uses
+every feature it names."""
+
+from __future__ import annotations
+
+import ast
+import random
+
+from simdist.testing.scripts import FEATURES, random_script, sweep_script
+
+
+def _scripts(seed: int, n: int, worlds=(2, 4)):
+    rng = random.Random(seed)
+    return [random_script(rng, f"case{seed}_{k}", worlds) for k in range(n)]
+
+
+def test_scripts_are_valid_python_with_a_main_that_initialises_gloo():
+    for g in _scripts(0, 60):
+        tree = ast.parse(g.source, filename=g.name)
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert {"main", "show"} <= names, g.name
+        assert 'dist.init_process_group("gloo"' in g.source
+        assert 2 <= g.world <= 4 and g.features <= set(FEATURES), (g.name, g.features)
+        steps = ast.literal_eval(next(line for line in g.source.splitlines() if line.startswith("STEPS = "))
+                                 .split("=", 1)[1].split("#")[0])
+        assert len(steps) == g.world and all(s >= 0 for s in steps)
+        assert ("uneven" in g.features) == (len(set(steps)) > 1)
+        # a script that can hang sets Gloo's timeout, so that real Gloo ends it too
+        assert ("timeout" in g.features) == ("timeout=datetime.timedelta" in g.source)
+        if g.features & {"uneven", "return", "raise", "sys_exit"}:
+            assert "timeout" in g.features
+
+
+def test_a_seed_gives_the_same_scripts_and_a_case_regenerates_alone():
+    a, b = _scripts(7, 12), _scripts(7, 12)
+    assert [g.source for g in a] == [g.source for g in b]
+    assert sweep_script(7, 9).source == a[9].source
+    assert [g.source for g in _scripts(8, 12)] != [g.source for g in a]
+
+
+def test_every_feature_appears_over_some_seeds_and_world_sizes_are_honoured():
+    seen: set[str] = set()
+    for seed in range(4):
+        for g in _scripts(seed, 40):
+            seen |= g.features
+    assert seen == set(FEATURES)
+    assert {g.world for g in _scripts(3, 30, worlds=(3, 3))} == {3}
