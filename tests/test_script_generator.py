@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import random
 
-from simdist.testing.scripts import FEATURES, random_script, sweep_script
+from simdist.testing.scripts import FEATURES, HANGS, random_script, sweep_script
 
 
 def _scripts(seed: int, n: int, worlds=(2, 4)):
@@ -28,8 +28,10 @@ def test_scripts_are_valid_python_with_a_main_that_initialises_gloo():
         assert len(steps) == g.world and all(s >= 0 for s in steps)
         assert ("uneven" in g.features) == (len(set(steps)) > 1)
         # a script that can hang sets Gloo's timeout, so that real Gloo ends it too
-        assert ("timeout" in g.features) == ("timeout=datetime.timedelta" in g.source)
-        if g.features & {"uneven", "return", "raise", "sys_exit"}:
+        assert ("timeout" in g.features) == ('dist.init_process_group("gloo", timeout=timeout)' in g.source)
+        if "new_group" in g.source:  # a subgroup gets the same timeout (torch's default is 30 min)
+            assert ("timeout" in g.features) == ("], timeout=timeout)" in g.source)
+        if g.features & HANGS:
             assert "timeout" in g.features
 
 

@@ -1,0 +1,21 @@
+"""Differences bench/script_sweep.py found between simulated ranks and real Gloo, each kept
+as a small fixed script (tests/scripts/) run once in each mode and compared as `simdist
+compare` does (`simdist.compare`): a fix in the model, checked against real Gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_script_examples import _run, _verdict, differences
+
+
+@pytest.mark.real
+def test_each_rank_keeps_its_own_gloo_timeout(script_zygote):
+    """tests/scripts/rank_timeouts.py (3 ranks, rank r's timeout 2 + r s): rank 0 times out
+    first, the others then fail with the peer gone, on both sides (the simulator used one
+    timeout per group, the last rank's, so every rank timed out together at 4 s)."""
+    entry = {"script": "../tests/scripts/rank_timeouts.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "error:peer_lost", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert sim.ranks[0].error.message == "Timed out waiting 2000ms for recv operation to complete"
