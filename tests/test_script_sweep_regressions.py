@@ -19,3 +19,17 @@ def test_each_rank_keeps_its_own_gloo_timeout(script_zygote):
     assert _verdict(sim) == ["error:timeout", "error:peer_lost", "error:peer_lost"]
     assert differences(sim, real) == []
     assert sim.ranks[0].error.message == "Timed out waiting 2000ms for recv operation to complete"
+
+
+@pytest.mark.real
+def test_all_to_all_of_one_byte_size_and_two_dtypes_completes_as_on_gloo(script_zygote):
+    """tests/scripts/alltoall_dtypes.py (3 ranks): rank 1's all_to_all_single is float64,
+    the others' int64. Gloo's alltoall sends raw blocks of the same byte size, so every rank
+    completes with its peers' bytes read as its own dtype (`gloo_rules`, all_to_all's message
+    program), and the next all_reduce pairs; the simulator had reported a hang."""
+    entry = {"script": "../tests/scripts/alltoall_dtypes.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output[0] == ("[0] all_to_all torch.int64: "
+                                      "[0, 1, 4636737291354636288, 4636807660098813952, 200, 201]")
