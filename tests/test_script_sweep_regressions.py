@@ -33,3 +33,16 @@ def test_all_to_all_of_one_byte_size_and_two_dtypes_completes_as_on_gloo(script_
     assert differences(sim, real) == []
     assert sim.ranks[0].output[0] == ("[0] all_to_all torch.int64: "
                                       "[0, 1, 4636737291354636288, 4636807660098813952, 200, 201]")
+
+
+@pytest.mark.real
+def test_roots_and_reduce_ops_after_p2p_are_noted_on_their_own_collective(script_zygote):
+    """tests/scripts/p2p_then_rooted.py (2 ranks): a send/recv, then a broadcast from rank 1,
+    an all_reduce MAX and a reduce MIN to rank 1. Real Gloo's side notes each one's root and
+    reduce op under the Flight Recorder's collective number (`rank.pylog`), which p2p
+    operations do not advance, so the two sides agree on every collective's arguments."""
+    entry = {"script": "../tests/scripts/p2p_then_rooted.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert differences(sim, real) == []
+    ops = [(e.op, e.root, e.reduce_op) for e in real.ranks[0].trace if e.op != "send"]
+    assert ops == [("broadcast", 1, None), ("all_reduce", None, "max"), ("reduce", 1, "min")], ops

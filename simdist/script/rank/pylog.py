@@ -59,7 +59,10 @@ def _wrap_collective(method: str) -> None:
         if opts is not None:
             root = getattr(opts, "rootRank", None)
             red = getattr(opts, "reduceOp", None)
-            _args.append([_group_name(self), int(self._get_sequence_number_for_group()),
+            name = _group_name(self)
+            # Gloo's sequence number counts p2p operations too, the Flight Recorder's collective
+            # numbering does not: the p2p operations noted on this group so far come off
+            _args.append([name, int(self._get_sequence_number_for_group()) - _seq.get(name, 0),
                           reduce_name(red) if red is not None else None,
                           dist.get_process_group_ranks(self)[root] if root is not None else None])
         return work
