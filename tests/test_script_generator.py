@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 
 from simdist.testing.scripts import FEATURES, HANGS, random_script, sweep_script
 
@@ -33,6 +34,19 @@ def test_scripts_are_valid_python_with_a_main_that_initialises_gloo():
             assert ("timeout" in g.features) == ("], timeout=timeout)" in g.source)
         if g.features & HANGS:
             assert "timeout" in g.features
+        _no_p2p_while_async_work_is_pending(g)
+
+
+def _no_p2p_while_async_work_is_pending(g) -> None:
+    """Every async work is waited before a send or receive is issued: a rank that aborts in
+    the collective would otherwise race the send on real Gloo."""
+    pending: set[str] = set()
+    for line in g.source.splitlines():
+        if m := re.search(r"(work\d+) = dist\.", line):
+            pending.add(m.group(1))
+        if m := re.search(r"(work\d+)\.wait\(\)", line):
+            pending.discard(m.group(1))
+        assert not (pending and re.search(r"dist\.(i?send|i?recv)\(", line)), (g.name, line)
 
 
 def test_a_seed_gives_the_same_scripts_and_a_case_regenerates_alone():
