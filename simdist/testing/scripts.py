@@ -65,6 +65,7 @@ def show(rank, step, what, t):
 def main():
 {timeout}    dist.init_process_group("gloo"{timeout_arg})
     rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()  # every rank is up: one that leaves at once races its peers' start-up on real Gloo
 '''
 
 FOOTER = '''
