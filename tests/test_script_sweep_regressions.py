@@ -46,3 +46,16 @@ def test_roots_and_reduce_ops_after_p2p_are_noted_on_their_own_collective(script
     assert differences(sim, real) == []
     ops = [(e.op, e.root, e.reduce_op) for e in real.ranks[0].trace if e.op != "send"]
     assert ops == [("broadcast", 1, None), ("all_reduce", None, "max"), ("reduce", 1, "min")], ops
+
+
+@pytest.mark.real
+def test_a_peer_that_left_after_a_barrier_still_accepts_the_roots_first_post(script_zygote):
+    """tests/scripts/exit_after_barrier.py (3 ranks): rank 0 leaves after a barrier; ranks 1
+    and 2 broadcast from 2. The root posts to rank 0 before rank 0's sockets close (its exit
+    takes longer), so rank 1 gets the first broadcast and fails only in the second, on both
+    sides: the engine now takes a script rank's exit time on the ranks' own clock."""
+    entry = {"script": "../tests/scripts/exit_after_barrier.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "error:peer_lost", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output == ["[1] first broadcast [20]"]

@@ -317,7 +317,7 @@ class Coordinator:
             return
         if self.backend == "gloo":
             killed = conn.exit is None  # no word from it: killed by a signal, its sockets reset
-            self.engine.rank_gone(conn.rank, abrupt=killed)
+            self.engine.rank_gone(conn.rank, abrupt=killed, at=conn.clock)
         self._pump()
 
     # ------------------------------------------------------------------ hang
