@@ -34,7 +34,7 @@ from simdist.collectives.schedule import Transfer
 MAX_SEGMENT_BYTES = 1 << 20
 
 #: Ops whose message program is known (the others are not modelled at message level).
-PROGRAM_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "send", "recv"})
+PROGRAM_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "all_to_all", "send", "recv"})
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,8 @@ def message_count(op: str, p: int, elements: int, elem: int) -> int:
         return 4 * (p - 1) if elements else 0
     if op in ("broadcast", "barrier"):
         return 2 * p.bit_length()
+    if op == "all_to_all":
+        return 2 * (p - 1)
     return 1  # send, recv
 
 

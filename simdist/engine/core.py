@@ -358,7 +358,7 @@ class Engine(GlooExits, GlooTimeouts):
             inst.finished = True
             self._open[inst.group].pop(inst.seq, None)
 
-    def rank_gone(self, rank: int, abrupt: bool = False) -> None:
+    def rank_gone(self, rank: int, abrupt: bool = False, at: float | None = None) -> None:
         """`rank`'s process has ended: everything unfinished that needs it fails on its peers.
 
         A process that ends normally or by an exception takes milliseconds or more to unwind
@@ -373,7 +373,9 @@ class Engine(GlooExits, GlooTimeouts):
             return
         rs.alive = False
         bisect.insort(self._dead, rank)
-        self._gone_at[rank] = self.env.now
+        # when it ended, on the clock its peers' calls were issued on (`entry.t_issue`): a script's
+        # coordinator keeps the ranks' clocks itself (`at`) and runs the engine at zero cost
+        self._gone_at[rank] = self.env.now if at is None else at
         for gname, members in self.groups.items():
             if rank not in members:
                 continue

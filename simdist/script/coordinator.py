@@ -73,7 +73,9 @@ class Coordinator:
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.input_error: str | None = None  # bad input found only once ranks said who they are
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
-        self.timeouts: dict[str, float] = {}  # group -> its Gloo timeout (s), where modelled (`deadlines`)
+        # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
+        # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
+        self.timeouts: dict[tuple[str, int | None], float] = {}
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self.sel = selectors.DefaultSelector()
@@ -165,7 +167,7 @@ class Coordinator:
         elif kind == "init":
             self._init(conn, h)
         elif kind == "group":
-            self._group(h)
+            self._group(conn, h)
         elif kind == "exit":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.exit = h
@@ -212,11 +214,11 @@ class Coordinator:
             self.protocol_errors.append(error)
         self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend})
 
-    def _group(self, h: dict[str, Any]) -> None:
+    def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         assert self.engine is not None
         ranks = sorted(int(r) for r in h["ranks"])
         if h.get("to") is not None:
-            self.timeouts[h["g"]] = float(h["to"])
+            self.timeouts[h["g"], conn.rank] = float(h["to"])
         have = self.engine.add_group(h["g"], ranks)
         if have != ranks:
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
@@ -248,7 +250,7 @@ class Coordinator:
         entry.t_issue = conn.clock
         entry.phase, entry.iteration = phase_of(frames), None
         rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
-        limit = h.get("to", self.timeouts.get(group))  # the op's own (monitored_barrier's) or its group's
+        limit = h.get("to", self.timeouts.get((group, rank)))  # the op's own (monitored_barrier's) or its group's
         if limit is not None:
             rec.deadline, rec.limit_s = entry.t_issue + float(limit), float(limit)
             self._timed.append((conn, rec))
@@ -332,7 +334,7 @@ class Coordinator:
             return
         if self.backend == "gloo":
             killed = conn.exit is None  # no word from it: killed by a signal, its sockets reset
-            self.engine.rank_gone(conn.rank, abrupt=killed)
+            self.engine.rank_gone(conn.rank, abrupt=killed, at=conn.clock)
         self._pump()
 
     # ------------------------------------------------------------------ hang

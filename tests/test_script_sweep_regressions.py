@@ -1,0 +1,61 @@
+"""Differences bench/script_sweep.py found between simulated ranks and real Gloo, each kept
+as a small fixed script (tests/scripts/) run once in each mode and compared as `simdist
+compare` does (`simdist.compare`): a fix in the model, checked against real Gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_script_examples import _run, _verdict, differences
+
+
+@pytest.mark.real
+def test_each_rank_keeps_its_own_gloo_timeout(script_zygote):
+    """tests/scripts/rank_timeouts.py (3 ranks, rank r's timeout 2 + r s): rank 0 times out
+    first, the others then fail with the peer gone, on both sides (the simulator used one
+    timeout per group, the last rank's, so every rank timed out together at 4 s)."""
+    entry = {"script": "../tests/scripts/rank_timeouts.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "error:peer_lost", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert sim.ranks[0].error.message == "Timed out waiting 2000ms for recv operation to complete"
+
+
+@pytest.mark.real
+def test_all_to_all_of_one_byte_size_and_two_dtypes_completes_as_on_gloo(script_zygote):
+    """tests/scripts/alltoall_dtypes.py (3 ranks): rank 1's all_to_all_single is float64,
+    the others' int64. Gloo's alltoall sends raw blocks of the same byte size, so every rank
+    completes with its peers' bytes read as its own dtype (`gloo_rules`, all_to_all's message
+    program), and the next all_reduce pairs; the simulator had reported a hang."""
+    entry = {"script": "../tests/scripts/alltoall_dtypes.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output[0] == ("[0] all_to_all torch.int64: "
+                                      "[0, 1, 4636737291354636288, 4636807660098813952, 200, 201]")
+
+
+@pytest.mark.real
+def test_roots_and_reduce_ops_after_p2p_are_noted_on_their_own_collective(script_zygote):
+    """tests/scripts/p2p_then_rooted.py (2 ranks): a send/recv, then a broadcast from rank 1,
+    an all_reduce MAX and a reduce MIN to rank 1. Real Gloo's side notes each one's root and
+    reduce op under the Flight Recorder's collective number (`rank.pylog`), which p2p
+    operations do not advance, so the two sides agree on every collective's arguments."""
+    entry = {"script": "../tests/scripts/p2p_then_rooted.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert differences(sim, real) == []
+    ops = [(e.op, e.root, e.reduce_op) for e in real.ranks[0].trace if e.op != "send"]
+    assert ops == [("broadcast", 1, None), ("all_reduce", None, "max"), ("reduce", 1, "min")], ops
+
+
+@pytest.mark.real
+def test_a_peer_that_left_after_a_barrier_still_accepts_the_roots_first_post(script_zygote):
+    """tests/scripts/exit_after_barrier.py (3 ranks): rank 0 leaves after a barrier; ranks 1
+    and 2 broadcast from 2. The root posts to rank 0 before rank 0's sockets close (its exit
+    takes longer), so rank 1 gets the first broadcast and fails only in the second, on both
+    sides: the engine now takes a script rank's exit time on the ranks' own clock."""
+    entry = {"script": "../tests/scripts/exit_after_barrier.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "error:peer_lost", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output == ["[1] first broadcast [20]"]
