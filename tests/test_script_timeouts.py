@@ -46,6 +46,8 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
     "slow": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
     "wait_timeout": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
     "wait_long": [("completed", "done [3.0, 3.0, 3.0, 3.0]")] * 3,
+    "p2p": [("completed", "done [1.0, 1.0, 1.0, 1.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]"),
+            ("completed", "done [1.0, 1.0, 1.0, 1.0]")],
     "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
               ("completed", "timed out; closed; destroyed")],
 }

@@ -249,8 +249,9 @@ class Coordinator:
         entry.phase, entry.iteration = phase_of(frames), None
         rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
         limit = h.get("to", self.timeouts.get(group))  # the op's own (monitored_barrier's) or its group's
-        if limit is not None:
-            rec.deadline, rec.limit_s = entry.t_issue + float(limit), float(limit)
+        if limit is not None:  # a p2p's group timeout starts at its wait, as Gloo's (`RankConn.waited_on`)
+            rec.limit_s = float(limit)
+            rec.deadline = None if op in P2P_OPS and "to" not in h else entry.t_issue + rec.limit_s
             self._timed.append((conn, rec))
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
@@ -403,7 +404,7 @@ class Coordinator:
             assert c.wait_until is not None
             if c.connected and overdue(c.wait_until[0].call, c.wait_until[1], c):
                 self._give_up(c)
-        due = [(c, rec) for c, rec in self._timed if c.connected and overdue(rec.call, rec.deadline or 0.0, c)]
+        due = [(c, r) for c, r in self._timed if c.connected and r.deadline is not None and overdue(r.call, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
