@@ -92,3 +92,21 @@ def test_the_report_still_says_where_each_rank_was_stuck(script_zygote):
     # it iterates no DataLoader: the inputs column's 0 is explained, not left to read as "did nothing"
     assert any(n.startswith("inputs: no rank's DataLoaders yielded a batch") for n in sim.notes), sim.notes
     assert sim.outcome == "error"
+
+
+def test_a_rank_in_monitored_barrier_waits_in_it_not_in_a_collective(script_zygote):
+    """monitored_barrier's own messages are no operations of the trace: their sequence numbers
+    are no collective's, so a rank blocked in one is reported in monitored_barrier, and not as
+    waiting in the collective of the same number it never issued (simulator side: torch's
+    default timeout makes it a hang, which real Gloo would sit in for 30 minutes)."""
+    run_id = new_run_id()
+    report = run_script(ROOT / "tests" / "scripts" / "monitored_hang.py", [], nproc_per_node=3, backend="gloo",
+                        mode="sim", timeout_s=60, run_id=run_id, measure_compute=False, zygote=script_zygote("sim"))
+    assert report.outcome == "hang"
+    hang = [f for f in report.findings if f.kind == "hang"]
+    assert len(hang) == 1 and hang[0].ranks == [1, 2], report.findings
+    assert hang[0].detail == ("#1 barrier on WORLD: ranks [0] wait in it, ranks [1, 2] never issued it; "
+                              "rank 1 waits in monitored_barrier; rank 2 waits in monitored_barrier")
+    for r in report.ranks[1:]:
+        assert r.blocked_in.within == "monitored_barrier" and r.trace == []
+        assert r.blocked_in.short().startswith("monitored_barrier on WORLD (its own send[1] peer=0, not traced")

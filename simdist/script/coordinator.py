@@ -243,8 +243,9 @@ class Coordinator:
                                 root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
             members = engine.groups[group]
         entry = work.call.entry
-        if h.get("hidden"):  # Gloo's own messages (monitored_barrier): not in the trace, as on Gloo
+        if h.get("hidden"):  # Gloo's own messages of a call (monitored_barrier): not in the trace, as on Gloo
             engine.ranks[rank].trace.remove(entry)
+            entry.within = str(h["hidden"])
         entry.t_issue = conn.clock
         entry.phase, entry.iteration = phase_of(frames), None
         rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
