@@ -48,6 +48,11 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
     "wait_long": [("completed", "done [3.0, 3.0, 3.0, 3.0]")] * 3,
     "p2p": [("completed", "done [1.0, 1.0, 1.0, 1.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]"),
             ("completed", "done [1.0, 1.0, 1.0, 1.0]")],
+    "short_group": [("completed", "done [0.0, 0.0, 0.0, 0.0]"), ("completed", "done [1.0, 1.0, 1.0, 1.0]"),
+                    ("completed", "done [2.0, 2.0, 2.0, 2.0]")],
+    "monitored_sub": [("completed", "done [0.0, 0.0, 0.0, 0.0]"),
+                      ("error:timeout", "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms"),
+                      ("completed", "done [2.0, 2.0, 2.0, 2.0]")],
     "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
               ("completed", "timed out; closed; destroyed")],
 }
@@ -77,6 +82,9 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
         for report in (sim, real):
             assert [r.output[0] for r in report.ranks[::2]] == ["rank 0: Operation timed out!",
                                                               "rank 2: Operation timed out!"], report.ranks
+    if case == "short_group":  # the group's own 1 s ended rank 0's wait, in time for its peers' 2 s
+        assert [r.output[0] for r in sim.ranks] == [r.output[0] for r in real.ranks] == ["rank 0: timed out",
+                                                "rank 1: done [1.0, 1.0, 1.0, 1.0]", "rank 2: done [2.0, 2.0, 2.0, 2.0]"]
 
 
 @pytest.mark.real
