@@ -50,6 +50,9 @@ class TraceEntry:
     t_issue: float = 0.0  # seconds since the rank started (simulated or wall)
     t_done: float | None = None  # None: never completed
     completed: bool = False
+    # set on a message Gloo sends below Python for this torch call (monitored_barrier's): not
+    # an operation of the trace, its `seq` is no collective's; a rank blocked in it waits in the call
+    within: str | None = None
 
     def fingerprint(self) -> tuple:
         """What must agree across ranks for the collective to be well-formed."""
@@ -64,6 +67,8 @@ class TraceEntry:
         extra = f" root={self.root}" if self.root is not None and self.op in ROOTED_OPS else ""
         if self.peer is not None:
             extra = f" peer={self.peer}"
+        if self.within:
+            return f"{self.within} on {self.group} (its own {self.op}[{self.numel}]{extra}, not traced; {self.origin})"
         return f"#{self.seq} {self.op}[{self.numel}] {self.dtype}{extra} group={self.group} ({self.origin})"
 
 

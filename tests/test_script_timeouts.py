@@ -46,6 +46,13 @@ CASES = {  # case -> each rank's status[:category] and printed line (after "rank
     "slow": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
     "wait_timeout": [("error:timeout", "timed out"), ("error:peer_lost", "peer gone"), ("error:timeout", "timed out")],
     "wait_long": [("completed", "done [3.0, 3.0, 3.0, 3.0]")] * 3,
+    "p2p": [("completed", "done [1.0, 1.0, 1.0, 1.0]"), ("completed", "done [3.0, 3.0, 3.0, 3.0]"),
+            ("completed", "done [1.0, 1.0, 1.0, 1.0]")],
+    "short_group": [("completed", "done [0.0, 0.0, 0.0, 0.0]"), ("completed", "done [1.0, 1.0, 1.0, 1.0]"),
+                    ("completed", "done [2.0, 2.0, 2.0, 2.0]")],
+    "monitored_sub": [("completed", "done [0.0, 0.0, 0.0, 0.0]"),
+                      ("error:timeout", "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms"),
+                      ("completed", "done [2.0, 2.0, 2.0, 2.0]")],
     "retry": [("completed", "timed out; closed; destroyed"), ("completed", "peer gone; closed; destroyed"),
               ("completed", "timed out; closed; destroyed")],
 }
@@ -64,10 +71,23 @@ def _seen(report) -> list[tuple[str, str]]:
              r.output[-1].removeprefix(f"rank {r.rank}: ") if r.output else "") for r in report.ranks]
 
 
+# Cases where real Gloo itself races: every rank times out at the same instant, and a rank
+# whose peer's timeout closed the pair first sees "Connection closed by peer" instead of its
+# own timeout (mismatch: rank 0 in 1 of 4 runs alone, more under load; recv: seen once under
+# load). The simulator gives the outcome real Gloo gives when nothing wins that race; the real
+# side is run again (at most RACE_TRIES times) until a run shows it, and must show it once.
+RACY = {"mismatch", "recv"}
+RACE_TRIES = 3
+
+
 @pytest.mark.real
 @pytest.mark.parametrize("case", CASES)
 def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
-    sim, real = _run(case, "sim", script_zygote), _run(case, "gloo", script_zygote)
+    sim = _run(case, "sim", script_zygote)
+    for _ in range(RACE_TRIES if case in RACY else 1):
+        real = _run(case, "gloo", script_zygote)
+        if _seen(real) == CASES[case]:
+            break
     assert _seen(sim) == CASES[case]
     assert _seen(real) == CASES[case]
     assert differences(sim, real) == []
@@ -75,6 +95,9 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
         for report in (sim, real):
             assert [r.output[0] for r in report.ranks[::2]] == ["rank 0: Operation timed out!",
                                                               "rank 2: Operation timed out!"], report.ranks
+    if case == "short_group":  # the group's own 1 s ended rank 0's wait, in time for its peers' 2 s
+        assert [r.output[0] for r in sim.ranks] == [r.output[0] for r in real.ranks] == ["rank 0: timed out",
+                                                "rank 1: done [1.0, 1.0, 1.0, 1.0]", "rank 2: done [2.0, 2.0, 2.0, 2.0]"]
 
 
 @pytest.mark.real
@@ -90,3 +113,21 @@ def test_the_report_still_says_where_each_rank_was_stuck(script_zygote):
     # it iterates no DataLoader: the inputs column's 0 is explained, not left to read as "did nothing"
     assert any(n.startswith("inputs: no rank's DataLoaders yielded a batch") for n in sim.notes), sim.notes
     assert sim.outcome == "error"
+
+
+def test_a_rank_in_monitored_barrier_waits_in_it_not_in_a_collective(script_zygote):
+    """monitored_barrier's own messages are no operations of the trace: their sequence numbers
+    are no collective's, so a rank blocked in one is reported in monitored_barrier, and not as
+    waiting in the collective of the same number it never issued (simulator side: torch's
+    default timeout makes it a hang, which real Gloo would sit in for 30 minutes)."""
+    run_id = new_run_id()
+    report = run_script(ROOT / "tests" / "scripts" / "monitored_hang.py", [], nproc_per_node=3, backend="gloo",
+                        mode="sim", timeout_s=60, run_id=run_id, measure_compute=False, zygote=script_zygote("sim"))
+    assert report.outcome == "hang"
+    hang = [f for f in report.findings if f.kind == "hang"]
+    assert len(hang) == 1 and hang[0].ranks == [1, 2], report.findings
+    assert hang[0].detail == ("#1 barrier on WORLD: ranks [0] wait in it, ranks [1, 2] never issued it; "
+                              "rank 1 waits in monitored_barrier; rank 2 waits in monitored_barrier")
+    for r in report.ranks[1:]:
+        assert r.blocked_in.within == "monitored_barrier" and r.trace == []
+        assert r.blocked_in.short().startswith("monitored_barrier on WORLD (its own send[1] peer=0, not traced")

@@ -82,6 +82,8 @@ def run_findings(report: Report, scenario: Scenario | None, wf: WaitFor | None =
     for rank in wf.blocked:
         e = report.ranks[rank].blocked_in
         assert e is not None
+        if e.within:  # a call's hidden message (monitored_barrier's): no collective of the trace
+            continue
         if e.op in P2P_OPS:
             peers = [b for b in g.successors(rank) if g.edges[rank, b]["reason"] == "p2p"]
             if peers:
@@ -97,10 +99,11 @@ def run_findings(report: Report, scenario: Scenario | None, wf: WaitFor | None =
         members = group_members(scenario, report, e.group)
         missing = [m for m in members if (e.group, e.seq) not in index[m]]
         if missing:
-            waiting = [m for m in members if m in wf.blocked and report.ranks[m].blocked_in is not None
-                       and (report.ranks[m].blocked_in.group, report.ranks[m].blocked_in.seq) == key]
-            out.append(Finding("hang", e.group, e.seq, missing,
-                               f"#{e.seq} {e.op} on {e.group}: ranks {waiting} wait in it, ranks {missing} never issued it"))
+            ins = {m: report.ranks[m].blocked_in for m in members if m in wf.blocked}
+            waiting = [m for m, b in ins.items() if b is not None and not b.within and (b.group, b.seq) == key]
+            elsewhere = "".join(f"; rank {m} waits in {b.within}" for m, b in ins.items() if b is not None and b.within)
+            out.append(Finding("hang", e.group, e.seq, missing, f"#{e.seq} {e.op} on {e.group}: ranks {waiting} "
+                                                                f"wait in it, ranks {missing} never issued it{elsewhere}"))
     if wf.cycle:
         for comp in wf.core:
             if len(comp) > 1 or g.has_edge(comp[0], comp[0]):

@@ -84,7 +84,7 @@ class GlooTimeouts:
         if call.done:
             return False
         if call.op in ("send", "recv"):
-            return call.entry.peer == rank and self._queued(call)
+            return call.entry.peer == rank and self._unmatched(call)
         inst = self._open[call.entry.group].get(call.entry.seq)
         return inst is not None and rank in inst.members and rank not in inst.calls
 
@@ -96,7 +96,9 @@ class GlooTimeouts:
     def _queues(self) -> list[deque[Call]]:
         return [*self._sends.values(), *self._recvs.values(), *self._any_recvs.values()]
 
-    def _queued(self, call: Call) -> bool:
+    def _unmatched(self, call: Call) -> bool:
+        """Whether `call` (a p2p op) waits in a queue for its match. Not `_queued`: the
+        engine core has a flag of that name, which would shadow this method."""
         return any(call in q for q in self._queues())
 
     def _unqueue(self, call: Call) -> None:

@@ -1,21 +1,20 @@
 """The coordinator: the simdist side of a script run, driving the engine for every rank.
 
-Rank processes connect to a Unix socket and send what their process groups do; the
-coordinator issues each operation on the shared `simdist.engine.core.Engine` (pairing per
-group by sequence number, the backend's rules on mismatches, exact result values) and
-answers with the result bytes when the operation completes.
+Rank processes connect to a Unix socket and send what their process groups do; the coordinator
+issues each operation on the shared `simdist.engine.core.Engine` (pairing per group by sequence
+number, the backend's rules on mismatches, exact result values) and answers with the result
+bytes when the operation completes.
 
-Hang detection needs no timer: when every live rank is blocked in operations that have
-not completed (a visible `wait()`, or idle on futures torch waits for in C++; see
-`rank.client`), no message can arrive that would let one complete, so the run hangs. On
-Gloo, `settle_absent` first completes what Gloo completes without an absent member, and a
-group's own timeout, where the script set one, ends the waits due first
-(`simdist.script.deadlines`); only a run with none left hangs.
+Hang detection needs no timer: when every live rank is blocked in operations that have not
+completed (a visible `wait()`, or idle on futures torch waits for in C++; see `rank.client`),
+no message can arrive that would let one complete, so the run hangs. On Gloo, `settle_absent`
+first completes what Gloo completes without an absent member, and a group's own timeout, where
+the script set one, ends the waits due first (`simdist.script.deadlines`); only a run with
+none left hangs.
 
-Rank exits follow the backend the script asked for (or `backend=` overrides): on Gloo a
-peer that exits makes its partners' unfinished collectives fail ("Connection closed by
-peer", `Engine.rank_gone`); on NCCL nothing tells them, so they stay blocked: a hang, which
-NCCL's watchdog would end only after its timeout.
+Rank exits follow the backend the script asked for (or `backend=` overrides): on Gloo a peer
+that exits makes its partners' unfinished collectives fail ("Connection closed by peer",
+`Engine.rank_gone`); on NCCL nothing tells them, so they stay blocked: a hang.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
 from simdist.procs import Watchdog
 from simdist.script import deadlines, env, payloads, wire
+from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
 
@@ -55,7 +55,7 @@ class Ending:
     last_blocked: float | None = None  # hang: when the last rank became blocked
 
 
-class Coordinator:
+class Coordinator(GlooTimeoutsMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None):
         self.listener = listener
@@ -245,14 +245,16 @@ class Coordinator:
                                 root=root_of(op, h.get("root")), async_op=bool(h.get("async")))
             members = engine.groups[group]
         entry = work.call.entry
-        if h.get("hidden"):  # Gloo's own messages (monitored_barrier): not in the trace, as on Gloo
+        if h.get("hidden"):  # Gloo's own messages of a call (monitored_barrier): not in the trace, as on Gloo
             engine.ranks[rank].trace.remove(entry)
+            entry.within = str(h["hidden"])
         entry.t_issue = conn.clock
         entry.phase, entry.iteration = phase_of(frames), None
         rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
         limit = h.get("to", self.timeouts.get((group, rank)))  # the op's own (monitored_barrier's) or its group's
-        if limit is not None:
-            rec.deadline, rec.limit_s = entry.t_issue + float(limit), float(limit)
+        if limit is not None:  # a p2p's group timeout starts at its wait, as Gloo's (`RankConn.waited_on`)
+            rec.limit_s = float(limit)
+            rec.deadline = None if op in P2P_OPS and "to" not in h else entry.t_issue + rec.limit_s
             self._timed.append((conn, rec))
         conn.ops[rec.id] = rec
         timeline.issued(rank, entry, int(h.get("tag") or 0))
@@ -362,82 +364,6 @@ class Coordinator:
             self._pump()
             return False
         return True
-
-    def _expire(self) -> bool:
-        """Nothing can progress: Gloo's timeout ends the waits due first (`deadlines`). Returns
-        whether one ended (the run goes on); False: no deadline is left, the run hangs."""
-        assert self.engine is not None
-        if self.backend != "gloo":
-            return False
-        live = self._live()
-        due, waits = deadlines.due([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
-                                   [(c, *c.wait_until) for c in live if c.wait_until is not None])
-        self._fire(due)
-        for conn, rec in due:
-            conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
-        for conn, _rec, _until in waits:
-            self._give_up(conn)
-        self._pump()
-        return bool(due or waits)
-
-    def _overdue(self, posting: RankConn | None = None) -> None:
-        """Ranks' simulated clocks moved on without them posting what other ranks' waits need
-        from them: the waits whose deadline lies before such a rank's clock ran out first (on
-        real Gloo they time out while it still computes or sleeps). Called at each message
-        that moves a clock or adds a deadline, before the rank posts anything (it then meets
-        closed pairs). Conservative in simulated time: fires only once no rank can post
-        anything before the deadline, or when the late rank is `posting` (about to post, or
-        leaving, at its clock: what waits on it cannot have completed in time)."""
-        if self.engine is None or self.backend != "gloo":
-            return
-        self._timed = [(c, rec) for c, rec in self._timed if not rec.done]
-        waits = [c for c in self.by_rank.values() if c.wait_until is not None]
-        if not self._timed and not waits:
-            return
-        if len(self.by_rank) < self.world_size:
-            return
-        live = self._live()
-
-        def overdue(call: Any, at: float, owner: RankConn) -> bool:
-            return deadlines.overdue(self.engine.awaits, call, at, owner, live, posting)  # type: ignore[union-attr]
-
-        for c in waits:
-            assert c.wait_until is not None
-            if c.connected and overdue(c.wait_until[0].call, c.wait_until[1], c):
-                self._give_up(c)
-        due = [(c, rec) for c, rec in self._timed if c.connected and overdue(rec.call, rec.deadline or 0.0, c)]
-        if due:
-            self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
-            self._pump()
-
-    def _give_up(self, conn: RankConn) -> None:
-        """The rank's `Work.wait(timeout=)` ran out before its op completed: the wait raises
-        torch's "Operation timed out!", the op goes on (with its group's own deadline)."""
-        assert conn.wait_until is not None
-        rec, until = conn.wait_until
-        conn.wait_until, conn.block = None, None
-        conn.clock = max(conn.clock, until)
-        if rec in conn.to_sync:  # it did not wait for the op after all
-            conn.to_sync.remove(rec)
-            rec.waited = False
-        self._send(conn, {"t": "waited", "id": rec.id, "error": deadlines.WAIT_TIMED_OUT})
-
-    def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
-        """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
-        `Engine.time_out`)."""
-        assert self.engine is not None
-        expired = []
-        for conn, rec in due:
-            assert rec.deadline is not None and rec.limit_s is not None
-            blocked = conn.block is not None and rec.id in conn.block.ids
-            frames = conn.block.frames if blocked and conn.block is not None else []
-            msg = deadlines.message(rec.entry.op, rec.limit_s)
-            self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
-            rec.ended_at = rec.deadline
-            expired.append((rec.call, msg))
-            if blocked:
-                conn.clock = max(conn.clock, rec.deadline)
-        self.engine.time_out(expired)
 
     def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])

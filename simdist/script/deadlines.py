@@ -14,10 +14,13 @@ operations due then fail with Gloo's error, their ranks' clocks move to the dead
 the run goes on. `Work.wait(timeout=)` adds a deadline to one wait only: it raises torch's
 "Operation timed out!" and the operation goes on.
 
-A timed-out rank needs time to raise, unwind and close its sockets before its peers can
-notice its exit; deadlines closer than that race on real Gloo. `TIE_S` treats deadlines
-within it of the earliest as simultaneous: all of them fire (what real Gloo does when ranks
-block together with one timeout, the usual case). Torch's default timeout (30 min) is not
+`TIE_S` treats deadlines within it of the earliest as simultaneous: all of them fire (what
+real Gloo does when ranks block together with one timeout, the usual case). It is an
+approximation with no measured window behind it: on real Gloo whether a later deadline
+times out on its own or first meets a timed-out peer's pair closure depends on which peer
+its rank waits on at that step of Gloo's algorithm, which the engine does not model (the
+measurements: docs/script-backend.md, "Near ties"). A send's or receive's deadline is armed
+when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is not
 modelled: a run that would sit for 30 minutes is reported as the hang it is, at once (the
 rank layer sends a group's timeout only when it is shorter, `rank.pg.create`).
 """

@@ -103,6 +103,12 @@ class RankConn:
             self.clock += seconds
 
     def waited_on(self, rec: OpRecord) -> None:
+        """The rank waits for `rec` now. A p2p's group timeout starts here (its deadline is
+        unset until then): Gloo's `waitRecv`/`waitSend` time the wait, not the op, so an
+        `irecv` waited for late gets the whole timeout and one never waited for never times
+        out (measured, torch 2.13)."""
+        if rec.deadline is None and rec.limit_s is not None and not rec.done:
+            rec.deadline = self.clock + rec.limit_s
         if not rec.waited:
             rec.waited = True
             self.to_sync.append(rec)

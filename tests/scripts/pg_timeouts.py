@@ -12,6 +12,13 @@
                Work.wait(timeout=1 s) (torch: "Operation timed out!", the op goes on), then
                wait again without one (the group's 2 s timeout ends it)
   wait_long    rank 1 sleeps 1 s; the others' Work.wait(timeout=5 s) sees the all_reduce complete
+  p2p          Gloo times a p2p's wait, not the op: rank 0 irecv()s from rank 1, sleeps 3 s,
+               then waits (rank 1 sends at 4 s: within 2 s of the wait) and sends to rank 2;
+               rank 2 irecv()s from rank 0 and blocks 4 s in a subgroup all_reduce before it
+               waits (an unwaited irecv does not time out)
+  short_group  rank 0 all-reduces alone in a new_group([0, 1], timeout=1 s): its timeout (1 s,
+               not the world's 2 s) ends it; it prints that and joins its peers' barrier
+  monitored_sub rank 1 runs monitored_barrier(1 s) on the subgroup [1, 2]; rank 2 sleeps 2 s
   retry        the same as slow, and every rank catches the error, retries the all_reduce (what
                happened is printed as one line), then destroys the group and exits normally
 Each rank prints how its wait ended (the first line of a monitored_barrier error; Gloo's
@@ -87,6 +94,35 @@ def main():
                 except RuntimeError as e:
                     print(f"rank {rank}: {e}", flush=True)
                     work.wait()
+        elif case == "p2p":
+            if rank == 0:
+                work = dist.irecv(t, src=1)
+                time.sleep(3)
+                work.wait()
+                dist.send(t, dst=2)
+            elif rank == 1:
+                time.sleep(4)
+                dist.send(t, dst=0)
+                dist.all_reduce(t, group=sub)
+            else:
+                got = torch.zeros(4)
+                work = dist.irecv(got, src=0)
+                dist.all_reduce(t, group=sub)
+                work.wait()
+                t = got
+        elif case == "short_group":
+            short = dist.new_group([0, 1], timeout=one_s)
+            if rank == 0:
+                try:
+                    dist.all_reduce(t, group=short)
+                except RuntimeError as e:
+                    print(f"rank {rank}: {_said(e)}", flush=True)
+            dist.barrier()
+        elif case == "monitored_sub":
+            if rank == 1:
+                dist.monitored_barrier(group=sub, timeout=one_s)
+            elif rank == 2:
+                time.sleep(2)
         elif case in ("slow", "retry"):
             if rank == 1:
                 time.sleep(3)

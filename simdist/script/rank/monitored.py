@@ -24,7 +24,7 @@ def _p2p(pg: Any, op: str, peer: int, tag: int, limit_s: float | None = None) ->
     t = torch.tensor([pg.rank()])
     inputs, outputs = ([t], []) if op == "send" else ([], [t])
     return pg._issue(op, inputs, outputs, [t], numel=1, dtype="int64", send=op == "send",
-                     peer=pg.global_ranks[peer], tag=tag, limit_s=limit_s, hidden=True)
+                     peer=pg.global_ranks[peer], tag=tag, limit_s=limit_s, hidden="monitored_barrier")
 
 
 def _wait_all(works: dict[int, Any], limit_s: float, ms: int, wait_all_ranks: bool) -> None:

@@ -137,7 +137,7 @@ class SimProcessGroup(dist.ProcessGroup):
                numel: int, dtype: str, send: bool = True, reduce_op: str | None = None, root: int | None = None,
                peer: int | None = None, tag: int = 0, async_op: bool = True, announce: bool | None = None,
                splits: tuple[list[int], list[int]] | None = None, after: Any = None,
-               frames: list | None = None, limit_s: float | None = None, hidden: bool = False) -> SimWork:
+               frames: list | None = None, limit_s: float | None = None, hidden: str | None = None) -> SimWork:
         """Send one operation to the coordinator. `announce`: the op message says the caller
         waits on it at once (default: a synchronous call); `splits`: all_to_all's element
         counts (to each rank, from each rank); `after`: run once the outputs hold the result."""
@@ -157,8 +157,8 @@ class SimProcessGroup(dist.ProcessGroup):
             header["splits"] = splits
         if limit_s is not None:  # its own deadline (`simdist.script.deadlines`), not its group's
             header["to"] = limit_s
-        if hidden:  # below Python and the Flight Recorder on Gloo (`monitored`): not in the trace
-            header["hidden"] = True
+        if hidden:  # the torch call whose own message it is, below Python and the Flight Recorder
+            header["hidden"] = hidden  # on Gloo (`monitored`): not in the trace
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
         if local:
             work.complete(bytearray(), None)

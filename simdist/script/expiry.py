@@ -1,0 +1,104 @@
+"""The coordinator's side of Gloo's timeouts: which waits end, when, and what the ranks hear.
+
+`simdist.script.deadlines` says what a deadline is and which fire next; this mixin applies
+that to a running `simdist.script.coordinator.Coordinator`: it fires the deadlines due when
+nothing can progress (`_expire`), or when a rank's clock has moved past the deadlines of
+waits that need it (`_overdue`), and ends a `Work.wait(timeout=)` that ran out (`_give_up`).
+A mixin, not a module of functions, because each step reads and moves the coordinator's
+per-rank clocks and answers the rank over its connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simdist.script import deadlines
+from simdist.script.ranks import OpRecord, RankConn
+
+
+class GlooTimeoutsMixin:
+    """Needs from the class it is mixed into: `engine`, `backend`, `by_rank`, `world_size`,
+    `expired`, `_timed`, `_live()`, `_pump()` and `_send()` (see `Coordinator`)."""
+
+    engine: Any
+    backend: str | None
+    by_rank: dict[int, RankConn]
+    world_size: int
+    expired: list[deadlines.Expiry]
+    _timed: list[tuple[RankConn, OpRecord]]
+
+    def _expire(self) -> bool:
+        """Nothing can progress: Gloo's timeout ends the waits due first (`deadlines`). Returns
+        whether one ended (the run goes on); False: no deadline is left, the run hangs."""
+        assert self.engine is not None
+        if self.backend != "gloo":
+            return False
+        live = self._live()
+        due, waits = deadlines.due([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
+                                   [(c, *c.wait_until) for c in live if c.wait_until is not None])
+        self._fire(due)
+        for conn, rec in due:
+            conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
+        for conn, _rec, _until in waits:
+            self._give_up(conn)
+        self._pump()
+        return bool(due or waits)
+
+    def _overdue(self, posting: RankConn | None = None) -> None:
+        """Ranks' simulated clocks moved on without them posting what other ranks' waits need
+        from them: the waits whose deadline lies before such a rank's clock ran out first (on
+        real Gloo they time out while it still computes or sleeps). Called at each message
+        that moves a clock or adds a deadline, before the rank posts anything (it then meets
+        closed pairs). Conservative in simulated time: fires only once no rank can post
+        anything before the deadline, or when the late rank is `posting` (about to post, or
+        leaving, at its clock: what waits on it cannot have completed in time)."""
+        if self.engine is None or self.backend != "gloo":
+            return
+        self._timed = [(c, rec) for c, rec in self._timed if not rec.done]
+        waits = [c for c in self.by_rank.values() if c.wait_until is not None]
+        if not self._timed and not waits:
+            return
+        if len(self.by_rank) < self.world_size:
+            return
+        live = self._live()
+
+        def overdue(call: Any, at: float, owner: RankConn) -> bool:
+            return deadlines.overdue(self.engine.awaits, call, at, owner, live, posting)  # type: ignore[union-attr]
+
+        for c in waits:
+            assert c.wait_until is not None
+            if c.connected and overdue(c.wait_until[0].call, c.wait_until[1], c):
+                self._give_up(c)
+        due = [(c, r) for c, r in self._timed if c.connected and r.deadline is not None and overdue(r.call, r.deadline, c)]
+        if due:
+            self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
+            self._pump()
+
+    def _give_up(self, conn: RankConn) -> None:
+        """The rank's `Work.wait(timeout=)` ran out before its op completed: the wait raises
+        torch's "Operation timed out!", the op goes on (with its group's own deadline)."""
+        assert conn.wait_until is not None
+        rec, until = conn.wait_until
+        conn.wait_until, conn.block = None, None
+        conn.clock = max(conn.clock, until)
+        if rec in conn.to_sync:  # it did not wait for the op after all
+            conn.to_sync.remove(rec)
+            rec.waited = False
+        self._send(conn, {"t": "waited", "id": rec.id, "error": deadlines.WAIT_TIMED_OUT})
+
+    def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
+        """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
+        `Engine.time_out`)."""
+        assert self.engine is not None
+        expired = []
+        for conn, rec in due:
+            assert rec.deadline is not None and rec.limit_s is not None
+            blocked = conn.block is not None and rec.id in conn.block.ids
+            frames = conn.block.frames if blocked and conn.block is not None else []
+            msg = deadlines.message(rec.entry.op, rec.limit_s)
+            self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
+            rec.ended_at = rec.deadline
+            expired.append((rec.call, msg))
+            if blocked:
+                conn.clock = max(conn.clock, rec.deadline)
+        self.engine.time_out(expired)
