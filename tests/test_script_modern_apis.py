@@ -56,6 +56,9 @@ def test_ddp_comm_hooks_agree_with_real_gloo(script_zygote):
     out = sim.ranks[0].output
     assert any(line.startswith("[bf16 rank0] refused: BF16 all reduce communication hook required") for line in out)
     assert sum(line.startswith("[user_then rank0] losses") for line in out) == 1
+    assert sum(line.startswith("[user_waits rank0] losses") for line in out) == 1  # its callback waited
+    per_step = [line for line in out if "buckets per step" in line]
+    assert len(per_step) == 6 and all(int(line.split()[5]) >= 2 for line in per_step), per_step
 
 
 def _racy_origins_as_unknown(sim, real) -> None:
@@ -145,3 +148,42 @@ def test_callbacks_run_in_order_and_one_that_waits_hands_the_queue_on():
     assert order[:4] == ["a", "b", "waits: start", "c"] and order[-1] == "waits: end"
     assert threads[0] is threads[1] is not threads[2]  # the same runner until one parked
     assert threading.current_thread() not in threads
+
+
+def test_a_callback_that_blocks_without_parking_still_hands_the_queue_on():
+    """A callback may block on a future it got before it started (`fa.then(lambda f:
+    fb.wait())`): it never calls `park()`, and the completion it waits for is queued behind it.
+    Once it has run `HANDOFF_S` with work queued, a fresh runner takes the queue (Gloo's other
+    worker thread would); jobs that do not block keep their order on one thread."""
+    runners, order, threads = Runners(), [], []
+    released, finished = threading.Event(), threading.Event()
+
+    def plain(name):
+        order.append(name)
+        threads.append(threading.current_thread())
+
+    def blocks():
+        order.append("blocks: start")
+        assert released.wait(10)
+        order.append("blocks: end")
+        finished.set()
+
+    for job in (lambda: plain("a"), lambda: plain("b"), blocks, lambda: plain("c"), released.set):
+        runners.submit(job)
+    assert finished.wait(10)
+    assert order == ["a", "b", "blocks: start", "c", "blocks: end"]
+    assert threads[0] is threads[1] is not threads[2]
+
+
+def test_a_job_that_raises_does_not_stop_the_runner(capsys):
+    """An error escaping a job is printed and the queue goes on (the thread must not die with
+    completions still queued: their waiters would hang)."""
+    runners, done = Runners(), threading.Event()
+
+    def fails():
+        raise ValueError("boom in a callback")
+
+    runners.submit(fails)
+    runners.submit(done.set)
+    assert done.wait(10)
+    assert "ValueError: boom in a callback" in capsys.readouterr().err
