@@ -150,3 +150,36 @@ def test_gloo_reads_a_non_contiguous_tensor_as_the_memory_it_starts():
         gloo_args.allgather_check(torch.zeros(2, 3).chunk(2), torch.zeros(3), 2)
     with pytest.raises(RuntimeError, match=r"outputShape\[0\] \* worldSize == inputShape\[0\] \(4 vs\. 8\)"):
         gloo_args.reduce_scatter_check(torch.zeros(2, 2), torch.zeros(8), 2)
+
+
+def test_an_op_issued_from_a_callback_is_sent_before_its_runner_hands_the_queue_on(monkeypatch):
+    """A callback issuing an op parks its runner (it may wait on the op next), but only after
+    the op message is sent: a fresh runner taking the queue earlier could send a later
+    callback's op first, reordering the rank's operations."""
+    import torch
+
+    from simdist.script.rank import callbacks, client
+    from simdist.script.rank.pg import SimProcessGroup
+
+    runners, sent, done = callbacks.Runners(), [], threading.Event()
+
+    class Client:
+        semantics = "gloo"
+
+        def new_op(self, work, track=True):
+            return len(sent) + 1
+
+        def send(self, header, bufs=()):
+            sent.append((header["op"], runners._active is threading.current_thread()))
+
+    monkeypatch.setattr(client, "CLIENT", Client())
+    monkeypatch.setattr(callbacks, "RUNNERS", runners)
+    pg, t = SimProcessGroup(0, 2, "0", [0, 1]), torch.ones(3)
+
+    def callback():
+        pg._issue("all_reduce", [t], [t], [t], numel=3, dtype="float32")
+        done.set()
+
+    runners.submit(callback)
+    assert done.wait(10)
+    assert sent == [("all_reduce", True)]  # sent while its runner still held the queue

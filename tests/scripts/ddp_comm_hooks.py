@@ -88,8 +88,8 @@ def main():
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
         # small buckets: several per step (their callbacks run concurrently), but one for
-        # PowerSGD: its callbacks block in all-reduces of their own, and with two buckets both
-        # of Gloo's worker threads can block so (no thread left to run them: real Gloo hangs)
+        # PowerSGD: its callbacks block in all-reduces of their own; with two buckets, real Gloo
+        # races (both worker threads blocked so: a hang; seen too: other losses by step 4)
         ddp = DDP(model, bucket_cap_mb=0.001 if args.powersgd else 0.0002)
         calls = []
         try:

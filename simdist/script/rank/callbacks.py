@@ -7,8 +7,14 @@ runs meanwhile. The client's reader thread must never run such a callback: block
 could not read the reply that would unblock it. So completions go, in the order the
 coordinator sent them, to one *active* runner thread; a runner that issues an operation or
 waits on one from inside a callback gives up being active (it may block on it), and the next
-completion goes to a fresh runner. Callbacks that do not communicate still run one at a time
-in completion order, so a run's order of operations does not depend on thread timing.
+completion goes to a fresh runner; so does the queue when a callback has run HANDOFF_S with
+completions waiting (it may wait on a future it got before it started, without parking).
+
+What is ordered: callbacks that neither issue nor wait on an op, nor run long, run one at a
+time in completion order on one thread, and an op a callback issues is sent before later
+completions go to another runner. What is not: once a callback parks or is handed off, it
+runs concurrently with later callbacks, and the order of ops they issue depends on thread
+timing, as it does on real Gloo (its two worker threads race the same way).
 """
 
 from __future__ import annotations

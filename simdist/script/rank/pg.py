@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, gloo_args, monitored, stack
+from simdist.script.rank import callbacks, client, gloo_args, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES, GLOO_EMPTY_IS_LOCAL
@@ -160,6 +160,9 @@ class SimProcessGroup(dist.ProcessGroup):
         if hidden:  # below Python and the Flight Recorder on Gloo (`monitored`): not in the trace
             header["hidden"] = True
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
+        # issued from a callback, which may wait on it next: later completions go to a fresh
+        # runner, only now that this op is sent (one of theirs must not reach the wire first)
+        callbacks.RUNNERS.park()
         if local:
             work.complete(bytearray(), None)
         return work
