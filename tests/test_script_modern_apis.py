@@ -31,6 +31,7 @@ def test_fsdp_and_dtensor_on_a_cpu_mesh_agree_with_real_gloo(script_zygote):
     out = sim.ranks[2].output
     assert "[mesh rank2] DeviceMesh((3,), 'cpu', stride=(1,)) group mesh_default world False" in out, out
     assert "[dtensor rank2] local (2, 5) sum" in "".join(out)  # 10 rows over 3 ranks: 4, 4, 2
+    assert "[fsdp1 rank2] no device_id: refused: FSDP needs a non-CPU accelerator device" in "".join(out)
     assert any(line.startswith("[fsdp2 rank2] full {") for line in out)
     assert sum(line.startswith("[tp rank2] step") for line in out) == 2
 
@@ -122,6 +123,10 @@ def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
     assert "[ring rank0] from left [2.0, 2.0, 2.0] from right [11.0, 11.0]" in out
     assert "[scatter_object_list rank0] ['shard-0']" in out
     assert "[empty rank0] done before the peers: True" in out
+    assert "[empty rank0] reduce, all_gather done before the peers: [True, True]" in out
+    assert "[ring rank0] completed before wait [False, False, False, False] after [True, True, True, True]" in out
+    assert any(line.startswith("[reduce_scatter_tensor rank0]") and line.endswith("completed False success True")
+               for line in out), out
     assert any(line.startswith("[dcp rank0] restored") and "__2_0.distcp" in line for line in out)
     assert "[dcp rank0] group devices ['cuda', 'cpu']" in out
 
