@@ -108,3 +108,10 @@ class Runners:
 
 
 RUNNERS = Runners()
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's runner threads do not exist here (a queued job or an
+    "active" runner that never runs would stall every completion)."""
+    global RUNNERS
+    RUNNERS = Runners()

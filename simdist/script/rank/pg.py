@@ -27,7 +27,7 @@ from simdist.script import env
 from simdist.script.rank import callbacks, client, gloo_args, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, GLOO_EMPTY_IS_LOCAL
+from simdist.vocab import DTYPE_BYTES, gloo_empty_is_local
 
 BACKEND_NAME = "simdist"
 
@@ -147,7 +147,7 @@ class SimProcessGroup(dist.ProcessGroup):
         work = SimWork(outputs, result, after)
         # what Gloo runs without the wire completes here at once, as Gloo's worker thread
         # does it: a future's callbacks then run where `then` is called (the engine agrees)
-        local = numel == 0 and op in GLOO_EMPTY_IS_LOCAL and self._gloo()
+        local = gloo_empty_is_local(op, numel) and self._gloo()
         work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
