@@ -75,6 +75,12 @@ BITWISE_REDUCE_OPS: frozenset[str] = frozenset({"band", "bor", "bxor"})
 GLOO_EMPTY_IS_LOCAL: frozenset[str] = frozenset({"all_reduce", "reduce", "all_gather"})
 
 
+def gloo_empty_is_local(op: str, numel: int) -> bool:
+    """Whether Gloo completes one rank's call of `op` with `numel` elements without the wire
+    (`GLOO_EMPTY_IS_LOCAL`): the one rule the engine and the script backend both apply."""
+    return numel == 0 and op in GLOO_EMPTY_IS_LOCAL
+
+
 def root_of(op: str, root: int | None) -> int | None:
     """The root as it matters for `op` (None for ops that have none)."""
     return root if op in ROOTED_OPS else None

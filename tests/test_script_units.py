@@ -150,3 +150,79 @@ def test_gloo_reads_a_non_contiguous_tensor_as_the_memory_it_starts():
         gloo_args.allgather_check(torch.zeros(2, 3).chunk(2), torch.zeros(3), 2)
     with pytest.raises(RuntimeError, match=r"outputShape\[0\] \* worldSize == inputShape\[0\] \(4 vs\. 8\)"):
         gloo_args.reduce_scatter_check(torch.zeros(2, 2), torch.zeros(8), 2)
+
+
+def test_an_op_issued_from_a_callback_is_sent_before_its_runner_hands_the_queue_on(monkeypatch):
+    """A callback issuing an op parks its runner (it may wait on the op next), but only after
+    the op message is sent: a fresh runner taking the queue earlier could send a later
+    callback's op first, reordering the rank's operations."""
+    import torch
+
+    from simdist.script.rank import callbacks, client
+    from simdist.script.rank.pg import SimProcessGroup
+
+    runners, sent, done = callbacks.Runners(), [], threading.Event()
+
+    class Client:
+        semantics = "gloo"
+
+        def new_op(self, work, track=True):
+            return len(sent) + 1
+
+        def send(self, header, bufs=()):
+            sent.append((header["op"], runners._active is threading.current_thread()))
+
+    monkeypatch.setattr(client, "CLIENT", Client())
+    monkeypatch.setattr(callbacks, "RUNNERS", runners)
+    pg, t = SimProcessGroup(0, 2, "0", [0, 1]), torch.ones(3)
+
+    def callback():
+        pg._issue("all_reduce", [t], [t], [t], numel=3, dtype="float32")
+        done.set()
+
+    runners.submit(callback)
+    assert done.wait(10)
+    assert sent == [("all_reduce", True)]  # sent while its runner still held the queue
+
+
+def test_a_forked_rank_gets_runners_of_its_own(monkeypatch):
+    """After a fork the parent's runner threads do not exist in the child: the child must not
+    queue completions behind a runner that never runs (the zygote forks ranks)."""
+    import os
+
+    from simdist.script.rank import boot, callbacks
+
+    held, release = callbacks.Runners(), threading.Event()
+    monkeypatch.setattr(callbacks, "RUNNERS", held)
+    held.submit(release.wait)  # the parent's runner is busy in a job
+    held.submit(lambda: None)
+    pid = os.fork()
+    if pid == 0:  # the child: what `boot` registers at fork, minus the launcher's bookkeeping
+        ok = threading.Event()
+        try:
+            callbacks.forget_after_fork()
+            callbacks.RUNNERS.submit(ok.set)
+            os._exit(0 if callbacks.RUNNERS is not held and ok.wait(5) else 1)
+        finally:
+            os._exit(2)
+    release.set()
+    assert os.waitpid(pid, 0)[1] == 0
+    # and the hook boot registers at fork does it (its other steps are the launcher's)
+    from simdist import procs
+    from simdist.script.rank import client, output
+
+    for mod, name in ((client, "forget_after_fork"), (output, "forget_after_fork"), (procs, "die_with_parent")):
+        monkeypatch.setattr(mod, name, lambda: None)
+    monkeypatch.setenv(procs.LAUNCHER_PID_ENV, "0")
+    boot._after_fork_child()
+    assert callbacks.RUNNERS is not held
+
+
+def test_the_empty_op_rule_is_gloos():
+    """One rule (`vocab.gloo_empty_is_local`) for the engine and the script backend: Gloo's
+    empty all_reduce, reduce and all_gather are local; its empty broadcast is not."""
+    from simdist.vocab import gloo_empty_is_local
+
+    assert [gloo_empty_is_local(op, 0) for op in ("all_reduce", "reduce", "all_gather", "broadcast")] == \
+        [True, True, True, False]
+    assert not gloo_empty_is_local("all_reduce", 1)

@@ -150,7 +150,7 @@ class Engine(GlooExits, GlooTimeouts):
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
             call.settle(False, RankRaised("RuntimeError", local, "other"))
             inst.stuck = True
-        elif self.backend == "gloo" and payload.numel == 0 and gloo_exchanges_nothing(call):
+        elif self.backend == "gloo" and gloo_exchanges_nothing(call):
             self._complete_call(call, payload)  # no wire: done at issue, peers as for a local error
             inst.stuck = True
         elif self._closed and (shut := self.closed_error(call, group, members)) is not None:

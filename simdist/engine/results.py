@@ -26,10 +26,10 @@ from simdist.flightrec.format import TORCH_DTYPE_NAMES
 from simdist.vocab import (
     BITWISE_REDUCE_OPS,
     FLOAT_DTYPES,
-    GLOO_EMPTY_IS_LOCAL,
     GLOO_NO_KERNEL_DTYPES,
     P2P_OPS,
     REDUCING_OPS,
+    gloo_empty_is_local,
 )
 
 
@@ -71,7 +71,7 @@ def gloo_exchanges_nothing(c: Call) -> bool:
     peer that posted a non-empty call there waits for messages that never come, and ranks
     that issue it unevenly fall out of step (PowerSGD's all-reduce of a bucket's uncompressed
     tensors is empty when every tensor of the bucket is compressed)."""
-    return c.payload.numel == 0 and c.op in GLOO_EMPTY_IS_LOCAL
+    return gloo_empty_is_local(c.op, c.payload.numel)
 
 
 def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payload]:

@@ -10,6 +10,7 @@ Any world size >= 2.
 """
 
 import argparse
+import functools
 import os
 
 import torch
@@ -27,6 +28,20 @@ def mean_then(state, bucket):
     return work.get_future().then(lambda fut: fut.value()[0] / dist.get_world_size())
 
 
+def then_waits_on_others(state, bucket):
+    """A user hook: three async all-reduces of the bucket's thirds; the first one's `then`
+    callback waits on the other two's futures, got before it started (`wait()` and
+    `torch.futures.wait_all`). On Gloo another worker thread completes them meanwhile."""
+    buf = bucket.buffer()
+    fa, fb, fc = (dist.all_reduce(part, async_op=True).get_future() for part in buf.tensor_split(3))
+
+    def mean(_fut):
+        fb.wait()
+        torch.futures.wait_all([fc])
+        return buf / dist.get_world_size()
+    return fa.then(mean)
+
+
 def max_done_by_hand(state, bucket):
     """A user hook that waits itself and hands DDP a completed Future (MAX, not a mean)."""
     t = bucket.buffer()
@@ -34,6 +49,15 @@ def max_done_by_hand(state, bucket):
     fut = torch.futures.Future()
     fut.set_result(t)
     return fut
+
+
+def counted(hook, calls):
+    """`hook`, counting its calls (one a bucket): the test wants several buckets a step."""
+    @functools.wraps(hook)  # DDP refuses bf16 by the hook's name
+    def run(state, bucket):
+        calls.append(bucket.index())
+        return hook(state, bucket)
+    return run
 
 
 def hooks(world):
@@ -47,6 +71,7 @@ def hooks(world):
                                             use_error_feedback=True, warm_start=True, random_seed=0),
          powersgd.powerSGD_hook),
         ("user_then", dist.group.WORLD, mean_then),
+        ("user_waits", None, then_waits_on_others),
         ("user_done", None, max_done_by_hand),
     ]
 
@@ -62,9 +87,13 @@ def main():
             continue
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
-        ddp = DDP(model, bucket_cap_mb=0.001)  # small buckets: more than one per step
+        # small buckets: several per step (their callbacks run concurrently), but one for
+        # PowerSGD: its callbacks block in all-reduces of their own; with two buckets, real Gloo
+        # races (both worker threads blocked so: a hang; seen too: other losses by step 4)
+        ddp = DDP(model, bucket_cap_mb=0.001 if args.powersgd else 0.0002)
+        calls = []
         try:
-            ddp.register_comm_hook(state, hook)
+            ddp.register_comm_hook(state, hook if args.powersgd else counted(hook, calls))
         except TypeError as e:  # bf16 wants CUDA and NCCL
             print(f"[{name} rank{rank}] refused: {e}", flush=True)
             continue
@@ -78,6 +107,8 @@ def main():
             opt.step()
             opt.zero_grad()
             losses.append(f"{loss.item():.8f}")
+        if not args.powersgd:
+            print(f"[{name} rank{rank}] buckets per step {len(set(calls))} hook calls {len(calls)}", flush=True)
         digest = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         print(f"[{name} rank{rank}] losses {' '.join(losses)} params {digest.sum().item():.8f} "
               f"{digest.abs().sum().item():.8f}", flush=True)

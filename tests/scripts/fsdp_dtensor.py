@@ -71,6 +71,12 @@ def main():
         tp = nn.Sequential(nn.Linear(8, 4 * world), nn.ReLU(), nn.Linear(4 * world, 4))
         train(parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()}), rank, args.steps, "tp",
               same_data=True)
+    if not args.uneven:
+        try:  # torch refuses FSDP without a CPU device_id on a CPU-only run
+            FSDP(make_model())
+            print(f"[fsdp1 rank{rank}] no device_id: accepted", flush=True)
+        except RuntimeError as e:
+            print(f"[fsdp1 rank{rank}] no device_id: refused: {e}", flush=True)
     model = FSDP(make_model(), device_id=torch.device("cpu"))
     train(model, rank, args.steps - (args.uneven and rank == world - 1), "fsdp1")
     sums = {k: round(v.sum().item(), 6) for k, v in model.state_dict().items()}

@@ -3,7 +3,8 @@ code still uses: a batch_isend_irecv ring (halo exchange) both ways, reduce / ga
 scatter_object_list / broadcast_object_list rooted at the last rank, all_gather_object of
 uneven objects, barrier(device_ids=...) (ignored on Gloo), a torch.distributed.checkpoint
 save (and async_save) and load of a DDP model's state_dict to a shared directory, and zero-element collectives
-(Gloo completes an empty all_reduce without waiting for the peers). Any world size >= 2."""
+(Gloo completes an empty all_reduce, reduce and all_gather without waiting for the peers, not
+an empty broadcast), and is_completed()/is_success() of p2p and reduce_scatter works. Any world size >= 2."""
 
 import os
 import shutil
@@ -23,8 +24,11 @@ def ring(rank, world):
     from_l, from_r = torch.zeros(3), torch.zeros(2)
     ops = [dist.P2POp(dist.isend, send_r, right), dist.P2POp(dist.irecv, from_l, left),
            dist.P2POp(dist.isend, send_l, left), dist.P2POp(dist.irecv, from_r, right)]
-    for w in dist.batch_isend_irecv(ops):
+    works = dist.batch_isend_irecv(ops)
+    before = [w.is_completed() for w in works]  # Gloo: a p2p work's state before its wait
+    for w in works:
         w.wait()
+    print(f"[ring rank{rank}] completed before wait {before} after {[w.is_completed() for w in works]}", flush=True)
     print(f"[ring rank{rank}] from left {from_l.tolist()} from right {from_r.tolist()}", flush=True)
 
 
@@ -46,6 +50,11 @@ def rooted(rank, world):
     stats = [None] * world
     dist.all_gather_object(stats, {"rank": rank, "hist": [rank] * (3 * rank + 1), "name": "r" * rank})
     print(f"[all_gather_object rank{rank}] {stats}", flush=True)
+    out = torch.zeros(2)
+    work = dist.reduce_scatter_tensor(out, torch.arange(2.0 * world) + rank, async_op=True)
+    work.wait()
+    print(f"[reduce_scatter_tensor rank{rank}] {out.tolist()} completed {work.is_completed()} "
+          f"success {work.is_success()}", flush=True)
     dist.barrier(device_ids=[rank])
     print(f"[barrier rank{rank}] passed", flush=True)
 
@@ -59,6 +68,14 @@ def empty(rank):
     work.wait()
     fut = dist.all_reduce(torch.empty(0), async_op=True).get_future()
     print(f"[empty rank{rank}] future {fut.wait()}", flush=True)
+    local = [dist.reduce(torch.empty(0), dst=0, async_op=True),
+             dist.all_gather([torch.empty(0) for _ in range(dist.get_world_size())], torch.empty(0), async_op=True)]
+    time.sleep(0.3)
+    print(f"[empty rank{rank}] reduce, all_gather done before the peers: {[w.is_completed() for w in local]}",
+          flush=True)
+    for w in local:
+        w.wait()
+    dist.broadcast(torch.empty(0), src=0)  # not local on Gloo: it waits for the root
     gathered = [torch.ones(1) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, torch.ones(1) * rank)  # the ranks are still in step
     print(f"[empty rank{rank}] then {[g.item() for g in gathered]}", flush=True)

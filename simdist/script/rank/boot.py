@@ -26,7 +26,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import client, exits, output
+from simdist.script.rank import callbacks, client, exits, output
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -90,6 +90,7 @@ def _patch_sleep() -> None:
 
 def _after_fork_child() -> None:
     client.forget_after_fork()
+    callbacks.forget_after_fork()
     output.forget_after_fork()
     procs.die_with_parent()  # the environment still names the parent (set in `install`)
     os.environ[procs.LAUNCHER_PID_ENV] = str(os.getpid())

@@ -119,7 +119,7 @@ def _patch_get_backend() -> None:
     # modules that imported it by name (device_mesh, imported with torch, decides by it
     # whether a 1-D mesh gets a group of its own) hold the original: rebind them too
     for name, module in list(sys.modules.items()):
-        if name.startswith("torch") and getattr(module, "get_backend", None) is orig:
+        if name.startswith("torch") and vars(module).get("get_backend") is orig:
             module.get_backend = get_backend
 
 

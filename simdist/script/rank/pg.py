@@ -24,10 +24,10 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, gloo_args, monitored, stack
+from simdist.script.rank import callbacks, client, gloo_args, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, GLOO_EMPTY_IS_LOCAL
+from simdist.vocab import DTYPE_BYTES, gloo_empty_is_local
 
 BACKEND_NAME = "simdist"
 
@@ -147,7 +147,7 @@ class SimProcessGroup(dist.ProcessGroup):
         work = SimWork(outputs, result, after)
         # what Gloo runs without the wire completes here at once, as Gloo's worker thread
         # does it: a future's callbacks then run where `then` is called (the engine agrees)
-        local = numel == 0 and op in GLOO_EMPTY_IS_LOCAL and self._gloo()
+        local = gloo_empty_is_local(op, numel) and self._gloo()
         work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
@@ -160,6 +160,9 @@ class SimProcessGroup(dist.ProcessGroup):
         if hidden:  # the torch call whose own message it is, below Python and the Flight Recorder
             header["hidden"] = hidden  # on Gloo (`monitored`): not in the trace
         c.send(header, [_as_bytes(inputs)] if send and inputs else [])
+        # issued from a callback, which may wait on it next: later completions go to a fresh
+        # runner, only now that this op is sent (one of theirs must not reach the wire first)
+        callbacks.RUNNERS.park()
         if local:
             work.complete(bytearray(), None)
         return work

@@ -27,7 +27,6 @@ class SimWork(dist._Work):
 
     def __init__(self, outputs: Sequence[torch.Tensor], result: Any, after: Callable[[], None] | None = None):
         super().__init__()
-        callbacks.RUNNERS.park()  # issued from a callback, which may wait on it next
         self.id = 0
         self._outputs = list(outputs)
         self._after = after  # run once the outputs hold the result (copy a staged result out)
