@@ -59,3 +59,15 @@ def test_a_peer_that_left_after_a_barrier_still_accepts_the_roots_first_post(scr
     assert _verdict(sim) == ["completed", "error:peer_lost", "error:peer_lost"]
     assert differences(sim, real) == []
     assert sim.ranks[1].output == ["[1] first broadcast [20]"]
+
+
+@pytest.mark.real
+def test_a_reduce_posted_after_the_peer_left_fails_at_once(script_zygote):
+    """tests/scripts/reduce_after_exit.py (2 ranks): rank 0 leaves; rank 1 then reduces to
+    itself. Gloo's ring reduce posts to the gone peer first, so rank 1 fails with the peer's
+    closed socket at once on both sides (the simulator, which did not model reduce message
+    by message, waited for the 5 s timeout)."""
+    entry = {"script": "../tests/scripts/reduce_after_exit.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim)[1] == "error:peer_lost"
+    assert differences(sim, real) == []
