@@ -314,3 +314,4 @@ def test_differing_posts_abort_before_a_member_that_never_posts():
     assert rep.ranks[1].status == "aborted" and rep.ranks[1].error.category == "gloo_abort"
     assert "12 bytes from rank 2 into a 4-byte receive" in rep.ranks[1].error.message
     assert [r.status for r in rep.ranks] == ["completed", "aborted", "hang"]
+    assert rep.findings[0].kind == "size_mismatch" and rep.findings[0].ranks == [1, 2]

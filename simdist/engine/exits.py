@@ -14,7 +14,7 @@ import dataclasses
 from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, Instance, RankState
 from simdist.engine.values import Payload
-from simdist.report import TraceEntry
+from simdist.report import Finding, TraceEntry
 
 
 class GlooExits:
@@ -22,6 +22,7 @@ class GlooExits:
     calls through its `_complete_call` / `_fail_call`."""
 
     ranks: list[RankState]
+    findings: list[Finding]
     _dead: list[int]
     _gone_at: dict[int, float]
     _member_sets: dict[str, frozenset[int]]
@@ -66,6 +67,8 @@ class GlooExits:
         outcomes, settled = verdict.rank_outcomes, False
         if failures_only:
             if verdict.aborting_ranks:  # whatever the missing post later, this message came:
+                posted = [inst.calls[m] for m in inst.members if m in inst.calls]
+                self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
                 inst.stuck = True  # the others wait on whom their messages name, as after `_match`
                 for m, call in inst.calls.items():
                     call.waits_on = verdict.waits_on.get(m, call.waits_on)
