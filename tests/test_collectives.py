@@ -179,3 +179,36 @@ def test_gloo_ring_program_sends_what_the_segment_arithmetic_says(p, nbytes):
         assert len(sends) == gloo.ring_messages(nbytes, p)
         assert max(s[5] for s in sends) == seg and prog.tmp_bytes == 2 * seg
         assert {s[2] for s in sends} == {(rank - 1) % p}
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+@pytest.mark.parametrize("nbytes", [4, 36, 1 << 20, (5 << 20) + 12])
+def test_gloo_ring_reduce_program_follows_reduce_cc(p, nbytes):
+    """gloo/reduce.cc: the all_reduce's ring reduce-scatter with reduce.cc's segments (to
+    rank - 1, from rank + 1, at most a segment each, slot "reduce"), then each non-root sends
+    its own block to the root, which receives every non-empty block in rank order."""
+    num, seg = gloo.reduce_segments(nbytes, p)
+    block = num // p * seg
+
+    def own(r):
+        return r * block, max(0, min(block, nbytes - r * block))
+
+    for root in (0, p - 1):
+        for rank in range(p):
+            prog = gloo.message_program("reduce", rank, p, nbytes // 4, 4, root)
+            posts = [s for s in prog.steps if s[0] in ("send", "recv")]
+            assert len(posts) <= gloo.message_count("reduce", p, nbytes // 4, 4)
+            assert {s[3] for s in posts} == {"reduce"} and prog.tmp_bytes == 2 * seg
+            if rank == root:
+                blocks = [r for r in range(p) if r != root and own(r)[1]]
+                tail = posts[len(posts) - len(blocks):]
+                assert [(s[0], s[1], s[2], s[4], s[5]) for s in tail] == [("recv", "out", r, *own(r)) for r in blocks]
+                assert prog.steps[len(prog.steps) - len(blocks):] == [("wait_recv", "out")] * len(blocks)
+            else:
+                tail = [posts[-1]] if own(rank)[1] else []
+                assert [(s[0], s[2], s[4], s[5]) for s in tail] == ([("send", root, *own(rank))] if tail else [])
+            ring = posts[:len(posts) - len(tail)]
+            assert all(s[2] == ((rank - 1) % p if s[0] == "send" else (rank + 1) % p) for s in ring)
+            assert all(0 < s[5] <= seg for s in ring)
+            # the reduce-scatter is the all_reduce's first half, on reduce.cc's segments
+            assert sum(s[0] == "send" for s in ring) <= gloo.ring_messages(nbytes, p)

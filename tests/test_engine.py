@@ -301,3 +301,17 @@ def test_an_empty_collective_is_local_on_gloo_for_the_ops_gloo_skips(op, local):
     assert rep.outcome == "hang"
     assert [len(r.trace) for r in rep.ranks] == ([2, 1] if local else [1, 1])
     assert rep.ranks[0].trace[0].completed is local
+
+
+def test_differing_posts_abort_before_a_member_that_never_posts():
+    # 3 ranks, rank 0 never posts (done, staying alive); ranks 1 and 2 all_reduce 6 float32 and
+    # 15 int32: Gloo's ring sends rank 2's 12-byte segment into rank 1's 4-byte receive without
+    # rank 0 (tests/scripts/reduce_scatter_two_sizes.py on real Gloo): rank 1 aborts at once;
+    # rank 2 waits for rank 0's segment (a hang, not a failure from rank 1's death)
+    rep = sim({"world_size": 3, "inputs": {"counts": [0, 1, 1]}, "on_finish": "stay", "loop": [
+        {"kind": "collective", "op": "all_reduce", "numel": 6, "dtype": "float32", "ranks": [1]},
+        {"kind": "collective", "op": "all_reduce", "numel": 15, "dtype": "int32", "ranks": [2]}]})
+    assert rep.ranks[1].status == "aborted" and rep.ranks[1].error.category == "gloo_abort"
+    assert "12 bytes from rank 2 into a 4-byte receive" in rep.ranks[1].error.message
+    assert [r.status for r in rep.ranks] == ["completed", "aborted", "hang"]
+    assert rep.findings[0].kind == "size_mismatch" and rep.findings[0].ranks == [1, 2]

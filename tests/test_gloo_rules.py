@@ -305,3 +305,29 @@ def test_global_ranks_of_a_subgroup_are_mapped():
     assert v.rank_outcomes == {0: "hang", 1: "hang", 2: "peer_error"}
     with pytest.raises(ValueError):
         classify_mismatch([BC(1, root=0), BC(2, root=0)], 2)
+
+
+def test_values_reduce_leaves_ring_partials_on_non_roots():
+    # observed (torch 2.13, reduce SUM of x_r[i] = 10**r * (i + 1), float32): the root holds
+    # the sum; the others keep what gloo's ring reduce-scatter (reduce.cc) left in their tensor
+    for w, n, root, observed in (
+        (3, 7, 1, {0: [111, 222, 333, 444, 5, 6, 7], 1: [111, 222, 333, 444, 555, 666, 777],
+                   2: [100, 200, 300, 400, 505, 606, 707]}),
+        (4, 9, 2, {0: [1111, 2222, 3333, 4444, 5, 6, 7, 8, 99], 1: [1110, 2220, 3330, 4440, 5555, 6666, 7777, 8888, 90],
+                   2: [1111, 2222, 3333, 4444, 5555, 6666, 7777, 8888, 9999],
+                   3: [1000, 2000, 3000, 4000, 5005, 6006, 7007, 8008, 9099]}),
+    ):
+        calls = [CollectiveCall(r, "reduce", n, "float32", "SUM", root=root) for r in range(w)]
+        got = mixed_result(calls, w, {r: [float(10**r * (i + 1)) for i in range(n)] for r in range(w)})
+        assert got == {r: [float(v) for v in vals] for r, vals in observed.items()}
+
+
+def test_reduce_with_an_exited_member_fails_only_its_ring_neighbours():
+    # the ring reduce posts to rank - 1 and from rank + 1 first: a reduce posted after the only
+    # peer left fails at once (tests/scripts/reduce_after_exit.py); in a ring of 4 without
+    # rank 3, rank 2 (receives from 3) and rank 0 (sends to 3) fail, rank 1 waits on rank 2
+    v = classify_mismatch([CollectiveCall(1, "reduce", 4, "int32", "SUM", root=1)], 2, exited={0})
+    assert v.rank_outcomes == {1: "peer_error"}
+    v = classify_mismatch([CollectiveCall(r, "reduce", 64, "float64", "MAX", root=0) for r in range(3)], 4,
+                          exited={3})
+    assert v.rank_outcomes == {0: "peer_error", 1: "hang", 2: "peer_error"} and v.waits_on == {1: {2}}

@@ -59,3 +59,28 @@ def test_a_peer_that_left_after_a_barrier_still_accepts_the_roots_first_post(scr
     assert _verdict(sim) == ["completed", "error:peer_lost", "error:peer_lost"]
     assert differences(sim, real) == []
     assert sim.ranks[1].output == ["[1] first broadcast [20]"]
+
+
+@pytest.mark.real
+def test_a_reduce_posted_after_the_peer_left_fails_at_once(script_zygote):
+    """tests/scripts/reduce_after_exit.py (2 ranks): rank 0 leaves; rank 1 then reduces to
+    itself. Gloo's ring reduce posts to the gone peer first, so rank 1 fails with the peer's
+    closed socket at once on both sides (the simulator, which did not model reduce message
+    by message, waited for the 5 s timeout)."""
+    entry = {"script": "../tests/scripts/reduce_after_exit.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim)[1] == "error:peer_lost"
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_two_sizes_of_reduce_scatter_abort_before_the_third_member_posts(script_zygote):
+    """tests/scripts/reduce_scatter_two_sizes.py (3 ranks): ranks 1 and 2 reduce_scatter 6
+    float32 and 15 int32 while rank 0 waits in a receive. Gloo's ring (an all_reduce) sends
+    rank 2's 12-byte segment into rank 1's 4-byte receive without rank 0: rank 1 aborts at
+    once, then rank 0 and rank 2 lose their peers, on both sides (the simulator waited for
+    every member before pairing, and all timed out)."""
+    entry = {"script": "../tests/scripts/reduce_scatter_two_sizes.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
+    assert differences(sim, real) == []

@@ -17,7 +17,7 @@ A message program is one rank's list of steps, executed in order:
   ``("recv", buf, peer, slot, offset, nbytes)``  post a receive (non-blocking)
   ``("wait_send", buf)`` / ``("wait_recv", buf)``  block until one more completion on buf
   ``("reduce", dst_offset, src_buf, src_offset, nbytes)``  out[dst] = op(out[dst], src[...])
-Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce scratch, uninitialised), ``"zero"``,
+Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce/reduce scratch, uninitialised), ``"zero"``,
 ``"in"`` (all_to_all's input).
 The slot is the op's name: gloo derives every collective's message slot from a per-op
 prefix and the call's tag, so different ops never exchange a byte; p2p uses ``"p2p"``.
@@ -34,7 +34,7 @@ from simdist.collectives.schedule import Transfer
 MAX_SEGMENT_BYTES = 1 << 20
 
 #: Ops whose message program is known (the others are not modelled at message level).
-PROGRAM_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "barrier", "all_to_all", "send", "recv"})
+PROGRAM_OPS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "barrier", "all_to_all", "send", "recv"})
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,44 @@ def ring_chain(block: int, p: int) -> list[int]:
     return [(block - k) % p for k in range(1, p + 1)]
 
 
+def _ring_chunk(first: int, i: int, per_rank: int, nseg: int, seg: int, total: int) -> tuple[int, int]:
+    """(offset, bytes) of segment i of rank `first`'s block; past the end: 0 bytes."""
+    off = ((first * per_rank + i) * seg) % (nseg * seg)
+    return off, max(0, min(seg, total - off))
+
+
+def _ring_reduce_scatter(rank: int, p: int, total: int, nseg: int, seg: int, slot: str) -> tuple[list[tuple], list[int]]:
+    """The reduce-scatter loop shared by gloo's ring all_reduce (allreduce.cc ``ring()``) and
+    ring reduce (reduce.cc): iteration i sends segment i of rank + 1's block to rank - 1 and
+    receives segment i of rank + 2's block from rank + 1 into the two-slot scratch buffer,
+    waiting for (and reducing) the messages of iteration i - 2; afterwards rank r holds its
+    own block r reduced. Returns the steps and the busy iterations (`_busy_iterations`)."""
+    per_rank = nseg // p
+    recv_from, send_to = (rank + 1) % p, (rank - 1) % p
+    tmp_off = (0, seg)
+    prog: list[tuple] = []
+
+    def chunk(first: int, i: int) -> tuple[int, int]:
+        return _ring_chunk(first, i, per_rank, nseg, seg, total)
+
+    n_iter = nseg - per_rank + 2
+    busy = _busy_iterations((rank, rank + 1, rank + 2), per_rank, nseg, -(-total // seg), n_iter)
+    for i in busy:
+        if i >= 2:
+            ro, rl = chunk(rank + 2, i - 2)
+            if rl > 0:
+                prog += [("wait_recv", "tmp"), ("reduce", ro, "tmp", tmp_off[i & 1], rl)]
+            if chunk(rank + 1, i - 2)[1] > 0:
+                prog.append(("wait_send", "out"))
+        if i < nseg - per_rank:
+            (so, sl), (_, rl) = chunk(rank + 1, i), chunk(rank + 2, i)
+            if rl > 0:
+                prog.append(("recv", "tmp", recv_from, slot, tmp_off[i & 1], rl))
+            if sl > 0:
+                prog.append(("send", "out", send_to, slot, so, sl))
+    return prog, busy
+
+
 def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgram:
     """gloo/allreduce.cc ``ring()``: receive from rank + 1, send to rank - 1; each rank
     reduces its own segments (reduce-scatter), then passes finished segments on
@@ -109,28 +147,11 @@ def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgra
     nseg, seg = ring_segments(total, p, elem)
     per_rank = nseg // p
     recv_from, send_to = (rank + 1) % p, (rank - 1) % p
-    tmp_off = (0, seg)
-    prog: list[tuple] = []
+    prog, busy = _ring_reduce_scatter(rank, p, total, nseg, seg, "all_reduce")
 
     def chunk(first: int, i: int) -> tuple[int, int]:
-        off = ((first * per_rank + i) * seg) % (nseg * seg)
-        return off, min(seg, total - off)
+        return _ring_chunk(first, i, per_rank, nseg, seg, total)
 
-    n_iter = nseg - per_rank + 2
-    busy = _busy_iterations((rank, rank + 1, rank + 2), per_rank, nseg, -(-total // seg), n_iter)
-    for i in busy:  # reduce-scatter: send segment of rank+1, receive that of rank+2
-        if i >= 2:
-            ro, rl = chunk(rank + 2, i - 2)
-            if rl > 0:
-                prog += [("wait_recv", "tmp"), ("reduce", ro, "tmp", tmp_off[i & 1], rl)]
-            if chunk(rank + 1, i - 2)[1] > 0:
-                prog.append(("wait_send", "out"))
-        if i < nseg - per_rank:
-            (so, sl), (_, rl) = chunk(rank + 1, i), chunk(rank + 2, i)
-            if rl > 0:
-                prog.append(("recv", "tmp", recv_from, "all_reduce", tmp_off[i & 1], rl))
-            if sl > 0:
-                prog.append(("send", "out", send_to, "all_reduce", so, sl))
     for i in busy:  # all-gather: send own finished segments, receive rank+1's
         if i >= 2:
             if chunk(rank + 1, i - 2)[1] > 0:
@@ -143,6 +164,32 @@ def ring_allreduce(rank: int, p: int, elements: int, elem: int) -> MessageProgra
                 prog.append(("recv", "out", recv_from, "all_reduce", ro, rl))
             if sl > 0:
                 prog.append(("send", "out", send_to, "all_reduce", so, sl))
+    return MessageProgram(prog, total, 2 * seg)
+
+
+def ring_reduce(rank: int, p: int, elements: int, elem: int, root: int) -> MessageProgram:
+    """gloo/reduce.cc (ProcessGroupGloo's reduce on CPU): the ring reduce-scatter of the
+    all_reduce (with `reduce_segments`, slot prefix ``kReduceSlotPrefix``), after which rank r
+    holds block r reduced; then every other rank sends its block to the root, which posts
+    one receive per rank in rank order (skipping empty blocks) and waits for them all.
+    The non-roots' tensors keep the partial sums the ring left in them."""
+    total = elements * elem
+    if elements == 0 or p == 1:
+        return MessageProgram([], total)
+    nseg, seg = reduce_segments(total, p, elem)
+    block = (nseg // p) * seg
+    prog, _ = _ring_reduce_scatter(rank, p, total, nseg, seg, "reduce")
+
+    def own(r: int) -> tuple[int, int]:
+        off = r * block
+        return off, max(0, min(block, total - off))
+
+    if rank == root:
+        recvs = [("recv", "out", r, "reduce", *own(r)) for r in range(p) if r != root and own(r)[1] > 0]
+        return MessageProgram(prog + recvs + [("wait_recv", "out")] * len(recvs), total, 2 * seg)
+    off, n = own(rank)
+    if n > 0:
+        prog += [("send", "out", root, "reduce", off, n), ("wait_send", "out")]
     return MessageProgram(prog, total, 2 * seg)
 
 
@@ -240,6 +287,9 @@ def message_count(op: str, p: int, elements: int, elem: int) -> int:
         return 0
     if op == "all_reduce":
         return 0 if elements == 0 else 2 * ring_messages(elements * elem, p)
+    if op == "reduce":  # the ring's reduce-scatter, then at most p - 1 receives at the root
+        num = reduce_segments(elements * elem, p, elem)[0]
+        return 0 if elements == 0 else 2 * (num - num // p) + p - 1
     if op == "all_gather":
         return 4 * (p - 1) if elements else 0
     if op in ("broadcast", "barrier"):
@@ -250,10 +300,12 @@ def message_count(op: str, p: int, elements: int, elem: int) -> int:
 
 
 def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None) -> MessageProgram:
-    """The program of one rank's call (`root`: the broadcast root, or the send/recv peer)."""
+    """The program of one rank's call (`root`: the broadcast/reduce root, or the send/recv peer)."""
     nbytes = elements * elem
     if op == "all_reduce":
         return ring_allreduce(rank, p, elements, elem)
+    if op == "reduce":
+        return ring_reduce(rank, p, elements, elem, 0 if root is None else root)
     if op == "broadcast":
         return broadcast(rank, p, nbytes, 0 if root is None else root)
     if op == "all_gather":

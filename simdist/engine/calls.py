@@ -85,6 +85,9 @@ class Instance:
     # the backend pairs them but never completes them all (a mismatch hang or abort, a member
     # that failed before the wire or exited): the calls left wait on `Call.waits_on`
     stuck: bool = False
+    # posted calls differ in what their messages depend on: they may abort one another before
+    # the other members post (`GlooExits._settle_gone`)
+    mixed: bool = False
 
 
 class Work:

@@ -144,6 +144,9 @@ class Engine(GlooExits, GlooTimeouts):
             inst = self._instances[ikey] = Instance(group, seq, members)
             self._open[group][seq] = inst
         calls = inst.calls
+        if calls and not inst.mixed:
+            c0 = next(iter(calls.values()))
+            inst.mixed = (op, payload.numel, payload.dtype, root) != (c0.op, c0.payload.numel, c0.payload.dtype, c0.root)
         calls[rank] = call
         if self.backend == "gloo" and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
@@ -161,7 +164,7 @@ class Engine(GlooExits, GlooTimeouts):
         elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
-        elif self._dead and self.backend == "gloo":
+        elif (self._dead or inst.mixed) and self.backend == "gloo":
             self._settle_gone(inst)
         return Work(self.ranks[rank], call)
 

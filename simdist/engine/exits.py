@@ -14,6 +14,7 @@ import dataclasses
 from simdist.engine import gloo_bridge
 from simdist.engine.calls import Call, Instance, RankState
 from simdist.engine.values import Payload
+from simdist.report import Finding, TraceEntry
 
 
 class GlooExits:
@@ -21,6 +22,7 @@ class GlooExits:
     calls through its `_complete_call` / `_fail_call`."""
 
     ranks: list[RankState]
+    findings: list[Finding]
     _dead: list[int]
     _gone_at: dict[int, float]
     _member_sets: dict[str, frozenset[int]]
@@ -40,13 +42,18 @@ class GlooExits:
         return {m: self._gone_at[m] for m in self._dead
                 if m in self._member_sets[group] and (m not in posted or posted[m].ok is False)}
 
+    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
+        raise NotImplementedError
+
     def _settle_gone(self, inst: Instance) -> None:
         """On Gloo, a collective that members whose process ended never posted: the posted
         ranks whose messages involve them fail now (their sockets are closed: Gloo fails
         them as they post, or as the peer goes); the rest is settled once every live
-        member has posted (or when nothing more can happen, `settle_absent`)."""
+        member has posted (or when nothing more can happen, `settle_absent`). Posted calls
+        that differ exchange their messages before the others post: a message longer than
+        its receive aborts the receiver now (the ring's first segments need no one else)."""
         gone = self._gone_absent(inst.group, inst.calls)
-        if gone:
+        if gone or inst.mixed:
             missing = tuple(m for m in inst.members if m not in inst.calls and m not in gone)
             self._settle_exited(inst, gone, missing, failures_only=bool(missing))
 
@@ -59,6 +66,15 @@ class GlooExits:
         verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, list(missing))
         outcomes, settled = verdict.rank_outcomes, False
         if failures_only:
+            if verdict.aborting_ranks:  # whatever the missing post later, this message came:
+                posted = [inst.calls[m] for m in inst.members if m in inst.calls]
+                self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
+                inst.stuck = True  # the others wait on whom their messages name, as after `_match`
+                for m, call in inst.calls.items():
+                    call.waits_on = verdict.waits_on.get(m, call.waits_on)
+                for r in verdict.aborting_ranks:
+                    self.abort_rank(r, verdict.detail, inst.calls[r].entry)
+                settled = True
             for m, call in inst.calls.items():
                 if not call.done and self.ranks[m].alive and outcomes.get(m) == "peer_error":
                     self._fail_call(call, min(gone))
@@ -94,3 +110,4 @@ class GlooExits:
                 if missing:
                     progressed |= self._settle_exited(inst, self._gone_absent(inst.group, inst.calls), tuple(missing))
         return progressed
+

@@ -33,7 +33,7 @@ see docs/gloo-mismatch.md and bench/gloo_mismatch_probe.py):
    arguments (numel, element size, root, group size). This module re-executes the
    gloo algorithms that ProcessGroupGloo uses on CPU (ring all_reduce with
    ``2*W``-or-more segments and 1 MiB max segment, binomial-tree broadcast, ring
-   all_gather with half-chunks, dissemination barrier) as message programs
+   all_gather with half-chunks, dissemination barrier, ring reduce) as message programs
    (`simdist.collectives.gloo`), matches them as in (2) (`gloo_transport`, on raw
    bytes from `gloo_bytes` when values are asked for), and reports the result.
    Same schedule + same bytes = "silent"
@@ -45,7 +45,11 @@ the own block copied locally, so blocks of the same byte size exchange whatever 
 dtypes, a shorter one fills the front of the receiving block and a longer one aborts the
 receiver, as for the others.
 
-Not modelled (reduce, gather, scatter, reduce_scatter, all_to_all with split sizes): identical calls are
+reduce is gloo/reduce.cc: the all_reduce's ring reduce-scatter (its own slot prefix and segment
+sizes), then each non-root sends its block to the root. On Gloo, ProcessGroupGloo runs
+reduce_scatter as all_reduces (`simdist.script.rank.pg`), so the engine brings it here as those.
+
+Not modelled (gather, scatter, reduce_scatter as one op, all_to_all with split sizes): identical calls are
 "ok", a different kind on the other side is "hang" (rule 1), same kind with different
 arguments is reported conservatively as "hang" with a detail saying it is unmodelled.
 """

@@ -114,7 +114,11 @@ class GlooTimeouts:
 
     def _involves(self, call: Call, rank: int) -> bool:
         """Whether `call` has a message pending with `rank` (a member of its collective, the
-        peer of its p2p op): Gloo's closed pair fails exactly those."""
+        peer of its p2p op): Gloo's closed pair fails exactly those. For a stuck collective
+        whose Gloo messages are known that is `Call.waits_on` (as for a peer's exit: a rank
+        blocked on a receive from another live peer waits for its own timeout)."""
         if call.op in ("send", "recv"):
             return call.entry.peer == rank
+        if call.waits_on is not None:
+            return rank in call.waits_on
         return rank in self.groups[call.entry.group]
