@@ -79,6 +79,7 @@ class Instance:
     group: str
     seq: int
     members: list[int]
+    sig: tuple = ()  # the first call's (op, numel, dtype, root): a later call that differs makes it `mixed`
     calls: dict[int, Call] = field(default_factory=dict)
     matched: bool = False
     finished: bool = False

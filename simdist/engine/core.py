@@ -140,20 +140,20 @@ class Engine(GlooExits, GlooTimeouts):
         call = Call(rank, op, payload, reduce_op, root, entry, self.env)
         ikey = (group, seq)
         inst = self._instances.get(ikey)
+        sig = (op, entry.numel, entry.dtype, root)  # what the messages depend on (`Instance.mixed`)
         if inst is None:
-            inst = self._instances[ikey] = Instance(group, seq, members)
+            inst = self._instances[ikey] = Instance(group, seq, members, sig)
             self._open[group][seq] = inst
+        elif sig != inst.sig:
+            inst.mixed = True
         calls = inst.calls
-        if calls and not inst.mixed:
-            c0 = next(iter(calls.values()))
-            inst.mixed = (op, payload.numel, payload.dtype, root) != (c0.op, c0.payload.numel, c0.payload.dtype, c0.root)
         calls[rank] = call
         if self.backend == "gloo" and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
             call.settle(False, RankRaised("RuntimeError", local, "other"))
             inst.stuck = True
-        elif self.backend == "gloo" and gloo_exchanges_nothing(call):
+        elif not entry.numel and self.backend == "gloo" and gloo_exchanges_nothing(call):  # numel first: hot path
             self._complete_call(call, payload)  # no wire: done at issue, peers as for a local error
             inst.stuck = True
         elif self._closed and (shut := self.closed_error(call, group, members)) is not None:
