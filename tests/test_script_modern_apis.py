@@ -131,16 +131,24 @@ def test_rooted_objects_p2p_ring_and_dcp_agree_with_real_gloo(script_zygote):
     assert "[dcp rank0] group devices ['cuda', 'cpu']" in out
 
 
-def test_callbacks_run_in_order_and_one_that_waits_hands_the_queue_on():
-    """`rank.callbacks.Runners`: completions run one at a time in the order they came; a
-    callback that parks (it issued or waits on an operation) lets the next run on a fresh
-    thread, which is what completes the operation it waits for."""
-    runners, order, threads = Runners(), [], []
-    released, finished = threading.Event(), threading.Event()
+def _recording_runners():
+    """A fresh `Runners`, the order jobs ran in, their threads, and a job maker that records both."""
+    order: list[str] = []
+    threads: list[threading.Thread] = []
 
     def plain(name):
         order.append(name)
         threads.append(threading.current_thread())
+
+    return Runners(), order, threads, plain
+
+
+def test_callbacks_run_in_order_and_one_that_waits_hands_the_queue_on():
+    """`rank.callbacks.Runners`: completions run one at a time in the order they came; a
+    callback that parks (it issued or waits on an operation) lets the next run on a fresh
+    thread, which is what completes the operation it waits for."""
+    runners, order, threads, plain = _recording_runners()
+    released, finished = threading.Event(), threading.Event()
 
     def waits():
         order.append("waits: start")
@@ -162,12 +170,8 @@ def test_a_callback_that_blocks_without_parking_still_hands_the_queue_on():
     fb.wait())`): it never calls `park()`, and the completion it waits for is queued behind it.
     Once it has run `HANDOFF_S` with work queued, a fresh runner takes the queue (Gloo's other
     worker thread would); jobs that do not block keep their order on one thread."""
-    runners, order, threads = Runners(), [], []
+    runners, order, threads, plain = _recording_runners()
     released, finished = threading.Event(), threading.Event()
-
-    def plain(name):
-        order.append(name)
-        threads.append(threading.current_thread())
 
     def blocks():
         order.append("blocks: start")
