@@ -25,6 +25,12 @@ Figures, each with its ratio to the target:
   (printed: total CPU of the N processes over the --jobs 1 run's).
 --profile prints where one --jobs 1 run spends its time (in this process); --no-compress adds
 a run with schedule compression off (simdist/fuzz/compress.py) for comparison.
+--sharing measures, on this benchmark's own stream of schedules (one --jobs 1 search in this
+process), how much simulation a memo or a shared prefix could save at most: the exact memo's
+hit rate (`compress.verdict_key`), the iterations that lie in a prefix shared with an earlier
+schedule (nothing a rank does before its input check at iteration i depends on more than
+min(count, i), so two compressed schedules with equal min(count, i) on every rank run the
+same until then), and the rate those would give if the shared part cost nothing.
 """
 
 from __future__ import annotations
@@ -125,6 +131,91 @@ def _report(label: str, runs1: list[dict[str, Any]], runsn: list[dict[str, Any]]
               f"cores {sc:.2f}x ({sc / TARGET_SPEEDUP:.2f}x of the target)")
 
 
+def _shared_prefix(counts: list[tuple[int, ...]]) -> tuple[int, int]:
+    """(iterations simulated, of those in a prefix shared with an earlier schedule of the stream)."""
+    seen: set[tuple[int, ...]] = set()
+    total = shared = 0
+    for c in counts:
+        m = max(c, default=0)
+        total += m
+        cut = [tuple(min(x, i) for x in c) for i in range(1, m + 1)]
+        shared += next((i for i in range(m, 0, -1) if (i, *cut[i - 1]) in seen), 0)
+        seen.update((i, *cut[i - 1]) for i in range(1, m + 1))
+    return total, shared
+
+
+def sharing(budget: int, seed: int) -> None:
+    """What a memo or shared prefixes could save on this stream, at most (see the docstring)."""
+    from simdist import sim
+    from simdist.fuzz import checker as checker_mod
+    from simdist.fuzz.compress import WARM_PERIODS, plan
+    from simdist.fuzz.template import parse_template
+    from simdist.scenario import parse_scenario
+
+    runs: list[tuple[int, ...]] = []
+    warm: list[bool] = []
+    sim_cpu = [0.0]
+    simulate, outcome = sim.simulate, checker_mod.Checker._outcome
+
+    def timed(*a: Any, **k: Any) -> Any:
+        c = time.process_time()
+        try:
+            return simulate(*a, **k)
+        finally:
+            sim_cpu[0] += time.process_time() - c
+
+    def recorded(self: Any, d: dict[str, Any], s: Any) -> Any:
+        p = plan(s)
+        if p.compressed:
+            runs.append(p.compressed_counts)
+            warm.append(min(p.compressed_counts) >= p.threshold + WARM_PERIODS * p.period)
+        return outcome(self, d, s)
+
+    sim.simulate, checker_mod.Checker._outcome = timed, recorded  # type: ignore[method-assign]
+    try:
+        res = measure_one(budget, seed, 1)
+        # set-up and Join's exit alone: every rank with no input
+        s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
+        c0 = time.process_time()
+        for _ in range(50):
+            simulate(s0)
+        setup = (time.process_time() - c0) / 50
+    finally:
+        sim.simulate, checker_mod.Checker._outcome = simulate, outcome  # type: ignore[method-assign]
+    n, cpu, sims = res["schedules"], res["cpu"], res["compressed"] - res["reused"]
+    total, shared = _shared_prefix(runs)
+    per_iter = max(sim_cpu[0] - setup * sims, 0.0) / max(res["iterations_run"], 1)
+    saved = setup * sims + per_iter * shared
+    print(f"sharing: {n} schedules, {res['compressed']} compressed, exact memo (verdict_key) hits "
+          f"{res['reused']} ({res['reused'] / max(res['compressed'], 1):.1%}); {cpu:.2f} s CPU, of which simulating "
+          f"{sim_cpu[0]:.2f} s ({sim_cpu[0] / cpu:.0%}): set-up + exit {setup * 1e3:.2f} ms a run, "
+          f"{per_iter * 1e3:.2f} ms an iteration")
+    print(f"sharing: iterations simulated {total}, in a prefix shared with an earlier schedule {shared} "
+          f"({shared / max(total, 1):.1%}); schedules that share the set-up and the whole warm-up "
+          f"{sum(warm)} of {len(warm)}")
+    print(f"sharing: if every shared prefix and the set-up cost nothing: {n / (cpu - saved):.1f} schedules/s "
+          f"CPU time ({n / (cpu - saved) / TARGET_RATE:.2f}x of the target; now {n / cpu:.1f}/s)")
+
+
+class _Zeros:
+    """A template `Chooser` that draws every range's low end (no inputs: set-up and exit only)."""
+
+    def integer(self, lo: int, hi: int) -> int:
+        return lo
+
+    def floating(self, lo: float, hi: float) -> float:
+        return lo
+
+    def index(self, n: int) -> int:
+        return 0
+
+    def flag(self) -> bool:
+        return False
+
+    def subset(self, items: list[int]) -> list[int]:
+        return items[:1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=int, default=1000, help="examples per run (10 shards of 100 by default)")
@@ -134,10 +225,15 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="DIR", help="also measure the simdist in DIR (alternating with this one)")
     ap.add_argument("--profile", action="store_true", help="profile one --jobs 1 run and print the top functions")
     ap.add_argument("--no-compress", action="store_true", help="also measure --jobs 1 without schedule compression")
+    ap.add_argument("--sharing", action="store_true",
+                    help="only measure how much a memo or shared prefixes could save on this stream, at most")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a measurement process
     args = ap.parse_args()
     if args.one:
         print(json.dumps(measure_one(args.budget, args.seed, args.jobs)))
+        return
+    if args.sharing:
+        sharing(args.budget, args.seed)
         return
 
     print(f"template: 8 ranks, inputs 0-100 per rank, DDP (3 buckets) + ZeRO under Join; budget {args.budget}, "
