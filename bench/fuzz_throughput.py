@@ -165,12 +165,12 @@ def sharing(budget: int, seed: int) -> None:
         finally:
             sim_cpu[0] += time.process_time() - c
 
-    def recorded(self: Any, s: Any) -> Any:
+    def recorded(self: Any, d: dict[str, Any], s: Any) -> Any:
         p = plan(s)
         if p.compressed:
             runs.append(p.compressed_counts)
             warm.append(min(p.compressed_counts) >= p.threshold + WARM_PERIODS * p.period)
-        return outcome(self, s)
+        return outcome(self, d, s)
 
     sim.simulate, checker_mod.Checker._outcome = timed, recorded  # type: ignore[method-assign]
     try:

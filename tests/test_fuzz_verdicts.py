@@ -24,7 +24,7 @@ import tomllib
 
 from simdist.errors import ScenarioError
 from simdist.fuzz.checker import Checker
-from simdist.fuzz.compress import passes_compressed, plan, verdict_key
+from simdist.fuzz.compress import apply, passes_compressed, plan, verdict_key
 from simdist.fuzz.template import Template, parse_template
 from simdist.scenario import parse_scenario
 from tests.conftest import ROOT
@@ -90,6 +90,7 @@ def test_cached_verdicts_equal_fresh_ones(path: Path) -> None:
     t = widened(path)
     rng = random.Random(f"verdicts/{path.stem}")
     shared = Checker(t)
+    runs: dict[tuple, str] = {}  # verdict_key -> the compressed scenario it stands for
     judged = 0
     for _ in range(SCHEDULES * 3):
         if judged == SCHEDULES:
@@ -105,7 +106,10 @@ def test_cached_verdicts_equal_fresh_ones(path: Path) -> None:
             s = parse_scenario(x)
             p = plan(s)
             if p.compressed:  # the cached compressed verdict is this schedule's own
-                assert shared.verdicts[verdict_key(s, p)] == passes_compressed(s, p, invariants=t.invariants), x
+                vk = verdict_key(x, p)
+                assert shared.verdicts[vk] == passes_compressed(s, p, invariants=t.invariants), x
+                # one key, one compressed run: the key determines the whole compressed scenario
+                assert runs.setdefault(vk, apply(s, p).model_dump_json()) == apply(s, p).model_dump_json(), x
             assert cached == outcome(Checker(t), x), x
             assert cached == outcome(Checker(t, compress=False), x), x
     assert judged == SCHEDULES

@@ -40,8 +40,8 @@ class Checker:
     or ranks out of step) is re-simulated in full, so every failure class, signature and
     summary the fuzzer reports, shrinks on and writes is the full schedule's own.
 
-    Compressed verdicts are kept by `compress.verdict_key` (the compressed run's whole
-    input): schedules that differ only in how long their steady gaps are share one
+    Compressed verdicts are kept by `compress.verdict_key` (what determines the compressed
+    run's whole input): schedules that differ only in how long their steady gaps are share one
     compressed run, simulated once per checker. Only the compressed pass/unknown answer is
     shared; a failure is still judged on its own full schedule.
     """
@@ -56,7 +56,7 @@ class Checker:
         self.iterations_full = 0  # sum over schedules of the full schedule's max input count
         self.iterations_run = 0  # ... and of the max input count actually simulated
         self.reused = 0  # compressed schedules whose compressed run was already judged (`verdicts`)
-        self.verdicts: dict[tuple[str, tuple[int, ...]], bool] = {}  # verdict_key -> passes_compressed
+        self.verdicts: dict[tuple[str, tuple[int, ...], tuple[int, ...]], bool] = {}  # verdict_key -> passes_compressed
         self._costs: dict[tuple[str, int], CostLike] = {}
 
     def cost(self, s: Scenario) -> CostLike:
@@ -87,18 +87,18 @@ class Checker:
         # `simulate`, it would first walk the whole report (its trace entries are the young
         # objects still alive), a twentieth of a schedule's cost, for a report about to die.
         with cycle_collector_paused():
-            out = self._outcome(s)
+            out = self._outcome(d, s)
         self.simulated += 1
         self.cache[k] = out
         return out
 
-    def _outcome(self, s: Scenario) -> Outcome:
+    def _outcome(self, d: dict[str, Any], s: Scenario) -> Outcome:
         full = max(s.counts(), default=0)
         self.iterations_full += full
         p = compress_plan(s) if self.compress else None
         if p is not None and p.compressed:
             self.compressed += 1
-            vk = verdict_key(s, p)
+            vk = verdict_key(d, p)
             passed = self.verdicts.get(vk)
             if passed is None:
                 self.iterations_run += max(p.compressed_counts, default=0)
