@@ -84,3 +84,17 @@ def test_two_sizes_of_reduce_scatter_abort_before_the_third_member_posts(script_
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
     assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_a_rank_that_timed_out_had_sent_what_its_peers_received(script_zygote):
+    """tests/scripts/timed_out_sent.py (3 ranks): rank 0 times out in an all_gather after rank
+    2's block reached it; rank 2, with nothing pending with rank 0, waits on until rank 1's
+    own timeout closes its pairs (the simulator had failed rank 2 as rank 0 exited, and then
+    rank 1 as rank 2 exited, instead of its timeout)."""
+    entry = {"script": "../tests/scripts/timed_out_sent.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "error:timeout", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert [r.output for r in sim.ranks] == [["[0] timed out"], ["[1] timed out"], ["[2] peer gone"]]
+
