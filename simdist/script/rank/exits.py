@@ -176,6 +176,9 @@ def _flush_open_files() -> None:
     rank that imported torch holds ~170,000 objects of ~500 types (0.2 s of CPU per exit, ~1 s
     under load, with its sockets open all that time: its peers learnt of its exit that much
     later than the simulator, which models no teardown, has them learn it)."""
+    for std in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):  # as the interpreter does, by name:
+        with contextlib.suppress(Exception):  # a fork server's are frozen out of gc's view (rank.zygote)
+            std.flush()
     objs = gc.get_objects()
     # (each object's type, not isinstance: isinstance would ask objects for __class__: proxies warn)
     files = {t for t in {type(o) for o in objs} if _FILE_BASES.intersection(t.__mro__)}
