@@ -137,3 +137,14 @@ def test_a_timeout_against_a_peers_teardown_is_named_a_race_not_a_difference():
     sim, real = _race_reports(gap=1.0)
     real.ranks[2].output = ["[2] a line the simulator did not print"]  # one more difference: no excuse
     assert exit_races(sim, real, compare_reports(sim, real)) == []
+
+
+@pytest.mark.real
+def test_two_sizes_of_all_gather_abort_both_receivers_whoever_posts_last(script_zygote):
+    """tests/scripts/allgather_two_sizes.py (4 ranks): ranks 1 and 3 send 1200-byte blocks into
+    ranks 2's and 0's 16-byte receives: both abort on both sides, the others lose a peer (the
+    simulator failed the last of 0 and 2 to post with the peer gone, since a member had aborted)."""
+    entry = {"script": "../tests/scripts/allgather_two_sizes.py", "nproc": 4}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["aborted:gloo_abort", "error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
+    assert differences(sim, real) == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simdist.engine import gloo_bridge
+from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call, Instance, RankState
 from simdist.engine.values import Payload
 from simdist.report import Finding, TraceEntry
@@ -84,21 +84,17 @@ class GlooExits:
         calls = [c for m, c in inst.calls.items() if m not in gone]
         verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, list(missing))
         outcomes, settled = verdict.rank_outcomes, False
+        # whose closed or reset socket a peer_error met: a gone member, or one the messages abort
+        lost = min(gone) if gone else min([*verdict.aborting_ranks, *(m for m in inst.calls if not self.ranks[m].alive)],
+                                          default=inst.members[0])
         if failures_only:
-            if verdict.aborting_ranks:  # whatever the missing post later, this message came:
-                posted = [inst.calls[m] for m in inst.members if m in inst.calls]
-                self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
-                inst.stuck = True  # the others wait on whom their messages name, as after `_match`
-                for m, call in inst.calls.items():
-                    call.waits_on = verdict.waits_on.get(m, call.waits_on)
-                for r in verdict.aborting_ranks:
-                    self.abort_rank(r, verdict.detail, inst.calls[r].entry)
-                settled = True
+            settled = self._abort(inst, verdict)  # whatever the missing post later, this message came
             for m, call in inst.calls.items():
                 if not call.done and self.ranks[m].alive and outcomes.get(m) == "peer_error":
-                    self._fail_call(call, min(gone))
+                    self._fail_call(call, lost)
                     settled = True
             return settled
+        settled = self._abort(inst, verdict)
         # a poster that timed out sent what it could, then closed its pairs (or left): a call
         # left with a message pending with it fails now
         closed = self._closed.get(inst.group, set())
@@ -113,7 +109,7 @@ class GlooExits:
                 continue
             settled = True
             if outcomes[m] == "peer_error":
-                self._fail_call(call, min(gone))
+                self._fail_call(call, lost)
                 continue
             src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
             self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
@@ -122,6 +118,21 @@ class GlooExits:
         if not missing:
             self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
         return settled
+
+    def _abort(self, inst: Instance, verdict: gloo_rules.MismatchVerdict) -> bool:
+        """The live posters a message longer than their receive kills (`verdict`), with the
+        finding, once: a rank that aborted before is dead, and a replay of the messages
+        finds it again. Returns whether any rank aborted."""
+        aborting = [r for r in verdict.aborting_ranks if self.ranks[r].alive and not inst.calls[r].done]
+        if aborting:
+            posted = [inst.calls[m] for m in inst.members if m in inst.calls]
+            self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
+            inst.stuck = True  # the others wait on whom their messages name, as after `_match`
+            for m, call in inst.calls.items():
+                call.waits_on = verdict.waits_on.get(m, call.waits_on)
+        for r in aborting:
+            self.abort_rank(r, verdict.detail, inst.calls[r].entry)
+        return bool(aborting)
 
     def settle_absent(self) -> bool:
         """Called when nothing more can happen: what Gloo completes without the absent. A
