@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from simdist.compare import compare_reports
+from simdist.report import RankError, RankResult, Report, TraceEntry
+from simdist.testing.races import EXIT_RACE_S, exit_races
 from tests.test_script_examples import _run, _verdict, differences
 
 
@@ -83,4 +86,65 @@ def test_two_sizes_of_reduce_scatter_abort_before_the_third_member_posts(script_
     entry = {"script": "../tests/scripts/reduce_scatter_two_sizes.py", "nproc": 3}
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_a_rank_that_timed_out_had_sent_what_its_peers_received(script_zygote):
+    """tests/scripts/timed_out_sent.py (3 ranks): rank 0 times out in an all_gather after rank
+    2's block reached it; rank 2, with nothing pending with rank 0, waits on until rank 1's
+    own timeout closes its pairs (the simulator had failed rank 2 as rank 0 exited, and then
+    rank 1 as rank 2 exited, instead of its timeout)."""
+    entry = {"script": "../tests/scripts/timed_out_sent.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "error:timeout", "error:peer_lost"]
+    assert differences(sim, real) == []
+    assert [r.output for r in sim.ranks] == [["[0] timed out"], ["[1] timed out"], ["[2] peer gone"]]
+
+
+def _race_reports(gap: float, real_category: str = "timeout") -> tuple[Report, Report]:
+    """case7_8's shape (bench/script_sweep.py seed 7): rank 0 times out at 2 s and exits, rank 3
+    fails as it exits and exits in turn; rank 1, blocked in a send whose 3 s timeout is due
+    `gap` s after that, fails as rank 3 exits in the simulator, and `real_category` on real Gloo."""
+    def rank(r: int, error: RankError | None, t_issue: float, time: float) -> RankResult:
+        op = TraceEntry(1, "all_reduce", 4, "float32", "WORLD", 4, "user.x.py:9", t_issue=t_issue)
+        return RankResult(r, "error" if error else "completed", error=error, trace=[op], time=time)
+    timeout = RankError("RuntimeError", "Timed out waiting 3000ms for send operation to complete", "timeout")
+    lost = [RankError("RuntimeError", "Timed out waiting 2000ms for recv operation to complete", "timeout"),
+            RankError("RuntimeError", "Connection closed by peer (rank 3 has exited)", "peer_lost"), None,
+            RankError("RuntimeError", "Connection closed by peer (rank 0 has exited)", "peer_lost")]
+    times = [2.0, 0.0, 0.0, 0.0]  # a rank that lost its peer keeps its last issue's clock
+    t1 = 2.0 + gap - 3.0  # rank 1's deadline: issue + 3 s, `gap` after rank 0's exit at 2 s
+    sim = Report("x.py", "sim", "error", [rank(r, e, t1 if r == 1 else 0.0, t) for r, (e, t) in enumerate(zip(lost, times, strict=True))])
+    real_errors = [*lost[:1], timeout if real_category == "timeout" else lost[1], *lost[2:]]
+    real = Report("x.py", "real", "error", [rank(r, e, 0.0, 0.0) for r, e in enumerate(real_errors)])
+    return sim, real
+
+
+def test_a_timeout_against_a_peers_teardown_is_named_a_race_not_a_difference():
+    """bench/script_sweep.py names an exit race (a rank's deadline within `EXIT_RACE_S` of the
+    simulated exit that failed it: real Gloo's teardown is slower, by load) and counts it apart;
+    anything else, or a deadline farther off, stays a difference."""
+    sim, real = _race_reports(gap=1.0)
+    races = exit_races(sim, real, compare_reports(sim, real))
+    assert [(r.rank, r.peer, round(r.gap_s, 3)) for r in races] == [(1, 3, 1.0)]
+    assert "exit race, not a model difference" in races[0].describe()
+    for far in (EXIT_RACE_S + 0.5, -0.5):  # a deadline far after the exit, or before it: a model difference
+        sim, real = _race_reports(gap=far)
+        assert exit_races(sim, real, compare_reports(sim, real)) == []
+    sim, real = _race_reports(gap=1.0, real_category="peer_lost")  # they agree: nothing to name
+    assert compare_reports(sim, real).agree and exit_races(sim, real, compare_reports(sim, real)) == []
+    sim, real = _race_reports(gap=1.0)
+    real.ranks[2].output = ["[2] a line the simulator did not print"]  # one more difference: no excuse
+    assert exit_races(sim, real, compare_reports(sim, real)) == []
+
+
+@pytest.mark.real
+def test_two_sizes_of_all_gather_abort_both_receivers_whoever_posts_last(script_zygote):
+    """tests/scripts/allgather_two_sizes.py (4 ranks): ranks 1 and 3 send 1200-byte blocks into
+    ranks 2's and 0's 16-byte receives: both abort on both sides, the others lose a peer (the
+    simulator failed the last of 0 and 2 to post with the peer gone, since a member had aborted)."""
+    entry = {"script": "../tests/scripts/allgather_two_sizes.py", "nproc": 4}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["aborted:gloo_abort", "error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
     assert differences(sim, real) == []

@@ -98,12 +98,17 @@ class Engine(GlooExits, GlooTimeouts):
         return self.groups[name]
 
     def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
-        """The lowest member that died abruptly (SIGABRT; see rank_gone), or on a backend other
-        than Gloo never posted this: it fails on its peers at once (Gloo: `_settle_exited`).
+        """On a backend other than Gloo, the lowest member that died abruptly (SIGABRT; see
+        rank_gone) or never posted this: it fails on its peers at once. On Gloo none: a process
+        that ended, by SIGABRT too, fails only the calls with a message on its sockets, which the
+        message programs tell (`_settle_exited`): ranks 1 and 3 all-gathering 300 int32 while 0
+        and 2 all-gather 2 float64 abort both 0 and 2, whoever posts last.
         Looks at the dead ranks only: each issue pays for the ranks that exited, not the group."""
-        members, gloo = self._member_sets[group], self.backend == "gloo"
+        if self.backend == "gloo":  # a reset socket fails only the messages on it (`_settle_gone`)
+            return None
+        members = self._member_sets[group]
         for m in self._dead:
-            if m in members and (self.ranks[m].abort_error is not None or (m not in posted and not gloo)):
+            if m in members and (self.ranks[m].abort_error is not None or m not in posted):
                 return m
         return None
 
@@ -238,6 +243,8 @@ class Engine(GlooExits, GlooTimeouts):
         inst.matched = True
         calls = [inst.calls[m] for m in inst.members]
         if inst.stuck:  # a member ended before it exchanged anything (gloo_local_error, gloo_exchanges_nothing)
+            if self._dead and self.backend == "gloo" and not all(c.done for c in calls):
+                self._settle_gone(inst)  # or aborted, exited: the last poster's messages decide
             if all(c.done for c in calls):
                 inst.finished = True
                 self._open[inst.group].pop(inst.seq, None)

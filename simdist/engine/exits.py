@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simdist.engine import gloo_bridge
+from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call, Instance, RankState
 from simdist.engine.values import Payload
 from simdist.report import Finding, TraceEntry
@@ -26,6 +26,7 @@ class GlooExits:
     _dead: list[int]
     _gone_at: dict[int, float]
     _member_sets: dict[str, frozenset[int]]
+    _closed: dict[str, set[int]]  # group -> ranks whose context Gloo's timeout closed (`timeouts`)
     _instances: dict[tuple[str, int], Instance]
     _open: dict[str, dict[int, Instance]]
 
@@ -38,9 +39,12 @@ class GlooExits:
     def _gone_absent(self, group: str, posted: dict[int, Call]) -> dict[int, float]:
         """The members whose process ended without taking part, and when: never posted, or
         posted and failed (a rank's messages stop where it failed, e.g. a root whose first
-        send met a closed socket never sends the rest)."""
+        send met a closed socket never sends the rest). Not one whose call ran out of time
+        (Gloo's timeout, `_timed_out`): its messages went out up to the wait that ran out, and
+        its peers' receives got them before its pairs closed."""
         return {m: self._gone_at[m] for m in self._dead
-                if m in self._member_sets[group] and (m not in posted or posted[m].ok is False)}
+                if m in self._member_sets[group] and (m not in posted or (posted[m].ok is False
+                                                                          and not _timed_out(posted[m])))}
 
     def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
         raise NotImplementedError
@@ -57,6 +61,21 @@ class GlooExits:
             missing = tuple(m for m in inst.members if m not in inst.calls and m not in gone)
             self._settle_exited(inst, gone, missing, failures_only=bool(missing))
 
+    def note_waits(self, inst: Instance) -> None:
+        """A collective some member has not posted got stuck (a posted call's wait ran out):
+        each posted call left waits on the peers its own messages name (`Call.waits_on`),
+        judged with the posted calls' messages exchanged (the timed-out one's went out before
+        its wait ran out: Gloo moves a message once both ends posted) and the unposted members
+        as a different kind, so its closure (`timeouts._close`), and later exits and timeouts,
+        fail only the calls with a message pending with that rank."""
+        gone = self._gone_absent(inst.group, inst.calls)
+        calls = [c for m, c in inst.calls.items() if m not in gone]
+        missing = [m for m in inst.members if m not in inst.calls and m not in gone]
+        verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, missing)
+        for m, call in inst.calls.items():
+            if not call.done and m in verdict.waits_on:
+                call.waits_on = verdict.waits_on[m]
+
     def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = (),
                        failures_only: bool = False) -> bool:
         """Complete or fail what Gloo does of `inst` without its `gone` members and the live
@@ -65,28 +84,32 @@ class GlooExits:
         calls = [c for m, c in inst.calls.items() if m not in gone]
         verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, list(missing))
         outcomes, settled = verdict.rank_outcomes, False
+        # whose closed or reset socket a peer_error met: a gone member, or one the messages abort
+        lost = min(gone) if gone else min([*verdict.aborting_ranks, *(m for m in inst.calls if not self.ranks[m].alive)],
+                                          default=inst.members[0])
         if failures_only:
-            if verdict.aborting_ranks:  # whatever the missing post later, this message came:
-                posted = [inst.calls[m] for m in inst.members if m in inst.calls]
-                self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
-                inst.stuck = True  # the others wait on whom their messages name, as after `_match`
-                for m, call in inst.calls.items():
-                    call.waits_on = verdict.waits_on.get(m, call.waits_on)
-                for r in verdict.aborting_ranks:
-                    self.abort_rank(r, verdict.detail, inst.calls[r].entry)
-                settled = True
+            settled = self._abort(inst, verdict)  # whatever the missing post later, this message came
             for m, call in inst.calls.items():
                 if not call.done and self.ranks[m].alive and outcomes.get(m) == "peer_error":
-                    self._fail_call(call, min(gone))
+                    self._fail_call(call, lost)
                     settled = True
             return settled
+        settled = self._abort(inst, verdict)
+        # a poster that timed out sent what it could, then closed its pairs (or left): a call
+        # left with a message pending with it fails now
+        closed = self._closed.get(inst.group, set())
+        left = {m for m in inst.calls if m not in gone and (not self.ranks[m].alive or m in closed)}
         for m, call in inst.calls.items():
+            if not call.done and self.ranks[m].alive and verdict.waits_on.get(m, frozenset()) & left:
+                self._fail_call(call, min(verdict.waits_on[m] & left))
+                settled = True
+                continue
             if call.done or not self.ranks[m].alive or outcomes.get(m) not in ("ok", "peer_error"):
                 call.waits_on = verdict.waits_on.get(m)
                 continue
             settled = True
             if outcomes[m] == "peer_error":
-                self._fail_call(call, min(gone))
+                self._fail_call(call, lost)
                 continue
             src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
             self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
@@ -95,6 +118,21 @@ class GlooExits:
         if not missing:
             self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
         return settled
+
+    def _abort(self, inst: Instance, verdict: gloo_rules.MismatchVerdict) -> bool:
+        """The live posters a message longer than their receive kills (`verdict`), with the
+        finding, once: a rank that aborted before is dead, and a replay of the messages
+        finds it again. Returns whether any rank aborted."""
+        aborting = [r for r in verdict.aborting_ranks if self.ranks[r].alive and not inst.calls[r].done]
+        if aborting:
+            posted = [inst.calls[m] for m in inst.members if m in inst.calls]
+            self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
+            inst.stuck = True  # the others wait on whom their messages name, as after `_match`
+            for m, call in inst.calls.items():
+                call.waits_on = verdict.waits_on.get(m, call.waits_on)
+        for r in aborting:
+            self.abort_rank(r, verdict.detail, inst.calls[r].entry)
+        return bool(aborting)
 
     def settle_absent(self) -> bool:
         """Called when nothing more can happen: what Gloo completes without the absent. A
@@ -111,3 +149,9 @@ class GlooExits:
                     progressed |= self._settle_exited(inst, self._gone_absent(inst.group, inst.calls), tuple(missing))
         return progressed
 
+
+def _timed_out(call: Call) -> bool:
+    """Whether `call` failed by Gloo's timeout (its own wait, or its rank's pair closure): it
+    posted its messages before (those its peers had matched were exchanged), unlike a call
+    that failed as it posted (`RankRaised.error`)."""
+    return call.ok is False and getattr(getattr(call.value, "error", None), "category", None) == "timeout"

@@ -51,6 +51,8 @@ class GlooTimeouts:
         for call, message in expired:
             self._unqueue(call)
             if (inst := self._open[call.entry.group].get(call.entry.seq)) is not None and call.op not in ("send", "recv"):
+                if not inst.matched and not inst.stuck:
+                    self.note_waits(inst)  # whom the other posted calls wait on (`Call.waits_on`)
                 inst.stuck = True
             self._fail(call, message, "timeout")
         for call, _ in expired:
@@ -89,6 +91,9 @@ class GlooTimeouts:
         return inst is not None and rank in inst.members and rank not in inst.calls
 
     # ------------------------------------------------------------------ helpers
+    def note_waits(self, inst: Instance) -> None:
+        raise NotImplementedError
+
     def _fail(self, call: Call, message: str, category: str) -> None:
         """Fail `call` with a RuntimeError of `message` (the engine's `RankRaised`)."""
         raise NotImplementedError

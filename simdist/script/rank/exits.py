@@ -14,6 +14,7 @@ inside its handler, where `sys.exc_info()` still holds it), and `multiprocessing
 
 from __future__ import annotations
 
+import _io
 import atexit
 import contextlib
 import gc
@@ -30,6 +31,7 @@ from simdist.script import env
 from simdist.script.rank import client, output, stack
 
 _info: dict[str, Any] = {}
+_FILE_BASES = frozenset({_io._IOBase, io.IOBase})  # what a file's class derives from
 _entry: list[FrameType] = []
 _extras: list[Callable[[], dict[str, Any]]] = []  # more to say at exit (the Flight Recorder)
 
@@ -166,9 +168,22 @@ def leave() -> None:
 
 
 def _flush_open_files() -> None:
-    """What the interpreter's teardown does for files left open: flush their buffers."""
-    for obj in gc.get_objects():
-        if issubclass(type(obj), io.IOBase):  # (isinstance would ask objects for __class__: proxies warn)
+    """What the interpreter's teardown does for files left open: flush their buffers.
+
+    A file is an instance of a class with `_io._IOBase` (every built-in file) or `io.IOBase`
+    (a Python subclass) in its MRO: looked up once per type. Not `issubclass(t, io.IOBase)`
+    per object: on an ABC each type it has not seen costs a walk of all its subclasses, and a
+    rank that imported torch holds ~170,000 objects of ~500 types (0.2 s of CPU per exit, ~1 s
+    under load, with its sockets open all that time: its peers learnt of its exit that much
+    later than the simulator, which models no teardown, has them learn it)."""
+    for std in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):  # as the interpreter does, by name:
+        with contextlib.suppress(Exception):  # a fork server's are frozen out of gc's view (rank.zygote)
+            std.flush()
+    objs = gc.get_objects()
+    # (each object's type, not isinstance: isinstance would ask objects for __class__: proxies warn)
+    files = {t for t in {type(o) for o in objs} if _FILE_BASES.intersection(t.__mro__)}
+    for obj in objs:
+        if type(obj) in files:
             with contextlib.suppress(Exception):
                 if not obj.closed:
                     obj.flush()
