@@ -186,10 +186,3 @@ def test_calibrate_refuses_an_unwritable_out_before_measuring(tmp_path):
 
     r = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "missing" / "host.json")])
     assert r.exit_code == 2 and r.output.startswith("error: out:") and "Traceback" not in r.output
-
-
-def test_call_cost_is_a_barrier_less_its_exchange():
-    from real_backend.calibrate import _call_cost
-
-    assert _call_cost({"call_s": 14e-6, "barrier_s": 200e-6}, 100e-6) == pytest.approx(100e-6)
-    assert _call_cost({"call_s": 14e-6, "barrier_s": 90e-6}, 100e-6) == 14e-6  # never below the hand-off
