@@ -15,9 +15,9 @@ one-rank group), and on one core the seconds per byte of a float32 sum (Gloo's r
 and of a copy. Per quantity: `repeats` blocks, interleaved (one pass over all quantities,
 then the next), each a batch of about 20 ms after a barrier and one untimed call (warm, as
 the benchmark's back-to-back calls are), at least `MIN_CALLS` calls, every single call
-timed; a block's value is the slowest rank's 25th percentile, the profile keeps the median
-over blocks and the blocks' spread (p75 - p25) / median (`block_summary`), so a noisy
-calibration is visible. A message is never faster than a larger one, so a time above a
+timed; a primitive is the slowest rank's 25th percentile of all its calls, and the profile
+keeps, per primitive, how far its blocks' 25th percentiles disagree ((p75 - p25) / median,
+`block_summary`), so a noisy calibration is visible. A message is never faster than a larger one, so a time above a
 larger size's (load from other processes) is lowered to it.
 
 Nothing here measures a collective: those are what the model predicts.
@@ -54,22 +54,23 @@ def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEAT
 
 
 def host_from_blocks(rows: dict[str, dict], sizes: list[int]) -> HostProfile:
-    """The profile from the workers' rows: every timed quantity arrives as one value per block
-    (`_timed_passes`); the profile keeps the median over blocks and, in `spread`, how far the
-    blocks disagree (`block_summary`), so one disturbed block moves nothing and a calibration
-    whose blocks disagree is visible."""
+    """The profile from the workers' rows (`_timed_passes`: per quantity the 25th percentile
+    of all its single calls, and of each block's). A primitive is the former, the statistic
+    the benchmark judges collectives by; the blocks give its spread (`block_summary`), so a
+    calibration whose blocks disagree is visible, and the call cost is paired block by
+    block (`call_cost`)."""
     p2p = [rows[f"p2p{n}"] for n in sizes]
     keys = ("one_way_s", "reverse_s", "exchange_s")
-    summ = {key: [block_summary(r[key]) for r in p2p] for key in keys}
-    series = {key: [m for m, _ in summ[key]] for key in keys}
+    series = {key: [r[key]["all"] for r in p2p] for key in keys}
     series["copy_s"] = [rows["local"]["copy_s"][str(n)] for n in sizes]
     series["fresh_s"] = [rows["local"]["fresh_s"][str(n)] for n in sizes]
     for xs in series.values():  # nothing is faster on more bytes: a time above a larger size's
         for i in range(len(xs) - 2, -1, -1):  # is load from other processes, not the machine
             xs[i] = min(xs[i], xs[i + 1])
-    spread = {key: max(s for _, s in summ[key]) for key in keys}
+    spread = {key: max(block_summary(r[key]["blocks"])[1] for r in p2p) for key in keys}
     call = rows["call"]
-    call_s, spread["call_s"] = call_cost(call["barrier_s"], p2p[0]["exchange_s"], call["call_s"])
+    call_s, spread["call_s"] = call_cost(call["barrier_s"]["blocks"], p2p[0]["exchange_s"]["blocks"],
+                                         call["call_s"]["blocks"])
     return HostProfile(
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
         call_s=call_s, sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
@@ -151,13 +152,14 @@ def _exchange(t, r, other: int):  # pragma: no cover - child side
 
 
 def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child side
-    """key -> one value per block: the 25th percentile of the block's single calls / messages
-    per call, slowest rank. Every job gets one batch (a block) of about `target_batch_s` per
-    pass, and the passes go `repeats` times over all jobs, interleaved, so a burst of load
-    from other processes hits one block of many jobs rather than every block of one; the
-    parent keeps the median over blocks (`block_summary`). A low quantile of single calls
-    inside a block is what repeats on a shared machine: other processes lengthen some calls,
-    not all."""
+    """key -> {"blocks": the 25th percentile of each block's single calls, "all": of all its
+    calls}, per message (a ping-pong call is two), slowest rank. Every job gets one batch (a
+    block) of about `target_batch_s` per pass, and the passes go `repeats` times over all
+    jobs, interleaved, so a burst of load from other processes hits one block of many jobs
+    rather than every block of one. A low quantile of single calls is what repeats on a
+    shared machine (other processes lengthen some calls, not all) and what the benchmark
+    judges collectives by; the blocks' values give the spread (`block_summary`) and pair
+    the barrier with its exchange (`call_cost`)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -172,21 +174,25 @@ def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child si
         iters[key] = max(MIN_CALLS, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
     agreed = torch.tensor([float(min(2000, v)) for v in iters.values()])
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-    blocks = torch.zeros(len(jobs), cfg["repeats"], dtype=torch.float64)
+    blocks = torch.zeros(len(jobs), cfg["repeats"] + 1, dtype=torch.float64)  # the last column: all blocks
+    calls: dict = {key: [] for key in jobs}
     pc = time.perf_counter
     for b in range(cfg["repeats"]):
-        for j, ((fn, per), k) in enumerate(zip(jobs.values(), agreed.tolist(), strict=True)):
+        for j, ((key, (fn, per)), k) in enumerate(zip(jobs.items(), agreed.tolist(), strict=True)):
             dist.barrier()
             fn()  # untimed: the block starts warm (buffer in cache, socket buffers grown), as back-to-back calls run
-            calls, last = [], pc()
+            block, last = [], pc()
             for _ in range(int(k)):
                 fn()
                 now = pc()
-                calls.append(now - last)
+                block.append((now - last) / per)
                 last = now
-            blocks[j, b] = float(np.quantile(calls, QUANTILE, method="lower")) / per
+            blocks[j, b] = float(np.quantile(block, QUANTILE, method="lower"))
+            calls[key] += block
+    for j, key in enumerate(jobs):
+        blocks[j, -1] = float(np.quantile(calls[key], QUANTILE, method="lower"))
     dist.all_reduce(blocks, op=dist.ReduceOp.MAX)  # the slowest rank, block by block
-    return {key: row for key, row in zip(jobs, blocks.tolist(), strict=True)}
+    return {key: {"blocks": row[:-1], "all": row[-1]} for key, row in zip(jobs, blocks.tolist(), strict=True)}
 
 
 def _copies(sizes: list[int], repeats: int = 7) -> tuple[dict, dict]:  # pragma: no cover - child side

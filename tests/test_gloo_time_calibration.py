@@ -1,5 +1,5 @@
 """How `simdist calibrate` turns its measurements into primitives (no real processes): the
-median over interleaved blocks, the call cost as a barrier less the same block's exchange,
+spread over interleaved blocks, the call cost as a barrier less the same block's exchange,
 several calibrations combined by the median, and the spreads that make a noisy calibration
 visible (docs/timing.md, "What is measured")."""
 
@@ -36,24 +36,29 @@ def test_call_cost_pairs_barrier_and_exchange_block_by_block():
 
 
 def _rows(one, exch, barrier, floor, blocks=5):
-    """What the workers emit: per quantity one value per block."""
-    rows = {f"p2p{n}": {"nbytes": n, "one_way_s": [one(n)] * blocks, "reverse_s": [one(n)] * blocks,
-                        "exchange_s": [exch(n)] * blocks} for n in SIZES}
-    rows["call"] = {"call_s": [floor] * blocks, "barrier_s": [barrier] * blocks}
+    """What the workers emit (`_timed_passes`): per quantity the 25th percentile of all its
+    calls and of each block's."""
+    def q(v):
+        return {"all": v, "blocks": [v] * blocks}
+
+    rows = {f"p2p{n}": {"nbytes": n, "one_way_s": q(one(n)), "reverse_s": q(one(n)), "exchange_s": q(exch(n))}
+            for n in SIZES}
+    rows["call"] = {"call_s": q(floor), "barrier_s": q(barrier)}
     rows["local"] = {"gamma": 3e-11, "copy": 2e-11, "copy_s": {str(n): n * 2e-11 for n in SIZES},
                      "fresh_s": {str(n): n * 5e-11 for n in SIZES}}
     return rows
 
 
-def test_host_from_blocks_keeps_medians_monotone_times_and_the_paired_call():
+def test_host_from_blocks_keeps_the_low_quantile_monotone_times_and_the_paired_call():
     rows = _rows(lambda n: 80e-6 + n * 3e-10, lambda n: 170e-6 + n * 6e-10, 230e-6, 14e-6)
-    rows["p2p256"]["one_way_s"][1:3] = [5e-3, 4e-3]  # two disturbed blocks of five
-    rows["p2p4096"]["reverse_s"] = [2e-3] * 5  # slower than 1 MiB: load, not the machine
+    rows["p2p256"]["one_way_s"]["blocks"][1:3] = [5e-3, 4e-3]  # two disturbed blocks of five: spread, not value
+    rows["p2p4096"]["reverse_s"]["all"] = 2e-3  # slower than 1 MiB: load, not the machine
+    rows["call"]["barrier_s"]["blocks"][0] = 900e-6  # one slow block: the median of the pairs ignores it
     h = host_from_blocks(rows, SIZES)
     assert h.one_way_s[0] == pytest.approx(80e-6 + 256 * 3e-10)
     assert h.reverse_s[1] == pytest.approx(h.reverse_s[2]) == pytest.approx(80e-6 + (1 << 20) * 3e-10)
     assert h.call_s == pytest.approx(230e-6 - (170e-6 + 256 * 6e-10))  # less the smallest exchange
-    assert h.spread["one_way_s"] > 0 and h.spread["call_s"] == 0.0
+    assert h.spread["one_way_s"] > 10 and h.spread["exchange_s"] == 0.0 and h.spread["call_s"] == 0.0
     assert HostProfile.from_dict(h.to_dict()) == h
 
 
