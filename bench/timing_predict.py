@@ -25,6 +25,7 @@
     python bench/timing_predict.py --out out/predict          # ~15 minutes on 2 cores
     python bench/timing_predict.py --sections iterations --profile out/host.json --out out/iter  # ~2 min
     python bench/timing_predict.py --load out/predict/predict.json   # re-evaluate, no measuring
+    python bench/timing_predict.py --load A.json --host-from B.json   # A's measurements, B's calibration
 
 Exit status 0 when every target of the sections run is met (collectives: overall median
 <= 15% and all_reduce at 2 ranks <= 10%; iterations: overall median <= 15%), else 1.
@@ -294,9 +295,14 @@ def main() -> int:
     ap.add_argument("--profile", type=Path, help="a host profile (simdist calibrate) to reuse instead of calibrating")
     ap.add_argument("--out", type=Path, default=Path("out/predict"))
     ap.add_argument("--load", type=Path, help="a predict.json written before: evaluate it again, measure nothing")
+    ap.add_argument("--host-from", type=Path,
+                    help="with --load: predict with the calibration saved in this predict.json instead of its own")
     args = ap.parse_args()
     if args.load:
         doc = json.loads(args.load.read_text())
+        if args.host_from:  # which of a run's two inputs is off: its calibration or its measurements
+            other = json.loads(args.host_from.read_text())
+            doc["host"], doc["calibrations"] = other["host"], other.get("calibrations", [])
     else:
         doc = measure(args)
         args.out.mkdir(parents=True, exist_ok=True)
