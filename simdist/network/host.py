@@ -130,7 +130,7 @@ def median_host(hosts: list[HostProfile]) -> HostProfile:
             out[f.name] = [statistics.median(col) for col in zip(*vals, strict=True)] if vals[0] else []
         else:
             out[f.name] = statistics.median(vals)
-    spread = {k: max(h.spread.get(k, 0.0) for h in hosts) for k in {k for h in hosts for k in h.spread}
+    spread = {k: max(h.spread.get(k, 0.0) for h in hosts) for k in sorted({k for h in hosts for k in h.spread})
               if not k.startswith("between_")}
     for k in BETWEEN:
         cols = zip(*[getattr(h, k) for h in hosts], strict=True) if isinstance(out[k], list) else [
