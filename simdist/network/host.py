@@ -40,7 +40,7 @@ class HostProfile:
     copy: float
     # the calibration's own spread: per primitive the largest (p75-p25)/median over its blocks
     # (`real_backend.calibrate.block_summary`); "between_<primitive>": (max-min)/median over
-    # the calibrations `median_host` combined
+    # the calibrations `median_host` combined (a table's: the median over its sizes)
     spread: dict[str, float] = field(default_factory=dict)
     copy_s: list[float] = field(default_factory=list)
     fresh_s: list[float] = field(default_factory=list)
@@ -116,7 +116,9 @@ def median_host(hosts: list[HostProfile]) -> HostProfile:
     every message 10-28% slower in the second, and the prediction from it 2.5 times as far
     off); spread over a run and combined by the median, one disturbed calibration moves
     nothing. `spread` keeps each primitive's largest block spread and adds, as
-    "between_<primitive>", how far the calibrations disagree."""
+    "between_<primitive>", how far the calibrations disagree ((max - min) / median; for a
+    table the median over its sizes: the typical disagreement, not one size's microseconds
+    of jitter)."""
     if not hosts:
         raise ValueError("median_host: no calibrations")
     if any(h.sizes != hosts[0].sizes or h.cores != hosts[0].cores for h in hosts):
@@ -135,7 +137,7 @@ def median_host(hosts: list[HostProfile]) -> HostProfile:
     for k in BETWEEN:
         cols = zip(*[getattr(h, k) for h in hosts], strict=True) if isinstance(out[k], list) else [
             [getattr(h, k) for h in hosts]]
-        spread[f"between_{k}"] = max((_range(c) for c in cols), default=0.0)
+        spread[f"between_{k}"] = statistics.median([_range(c) for c in cols]) if out[k] != [] else 0.0
     out["spread"] = spread
     return HostProfile(**out)
 
