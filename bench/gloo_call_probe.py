@@ -22,15 +22,12 @@ import dataclasses
 import datetime
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from real_backend.bench import run_ranks, worker_main  # noqa: E402
-from real_backend.calibrate import _exchange, _ping, _timed_passes, block_summary, call_cost  # noqa: E402
-from simdist.network.gloo_time import gloo_op_time  # noqa: E402
-from simdist.network.host import HostProfile  # noqa: E402
-from simdist.procs import die_with_parent  # noqa: E402
+from real_backend.bench import run_ranks, worker_main
+from real_backend.calibrate import _exchange, _ping, _timed_passes, block_summary, call_cost
+from simdist.network.gloo_time import gloo_op_time
+from simdist.network.host import HostProfile
+from simdist.procs import die_with_parent
 
 MODELLED = ("broadcast", "all_to_all", "all_gather", "all_reduce")
 
