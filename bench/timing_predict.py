@@ -1,7 +1,10 @@
 """Acceptance run for issue 13: predict Gloo collectives from measured primitives.
 
-1. Calibrate once (`real_backend.calibrate.calibrate_host`: p2p messages, the call's
-   fixed cost, reduction and copy throughput, the cores). Nothing else is fitted.
+1. Calibrate (`real_backend.calibrate.calibrate_host`: p2p messages, the call's fixed
+   cost, reduction and copy throughput, the cores) `--calibrations` times over the run,
+   before the sweeps and after each pass, and predict from the median of the calibrations
+   (`median_host`); every calibration and how far they disagree are printed. Nothing else
+   is fitted.
 2. Predict all_reduce, all_gather, broadcast, reduce_scatter and all_to_all at world
    sizes 2, 3 and 4 (`simdist.network.gloo_time`: Gloo's message programs on the host
    model, cores shared).
