@@ -116,7 +116,13 @@ def describe_host(h: HostProfile) -> str:
     spread = ", ".join(f"{k} {v:.2f}" for k, v in sorted(h.spread.items()) if not k.startswith("between_"))
     return (f"latency {h.latency * 1e6:.0f} us, exchange {h.exchange_s[0] * 1e6:.0f} us, call {h.call_s * 1e6:.0f} us, "
             f"1 MiB {h.message_time(1 << 20) * 1e6:.0f} us, 16 MiB {h.message_time(1 << 24) * 1e3:.2f} ms, "
-            f"gamma {h.gamma * 1e9:.3f} ns/B, cores {h.cores}; block spread {spread or 'not recorded'}")
+            f"gamma {h.gamma * 1e9:.3f} ns/B, cores {h.cores}; block spread {spread or 'not recorded'}; "
+            f"CPU per message/call {_cpu(h)}")
+
+
+def _cpu(h: HostProfile) -> str:
+    """The CPU primitives (`cpu_s`), in microseconds: what a message and a call cost the cores."""
+    return ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in sorted(h.cpu_s.items())) or "not recorded"
 
 
 def measure_collectives(args, cal: Calibrations) -> dict:

@@ -15,10 +15,15 @@ one-rank group), and on one core the seconds per byte of a float32 sum (Gloo's r
 and of a copy. Per quantity: `repeats` blocks, interleaved (one pass over all quantities,
 then the next), each a batch of about 20 ms after a barrier and one untimed call (warm, as
 the benchmark's back-to-back calls are), at least `MIN_CALLS` calls, every single call
-timed; a primitive is the slowest rank's 25th percentile of all its calls, and the profile
+timed (wall clock, and the CPU time of the whole process: every thread, Gloo's included); a
+primitive is the slowest rank's 25th percentile of all its calls, and the profile
 keeps, per primitive, how far its blocks' 25th percentiles disagree ((p75 - p25) / median,
 `block_summary`), so a noisy calibration is visible. A message is never faster than a larger one, so a time above a
-larger size's (load from other processes) is lowered to it.
+larger size's (load from other processes) is lowered to it. `cpu_s` keeps, at the
+smallest size, the median CPU time per message (ping-pongs, exchange) and per call
+(barrier, one-rank all_reduce) of the slowest rank: what a message and a call cost the
+cores, which is what ranks outnumbering cores share (docs/timing.md, "Ranks outnumbering
+cores"); the model does not use it yet.
 
 Nothing here measures a collective: those are what the model predicts.
 """
@@ -71,10 +76,12 @@ def host_from_blocks(rows: dict[str, dict], sizes: list[int]) -> HostProfile:
     call = rows["call"]
     call_s, spread["call_s"] = call_cost(call["barrier_s"]["blocks"], p2p[0]["exchange_s"]["blocks"],
                                          call["call_s"]["blocks"])
+    cpu = {key: p2p[0][key]["cpu"] for key in keys if "cpu" in p2p[0][key]}
+    cpu.update({key: call[key]["cpu"] for key in ("barrier_s", "call_s") if "cpu" in call[key]})
     return HostProfile(
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
         call_s=call_s, sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
-        spread=spread, **series)
+        spread=spread, cpu_s=cpu, **series)
 
 
 def block_summary(blocks: list[float]) -> tuple[float, float]:
@@ -174,25 +181,29 @@ def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child si
         iters[key] = max(MIN_CALLS, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
     agreed = torch.tensor([float(min(2000, v)) for v in iters.values()])
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-    blocks = torch.zeros(len(jobs), cfg["repeats"] + 1, dtype=torch.float64)  # the last column: all blocks
+    blocks = torch.zeros(len(jobs), cfg["repeats"] + 2, dtype=torch.float64)  # then all blocks, then CPU
     calls: dict = {key: [] for key in jobs}
-    pc = time.perf_counter
+    cpus: dict = {key: [] for key in jobs}
+    pc, cpu = time.perf_counter, time.process_time
     for b in range(cfg["repeats"]):
         for j, ((key, (fn, per)), k) in enumerate(zip(jobs.items(), agreed.tolist(), strict=True)):
             dist.barrier()
             fn()  # untimed: the block starts warm (buffer in cache, socket buffers grown), as back-to-back calls run
-            block, last = [], pc()
+            block, last, last_cpu = [], pc(), cpu()
             for _ in range(int(k)):
                 fn()
-                now = pc()
+                now, now_cpu = pc(), cpu()
                 block.append((now - last) / per)
-                last = now
+                cpus[key].append((now_cpu - last_cpu) / per)
+                last, last_cpu = now, now_cpu
             blocks[j, b] = float(np.quantile(block, QUANTILE, method="lower"))
             calls[key] += block
     for j, key in enumerate(jobs):
-        blocks[j, -1] = float(np.quantile(calls[key], QUANTILE, method="lower"))
+        blocks[j, -2] = float(np.quantile(calls[key], QUANTILE, method="lower"))
+        blocks[j, -1] = float(np.median(cpus[key]))
     dist.all_reduce(blocks, op=dist.ReduceOp.MAX)  # the slowest rank, block by block
-    return {key: {"blocks": row[:-1], "all": row[-1]} for key, row in zip(jobs, blocks.tolist(), strict=True)}
+    return {key: {"blocks": row[:-2], "all": row[-2], "cpu": row[-1]} for key, row in zip(jobs, blocks.tolist(),
+                                                                                         strict=True)}
 
 
 def _copies(sizes: list[int], repeats: int = 7) -> tuple[dict, dict]:  # pragma: no cover - child side

@@ -39,7 +39,7 @@ def _rows(one, exch, barrier, floor, blocks=5):
     """What the workers emit (`_timed_passes`): per quantity the 25th percentile of all its
     calls and of each block's."""
     def q(v):
-        return {"all": v, "blocks": [v] * blocks}
+        return {"all": v, "blocks": [v] * blocks, "cpu": v / 2}
 
     rows = {f"p2p{n}": {"nbytes": n, "one_way_s": q(one(n)), "reverse_s": q(one(n)), "exchange_s": q(exch(n))}
             for n in SIZES}
@@ -59,7 +59,25 @@ def test_host_from_blocks_keeps_the_low_quantile_monotone_times_and_the_paired_c
     assert h.reverse_s[1] == pytest.approx(h.reverse_s[2]) == pytest.approx(80e-6 + (1 << 20) * 3e-10)
     assert h.call_s == pytest.approx(230e-6 - (170e-6 + 256 * 6e-10))  # less the smallest exchange
     assert h.spread["one_way_s"] > 10 and h.spread["exchange_s"] == 0.0 and h.spread["call_s"] == 0.0
+    # the CPU per message and per call, at the smallest size: what ranks outnumbering cores share
+    assert h.cpu_s == pytest.approx({"one_way_s": (80e-6 + 256 * 3e-10) / 2, "reverse_s": (80e-6 + 256 * 3e-10) / 2,
+                                     "exchange_s": (170e-6 + 256 * 6e-10) / 2, "barrier_s": 115e-6, "call_s": 7e-6})
     assert HostProfile.from_dict(h.to_dict()) == h
+
+
+def test_cpu_primitives_combine_per_key_and_old_profiles_load_without_them():
+    """Calibrations before the CPU primitives load with an empty table, and the median of
+    calibrations takes each CPU primitive over those that recorded it; a table that is not
+    one is refused with a message naming it."""
+    old = _host()
+    assert old.cpu_s == {} and HostProfile.from_dict({k: v for k, v in old.to_dict().items() if k != "cpu_s"}) == old
+    a, b, c = (dataclasses.replace(_host(), cpu_s={"one_way_s": x, "call_s": 2 * x}) for x in (40e-6, 50e-6, 90e-6))
+    assert median_host([a, b, c]).cpu_s == {"call_s": 100e-6, "one_way_s": 50e-6}
+    assert median_host([old, a]).cpu_s == {"call_s": 80e-6, "one_way_s": 40e-6}
+    with pytest.raises(ValueError, match="cpu_s"):
+        HostProfile.from_dict({**old.to_dict(), "cpu_s": [1e-6]})
+    with pytest.raises(ValueError, match="finite"):
+        HostProfile.from_dict({**old.to_dict(), "cpu_s": {"call_s": -1.0}})
 
 
 def _host(scale: float = 1.0, call: float = 40e-6) -> HostProfile:

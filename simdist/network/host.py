@@ -44,6 +44,13 @@ class HostProfile:
     spread: dict[str, float] = field(default_factory=dict)
     copy_s: list[float] = field(default_factory=list)
     fresh_s: list[float] = field(default_factory=list)
+    # CPU seconds of the whole rank process (every thread: the caller, ProcessGroupGloo's
+    # workers, the tcp loop), the slowest rank's median, at the smallest size: per message of
+    # a ping-pong ("one_way_s", "reverse_s": a rank sends half the messages and receives the
+    # other half, so one message costs its two ends twice this), per exchange ("exchange_s":
+    # one send end and one receive end) and per call ("barrier_s", "call_s"); recorded since
+    # 2026-11-24 late for a model of ranks outnumbering cores, not used by the model yet
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     def message_time(self, nbytes: float) -> float:
         """One message alone: the measured one-way times, interpolated linearly in size
@@ -96,11 +103,13 @@ class HostProfile:
                 len(x) not in (0, n) for x in (h.copy_s, h.fresh_s)):
             raise ValueError("host: sizes, one_way_s, reverse_s, exchange_s (and copy_s, fresh_s) must have the "
                              "same length >= 2")
+        if not isinstance(h.cpu_s, dict):
+            raise ValueError("host: cpu_s must be a table of CPU seconds per message or call")
         if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
             raise ValueError("host: sizes must increase and cores be >= 1")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
                    for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
-                             *h.fresh_s]):
+                             *h.fresh_s, *h.cpu_s.values()]):
             raise ValueError("host: times must be finite numbers >= 0")
         return h
 
@@ -128,6 +137,9 @@ def median_host(hosts: list[HostProfile]) -> HostProfile:
         vals = [getattr(h, f.name) for h in hosts]
         if f.name in ("cores", "sizes", "spread"):
             out[f.name] = vals[0]
+        elif isinstance(vals[0], dict):  # per key, over the calibrations that recorded it
+            out[f.name] = {k: statistics.median([v[k] for v in vals if k in v]) for k in sorted({k for v in vals
+                                                                                               for k in v})}
         elif isinstance(vals[0], list):
             out[f.name] = [statistics.median(col) for col in zip(*vals, strict=True)] if vals[0] else []
         else:
