@@ -1,7 +1,10 @@
 """Acceptance run for issue 13: predict Gloo collectives from measured primitives.
 
-1. Calibrate once (`real_backend.calibrate.calibrate_host`: p2p messages, the call's
-   fixed cost, reduction and copy throughput, the cores). Nothing else is fitted.
+1. Calibrate (`real_backend.calibrate.calibrate_host`: p2p messages, the call's fixed
+   cost, reduction and copy throughput, the cores) `--calibrations` times over the run,
+   before the sweeps and after each pass, and predict from the median of the calibrations
+   (`median_host`); every calibration and how far they disagree are printed. Nothing else
+   is fitted.
 2. Predict all_reduce, all_gather, broadcast, reduce_scatter and all_to_all at world
    sizes 2, 3 and 4 (`simdist.network.gloo_time`: Gloo's message programs on the host
    model, cores shared).
@@ -25,6 +28,7 @@
     python bench/timing_predict.py --out out/predict          # ~15 minutes on 2 cores
     python bench/timing_predict.py --sections iterations --profile out/host.json --out out/iter  # ~2 min
     python bench/timing_predict.py --load out/predict/predict.json   # re-evaluate, no measuring
+    python bench/timing_predict.py --load A.json --host-from B.json   # A's measurements, B's calibration
 
 Exit status 0 when every target of the sections run is met (collectives: overall median
 <= 15% and all_reduce at 2 ranks <= 10%; iterations: overall median <= 15%), else 1.
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,7 +46,7 @@ from types import SimpleNamespace
 
 from simdist.network.cost import CostModel
 from simdist.network.gloo_time import gloo_op_time
-from simdist.network.host import HostProfile
+from simdist.network.host import HostProfile, median_host
 from simdist.network.profile import Profile, load_profile
 from simdist.report import Report
 from simdist.scenario import load_scenario, parse_scenario, scenario_to_dict
@@ -53,33 +58,74 @@ OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all")
 FIT_SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 26]  # baseline's calibration: powers of two
 HELD_OUT = [2896, 46340, 741455, 11863283, 47453132]  # 2^(k+1/2) between them: never fitted
 TARGET, TARGET_AR2 = 0.15, 0.10
+NOISY = 0.10  # a primitive moving more than this between blocks or calibrations
 STAT = "op_p25"  # simdist.timing.experiments.row_stat
 ITER_DIR = Path(__file__).resolve().parent / "iterations"  # the iteration scenarios
 
 
 def measure(args) -> dict:
-    from real_backend.calibrate import calibrate_host
-
     t0 = time.time()
-    if args.profile:  # one calibration, reused
-        host = load_profile(args.profile, "--profile").host
-        if host is None:
-            sys.exit(f"--profile: {args.profile} has no host primitives (simdist calibrate)")
-    else:
-        host = calibrate_host()
-    doc: dict = {"host": host.to_dict()}
-    print(f"calibrated in {time.time() - t0:.0f} s: call {host.call_s * 1e6:.0f} us, cores {host.cores}, "
-          f"gamma {host.gamma * 1e9:.3f} ns/B, copy {host.copy * 1e9:.3f} ns/B, spread "
-          + ", ".join(f"{k} {v:.2f}" for k, v in host.spread.items()), flush=True)
+    cal = Calibrations(args)
     if "collectives" in args.sections:
-        doc["sweeps"] = measure_collectives(args)
+        doc: dict = {"sweeps": measure_collectives(args, cal)}
+    else:
+        doc = {}
+    cal.finish()
+    doc["host"], doc["calibrations"] = cal.host().to_dict(), [h.to_dict() for h in cal.hosts]
     if "iterations" in args.sections:
         doc["iterations"] = measure_iterations(args)
     doc["measure_s"] = time.time() - t0
     return doc
 
 
-def measure_collectives(args) -> dict:
+class Calibrations:
+    """`--calibrations` calibrations spread over the run: one before the first sweep, one
+    after each pass until there are enough (the rest at the end), combined by the median
+    (`median_host`), so the primitives see the same machine as the sweeps and one disturbed
+    calibration moves nothing. With `--profile`, that profile alone."""
+
+    def __init__(self, args):
+        self.want, self.hosts = (0 if args.profile else args.calibrations), []
+        if args.profile:
+            host = load_profile(args.profile, "--profile").host
+            if host is None:
+                sys.exit(f"--profile: {args.profile} has no host primitives (simdist calibrate)")
+            self.hosts.append(host)
+        else:
+            self.one()
+
+    def one(self) -> None:
+        from real_backend.calibrate import calibrate_host
+
+        if len(self.hosts) < self.want:
+            t0 = time.time()
+            self.hosts.append(calibrate_host())
+            print(f"calibration {len(self.hosts)}/{self.want} in {time.time() - t0:.0f} s: "
+                  f"{describe_host(self.hosts[-1])}", flush=True)
+
+    def finish(self) -> None:
+        while len(self.hosts) < self.want:
+            self.one()
+
+    def host(self) -> HostProfile:
+        return median_host(self.hosts)
+
+
+def describe_host(h: HostProfile) -> str:
+    """One line: the primitives that move the predictions most, and the block spreads."""
+    spread = ", ".join(f"{k} {v:.2f}" for k, v in sorted(h.spread.items()) if not k.startswith("between_"))
+    return (f"latency {h.latency * 1e6:.0f} us, exchange {h.exchange_s[0] * 1e6:.0f} us, call {h.call_s * 1e6:.0f} us, "
+            f"1 MiB {h.message_time(1 << 20) * 1e6:.0f} us, 16 MiB {h.message_time(1 << 24) * 1e3:.2f} ms, "
+            f"gamma {h.gamma * 1e9:.3f} ns/B, cores {h.cores}; block spread {spread or 'not recorded'}; "
+            f"CPU per message/call {_cpu(h)}")
+
+
+def _cpu(h: HostProfile) -> str:
+    """The CPU primitives (`cpu_s`), in microseconds: what a message and a call cost the cores."""
+    return ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in sorted(h.cpu_s.items())) or "not recorded"
+
+
+def measure_collectives(args, cal: Calibrations) -> dict:
     from real_backend.bench import run_sweep
 
     sweeps: dict[str, list] = {}
@@ -91,6 +137,7 @@ def measure_collectives(args) -> dict:
                              seed=args.seed + k * len(order) + i, sweep=f"{op}-p{p}-{k}")
             sweeps.setdefault(f"{op}/{p}", []).append([r.to_dict() for r in rows])
             print(f"  pass {k}: measured {op} p={p} in {time.time() - t1:.0f} s", flush=True)
+        cal.one()  # between passes (and after the last), while calibrations are still wanted
     return sweeps
 
 
@@ -150,6 +197,7 @@ def _fitted(nbytes: int) -> bool:
 
 
 def report(doc: dict, combine: str = "min") -> bool:
+    report_calibration(doc)
     ok = True
     if doc.get("sweeps"):
         ok = report_collectives(doc, combine)
@@ -158,9 +206,51 @@ def report(doc: dict, combine: str = "min") -> bool:
     return ok
 
 
+def report_calibration(doc: dict) -> None:
+    """Each calibration, the median the predictions use, and how far the calibrations and
+    each one's blocks disagree: a noisy calibration is visible before any error figure."""
+    host = HostProfile.from_dict(doc["host"])
+    cals = [HostProfile.from_dict(h) for h in doc.get("calibrations", [])]
+    print("\ncalibration (the only input of the predictions):")
+    for i, h in enumerate(cals):
+        print(f"  {i + 1}/{len(cals)}: {describe_host(h)}")
+    print(f"  used ({'median of ' + str(len(cals)) if len(cals) > 1 else 'one calibration'}): {describe_host(host)}")
+    if not cals:
+        print("  (saved before 2026-11-24 evening: its spreads are of single calls pooled over blocks, not between blocks)")
+    between = {k[len("between_"):]: v for k, v in host.spread.items() if k.startswith("between_")}
+    if between:
+        worst = max(between, key=between.get)
+        print("  between calibrations (max-min)/median: " + ", ".join(f"{k} {v:.2f}" for k, v in between.items())
+              + (f"  NOISY ({worst} moved {between[worst] * 100:.0f}% between calibrations: the machine was not "
+                 f"quiet; judge the figures below with that in mind)" if between[worst] > NOISY else ""))
+    blocks = {k: v for k, v in host.spread.items() if not k.startswith("between_")}
+    if blocks and max(blocks.values()) > NOISY:
+        worst = max(blocks, key=blocks.get)
+        print(f"  NOISY blocks: {worst} (p75-p25)/median over blocks {blocks[worst]:.2f} in one calibration")
+
+
+def _size_class(n: int) -> str:
+    return "small" if n < 100_000 else ("medium" if n < 4_000_000 else "large")
+
+
+def report_breakdown(points: list[tuple[str, int, int, float]]) -> None:
+    """Median |error| (and the signed median) by size class and world size: over- or
+    under-prediction that a single figure hides (small sizes at p = 2 against p = 4, ...)."""
+    classes = ("small", "medium", "large")
+    print("\npredicted by size (small < 100 kB <= medium < 4 MB <= large): median |error| (signed median)")
+    print(f"{'p':>4} " + " ".join(f"{c:>16}" for c in classes))
+    for p in sorted({q for _, q, _, _ in points}):
+        cells = []
+        for c in classes:
+            es = [e for _, q, n, e in points if q == p and _size_class(n) == c]
+            cells.append(f"{summarize(es)['median_abs_error'] * 100:6.1f}% ({statistics.median(es) * 100:+6.1f}%)"
+                         if es else "-")
+        print(f"{p:>4} " + " ".join(f"{x:>16}" for x in cells))
+
+
 def report_collectives(doc: dict, combine: str) -> bool:
     host = HostProfile.from_dict(doc["host"])
-    table, pred_all, base_all = [], [], []
+    table, pred_all, base_all, points = [], [], [], []
     for key, passes in doc["sweeps"].items():
         op, p = key.split("/")[0], int(key.split("/")[1])
         rows_ = [[SimpleNamespace(**d) for d in rows] for rows in passes]
@@ -181,12 +271,14 @@ def report_collectives(doc: dict, combine: str) -> bool:
             print(f"  {op:>14} p={p} {n:>9} B  measured {m * 1e3:9.3f} ms (passes {each})  predicted {sim * 1e3:9.3f} ms "
                   f"{pe[-1] * 100:+6.1f}%   fitted {b['simulated_s'] * 1e3:9.3f} ms {be[-1] * 100:+6.1f}%")
         table.append((op, p, summarize(pe), summarize(be)))
+        points += [(op, p, b["nbytes"], e) for b, e in zip(base["sizes"], pe, strict=True)]
         pred_all += pe
         base_all += be
     print(f"\n{'op':>14} {'p':>2} {'predicted: median':>18} {'worst':>7} {'fitted: median':>15} {'worst':>7}")
     for op, p, s, b in table:
         print(f"{op:>14} {p:>2} {s['median_abs_error'] * 100:>17.1f}% {s['worst_abs_error'] * 100:>6.1f}% "
               f"{b['median_abs_error'] * 100:>14.1f}% {b['worst_abs_error'] * 100:>6.1f}%")
+    report_breakdown(points)
     overall, fitted = summarize(pred_all)["median_abs_error"], summarize(base_all)["median_abs_error"]
     ar2 = next((s["median_abs_error"] for op, p, s, _ in table if op == "all_reduce" and p == 2), float("nan"))
     print(f"\noverall median |error| over {len(pred_all)} held-out points: predicted {overall * 100:.1f}% "
@@ -204,15 +296,22 @@ def main() -> int:
     ap.add_argument("--combine", choices=("min", "median"), default="min",
                     help="value per size over passes: the least disturbed pass (default), or the median")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--calibrations", type=int, default=3,
+                    help="calibrations spread over the run (before the sweeps, after each pass), combined by the median")
     ap.add_argument("--sections", type=lambda v: v.split(","), default=["collectives", "iterations"],
                     help="what to measure: collectives, iterations or both (comma-separated)")
     ap.add_argument("--runs", type=int, default=3, help="real runs per iteration scenario")
     ap.add_argument("--profile", type=Path, help="a host profile (simdist calibrate) to reuse instead of calibrating")
     ap.add_argument("--out", type=Path, default=Path("out/predict"))
     ap.add_argument("--load", type=Path, help="a predict.json written before: evaluate it again, measure nothing")
+    ap.add_argument("--host-from", type=Path,
+                    help="with --load: predict with the calibration saved in this predict.json instead of its own")
     args = ap.parse_args()
     if args.load:
         doc = json.loads(args.load.read_text())
+        if args.host_from:  # which of a run's two inputs is off: its calibration or its measurements
+            other = json.loads(args.host_from.read_text())
+            doc["host"], doc["calibrations"] = other["host"], other.get("calibrations", [])
     else:
         doc = measure(args)
         args.out.mkdir(parents=True, exist_ok=True)

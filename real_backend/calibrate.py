@@ -9,15 +9,21 @@ Two ranks (`real_backend.bench.run_ranks`: fresh processes, a loopback store, ev
 process ended however the run ends) measure, per message size: a ping-pong started by
 rank 0 and one started by rank 1 (one message in flight, each direction; half a round
 trip is one message), and an exchange (both ranks send to each other at once: two
-messages in flight); then the fixed cost of one call into ProcessGroupGloo (`_call_cost`:
-a barrier on the two ranks less its exchange; at least an all_reduce on a one-rank
-group), and on one core the seconds per byte of a
-float32 sum (Gloo's reduction) and of a copy. Per quantity: `repeats` passes over all
-quantities, one batch of about 20 ms each after a barrier and one untimed call (warm, as
-the benchmark's back-to-back calls are), at least `MIN_CALLS` calls, every single call timed; the
-slowest rank's 25th percentile, and the spread (p75 - p25) / median kept so a noisy
-calibration is visible. A message is never faster than a larger one, so a time above a
-larger size's (load from other processes) is lowered to it.
+messages in flight); then the fixed cost of one call into ProcessGroupGloo (`call_cost`:
+a barrier on the two ranks less the exchange of the same block; at least an all_reduce on a
+one-rank group), and on one core the seconds per byte of a float32 sum (Gloo's reduction)
+and of a copy. Per quantity: `repeats` blocks, interleaved (one pass over all quantities,
+then the next), each a batch of about 20 ms after a barrier and one untimed call (warm, as
+the benchmark's back-to-back calls are), at least `MIN_CALLS` calls, every single call
+timed (wall clock, and the CPU time of the whole process: every thread, Gloo's included); a
+primitive is the slowest rank's 25th percentile of all its calls, and the profile
+keeps, per primitive, how far its blocks' 25th percentiles disagree ((p75 - p25) / median,
+`block_summary`), so a noisy calibration is visible. A message is never faster than a larger one, so a time above a
+larger size's (load from other processes) is lowered to it. `cpu_s` keeps, at the
+smallest size, the median CPU time per message (ping-pongs, exchange) and per call
+(barrier, one-rank all_reduce) of the slowest rank: what a message and a call cost the
+cores, which is what ranks outnumbering cores share (docs/timing.md, "Ranks outnumbering
+cores"); the model does not use it yet.
 
 Nothing here measures a collective: those are what the model predicts.
 """
@@ -38,7 +44,7 @@ from simdist.procs import die_with_parent
 MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
 REPEATS = 7
 TARGET_BATCH_S = 0.02
-QUANTILES = (0.25, 0.5, 0.75)
+QUANTILE = 0.25  # of a block's single calls
 MIN_CALLS = 4  # timed calls per batch at least: a 64 MiB message then still gets 28 samples
 
 
@@ -49,29 +55,55 @@ def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEAT
     cfg = {"sizes": list(sizes), "repeats": repeats, "target_batch_s": TARGET_BATCH_S}
     run_ranks("real_backend.calibrate", cfg, 2, timeout_s, lambda d: rows.__setitem__(d.pop("kind") + str(
         d.get("nbytes", "")), d), what="calibration")
+    return host_from_blocks(rows, list(sizes))
+
+
+def host_from_blocks(rows: dict[str, dict], sizes: list[int]) -> HostProfile:
+    """The profile from the workers' rows (`_timed_passes`: per quantity the 25th percentile
+    of all its single calls, and of each block's). A primitive is the former, the statistic
+    the benchmark judges collectives by; the blocks give its spread (`block_summary`), so a
+    calibration whose blocks disagree is visible, and the call cost is paired block by
+    block (`call_cost`)."""
     p2p = [rows[f"p2p{n}"] for n in sizes]
-    series = {key: [r[key] for r in p2p] for key in ("one_way_s", "reverse_s", "exchange_s")}
+    keys = ("one_way_s", "reverse_s", "exchange_s")
+    series = {key: [r[key]["all"] for r in p2p] for key in keys}
     series["copy_s"] = [rows["local"]["copy_s"][str(n)] for n in sizes]
     series["fresh_s"] = [rows["local"]["fresh_s"][str(n)] for n in sizes]
     for xs in series.values():  # nothing is faster on more bytes: a time above a larger size's
         for i in range(len(xs) - 2, -1, -1):  # is load from other processes, not the machine
             xs[i] = min(xs[i], xs[i + 1])
-    spread = {k: max(r["spread"][k] for r in p2p) for k in ("one_way_s", "reverse_s", "exchange_s")}
-    spread["call_s"] = rows["call"]["spread"]
+    spread = {key: max(block_summary(r[key]["blocks"])[1] for r in p2p) for key in keys}
+    call = rows["call"]
+    call_s, spread["call_s"] = call_cost(call["barrier_s"]["blocks"], p2p[0]["exchange_s"]["blocks"],
+                                         call["call_s"]["blocks"])
+    cpu = {key: p2p[0][key]["cpu"] for key in keys if "cpu" in p2p[0][key]}
+    cpu.update({key: call[key]["cpu"] for key in ("barrier_s", "call_s") if "cpu" in call[key]})
     return HostProfile(
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-        call_s=_call_cost(rows["call"], series["exchange_s"][0]), sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
-        spread=spread, **series)
+        call_s=call_s, sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
+        spread=spread, cpu_s=cpu, **series)
 
 
-def _call_cost(call: dict, exchange: float) -> float:
-    """The fixed cost of a call into ProcessGroupGloo that waits for messages: a barrier on
-    two ranks (one dissemination round: each rank sends the other a zero-byte message and
-    waits for the other's, i.e. two messages in flight) less that exchange's measured time.
-    The call on a one-rank group (hand-off to the worker thread and back, no wait) is its
-    floor. The wait costs more than the hand-off alone: the worker thread blocks, and its
-    wake-up is one more thread switch than a p2p receive has."""
-    return max(call["call_s"], call["barrier_s"] - exchange)
+def block_summary(blocks: list[float]) -> tuple[float, float]:
+    """(median over blocks, (p75 - p25) / median over blocks). A block is one batch of the
+    quantity in one pass over all quantities: a burst of load from other processes spoils a
+    block, not the median, and the blocks' disagreement is the calibration's own spread."""
+    if len(blocks) == 1:
+        return blocks[0], 0.0
+    q25, q50, q75 = statistics.quantiles(blocks, n=4, method="inclusive")
+    return q50, (q75 - q25) / q50 if q50 > 0 else 0.0
+
+
+def call_cost(barrier: list[float], exchange: list[float], floor: list[float]) -> tuple[float, float]:
+    """The fixed cost of a call into ProcessGroupGloo that waits for messages, and its block
+    spread. Per block: a barrier on two ranks (ProcessGroupGloo's worker-thread path: work
+    created and queued, the worker woken, one dissemination round in which each rank sends
+    the other a zero-byte message and waits for the other's, the caller woken) less the p2p
+    exchange of the smallest messages in the same block (two in flight through the caller's
+    own thread); at least that block's all_reduce on a one-rank group (the hand-off to the
+    worker thread and back, no message). Paired per block, so a slow stretch that slows
+    both terms cancels; then the median over blocks."""
+    return block_summary([max(f, b - e) for b, e, f in zip(barrier, exchange, floor, strict=True)])
 
 
 # --------------------------------------------------------------------------- worker side
@@ -97,13 +129,9 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
             jobs[("reverse_s", n)] = (_ping(t, rank, other, 1), 2)
             jobs[("exchange_s", n)] = (_exchange(t, r, other), 1)
         got = _timed_passes(jobs, cfg)
-        for n in cfg["sizes"]:
-            row = {"kind": "p2p", "nbytes": n, "spread": {}}
-            for key in ("one_way_s", "reverse_s", "exchange_s"):
-                row[key], row["spread"][key] = got[(key, n)]
-            emit(row)
-        emit({"kind": "call", "call_s": got[("call", 0)][0], "spread": got[("call", 0)][1],
-              "barrier_s": got[("barrier", 0)][0]})
+        for n in cfg["sizes"]:  # per quantity its value in each block (`host_from_blocks` combines)
+            emit({"kind": "p2p", "nbytes": n, **{key: got[(key, n)] for key in ("one_way_s", "reverse_s", "exchange_s")}})
+        emit({"kind": "call", "call_s": got[("call", 0)], "barrier_s": got[("barrier", 0)]})
         local = {"kind": "local", "gamma": _per_byte(lambda a, b: a.add_(b)), "copy": _per_byte(lambda a, b: a.copy_(b))}
         local["copy_s"], local["fresh_s"] = _copies(cfg["sizes"])
         emit(local)
@@ -131,11 +159,14 @@ def _exchange(t, r, other: int):  # pragma: no cover - child side
 
 
 def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child side
-    """key -> (25th percentile of single calls / messages per call, slowest rank; (p75 -
-    p25) / median). Every job gets one batch of about `target_batch_s` per pass, passes
-    `repeats` times over all jobs, so a burst of load from other processes hits one batch
-    of many jobs rather than every batch of one. A low quantile of single calls is what
-    repeats on a shared machine: other processes lengthen some calls, not all."""
+    """key -> {"blocks": the 25th percentile of each block's single calls, "all": of all its
+    calls}, per message (a ping-pong call is two), slowest rank. Every job gets one batch (a
+    block) of about `target_batch_s` per pass, and the passes go `repeats` times over all
+    jobs, interleaved, so a burst of load from other processes hits one block of many jobs
+    rather than every block of one. A low quantile of single calls is what repeats on a
+    shared machine (other processes lengthen some calls, not all) and what the benchmark
+    judges collectives by; the blocks' values give the spread (`block_summary`) and pair
+    the barrier with its exchange (`call_cost`)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -150,24 +181,29 @@ def _timed_passes(jobs: dict, cfg: dict) -> dict:  # pragma: no cover - child si
         iters[key] = max(MIN_CALLS, math.ceil(cfg["target_batch_s"] / max((time.perf_counter() - t0) / 3, 1e-6)))
     agreed = torch.tensor([float(min(2000, v)) for v in iters.values()])
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    blocks = torch.zeros(len(jobs), cfg["repeats"] + 2, dtype=torch.float64)  # then all blocks, then CPU
     calls: dict = {key: [] for key in jobs}
-    pc = time.perf_counter
-    for _ in range(cfg["repeats"]):
-        for (key, (fn, _)), k in zip(jobs.items(), agreed.tolist(), strict=True):
+    cpus: dict = {key: [] for key in jobs}
+    pc, cpu = time.perf_counter, time.process_time
+    for b in range(cfg["repeats"]):
+        for j, ((key, (fn, per)), k) in enumerate(zip(jobs.items(), agreed.tolist(), strict=True)):
             dist.barrier()
-            fn()  # untimed: the batch starts warm (buffer in cache, socket buffers grown), as back-to-back calls run
-            last = pc()
+            fn()  # untimed: the block starts warm (buffer in cache, socket buffers grown), as back-to-back calls run
+            block, last, last_cpu = [], pc(), cpu()
             for _ in range(int(k)):
                 fn()
-                now = pc()
-                calls[key].append(now - last)
-                last = now
-    q = torch.tensor([np.quantile(calls[key], QUANTILES, method="lower").tolist() for key in jobs], dtype=torch.float64)
-    dist.all_reduce(q, op=dist.ReduceOp.MAX)
-    out = {}
-    for (key, (_, per)), (p25, p50, p75) in zip(jobs.items(), q.tolist(), strict=True):
-        out[key] = (p25 / per, (p75 - p25) / p50 if p50 > 0 else 0.0)
-    return out
+                now, now_cpu = pc(), cpu()
+                block.append((now - last) / per)
+                cpus[key].append((now_cpu - last_cpu) / per)
+                last, last_cpu = now, now_cpu
+            blocks[j, b] = float(np.quantile(block, QUANTILE, method="lower"))
+            calls[key] += block
+    for j, key in enumerate(jobs):
+        blocks[j, -2] = float(np.quantile(calls[key], QUANTILE, method="lower"))
+        blocks[j, -1] = float(np.median(cpus[key]))
+    dist.all_reduce(blocks, op=dist.ReduceOp.MAX)  # the slowest rank, block by block
+    return {key: {"blocks": row[:-2], "all": row[-2], "cpu": row[-1]} for key, row in zip(jobs, blocks.tolist(),
+                                                                                         strict=True)}
 
 
 def _copies(sizes: list[int], repeats: int = 7) -> tuple[dict, dict]:  # pragma: no cover - child side

@@ -133,6 +133,23 @@ def test_deliveries_share_cores(p):
         ALPHA + ALPHA * max(1.0, p * (p - 1) / 2), rel=1e-9)
 
 
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 64])
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6])
+def test_latency_bound_ring_takes_turns_as_derived(cores, p):
+    """docs/timing.md, more ranks than cores, small sizes: a ring phase of 2(p - 1) messages
+    per pair goes in p - 1 rounds of two in flight; a round is the notice (a wait, no core)
+    and then the 2p deliveries of all pairs, alpha of one core each, on `cores` cores:
+    alpha + alpha*max(1, 2p/cores). all_gather is one phase, all_reduce (2p segments below
+    2p MiB) two. With cores >= 2p it is the closed form, 2(p - 1) alpha per phase."""
+    h = host(cores=cores, call=0.0, beta=0.0)
+    n = 4096 * p
+    per_round = ALPHA + ALPHA * max(1.0, 2 * p / cores)
+    assert gloo_op_time(h, "all_gather", n, p, iterations=1) == pytest.approx((p - 1) * per_round, rel=1e-9)
+    assert gloo_op_time(h, "all_reduce", n, p, iterations=1) == pytest.approx(2 * (p - 1) * per_round, rel=1e-9)
+    if cores >= 2 * p:
+        assert per_round == pytest.approx(2 * ALPHA)
+
+
 def test_two_ranks_on_two_cores_exchange_as_measured():
     """At p = 2 the ring exchanges in both directions at once: each message's bytes then take
     the measured two-in-flight time (the model reproduces its own calibration point)."""
@@ -186,10 +203,3 @@ def test_calibrate_refuses_an_unwritable_out_before_measuring(tmp_path):
 
     r = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "missing" / "host.json")])
     assert r.exit_code == 2 and r.output.startswith("error: out:") and "Traceback" not in r.output
-
-
-def test_call_cost_is_a_barrier_less_its_exchange():
-    from real_backend.calibrate import _call_cost
-
-    assert _call_cost({"call_s": 14e-6, "barrier_s": 200e-6}, 100e-6) == pytest.approx(100e-6)
-    assert _call_cost({"call_s": 14e-6, "barrier_s": 90e-6}, 100e-6) == 14e-6  # never below the hand-off

@@ -373,9 +373,13 @@ def calibrate_cmd(
         for n, t in zip(host.sizes, host.one_way_s, strict=True):
             typer.echo(f"  message {n:>9} B: one way {t * 1e6:10.1f} us, two in flight "
                        f"{host.exchange_s[host.sizes.index(n)] * 1e6:10.1f} us")
-        worst = max(host.spread.values(), default=0.0)
-        typer.echo(f"largest batch spread (max-min)/median: {worst:.2f}" + ("  (noisy: the machine is busy; "
-                   "calibrate again when it is quiet)" if worst > 0.5 else ""))
+        if host.cpu_s:
+            typer.echo("CPU of the whole rank process (what ranks outnumbering cores share): " + ", ".join(
+                f"{k} {v * 1e6:.1f} us" for k, v in sorted(host.cpu_s.items())))
+        worst = max(host.spread, key=host.spread.get, default=None)
+        if worst is not None:
+            typer.echo(f"largest spread between blocks, (p75-p25)/median: {worst} {host.spread[worst]:.2f}" + (
+                "  (noisy: the machine is busy; calibrate again when it is quiet)" if host.spread[worst] > 0.1 else ""))
         typer.echo(f"wrote {out}")
 
 

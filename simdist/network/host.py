@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -37,9 +38,19 @@ class HostProfile:
     exchange_s: list[float]
     gamma: float
     copy: float
-    spread: dict[str, float] = field(default_factory=dict)  # largest (p75-p25)/median per series
+    # the calibration's own spread: per primitive the largest (p75-p25)/median over its blocks
+    # (`real_backend.calibrate.block_summary`); "between_<primitive>": (max-min)/median over
+    # the calibrations `median_host` combined (a table's: the median over its sizes)
+    spread: dict[str, float] = field(default_factory=dict)
     copy_s: list[float] = field(default_factory=list)
     fresh_s: list[float] = field(default_factory=list)
+    # CPU seconds of the whole rank process (every thread: the caller, ProcessGroupGloo's
+    # workers, the tcp loop), the slowest rank's median, at the smallest size: per message of
+    # a ping-pong ("one_way_s", "reverse_s": a rank sends half the messages and receives the
+    # other half, so one message costs its two ends twice this), per exchange ("exchange_s":
+    # one send end and one receive end) and per call ("barrier_s", "call_s"); recorded since
+    # 2026-11-24 late for a model of ranks outnumbering cores, not used by the model yet
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     def message_time(self, nbytes: float) -> float:
         """One message alone: the measured one-way times, interpolated linearly in size
@@ -92,13 +103,61 @@ class HostProfile:
                 len(x) not in (0, n) for x in (h.copy_s, h.fresh_s)):
             raise ValueError("host: sizes, one_way_s, reverse_s, exchange_s (and copy_s, fresh_s) must have the "
                              "same length >= 2")
+        if not isinstance(h.cpu_s, dict):
+            raise ValueError("host: cpu_s must be a table of CPU seconds per message or call")
         if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
             raise ValueError("host: sizes must increase and cores be >= 1")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
                    for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
-                             *h.fresh_s]):
+                             *h.fresh_s, *h.cpu_s.values()]):
             raise ValueError("host: times must be finite numbers >= 0")
         return h
+
+
+#: Primitives `median_host` compares between calibrations (lists: the largest over sizes).
+BETWEEN = ("call_s", "one_way_s", "reverse_s", "exchange_s", "gamma", "copy_s", "fresh_s")
+
+
+def median_host(hosts: list[HostProfile]) -> HostProfile:
+    """Several calibrations of one host combined: every primitive the median over them
+    (size by size for the tables). A calibration takes seconds and a burst of load from
+    other processes can shift all of it (two calibrations 16 minutes apart on 2026-11-24:
+    every message 10-28% slower in the second, and the prediction from it 2.5 times as far
+    off); spread over a run and combined by the median, one disturbed calibration moves
+    nothing. `spread` keeps each primitive's largest block spread and adds, as
+    "between_<primitive>", how far the calibrations disagree ((max - min) / median; for a
+    table the median over its sizes: the typical disagreement, not one size's microseconds
+    of jitter)."""
+    if not hosts:
+        raise ValueError("median_host: no calibrations")
+    if any(h.sizes != hosts[0].sizes or h.cores != hosts[0].cores for h in hosts):
+        raise ValueError("median_host: calibrations with different sizes or cores")
+    out = {}
+    for f in fields(HostProfile):
+        vals = [getattr(h, f.name) for h in hosts]
+        if f.name in ("cores", "sizes", "spread"):
+            out[f.name] = vals[0]
+        elif isinstance(vals[0], dict):  # per key, over the calibrations that recorded it
+            out[f.name] = {k: statistics.median([v[k] for v in vals if k in v]) for k in sorted({k for v in vals
+                                                                                               for k in v})}
+        elif isinstance(vals[0], list):
+            out[f.name] = [statistics.median(col) for col in zip(*vals, strict=True)] if vals[0] else []
+        else:
+            out[f.name] = statistics.median(vals)
+    spread = {k: max(h.spread.get(k, 0.0) for h in hosts) for k in sorted({k for h in hosts for k in h.spread})
+              if not k.startswith("between_")}
+    for k in BETWEEN:
+        cols = zip(*[getattr(h, k) for h in hosts], strict=True) if isinstance(out[k], list) else [
+            [getattr(h, k) for h in hosts]]
+        spread[f"between_{k}"] = statistics.median([_range(c) for c in cols]) if out[k] != [] else 0.0
+    out["spread"] = spread
+    return HostProfile(**out)
+
+
+def _range(xs) -> float:
+    """(max - min) / median; 0 for a median of 0."""
+    m = statistics.median(xs)
+    return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
 def _interp(xs: list[int], ys: list[float], x: float) -> float:
