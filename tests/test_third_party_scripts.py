@@ -59,11 +59,13 @@ def test_reduce_scatter_coalesced_agrees_with_real_gloo(script_zygote, tmp_path)
 @pytest.mark.real
 def test_tensor_parallel_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote, tmp_path):
     """`init_device_mesh("cuda")` initialises the group itself, and DTensor's backward moves
-    gradients to the mesh's "cuda" inside autograd: both on the simulated GPUs, as on real ones."""
+    gradients to the mesh's "cuda" inside autograd: both on the simulated GPUs, as on real ones.
+    Both sides show torchrun's MASTER_PORT (real Gloo's store is reached another way)."""
     sim, real = _both(SCRIPTS / "cuda_mesh_tp.py", 2, [], script_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
-    assert sim.ranks[0].output[0] == "[0] DeviceMesh((2,), 'cuda', stride=(1,))"
+    assert "'MASTER_PORT': '29500'" in sim.ranks[1].output[0]
+    assert sim.ranks[0].output[1] == "[0] DeviceMesh((2,), 'cuda', stride=(1,))"
     assert sum("loss" in line for line in sim.ranks[1].output) == 2
 
 

@@ -1,7 +1,9 @@
 """A GPU script's tensor parallelism, unmodified, on simulated GPUs: `init_device_mesh("cuda")`
 initialises the default group itself (no `init_process_group` call in the script), and
 DTensor's backward moves gradients to the mesh's device type ("cuda") inside autograd, below
-the call the CUDA-to-CPU remap saw. Prints the mesh, losses and parameter sums."""
+the call the CUDA-to-CPU remap saw. Prints the rendezvous variables torchrun sets (as
+pytorch/examples' ddp/example.py does: the same on both sides), the mesh, losses and
+parameter sums."""
 
 import os
 
@@ -12,8 +14,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 
 def main():
+    env = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
     mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
     rank = mesh.get_rank()
+    print(f"[{rank}] {env}", flush=True)
     print(f"[{rank}] {mesh}", flush=True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to("cuda")
