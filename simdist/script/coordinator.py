@@ -204,6 +204,11 @@ class Coordinator(GlooTimeoutsMixin):
             # one engine per run: a group's sequence numbers cannot start again (docs/script-backend.md)
             error = env.UNSUPPORTED.format(f"initialising rank {rank}'s default process group a second time "
                                            "(after destroy_process_group)").removeprefix("simdist: ")
+            if self.by_rank[rank] is not conn and self.input_error is None:
+                # a new process (a second mp.spawn): its error is in no rank's record, so the
+                # run is bad input here, as a rank's own refused operation is (`api`)
+                self.input_error = (f"script: {error} (rank {rank} in a new process, after the one "
+                                    "that initialised it exited: a second mp.spawn?)")
         elif rank in self.by_rank:
             error = f"two processes initialised as rank {rank}"
         if error is None:

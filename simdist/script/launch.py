@@ -16,7 +16,7 @@ found and killed too. Each process dies with its parent (`procs.die_with_parent`
 the rank-side bootstrap), which covers SIGKILL of simdist itself.
 
 Rendezvous: simulated ranks need none (no TCP at all; MASTER_PORT is only what torchrun
-would show). On real Gloo the launcher hosts the c10d store itself, on 127.0.0.1 only
+would show, in both modes, so a script that prints it prints the same). On real Gloo the launcher hosts the c10d store itself, on 127.0.0.1 only
 (`procs.loopback_store`), and every rank's `init_process_group` uses it whatever address the
 script names (`rank.patches`): nothing listens beyond this host, and two runs of a script
 with a hard-coded MASTER_PORT do not collide.
@@ -46,7 +46,7 @@ from simdist.procs import (
 )
 from simdist.script import env
 
-TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what a simulated rank sees (nothing listens)
+TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what every rank sees, in both modes (nothing listens)
 
 
 def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, str]) -> dict[str, str]:
@@ -111,14 +111,12 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
     run = Launch(run_id or new_run_id())
     try:
         common = base_env(socket_path, run.run_id, gpus, mode, batches)
-        port = TORCHRUN_PORT
-        if mode == env.GLOO:
-            run.store = loopback_store(nproc_per_node)
-            port = int(run.store.port)
-            common[env.STORE] = f"{LOOPBACK}:{port}"
+        if mode == env.GLOO:  # the ranks reach it by env.STORE (`rank.patches`), not MASTER_PORT:
+            run.store = loopback_store(nproc_per_node)  # both modes show the script torchrun's port
+            common[env.STORE] = f"{LOOPBACK}:{int(run.store.port)}"
         cmd = [sys.executable, str(script), *args]
         envs = [common] if nproc_per_node is None else [
-            torchrun_env(r, nproc_per_node, run.run_id, port, common) for r in range(nproc_per_node)]
+            torchrun_env(r, nproc_per_node, run.run_id, TORCHRUN_PORT, common) for r in range(nproc_per_node)]
         for e in envs:
             if spawn is not None:
                 run.procs.adopt(spawn(e, cmd[1:]))

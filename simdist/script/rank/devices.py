@@ -3,11 +3,14 @@
 Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set_device`,
 `DDP(..., device_ids=[rank])`) run unmodified on CPU tensors:
 
-* a global `TorchFunctionMode` rewrites device arguments of torch calls (factories'
-  `device=`, `Tensor.to`, `Tensor.cuda`, `Tensor.pin_memory`) from CUDA to the CPU. A mode
-  sees a call before torch parses its arguments, so it also catches an int device (`.to(0)`,
-  which torch resolves through the accelerator). `torch.device("cuda:1")` objects stay what
-  they are: only where a tensor is placed changes;
+* a global `TorchFunctionMode` rewrites the `device=` argument of torch calls (factories)
+  from CUDA to the CPU. A mode sees a call before torch parses its arguments, so it also
+  catches an int device, which torch resolves through the accelerator. `torch.device("cuda:1")`
+  objects stay what they are: only where a tensor is placed changes;
+* `Tensor.to`, `Tensor.cuda` and `Tensor.pin_memory` are replaced on the class itself: torch
+  pops a mode while its `__torch_function__` runs, so code that runs *inside* a call the mode
+  saw (autograd's backward, and in it DTensor's `from_local(...).to(mesh.device_type)`, a
+  `cuda` mesh's tensors) would not be remapped by the mode;
 * `Module.to` parses its device before any tensor call, so it is remapped directly;
 * `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
   `device_count`, `set_device`, `current_device`, `synchronize`, streams and events that
@@ -56,29 +59,31 @@ class CudaToCpu(TorchFunctionMode):
                 kwargs = {**kwargs, "device": _CPU}
         else:
             kwargs = {}
-        if func in _MOVES:
-            return _MOVES[func](args, kwargs, func)
         return func(*args, **kwargs)
 
 
-def _to(args: tuple, kwargs: dict, func: Any) -> Any:
-    return func(args[0], *_remap_args(args[1:]), **kwargs)
+def _patch_tensor_moves() -> None:
+    """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, `.pin_memory()` is the
+    tensor itself, wherever they are called from (see the module's docstring)."""
+    orig_to = torch.Tensor.to
 
+    @functools.wraps(orig_to)
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if "device" in kwargs and is_accelerator(kwargs["device"]):
+            kwargs["device"] = _CPU
+        return orig_to(self, *_remap_args(args), **kwargs)
 
-def _cuda(args: tuple, kwargs: dict, func: Any) -> Any:
-    non_blocking = kwargs.get("non_blocking", False)
-    return args[0].to(_CPU, non_blocking=non_blocking)
+    @functools.wraps(torch.Tensor.cuda)
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        return orig_to(self, _CPU, non_blocking=non_blocking)
 
+    @functools.wraps(torch.Tensor.pin_memory)
+    def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return self
 
-def _same(args: tuple, kwargs: dict, func: Any) -> Any:
-    return args[0]
-
-
-_MOVES = {
-    torch.Tensor.to: _to,
-    torch.Tensor.cuda: _cuda,
-    torch.Tensor.pin_memory: _same,
-}
+    torch.Tensor.to = to  # type: ignore[method-assign]
+    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
 class _Gpus:
@@ -214,6 +219,7 @@ def install(gpus: int) -> None:
     if _MODE is not None:
         return
     _install_cuda_shims(gpus)
+    _patch_tensor_moves()
     _patch_module_to()
     _patch_ddp()
     _MODE = CudaToCpu()

@@ -77,6 +77,17 @@ def _patch_init(backend: str) -> None:
 
     c10d.init_process_group = init_process_group
     dist.init_process_group = init_process_group
+    _rebind_imported(orig, init_process_group)  # `init_device_mesh` initialises through its own name
+
+
+def _rebind_imported(orig: Any, new: Any) -> None:
+    """Point torch's modules that imported `orig` by name (`from ... import name`) at `new`:
+    patching the defining module alone leaves them calling the original (device_mesh, imported
+    with torch, holds `init_process_group` and `get_backend` so)."""
+    name = orig.__name__
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("torch") and vars(module).get(name) is orig:
+            setattr(module, name, new)
 
 
 def _launcher_store(world_size: int, timeout: Any) -> dist.Store:
@@ -116,11 +127,8 @@ def _patch_get_backend() -> None:
         c = client.CLIENT
         return dist.Backend(c.semantics) if name == pg.BACKEND_NAME and c is not None else name
 
-    # modules that imported it by name (device_mesh, imported with torch, decides by it
-    # whether a 1-D mesh gets a group of its own) hold the original: rebind them too
-    for name, module in list(sys.modules.items()):
-        if name.startswith("torch") and vars(module).get("get_backend") is orig:
-            module.get_backend = get_backend
+    # device_mesh decides by it whether a 1-D mesh gets a group of its own
+    _rebind_imported(orig, get_backend)
 
 
 def install(mode: str) -> None:

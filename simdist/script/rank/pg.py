@@ -15,6 +15,7 @@ when the coordinator answers, after copying the result bytes into the output ten
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -302,8 +303,28 @@ class SimProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                        opts: Any = None) -> SimWork:
-        raise UnsupportedOperation("reduce_scatter_tensor_coalesced")
+                                        opts: Any = None) -> SimWorks:
+        """ProcessGroupGloo (torch 2.13), which `reduce_scatter_tensor` and sequence parallelism's
+        functional collectives reach: every pair is checked first, then one all_reduce of a copy
+        of each input is issued, in order; wait() waits on each and copies its chunk out."""
+        opts = opts or dist.ReduceScatterOptions()
+        if not self._gloo():
+            raise UnsupportedOperation("reduce_scatter_tensor_coalesced under NCCL semantics")
+        if len(outputs) != len(inputs):
+            raise RuntimeError("requires input/output tensor lists to have the same length")
+        for output, inp in zip(outputs, inputs, strict=True):
+            if not gloo_args.reduce_scatter_check(output, inp, self.size()):
+                raise UnsupportedOperation("reduce_scatter_tensor_coalesced with an output of more dims than its "
+                                           "input (Gloo compares shapes past the input's: undefined)")
+        red, size, r, frames = reduce_name(opts.reduceOp), self.size(), self.rank(), stack.caller_stack(1)
+        parts = []
+        for output, inp in zip(outputs, inputs, strict=True):
+            stage = torch.empty_like(inp)
+            work = self._issue("all_reduce", [inp], [stage], [output], numel=inp.numel(), dtype=dtype_name(inp),
+                               reduce_op=red, async_op=_async(opts), announce=False, frames=frames)
+            work.at_wait = functools.partial(gloo_args.reduce_scatter_copy, output, stage, size, r)
+            parts.append(work)
+        return _futureless(SimWorks(parts, outputs), True, "never")
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
