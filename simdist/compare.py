@@ -7,9 +7,10 @@ Per rank, in this order:
   both sides; when the traces agree, each entry's reduce op and root where the real side
   knows them (its recorder may not: DDP's C++ bucket all-reduces keep neither);
 * where the rank's code was blocked or left (a script's `location`: file and line);
-* a real rank that was killed by a signal before it could record anything (a script's rank
-  on real Gloo keeps its Flight Recorder only until its process dies) has no trace and no
-  location to compare: those two are skipped for it;
+* a real rank that was killed before it could record anything (a script's rank on real
+  Gloo keeps its Flight Recorder only until its process dies: a SIGABRT, or the watchdog
+  ending a hang) has no trace, no location and no blocked operation to compare: those are
+  skipped for it (`RankComparison.unrecorded` says so in the summary);
 * status and inputs processed;
 * the error: its category, and for Python-level errors raised by Join or the models
   (categories `join_early_termination` and `model`) also the exception type and the
@@ -60,6 +61,7 @@ class RankComparison:
     differences: list[Difference] = field(default_factory=list)
     sim_collectives: int = 0
     real_collectives: int = 0
+    unrecorded: bool = False  # the real rank was killed before it could record anything
 
     @property
     def agree(self) -> bool:
@@ -162,8 +164,9 @@ def _error_view(e: RankError | None) -> dict[str, Any] | None:
 
 
 def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
-    rc = RankComparison(sim.rank, sim_collectives=len(sim.trace), real_collectives=len(real.trace))
-    if not (real.status == "aborted" and not real.trace):  # else: killed before it could record
+    rc = RankComparison(sim.rank, sim_collectives=len(sim.trace), real_collectives=len(real.trace),
+                        unrecorded=_unrecorded(real))
+    if not rc.unrecorded:
         _compare_trace(rc, sim.trace, real.trace, aborted=sim.status == real.status == "aborted")
         _compare_args(rc, sim.trace, real.trace)
         sw, rw = _where(sim), _where(real)
@@ -206,7 +209,7 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
                     f"observed {name}: sim {_fmt(sv)}, real {_fmt(rv)}",
                 )
             )
-    if sim.status == "hang" and real.status == "hang":
+    if sim.status == "hang" and real.status == "hang" and not rc.unrecorded:
         sk = sim.blocked_in.key() if sim.blocked_in else None
         rk = real.blocked_in.key() if real.blocked_in else None
         if sk != rk:
@@ -221,6 +224,16 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
             )
     _compare_output(rc, sim.output, real.output)
     return rc
+
+
+def _unrecorded(real: RankResult) -> bool:
+    """A real rank killed before it could record: aborted with no trace, or (a script's
+    rank that the watchdog ended in a hang) with no trace, no line and no blocked operation;
+    a rank that recorded anything, or completed, is compared in full."""
+    if real.trace:
+        return False
+    return real.status == "aborted" or (real.status == "hang" and real.location is None
+                                        and real.blocked_in is None)
 
 
 def _compare_args(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry]) -> None:
@@ -340,7 +353,9 @@ def format_comparison(c: Comparison) -> str:
             lines.append(f"  {d.detail}")
     for rc in c.ranks:
         mark = "agree" if rc.agree else "differ"
-        lines.append(f"  rank {rc.rank}: {mark} ({rc.sim_collectives} sim / {rc.real_collectives} real collectives)")
+        note = "; the real rank was killed before it could record: operations and line not compared" \
+            if rc.unrecorded else ""
+        lines.append(f"  rank {rc.rank}: {mark} ({rc.sim_collectives} sim / {rc.real_collectives} real collectives{note})")
         for d in rc.differences:
             if d.field == "trace":
                 lines.append(f"    first diverging collective: #{(d.index or 0) + 1} in issue order")

@@ -17,6 +17,9 @@ limit               default    what it bounds (environment variable ``SIMDIST_MA
                                `simdist.program.budget`; also the trace entries it may record)
 ``messages``        200,000    Gloo messages that modelling one mismatched collective takes
                                (over its ranks; `simdist.engine.gloo_rules`)
+``script_ranks``    64         rank processes one run of a user's script starts
+                               (``--nproc-per-node``, the fuzzer's world sizes): each is a
+                               Python process that imports torch (~250 MB)
 ==================  =========  ================================================================
 
 The report a run returns holds at most ``ops`` trace entries, so its size is bounded too.
@@ -88,7 +91,8 @@ FILE_BYTES = Limit("file_bytes", 1 << 20, "bytes per input file")
 DATA_ITEMS = Limit("data_items", 1_000_000, "values per scenario or template")
 OPS = Limit("ops", 2_000_000, "operations per run")
 MESSAGES = Limit("messages", 200_000, "Gloo messages per mismatched collective")
-LIMITS: tuple[Limit, ...] = (FILE_BYTES, DATA_ITEMS, OPS, MESSAGES)
+SCRIPT_RANKS = Limit("script_ranks", 64, "rank processes per script run")
+LIMITS: tuple[Limit, ...] = (FILE_BYTES, DATA_ITEMS, OPS, MESSAGES, SCRIPT_RANKS)
 
 
 def check_timeout(seconds: float, what: str = "--timeout") -> float:

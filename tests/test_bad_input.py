@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -364,3 +365,31 @@ def test_malformed_inputs_are_rejected_in_one_line_or_run(rng: random.Random, in
             os.environ.pop("SIMDIST_MAX_OPS", None)
         else:
             os.environ["SIMDIST_MAX_OPS"] = old
+
+
+def test_script_rank_processes_are_limited_before_any_starts(tmp_path, capsys):
+    """Each script rank is a process importing torch: a world of 100,000 is refused at once,
+    naming the option and the variable that raises the limit; the fuzzer's range too."""
+    from simdist.cli.fuzz_script import fuzz_script_command
+    from simdist.script import run_script
+
+    p = scenario_file(tmp_path, "import torch\n", "train.py")
+    with pytest.raises(LimitError, match=r"^nproc_per_node: 100,000 rank processes, over the limit of 64 .*"
+                                         r"SIMDIST_MAX_SCRIPT_RANKS=100000"):
+        run_script(p, nproc_per_node=100_000)
+    with pytest.raises(typer.Exit) as stop:  # bad_input: one line, exit 2
+        fuzz_script_command([p], budget=1, seed=0, out_dir=tmp_path, no_shrink=True, json_=True, quiet=True,
+                            nproc=None, nproc_range="2:65", batches_range="1:2", backend=None, timeout=None)
+    assert stop.value.exit_code == 2
+    assert "error: --nproc-per-node-range: 65 rank processes, over the limit of 64" in capsys.readouterr().err
+
+
+def test_an_output_folder_that_cannot_be_made_is_bad_input_before_any_work(tmp_path):
+    """access() says yes to root in /proc; creating a folder there fails: checked by trying,
+    so `fuzz --out /proc/x` is one line and exit 2, not a crash after the search (exit 3)."""
+    from simdist.cli.console import check_output_folder
+
+    with pytest.raises(InputError, match=r"^out: cannot write in /proc"):
+        check_output_folder(Path("/proc/simdist-no/such"), "out")
+    check_output_folder(tmp_path / "new" / "folder", "out")  # can be made: fine, and nothing is left behind
+    assert list(tmp_path.iterdir()) == []

@@ -203,3 +203,32 @@ def test_every_family_hint_names_a_fix():
         assert hints and any(fix in h for h in hints), (name, hints)
     s, r = _run("forward_collective_throw")  # already fails fast: the hint does not suggest the flag it has
     assert not any("pass throw_on_early_termination" in h for h in explain_report(r, s))
+
+
+def _entries(*origins: str) -> list:
+    from simdist.report import TraceEntry
+
+    return [TraceEntry(seq=i + 1, op="all_reduce", numel=1, dtype="float32", group="WORLD", group_size=2, origin=o)
+            for i, o in enumerate(origins)]
+
+
+def test_trace_hints_tell_a_training_ranks_heartbeat_from_a_joined_ranks_shadow():
+    """Join's heartbeat comes from a rank that is still training (DDP's forward) unless its rank
+    already entered Join.__exit__: against a gradient all-reduce it means the ranks disagree on
+    which iterations synchronise (no_sync), not that a rank ran out of inputs."""
+    from simdist.check.classify import judge
+    from simdist.check.trace_hints import trace_hints
+    from simdist.report import Finding, RankResult, Report
+
+    bwd, beat, count = "ddp.backward.bucket_allreduce", "join.notify_join_context.heartbeat", "join.exit.count_nonjoined"
+
+    def hints(t0: list, t1: list) -> list[str]:
+        ranks = [RankResult(0, "aborted", 0, trace=t0), RankResult(1, "error", 0, trace=t1)]
+        rep = Report("s", "sim", "error", ranks, findings=[Finding("size_mismatch", "WORLD", 3, [0, 1], "x")],
+                     world_size=2)
+        return trace_hints(rep, judge(rep, list(rep.findings)))
+
+    (h,) = hints(_entries(beat, bwd, bwd), _entries(beat, bwd, beat))  # rank 1 skipped a sync: no_sync
+    assert h.startswith("hint (gradient synchronisation out of step): rank 0 is in DDP reducer") and "no_sync()" in h
+    (h,) = hints(_entries(beat, bwd, bwd), _entries(beat, count, beat))  # rank 1 joined: its ZeRO hook's step
+    assert h.startswith("hint (Join's shadow out of step): rank 1 has run out of inputs")

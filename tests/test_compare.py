@@ -202,3 +202,22 @@ def test_a_real_rank_killed_before_it_could_record_has_no_trace_to_compare():
     assert compare_reports(sim, real).agree
     real.ranks[1].status = "error"  # not aborted: what it recorded is compared
     assert {d.field for d in compare_reports(sim, real).differences} == {"status", "trace"}
+
+
+def test_a_real_rank_the_watchdog_ended_in_a_hang_has_no_record_to_compare():
+    """A script's real rank killed by the watchdog in a hang keeps no Flight Recorder, line or
+    blocked operation: its outcome, status and printed lines are compared, the rest is not
+    (the run is not a difference for that), and the summary says so."""
+    from simdist.report import CodeLocation
+
+    sim, real = _report(), _report("real")
+    sim.ranks[1].location = CodeLocation("/x/train.py", 12, "main")
+    real.ranks[1].trace, real.ranks[1].blocked_in = [], None
+    c = compare_reports(sim, real)
+    assert c.agree and c.ranks[1].unrecorded and not c.ranks[0].unrecorded
+    assert "rank 1: agree (3 sim / 0 real collectives; the real rank was killed before it could record" \
+        in format_comparison(c)
+    sim.ranks[1].output, real.ranks[1].output = ["step 1"], ["step 2"]  # still compared
+    assert {d.field for d in compare_reports(sim, real).differences} == {"output"}
+    real.ranks[1].location = CodeLocation("/x/train.py", 14, "main")  # it recorded where it was: compared
+    assert {d.field for d in compare_reports(sim, real).differences} == {"output", "trace", "location", "blocked_in"}

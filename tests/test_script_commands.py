@@ -133,6 +133,17 @@ def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, te
 
 
 @pytest.mark.real
+def test_a_torchrun_script_run_without_nproc_per_node_is_told_to_give_it(tmp_path):
+    """Run as-is, a script that reads torchrun's variables dies before init_process_group:
+    the one line says why it ran as-is and which option it needs (it imports no torch: fast)."""
+    p = _script(tmp_path, "import os\nlocal_rank = int(os.environ['LOCAL_RANK'])\n")
+    res, _ = _cli("run", str(p))
+    _one_line_error(res, "never initialised a process group (no rank called init_process_group; exit codes [1]); "
+                         "it ran as `python train.py` because --nproc-per-node was not given: a script that torchrun "
+                         "starts needs --nproc-per-node N", alone=False)
+
+
+@pytest.mark.real
 def test_scripts_that_raise_or_os_exit_are_reported_and_exit_1(tmp_path):
     """Not bad input: the report says which rank left, how and where (the documented outcome)."""
     p = _script(tmp_path, head=HEAD, body="""

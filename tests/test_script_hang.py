@@ -46,6 +46,9 @@ def test_no_join_hang_is_reported_at_once_with_the_users_lines(no_join):
     notes = "\n".join(rep.notes)
     assert "rank 1 is blocked in #11 all_reduce[2]" in notes and "loss.backward()" in notes
     assert "rank 0 left: returned normally" in notes
+    # why, as a scenario's explanation says it: read from the traces
+    assert "hint (a rank finished while others wait): rank(s) [0] got through everything they issued while rank 1 " \
+           "is in DDP reducer: gradient bucket all-reduce at #11; without Join" in notes, notes
     # within 2 s of the last rank blocking (rank 1's wait, or rank 0's exit, whichever came last)
     assert rep.timings["hang_detect_s"] < 2.0 and rep.timings["hang_report_s"] < 2.0
 

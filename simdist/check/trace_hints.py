@@ -14,8 +14,14 @@ from simdist.check.classify import Verdict, failing_entry
 from simdist.report import Finding, Report, TraceEntry
 from simdist.vocab import MISMATCH_KINDS, ORIGINS, USER_ORIGIN_PREFIX
 
-_JOIN = ("join.",)  # Join's own collectives
+_JOIN = ("join.exit.",)  # Join's own collectives on a joined rank (notify_join_context's are a training rank's)
 _SHADOW = ".join_hook."  # a joinable's shadow of its loop collectives
+_LEFT = "hint (a rank finished while others wait): "
+_BACKWARD = ("ddp.backward.",)  # a training rank's gradient synchronisation
+# what a training rank issues once its backward synchronised: the next forward's first
+# collectives, or Join's heartbeat (the first joinable's: DDP's forward, or ZeRO's step;
+# never an in-progress backward)
+_NEXT_FORWARD = ("join.notify_join_context.", "ddp.pre_forward.")
 _EARLY_TERMINATION = ("hint (Join raised on early termination): with throw_on_early_termination=True every rank "
                       "raises once one runs out of inputs -- the intended fail-fast, not a deadlock; catch the "
                       "RuntimeError around the loop to stop all ranks together, or drop the flag where every "
@@ -37,15 +43,31 @@ def _joined(e: TraceEntry) -> bool:
     return e.origin.startswith(_JOIN) or _SHADOW in e.origin
 
 
+def _in_join(trace: list[TraceEntry], e: TraceEntry) -> bool:
+    """`e` was issued by a joined rank: it, or an earlier operation of its rank, is Join's own
+    (Join.__exit__'s loop) or a join hook's shadow. Join's heartbeat alone does not say: a
+    training rank's first joinable issues it (DDP's forward), and so does a joined rank whose
+    ZeRO join hook runs its step."""
+    for x in trace:
+        if _joined(x):
+            return True
+        if x is e:
+            return False
+    return False
+
+
 def trace_hints(report: Report, verdict: Verdict) -> list[str]:
     """One line per family the traces show, each naming its fix."""
     out: list[str] = []
     index = [{(e.group, e.seq): e for e in r.trace} for r in report.ranks]
     for f in verdict.findings:
         if f.kind in MISMATCH_KINDS:
-            line = _mismatch_hint(f, [index[r].get((f.group, f.seq)) for r in f.ranks], f.ranks)
+            line = _mismatch_hint(f, [index[r].get((f.group, f.seq)) for r in f.ranks], f.ranks,
+                                  [report.ranks[r].trace for r in f.ranks])
         elif f.kind in ("hang", "peer_exited"):
             line = _left_hint(report, f)
+            if line is not None and any(x.startswith(_LEFT) for x in out):
+                continue  # one per run: each waiting rank's finding would repeat it
         else:
             line = None
         if line is not None and line not in out:
@@ -55,10 +77,12 @@ def trace_hints(report: Report, verdict: Verdict) -> list[str]:
     return out
 
 
-def _mismatch_hint(f: Finding, entries: list[TraceEntry | None], ranks: list[int]) -> str | None:
-    calls = [(r, e) for r, e in zip(ranks, entries, strict=True) if e is not None]
-    joined = [(r, e) for r, e in calls if _joined(e)]
-    other = [(r, e) for r, e in calls if not _joined(e)]
+def _mismatch_hint(f: Finding, entries: list[TraceEntry | None], ranks: list[int],
+                   traces: list[list[TraceEntry]]) -> str | None:
+    calls = [(r, e, t) for r, e, t in zip(ranks, entries, traces, strict=True) if e is not None]
+    joined = [(r, e) for r, e, t in calls if _in_join(t, e)]
+    other = [(r, e) for r, e, t in calls if not _in_join(t, e)]
+    calls = [(r, e) for r, e, _ in calls]
     if joined and other:
         (a, ea), (b, eb) = joined[0], other[0]
         raw = eb.origin.startswith(USER_ORIGIN_PREFIX)
@@ -68,6 +92,15 @@ def _mismatch_hint(f: Finding, entries: list[TraceEntry | None], ranks: list[int
                    "ranks have inputs, or pass throw_on_early_termination=True to fail fast" if raw else
                    "the shadow sequence follows the joinables' order: pass every communicating object to Join, the "
                    "model (DDP) first, and keep raw collectives out of the Join block"))
+    backward = [(r, e) for r, e in other if e.origin.startswith(_BACKWARD)]
+    forward = [(r, e) for r, e in other if e.origin.startswith(_NEXT_FORWARD)]
+    if backward and forward:
+        (a, ea), (b, eb) = backward[0], forward[0]
+        return (f"hint (gradient synchronisation out of step): rank {a} is in {_what(ea)} of its backward while rank "
+                f"{b}, still training, issues {_what(eb)} at #{f.seq}, which comes after its gradients were "
+                f"synchronised: rank {b}'s last backward synchronised nothing (model.no_sync() on iterations that "
+                "differ across ranks, or a skipped backward); decide the synchronising steps from a count all "
+                "ranks share, not from a rank's own number of batches")
     mine = [(r, e) for r, e in calls if e.origin.startswith(USER_ORIGIN_PREFIX)]
     theirs = [(r, e) for r, e in calls if not e.origin.startswith(USER_ORIGIN_PREFIX)]
     if mine and theirs:
@@ -106,7 +139,7 @@ def _left_hint(report: Report, f: Finding) -> str | None:
     fix = ("its Join did not shadow this collective: make every communicating object a joinable, and keep raw "
            "collectives out of the Join block" if joined else
            "without Join (or with a disabled one) nothing shadows the collectives of ranks that still have inputs: "
-           "wrap the loop in Join([model, ...]) or give every rank the same number of inputs "
-           "(DistributedSampler with drop_last=True)")
-    return (f"hint (a rank finished while others wait): rank(s) {gone} got through everything they issued while "
+           "wrap the loop in Join([model, ...]), give every rank the same number of inputs "
+           "(DistributedSampler with drop_last=True), or decide an early stop together (all-reduce a stop flag)")
+    return (f"{_LEFT}rank(s) {gone} got through everything they issued while "
             f"rank {waiting[0]} is in {_what(e)} at #{e.seq}; {fix}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from enum import IntEnum
 from pathlib import Path
@@ -193,6 +194,10 @@ def check_output_folder(path: Path | None, option: str) -> None:
         raise InputError(f"{option}: {probe} is not a folder (for {path})")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{option}: cannot write in {probe} (permission denied)")
+    try:  # access() says yes to root everywhere, /proc and read-only mounts included: try it
+        tempfile.TemporaryDirectory(dir=probe, prefix=".simdist-probe-").cleanup()
+    except OSError as e:
+        raise InputError(f"{option}: cannot write in {probe} ({e.strerror or type(e).__name__})") from None
 
 
 def write_output(write: Callable[[], Any], path: Path, option: str) -> bool:

@@ -16,7 +16,7 @@ from typing import IO
 from simdist.check.classify import Verdict, judge
 from simdist.check.waitfor import build_waitfor
 from simdist.errors import ScriptError
-from simdist.limits import check_timeout
+from simdist.limits import SCRIPT_RANKS, check_timeout
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
@@ -138,6 +138,8 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
         raise ScriptError(f"mode: must be {env.SIM} or {env.GLOO}, got {mode!r}")
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
+    if nproc_per_node is not None:
+        SCRIPT_RANKS.check(nproc_per_node, "nproc_per_node", f"{nproc_per_node:,} rank processes")
     if zygote is not None and not runs(zygote, script, mode):
         raise ScriptError(f"zygote: a fork server for {zygote.script or 'scripts'} ({zygote.mode}) cannot run "
                           f"{script} ({mode})")
@@ -192,8 +194,11 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise ScriptError(coord.input_error)
     if coord.engine is None:
         codes = run.returncodes() if run is not None else []
+        hint = "" if nproc_per_node is not None or not any(codes) else (
+            f"; it ran as `python {script.name}` because --nproc-per-node was not given: "
+            "a script that torchrun starts needs --nproc-per-node N")
         raise ScriptError(f"script: {script} never initialised a process group (no rank called "
-                          f"init_process_group; exit codes {codes})")
+                          f"init_process_group; exit codes {codes}){hint}")
     timings = {"wall_s": round(time.time() - t0, 4)}
     if ending.kind == "hang" and ending.last_blocked is not None:
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)

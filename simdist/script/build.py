@@ -11,7 +11,8 @@ import linecache
 import signal
 from typing import Any
 
-from simdist.check.classify import run_findings
+from simdist.check.classify import judge, run_findings
+from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
@@ -235,6 +236,9 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
     report.notes = _notes(report, coord, ending)
+    # why, read from the traces (the call sites that met at one sequence number, a rank that
+    # finished while others wait): what a scenario's explanation says, for the user's script
+    report.notes.extend(trace_hints(report, judge(report, list(report.findings))))
     for r in range(coord.world_size):
         conn = coord.by_rank.get(r)
         rc = returncodes[r] if r < len(returncodes) else None
