@@ -4,16 +4,21 @@ Our own examples and the generated sweep are scripts we thought of; these are pu
 ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.py`,
 `multinode.py`), the "Getting Started with DDP" tutorial's code (`ddp_tutorial.py`), tensor
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
-the FSDP tutorial (`fsdp_mnist.py`), kept in examples/third_party/ with their source, commit,
-licence and the few edits a CPU-only user makes (listed in each header). Each runs once in
+the FSDP tutorial (`fsdp_mnist.py`). They are other people's code and not in this
+repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
+the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
+$SIMDIST_THIRD_PARTY names. Each runs once in
 each mode, each side in a working directory of its own (the DDP series' scripts write a
 snapshot that a later run resumes from), and the two must agree rank by rank as `simdist
-compare` judges them. The files are looked up where they are: a checkout without them skips
-those cases. `tests/scripts/reduce_scatter_coalesced.py` and `cuda_mesh_tp.py` (ours) keep
+compare` judges them. A checkout without the files skips those cases and says which file is
+missing. `tests/scripts/reduce_scatter_coalesced.py` and `cuda_mesh_tp.py` (ours) keep
 what those scripts found, whether or not the third-party files are there.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +29,7 @@ from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import EXAMPLES, ROOT, descendants
 from tests.test_script_examples import _verdict, differences
 
-THIRD_PARTY = EXAMPLES / "third_party"
+THIRD_PARTY = Path(os.environ.get("SIMDIST_THIRD_PARTY", EXAMPLES / "third_party"))
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
@@ -41,7 +46,7 @@ def _run(path, nproc: int | None, args: list[str], mode: str, zygote, cwd, batch
 
 def _both(path, nproc: int | None, args: list[str], zygote, tmp_path, batches: str | None = None):
     if not path.is_file():
-        pytest.skip(f"{path.relative_to(ROOT)} is not in this checkout")
+        pytest.skip(f"{path} is not here: third-party code, not in the repository (docs/script-backend.md)")
     return tuple(_run(path, nproc, args, mode, zygote, tmp_path / mode, batches) for mode in ("sim", "gloo"))
 
 
@@ -122,7 +127,7 @@ def test_a_second_mp_spawn_is_refused_as_not_modelled(script_zygote, tmp_path):
     silently missing from both reports, and `compare` agreed."""
     path = THIRD_PARTY / "ddp_tutorial.py"
     if not path.is_file():
-        pytest.skip(f"{path.relative_to(ROOT)} is not in this checkout")
+        pytest.skip(f"{path} is not here: third-party code, not in the repository (docs/script-backend.md)")
     with pytest.raises(ScriptError, match=r"^script: initialising rank [01]'s default process group a second time "
                                           r".* \(rank [01] in a new process, after the one that initialised it "
                                           r"exited: a second mp.spawn\?\)$"):
