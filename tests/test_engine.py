@@ -315,3 +315,17 @@ def test_differing_posts_abort_before_a_member_that_never_posts():
     assert "12 bytes from rank 2 into a 4-byte receive" in rep.ranks[1].error.message
     assert [r.status for r in rep.ranks] == ["completed", "aborted", "hang"]
     assert rep.findings[0].kind == "size_mismatch" and rep.findings[0].ranks == [1, 2]
+
+
+def test_an_abort_before_the_last_member_posts_leaves_the_ranks_whose_messages_went_through():
+    # broadcast from rank 0 over 4 ranks (tree 0->1, 0->2, 1->3): ranks 0 and 2 post 300
+    # float32, then rank 1 posts 2 (the root's message aborts it), then rank 3 (fed by rank 1).
+    # The root wrote both its messages and rank 2 got its own: both complete; only rank 3, whose
+    # sender died, fails (this scenario and a script of its shape under `simdist compare`: real Gloo, torch
+    # 2.13, gives the same four outcomes; the engine had failed 0 and 2 with the reset)
+    steps = [{"kind": "sleep", "seconds": [0, 0.1, 0, 0.2]},
+             {"kind": "collective", "op": "broadcast", "numel": 300, "ranks": [0, 2, 3]},
+             {"kind": "collective", "op": "broadcast", "numel": 2, "ranks": [1]}]
+    rep = sim({"world_size": 4, "inputs": {"counts": [1, 1, 1, 1]}, "loop": steps})
+    assert [r.status for r in rep.ranks] == ["completed", "aborted", "completed", "error"]
+    assert rep.ranks[3].error.message == "Connection reset by peer (rank 1 has exited)"

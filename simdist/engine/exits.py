@@ -122,14 +122,17 @@ class GlooExits:
     def _abort(self, inst: Instance, verdict: gloo_rules.MismatchVerdict) -> bool:
         """The live posters a message longer than their receive kills (`verdict`), with the
         finding, once: a rank that aborted before is dead, and a replay of the messages
-        finds it again. Returns whether any rank aborted."""
+        finds it again. A poster whose messages all went through (outcome "ok": a broadcast's
+        root that wrote to the aborting receiver, a sibling fed by the root) is not failed by
+        the abort's reset: it completes with the others' outcomes. Returns whether any rank aborted."""
         aborting = [r for r in verdict.aborting_ranks if self.ranks[r].alive and not inst.calls[r].done]
         if aborting:
             posted = [inst.calls[m] for m in inst.members if m in inst.calls]
             self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
             inst.stuck = True  # the others wait on whom their messages name, as after `_match`
-            for m, call in inst.calls.items():
-                call.waits_on = verdict.waits_on.get(m, call.waits_on)
+            for m, call in inst.calls.items():  # one whose messages all went through waits on no one:
+                ok = verdict.rank_outcomes.get(m) == "ok"  # the abort's reset must not fail it
+                call.waits_on = frozenset() if ok else verdict.waits_on.get(m, call.waits_on)
         for r in aborting:
             self.abort_rank(r, verdict.detail, inst.calls[r].entry)
         return bool(aborting)
