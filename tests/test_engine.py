@@ -329,3 +329,17 @@ def test_an_abort_before_the_last_member_posts_leaves_the_ranks_whose_messages_w
     rep = sim({"world_size": 4, "inputs": {"counts": [1, 1, 1, 1]}, "loop": steps})
     assert [r.status for r in rep.ranks] == ["completed", "aborted", "completed", "error"]
     assert rep.ranks[3].error.message == "Connection reset by peer (rank 1 has exited)"
+
+
+def test_a_collective_an_abort_cut_off_fails_its_late_poster_at_once():
+    # rank 1's async all_reduce is in flight when rank 0's 10-element message kills it in a
+    # 1-element receive; rank 0 posts the all_reduce afterwards: its ring send meets the reset
+    # socket at once (real Gloo, torch 2.13, a script of this shape), not its timeout
+    steps = [{"kind": "collective", "op": "all_reduce", "async": True, "wait": "end_of_iteration", "ranks": [1]},
+             {"kind": "p2p", "src": 0, "dst": 1, "numel": 10, "ranks": [0]},
+             {"kind": "p2p", "src": 0, "dst": 1, "numel": 1, "ranks": [1]},
+             {"kind": "sleep", "seconds": 0.3, "ranks": [0]},
+             {"kind": "collective", "op": "all_reduce", "ranks": [0]}]
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": steps})
+    assert [r.status for r in rep.ranks] == ["error", "aborted"]
+    assert rep.ranks[0].error.message == "Connection reset by peer (rank 1 has exited)"
