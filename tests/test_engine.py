@@ -315,3 +315,31 @@ def test_differing_posts_abort_before_a_member_that_never_posts():
     assert "12 bytes from rank 2 into a 4-byte receive" in rep.ranks[1].error.message
     assert [r.status for r in rep.ranks] == ["completed", "aborted", "hang"]
     assert rep.findings[0].kind == "size_mismatch" and rep.findings[0].ranks == [1, 2]
+
+
+def test_an_abort_before_the_last_member_posts_leaves_the_ranks_whose_messages_went_through():
+    # broadcast from rank 0 over 4 ranks (tree 0->1, 0->2, 1->3): ranks 0 and 2 post 300
+    # float32, then rank 1 posts 2 (the root's message aborts it), then rank 3 (fed by rank 1).
+    # The root wrote both its messages and rank 2 got its own: both complete; only rank 3, whose
+    # sender died, fails (this scenario and a script of its shape under `simdist compare`: real Gloo, torch
+    # 2.13, gives the same four outcomes; the engine had failed 0 and 2 with the reset)
+    steps = [{"kind": "sleep", "seconds": [0, 0.1, 0, 0.2]},
+             {"kind": "collective", "op": "broadcast", "numel": 300, "ranks": [0, 2, 3]},
+             {"kind": "collective", "op": "broadcast", "numel": 2, "ranks": [1]}]
+    rep = sim({"world_size": 4, "inputs": {"counts": [1, 1, 1, 1]}, "loop": steps})
+    assert [r.status for r in rep.ranks] == ["completed", "aborted", "completed", "error"]
+    assert rep.ranks[3].error.message == "Connection reset by peer (rank 1 has exited)"
+
+
+def test_a_collective_an_abort_cut_off_fails_its_late_poster_at_once():
+    # rank 1's async all_reduce is in flight when rank 0's 10-element message kills it in a
+    # 1-element receive; rank 0 posts the all_reduce afterwards: its ring send meets the reset
+    # socket at once (real Gloo, torch 2.13, a script of this shape), not its timeout
+    steps = [{"kind": "collective", "op": "all_reduce", "async": True, "wait": "end_of_iteration", "ranks": [1]},
+             {"kind": "p2p", "src": 0, "dst": 1, "numel": 10, "ranks": [0]},
+             {"kind": "p2p", "src": 0, "dst": 1, "numel": 1, "ranks": [1]},
+             {"kind": "sleep", "seconds": 0.3, "ranks": [0]},
+             {"kind": "collective", "op": "all_reduce", "ranks": [0]}]
+    rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": steps})
+    assert [r.status for r in rep.ranks] == ["error", "aborted"]
+    assert rep.ranks[0].error.message == "Connection reset by peer (rank 1 has exited)"

@@ -148,3 +148,15 @@ def test_two_sizes_of_all_gather_abort_both_receivers_whoever_posts_last(script_
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["aborted:gloo_abort", "error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
     assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_a_rank_the_root_fed_completes_though_the_root_times_out_on_a_sibling(script_zygote):
+    """tests/scripts/timed_out_root_fed.py (3 ranks): rank 1 got the root's message before the
+    root's send to the late rank 2 ran out: it completes with the root's tensor (the simulator
+    had failed it with the root's pair closure); rank 2, later still, finds the root's pairs closed."""
+    entry = {"script": "../tests/scripts/timed_out_root_fed.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "completed", "error:peer_lost"]
+    assert [r.output for r in sim.ranks][1] == ["[1] got [0.0, 0.0, 0.0, 0.0]"]
+    assert differences(sim, real) == []

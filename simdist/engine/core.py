@@ -97,16 +97,20 @@ class Engine(GlooExits, GlooTimeouts):
             self._member_sets[name] = frozenset(members)
         return self.groups[name]
 
-    def _dead_member(self, group: str, posted: dict[int, Call]) -> int | None:
+    def _dead_member(self, group: str, posted: dict[int, Call], cut: bool) -> int | None:
         """On a backend other than Gloo, the lowest member that died abruptly (SIGABRT; see
         rank_gone) or never posted this: it fails on its peers at once. On Gloo none: a process
         that ended, by SIGABRT too, fails only the calls with a message on its sockets, which the
         message programs tell (`_settle_exited`): ranks 1 and 3 all-gathering 300 int32 while 0
-        and 2 all-gather 2 float64 abort both 0 and 2, whoever posts last.
+        and 2 all-gather 2 float64 abort both 0 and 2, whoever posts last. Except a collective
+        an abort cut off (`cut`: `rank_gone` failed it whole, e.g. the aborted rank's async
+        all_reduce in flight): a late poster fails at once with the aborted member, as its first
+        message meets the reset socket (2 ranks, torch 2.13; it used to wait for its timeout).
         Looks at the dead ranks only: each issue pays for the ranks that exited, not the group."""
-        if self.backend == "gloo":  # a reset socket fails only the messages on it (`_settle_gone`)
-            return None
         members = self._member_sets[group]
+        if self.backend == "gloo":  # a reset socket fails only the messages on it (`_settle_gone`)
+            aborted = (m for m in self._dead if m in members and self.ranks[m].abort_error is not None)
+            return next(aborted, None) if cut else None
         for m in self._dead:
             if m in members and (self.ranks[m].abort_error is not None or m not in posted):
                 return m
@@ -164,7 +168,7 @@ class Engine(GlooExits, GlooTimeouts):
         elif self._closed and (shut := self.closed_error(call, group, members)) is not None:
             self._fail(call, *shut)  # Gloo's timeout closed this group's pairs here or at a peer
             inst.stuck = True
-        if self._dead and (dead := self._dead_member(group, calls)) is not None:
+        if self._dead and (dead := self._dead_member(group, calls, inst.finished)) is not None:
             self._fail_instance(inst, dead)
         elif len(calls) == n:
             del self._instances[ikey]  # complete: no late caller can look it up again

@@ -67,14 +67,28 @@ class GlooExits:
         judged with the posted calls' messages exchanged (the timed-out one's went out before
         its wait ran out: Gloo moves a message once both ends posted) and the unposted members
         as a different kind, so its closure (`timeouts._close`), and later exits and timeouts,
-        fail only the calls with a message pending with that rank."""
+        fail only the calls with a message pending with that rank; a call whose messages all
+        went through completes (real Gloo had completed it before the wait ran out)."""
         gone = self._gone_absent(inst.group, inst.calls)
         calls = [c for m, c in inst.calls.items() if m not in gone]
         missing = [m for m in inst.members if m not in inst.calls and m not in gone]
         verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, missing)
         for m, call in inst.calls.items():
-            if not call.done and m in verdict.waits_on:
+            if call.done or m in gone:
+                continue
+            if m in verdict.waits_on:
                 call.waits_on = verdict.waits_on[m]
+            elif verdict.rank_outcomes.get(m) == "ok" and self.ranks[m].alive:
+                # its messages all went through before the wait ran out (a broadcast's rank fed
+                # by the root that times out on a sibling): done, not failed by the closure
+                self._complete_alone(inst, call)
+
+    def _complete_alone(self, inst: Instance, call: Call) -> None:
+        """Complete `call`, whose own messages all went through, before the collective does:
+        a broadcast's rank gets the root's tensor, another's value is not known."""
+        src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
+        self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
+                            Payload.unknown(call.payload.numel, call.payload.dtype))
 
     def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = (),
                        failures_only: bool = False) -> bool:
@@ -111,9 +125,7 @@ class GlooExits:
             if outcomes[m] == "peer_error":
                 self._fail_call(call, lost)
                 continue
-            src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
-            self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
-                                Payload.unknown(call.payload.numel, call.payload.dtype))
+            self._complete_alone(inst, call)
         inst.stuck = inst.stuck or bool(gone)  # the calls left wait on stuck peers: their exits fail them
         if not missing:
             self._instances.pop((inst.group, inst.seq), None)  # nobody left to post it
@@ -122,14 +134,17 @@ class GlooExits:
     def _abort(self, inst: Instance, verdict: gloo_rules.MismatchVerdict) -> bool:
         """The live posters a message longer than their receive kills (`verdict`), with the
         finding, once: a rank that aborted before is dead, and a replay of the messages
-        finds it again. Returns whether any rank aborted."""
+        finds it again. A poster whose messages all went through (outcome "ok": a broadcast's
+        root that wrote to the aborting receiver, a sibling fed by the root) is not failed by
+        the abort's reset: it completes with the others' outcomes. Returns whether any rank aborted."""
         aborting = [r for r in verdict.aborting_ranks if self.ranks[r].alive and not inst.calls[r].done]
         if aborting:
             posted = [inst.calls[m] for m in inst.members if m in inst.calls]
             self.findings.append(gloo_bridge.finding(inst.group, inst.seq, posted, verdict))
             inst.stuck = True  # the others wait on whom their messages name, as after `_match`
-            for m, call in inst.calls.items():
-                call.waits_on = verdict.waits_on.get(m, call.waits_on)
+            for m, call in inst.calls.items():  # one whose messages all went through waits on no one:
+                ok = verdict.rank_outcomes.get(m) == "ok"  # the abort's reset must not fail it
+                call.waits_on = frozenset() if ok else verdict.waits_on.get(m, call.waits_on)
         for r in aborting:
             self.abort_rank(r, verdict.detail, inst.calls[r].entry)
         return bool(aborting)

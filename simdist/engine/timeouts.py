@@ -56,7 +56,8 @@ class GlooTimeouts:
                 inst.stuck = True
             self._fail(call, message, "timeout")
         for call, _ in expired:
-            self._close(call.rank, call.entry.group)
+            if call.ok is False:  # not one whose messages all went through meanwhile (`note_waits`)
+                self._close(call.rank, call.entry.group)
 
     def _close(self, rank: int, group: str) -> None:
         self._closed[group].add(rank)
