@@ -115,14 +115,19 @@ class Worker:
         if clean and self.dist_ready:
             import torch.distributed as dist
 
-            guard = threading.Timer(3.0, lambda: self._hard_exit(EXIT_OK))
+            guard = threading.Timer(3.0, lambda: self._exit(EXIT_OK))
             guard.daemon = True
             guard.start()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        self._exit(EXIT_OK if clean else EXIT_ERROR)
+
+    def _exit(self, code: int) -> None:
+        """The end of the process, whether destroy_process_group returned or its guard fired
+        (under load it can take longer than the guard): an injected fault happens either way."""
         if os.environ.get(FAULT_ENV) == "terminate_at_exit":
             _terminate()
-        self._hard_exit(EXIT_OK if clean else EXIT_ERROR)
+        self._hard_exit(code)
 
     @staticmethod
     def _hard_exit(code: int) -> None:
