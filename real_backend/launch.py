@@ -75,13 +75,20 @@ class _Rank:
     iteration: int | None = None
     starting: bool = True
     result_at: float | None = None  # when its rank<r>.json appeared
-    told: bool = False
+    told: str | None = None  # the control line it was sent
 
     def tell(self, cmd: str) -> None:
-        """Send one control line (hang, release, interrupt); a worker acts on the first only."""
-        if not self.told and self.proc.alive():
-            self.told = True
+        """Send one control line (hang, release, interrupt); a worker acts on the first only,
+        except that a rank told ``hang`` records its hang and then waits for one more (`end`)."""
+        if self.told is None and self.proc.alive():
+            self.told = cmd
             self.proc.tell(cmd)
+
+    def end(self) -> None:
+        """The run's hang is recorded everywhere: a rank told ``hang`` may exit now."""
+        if self.told == "hang" and self.proc.alive():
+            self.told = "end"
+            self.proc.tell("end")
 
 
 def check_host(scenario: Scenario) -> None:
@@ -218,9 +225,10 @@ def _watch(ranks: list[_Rank], procs: LocalProcesses, wd: Path, dog: Watchdog, p
 
 
 def _tell_hang(ranks: list[_Rank], procs: LocalProcesses, wd: Path, t_start: float) -> None:
-    """Tell every rank that the run hangs: the blocked ones first, and the finished ones (which
-    then exit) only once those have recorded where they are blocked -- a finished rank's exit
-    would otherwise fail a blocked rank's collective (peer lost) before it records the hang."""
+    """Tell every rank that the run hangs: the blocked ones first, and nobody exits until those
+    have all recorded where they are blocked -- any rank's exit would fail a blocked peer's
+    collective (peer lost) and that rank would record an error, not the hang. A blocked rank
+    records its hang and waits for `end`; a finished rank exits when told."""
     blocked = [rk for rk in ranks if rk.result_at is None]
     for rk in blocked:
         rk.tell("hang")
@@ -228,6 +236,8 @@ def _tell_hang(ranks: list[_Rank], procs: LocalProcesses, wd: Path, t_start: flo
     while time.monotonic() < deadline and any(rk.result_at is None and rk.proc.alive() for rk in blocked):
         _observe(ranks, procs, wd, time.monotonic(), t_start, False)
         time.sleep(POLL_S)
+    for rk in blocked:
+        rk.end()
     for rk in ranks:
         rk.tell("hang")
 

@@ -19,7 +19,8 @@ exception to ``TORCHELASTIC_ERROR_FILE`` when those are set, and answers torch's
 Control protocol (``--control stdin``): one line from the launcher ends the process:
 ``hang`` (record a hang if still running), ``interrupt`` (user pressed Ctrl-C) or
 ``release`` (everyone is done: a staying rank may exit). EOF (the launcher died) counts as
-``interrupt``. Progress goes the other way through ``rank<r>.progress`` (rewritten when it
+``interrupt``. A running rank told ``hang`` records it, then waits for one more line
+(``end``, once every blocked rank has recorded) or EOF before it exits. Progress goes the other way through ``rank<r>.progress`` (rewritten when it
 changes), which the launcher's watchdog reads. Under torchrun (``--control store``) the
 same happens through the c10d store: each rank's watchdog thread sees global progress.
 """
@@ -67,6 +68,7 @@ class Worker:
         self.lock = threading.Lock()
         self.written = False
         self.finished = False  # the program is over (completed or raised)
+        self.hang_told = False  # the launcher said the run hangs: this rank ends as a hang
 
     @property
     def store(self) -> Any:
@@ -96,6 +98,8 @@ class Worker:
             self.prog = TorchRank(self.s, self.rank, self.world_size, self.local_rank, self.t0_ns)
             self.prog.run()
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
+            if self.hang_told:  # the run's end failed the blocked call: the control thread records and exits
+                threading.Event().wait()
             status, error = "error", categorise(exc)
             if not self.written:  # not after the watchdog's hang record: that is how this rank ended
                 record_error_file(exc)  # torchelastic's error file, when TORCHELASTIC_ERROR_FILE is set
@@ -111,14 +115,19 @@ class Worker:
         if clean and self.dist_ready:
             import torch.distributed as dist
 
-            guard = threading.Timer(3.0, lambda: self._hard_exit(EXIT_OK))
+            guard = threading.Timer(3.0, lambda: self._exit(EXIT_OK))
             guard.daemon = True
             guard.start()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        self._exit(EXIT_OK if clean else EXIT_ERROR)
+
+    def _exit(self, code: int) -> None:
+        """The end of the process, whether destroy_process_group returned or its guard fired
+        (under load it can take longer than the guard): an injected fault happens either way."""
         if os.environ.get(FAULT_ENV) == "terminate_at_exit":
             _terminate()
-        self._hard_exit(EXIT_OK if clean else EXIT_ERROR)
+        self._hard_exit(code)
 
     @staticmethod
     def _hard_exit(code: int) -> None:
@@ -220,8 +229,13 @@ class Worker:
             # The record is written when it can be; the process ends in any case (the launcher
             # may be gone, and its folder with it).
             if cmd == "hang":
+                self.hang_told = True
                 with contextlib.suppress(Exception):
                     self.write_result("hang", None)
+                # exit only when every blocked rank has recorded its hang (`end`, or EOF: the
+                # launcher is gone): exiting now would fail a blocked peer's collective (peer
+                # lost) before it records where it is blocked, and it would record an error
+                sys.stdin.buffer.readline()
                 self._hard_exit(EXIT_HANG)
             from simdist.report import RankError
 

@@ -48,3 +48,11 @@ def test_modules_and_functions_are_small():
     """The house rule (docs/layout.md's modules stay readable): a module of at most 450 lines, a
     function of at most 80 unless a comment says why."""
     assert _sizes() == []
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    """.ci/run is what CI runs and the README tells a contributor to run: the same line."""
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("bash setup.sh")]
+    readme = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()
+              if ln.strip().startswith("bash setup.sh && .venv/bin/python -m pytest")]
+    assert len(ci) == 1 and readme == ci, (ci, readme)

@@ -27,7 +27,7 @@ import pytest
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants
-from tests.test_script_examples import differences
+from tests.test_script_examples import RACE_TRIES, differences
 
 SCRIPT = ROOT / "tests" / "scripts" / "pg_timeouts.py"
 
@@ -77,7 +77,6 @@ def _seen(report) -> list[tuple[str, str]]:
 # load). The simulator gives the outcome real Gloo gives when nothing wins that race; the real
 # side is run again (at most RACE_TRIES times) until a run shows it, and must show it once.
 RACY = {"mismatch", "recv"}
-RACE_TRIES = 3
 
 
 @pytest.mark.real
