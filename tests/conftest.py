@@ -34,9 +34,10 @@ def run_cli(*args: str, timeout: float = 120):
 TEST_TAG = "SIMDIST_TEST_TAG"  # put in the CLI's environment: every process it starts, and theirs, inherit it
 
 
-def run_cli_tagged(*args: str, timeout: float = 600):
-    """`run_cli` with a fresh tag in the CLI's environment; (result, tag) once it has checked
-    that no process of the run is left (`simdist.procs.processes_with_env`)."""
+def run_cli_tagged(*args: str, timeout: float = 600, cwd: Path | None = None):
+    """`run_cli` with a fresh tag in the CLI's environment (in `cwd`, default the checkout);
+    (result, tag) once it has checked that no process of the run is left
+    (`simdist.procs.processes_with_env`)."""
     import os
     import subprocess
     import uuid
@@ -45,7 +46,7 @@ def run_cli_tagged(*args: str, timeout: float = 600):
 
     tag = uuid.uuid4().hex
     res = subprocess.run([sys.executable, "-m", "simdist", *args], capture_output=True, text=True, timeout=timeout,
-                         cwd=ROOT, env={**os.environ, TEST_TAG: tag})
+                         cwd=cwd or ROOT, env={**os.environ, TEST_TAG: tag})
     assert processes_with_env(TEST_TAG, tag) == [], "a process of the run survived it"
     return res, tag
 

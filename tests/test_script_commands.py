@@ -74,12 +74,19 @@ def test_compare_reports_the_first_printed_line_that_differs(tmp_path):
         dist.all_reduce(t)
         print("sum", t.tolist())
         print("pid", os.getpid())
+        open(f"out{rank}.txt", "w").write("written")
     """)
-    res, _ = _cli("compare", str(p), "--nproc-per-node", "2")
+    res, _ = _cli("compare", str(p), "--nproc-per-node", "2", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "sim and real DIFFER (outcome sim completed, real completed)" in res.stdout
     assert "printed line 2 differs" in res.stdout and "printed line 1" not in res.stdout
     assert "first diverging collective" not in res.stdout  # the all_reduce agrees
+    lines = res.stdout.splitlines()  # the files the simulated side wrote were set aside, and it says where
+    moved = next(ln for ln in lines if ln.startswith("working directory: the simulated side's files moved to"))
+    folder = moved.split(" moved to ")[1].split(";")[0]
+    assert lines[-2:] == [f"  out{r}.txt: created by the simulated side, its version in {folder}/out{r}.txt"
+                          for r in (0, 1)]
+    assert all((tmp_path / folder / f"out{r}.txt").is_file() and (tmp_path / f"out{r}.txt").is_file() for r in (0, 1))
 
 
 @pytest.mark.real

@@ -8,9 +8,9 @@ the FSDP tutorial (`fsdp_mnist.py`). They are other people's code and not in thi
 repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
-each mode, each side in a working directory of its own (the DDP series' scripts write a
-snapshot that a later run resumes from), and the two must agree rank by rank as `simdist
-compare` judges them. A checkout without the files skips those cases and says which file is
+each mode, as `simdist compare` runs them (one working directory; the DDP series' scripts
+write a snapshot that a later run resumes from, which is set aside between the sides), and
+the two must agree rank by rank as `simdist compare` judges them. A checkout without the files skips those cases and says which file is
 missing. `tests/scripts/reduce_scatter_coalesced.py` and `cuda_mesh_tp.py` (ours) keep
 what those scripts found, whether or not the third-party files are there.
 """
@@ -25,6 +25,7 @@ import pytest
 from simdist.errors import ScriptError
 from simdist.report import Report
 from simdist.script import run_script
+from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import EXAMPLES, ROOT, descendants
 from tests.test_script_examples import _verdict, differences
@@ -45,9 +46,17 @@ def _run(path, nproc: int | None, args: list[str], mode: str, zygote, cwd, batch
 
 
 def _both(path, nproc: int | None, args: list[str], zygote, tmp_path, batches: str | None = None):
+    """Both sides as `simdist compare` runs them (`compare_script`): in one working directory,
+    the simulated side's files (the DDP series' snapshot.pt) set aside before the real side."""
     if not path.is_file():
         pytest.skip(f"{path} is not here: third-party code, not in the repository (docs/script-backend.md)")
-    return tuple(_run(path, nproc, args, mode, zygote, tmp_path / mode, batches) for mode in ("sim", "gloo"))
+    run_id = new_run_id()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)  # forked ranks run in the launcher's working directory
+        both = compare_script(path, args, nproc_per_node=nproc, backend="gloo", timeout_s=300, run_id=run_id,
+                              measure_compute=False, batches=batches, zygotes=zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(zygote(m).pid) == [] for m in ("sim", "gloo"))
+    return both.sim.report, both.real.report
 
 
 @pytest.mark.real

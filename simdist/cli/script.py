@@ -137,20 +137,28 @@ def real_command(inp: ScriptInput, json_: bool) -> NoReturn:
 
 
 def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
-    """`simdist compare SCRIPT.py`: simulated and real Gloo runs, diffed rank by rank."""
+    """`simdist compare SCRIPT.py`: simulated and real Gloo runs, diffed rank by rank, each
+    from the same files (what the simulated side wrote is set aside first, and said where)."""
     from simdist.compare import compare_reports, format_comparison
+    from simdist.script.api import compare_script
+    from simdist.script.env import GLOO
 
     with bad_input():
         inp = _gloo_only(inp, "compare")
-        sim = inp.execute(json_=json_).report
-        real = inp.execute(real=True, json_=json_).report
+        both = compare_script(inp.path, inp.args, nproc_per_node=inp.nproc_per_node, backend=GLOO,
+                              timeout_s=inp.timeout or DEFAULT_TIMEOUT_S, measure_compute=not inp.zero_compute,
+                              stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
+                              topology=inp.topology)
+    sim, real = both.sim.report, both.real.report
     cmp = compare_reports(sim, real)
     if json_:
-        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim.to_jsonable(),
-                    "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
+        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "workdir": both.workdir.to_jsonable(),
+                    "sim": sim.to_jsonable(), "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
         sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
+        for line in both.workdir.lines():
+            say(line)
     exit_on(cmp.agree)
 
 

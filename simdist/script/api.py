@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from simdist.check.classify import Verdict, judge
 from simdist.check.waitfor import build_waitfor
@@ -21,9 +21,10 @@ from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
-from simdist.script import env, launch
+from simdist.script import env, launch, workdir
 from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
+from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
 
 DEFAULT_GPUS = 8
@@ -210,3 +211,30 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     conns = [coord.by_rank.get(r) for r in range(coord.world_size)]
     return ScriptRun(report, {g: list(m) for g, m in coord.engine.groups.items()},
                      [c.longest_epoch if c else 0 for c in conns], [c.capped if c else 0 for c in conns])
+
+
+@dataclass
+class ScriptComparison:
+    """Both sides of `simdist compare` for a script, and what was done so that the real side
+    started from the working directory the simulated one found (`simdist.script.workdir`)."""
+
+    sim: ScriptRun
+    real: ScriptRun
+    workdir: SetAside
+
+
+def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
+                   zygotes: Callable[[str], Zygote] | None = None, **kw: Any) -> ScriptComparison:
+    """The script on simulated ranks, then on real Gloo (`execute`'s arguments, `backend`
+    gloo), each side from the same files: what the simulated side wrote in the working
+    directory is set aside before the real side starts. `zygotes(mode)`: a fork server per
+    mode (the tests'), else the plain launch."""
+    before = workdir.record()
+    try:
+        sim = execute(path, args, **kw, mode=env.SIM, zygote=zygotes(env.SIM) if zygotes else None)
+    except BaseException:  # no real side follows: the files stay as the simulated side left them
+        before.discard()
+        raise
+    moved = workdir.set_aside(before)
+    real = execute(path, args, **kw, mode=env.GLOO, zygote=zygotes(env.GLOO) if zygotes else None)
+    return ScriptComparison(sim, real, moved)

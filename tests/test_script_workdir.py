@@ -1,0 +1,144 @@
+"""`simdist compare` runs both sides from the same files (`simdist.script.workdir`): what the
+simulated side wrote in the working directory is set aside, and what it changed is put back,
+before the real side starts; the report says what moved where, and nothing is lost."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from simdist.script import workdir
+from simdist.script.api import compare_script
+from tests.conftest import descendants
+from tests.test_script_examples import differences
+
+RESUMING = """
+import os, torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+resumed = os.path.exists("ckpt/state.txt")  # as the DDP tutorial series resumes from snapshot.pt
+with open("log.txt") as f:
+    seen = len(f.read().splitlines())
+t = torch.ones(1) * (rank + 1)
+dist.all_reduce(t)
+if resumed:
+    dist.all_reduce(t)  # a resumed run runs another collective
+print("resumed" if resumed else "fresh", seen, t.item())
+dist.barrier()
+if rank == 0:
+    os.makedirs("ckpt", exist_ok=True)
+    with open("ckpt/state.txt", "w") as f:
+        f.write(str(t.item()))
+    with open("log.txt", "a") as f:
+        f.write("one more run\\n")
+    os.remove("scratch.txt")
+dist.barrier()
+"""
+
+
+@pytest.mark.real
+def test_compare_starts_both_sides_from_the_same_files(script_zygote, tmp_path, monkeypatch):
+    """A script that resumes from a checkpoint it writes, appends to a log and deletes a file:
+    before, the real side started from the simulated side's checkpoint and differed. Now both
+    print "fresh", the simulated side's files are where the report says, the log and the
+    deleted file are back for the real side, and the real side's files are left in place."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(RESUMING))
+    (tmp_path / "log.txt").write_text("first\n")
+    (tmp_path / "scratch.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)  # forked ranks run in the launcher's working directory
+    both = compare_script(script, nproc_per_node=2, backend="gloo", timeout_s=300, measure_compute=False,
+                          zygotes=script_zygote)
+    assert descendants(script_zygote("sim").pid) == descendants(script_zygote("gloo").pid) == []
+    for side in (both.sim.report, both.real.report):
+        assert [r.output for r in side.ranks] == [["fresh 1 3.0"]] * 2
+    assert differences(both.sim.report, both.real.report) == []
+    w = both.workdir.to_jsonable()
+    folder = w["set_aside"]
+    assert folder.startswith(".simdist/compare/") and folder.endswith("/sim")
+    assert [(c["path"], c["change"], c["restored"]) for c in w["changes"]] == [
+        ("ckpt", "created", False), ("log.txt", "modified", True), ("scratch.txt", "deleted", True)]
+    assert (tmp_path / folder / "ckpt" / "state.txt").read_text() == "3.0"  # the simulated side's, kept
+    assert (tmp_path / folder / "log.txt").read_text() == "first\none more run\n"
+    assert (tmp_path / "ckpt" / "state.txt").read_text() == "3.0"  # the real side's, in place
+    assert (tmp_path / "log.txt").read_text() == "first\none more run\n"  # appended once: by the real side
+    assert not (tmp_path / "scratch.txt").exists()  # the real side deleted it too
+    lines = both.workdir.lines()
+    assert lines[0] == (f"working directory: the simulated side's files moved to {folder}; the real side started "
+                        f"from the files as they were")
+    assert lines[1:] == [f"  ckpt: created by the simulated side, its version in {folder}/ckpt",
+                         f"  log.txt: modified by the simulated side, its version in {folder}/log.txt; original "
+                         f"restored", "  scratch.txt: deleted by the simulated side; original restored"]
+
+
+# ---------------------------------------------------------------- the mechanism alone (no process)
+def test_nothing_written_moves_nothing_and_creates_nothing(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.txt").write_text("x")
+    rec = workdir.record(tmp_path)
+    backup = rec.backup
+    assert rec.backed_up == {os.path.join("a", "f.txt")} and backup is not None and backup.is_dir()
+    moved = workdir.set_aside(rec)
+    assert moved.to_jsonable() == {"set_aside": None, "truncated": False, "changes": []} and moved.lines() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and not backup.exists()
+
+
+def test_a_file_too_large_to_back_up_is_named_and_its_changed_version_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(workdir, "BACKUP_FILE_BYTES", 3)
+    (tmp_path / "big.bin").write_bytes(b"1234")
+    (tmp_path / "small.txt").write_text("ab")
+    rec = workdir.record(tmp_path)
+    assert rec.backed_up == {"small.txt"}
+    (tmp_path / "big.bin").write_bytes(b"changed")
+    (tmp_path / "small.txt").unlink()
+    (tmp_path / "new" / "deep").mkdir(parents=True)
+    (tmp_path / "new" / "deep" / "x").write_text("x")
+    (tmp_path / "__pycache__").mkdir()  # not tracked: not moved
+    moved = workdir.set_aside(rec, stamp="s")
+    folder = os.path.join(".simdist", "compare", "s", "sim")
+    assert moved.folder == folder
+    assert (tmp_path / "big.bin").read_bytes() == b"changed" == (tmp_path / folder / "big.bin").read_bytes()
+    assert (tmp_path / "small.txt").read_text() == "ab"
+    assert (tmp_path / folder / "new" / "deep" / "x").read_text() == "x" and not (tmp_path / "new").exists()
+    assert (tmp_path / "__pycache__").is_dir()
+    warning = moved.lines()[1]
+    assert warning.startswith("  warning: big.bin: modified by the simulated side and not backed up (over 0 MiB")
+    assert warning.endswith(f"the real side started from the changed state (a copy is in {folder}/big.bin)")
+
+
+def test_a_directory_past_the_entry_bound_is_not_tracked_and_the_report_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(workdir, "MAX_ENTRIES", 2)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    rec = workdir.record(tmp_path)
+    assert rec.truncated and rec.listed == [""]
+    (tmp_path / "a" / "inside").write_text("not tracked")
+    (tmp_path / "top").write_text("tracked")
+    moved = workdir.set_aside(rec, stamp="t")
+    assert [c.path for c in moved.changes] == ["top"] and (tmp_path / "a" / "inside").exists()
+    assert moved.lines()[-1] == ("working directory: more than 2 entries; changes below the first 2 (breadth "
+                                 "first) were not set aside")
+
+
+def test_the_file_simdists_output_goes_to_is_left_alone(tmp_path):
+    """`simdist compare x.py > log.txt` in the folder: the ranks' output reaches log.txt through
+    simdist's stdout; moving it aside would send the rest of the output into the set-aside copy."""
+    log = tmp_path / "log.txt"
+    log.write_text("")
+    saved = os.dup(1)
+    try:
+        with open(log, "a") as f:
+            os.dup2(f.fileno(), 1)
+        rec = workdir.record(tmp_path)
+        os.write(1, b"a rank's line\n")
+        (tmp_path / "ckpt").write_text("x")
+        moved = workdir.set_aside(rec, stamp="o")
+        os.write(1, b"the report\n")
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    assert [c.path for c in moved.changes] == ["ckpt"]
+    assert log.read_text() == "a rank's line\nthe report\n"
