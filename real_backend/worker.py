@@ -242,7 +242,9 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.write_result("aborted", RankError("KeyboardInterrupt", "run interrupted", "killed"))
             self._hard_exit(EXIT_ERROR)
-        self._hard_exit(EXIT_OK)  # finished and recorded: a staying rank may go
+        # finished and recorded: a staying rank may go; this is a finished rank's exit like
+        # `_end`'s (the launcher's release can come while destroy_process_group still runs)
+        self._exit(EXIT_OK)
 
     def _on_terminate(self) -> None:
         """std::terminate (Gloo abort): record what we have; the launcher adds the what() line."""
