@@ -7,10 +7,11 @@ Per rank, in this order:
   both sides; when the traces agree, each entry's reduce op and root where the real side
   knows them (its recorder may not: DDP's C++ bucket all-reduces keep neither);
 * where the rank's code was blocked or left (a script's `location`: file and line);
-* a real rank that was killed before it could record anything (a script's rank on real
-  Gloo keeps its Flight Recorder only until its process dies: a SIGABRT, or the watchdog
-  ending a hang) has no trace, no location and no blocked operation to compare: those are
-  skipped for it (`RankComparison.unrecorded` says so in the summary);
+* a real rank that ended with no record (a script's rank on real Gloo sends its Flight
+  Recorder only when it exits: a SIGABRT, or the watchdog ending a hang -- every rank of a
+  script still blocked on real Gloo -- loses it, whatever it had recorded) has no trace, no
+  location and no blocked operation to compare: those are skipped for it, so such a rank is
+  compared by status, inputs and printed lines only (`RankComparison.unrecorded` says so);
 * status and inputs processed;
 * the error: its category, and for Python-level errors raised by Join or the models
   (categories `join_early_termination` and `model`) also the exception type and the
@@ -61,7 +62,7 @@ class RankComparison:
     differences: list[Difference] = field(default_factory=list)
     sim_collectives: int = 0
     real_collectives: int = 0
-    unrecorded: bool = False  # the real rank was killed before it could record anything
+    unrecorded: bool = False  # the real rank ended with no record (see the module's docstring)
 
     @property
     def agree(self) -> bool:
@@ -353,7 +354,8 @@ def format_comparison(c: Comparison) -> str:
             lines.append(f"  {d.detail}")
     for rc in c.ranks:
         mark = "agree" if rc.agree else "differ"
-        note = "; the real rank was killed before it could record: operations and line not compared" \
+        note = "; the real rank was ended with no record (a hang's watchdog, a signal): operations and line " \
+            "not compared" \
             if rc.unrecorded else ""
         lines.append(f"  rank {rc.rank}: {mark} ({rc.sim_collectives} sim / {rc.real_collectives} real collectives{note})")
         for d in rc.differences:

@@ -18,7 +18,8 @@ limit               default    what it bounds (environment variable ``SIMDIST_MA
 ``messages``        200,000    Gloo messages that modelling one mismatched collective takes
                                (over its ranks; `simdist.engine.gloo_rules`)
 ``script_ranks``    64         rank processes one run of a user's script starts
-                               (``--nproc-per-node``, the fuzzer's world sizes): each is a
+                               (``--nproc-per-node``, the fuzzer's world sizes, the world_size
+                               a self-launching script initialises): each is a
                                Python process that imports torch (~250 MB)
 ==================  =========  ================================================================
 

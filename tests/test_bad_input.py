@@ -25,7 +25,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simdist.errors import InputError, LimitError, ScenarioError, SimdistError
+from simdist.errors import InputError, LimitError, ScenarioError, ScriptError, SimdistError
 from simdist.fuzz.template import parse_template
 from simdist.scenario import load_scenario, parse_scenario
 from simdist.sim import simulate
@@ -382,6 +382,19 @@ def test_script_rank_processes_are_limited_before_any_starts(tmp_path, capsys):
                             nproc=None, nproc_range="2:65", batches_range="1:2", backend=None, timeout=None)
     assert stop.value.exit_code == 2
     assert "error: --nproc-per-node-range: 65 rank processes, over the limit of 64" in capsys.readouterr().err
+
+
+def test_a_script_that_starts_its_own_ranks_is_limited_at_its_first_rank(tmp_path, script_zygote):
+    """Without --nproc-per-node the script starts its ranks itself (mp.spawn): the world its
+    first rank initialises is checked against the same limit, one line, not a wait for them."""
+    from simdist.script import run_script
+
+    p = scenario_file(tmp_path, "import torch.distributed as dist\n"
+                      "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29511', rank=0, world_size=100)\n",
+                      "spawned.py")
+    with pytest.raises(ScriptError, match=r"^script: world_size=100 rank processes, over the limit of 64 .*"
+                                          r"SIMDIST_MAX_SCRIPT_RANKS=100 to allow it\)$"):
+        run_script(p, timeout_s=30, zygote=script_zygote("sim"))
 
 
 def test_an_output_folder_that_cannot_be_made_is_bad_input_before_any_work(tmp_path):

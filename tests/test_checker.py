@@ -230,5 +230,8 @@ def test_trace_hints_tell_a_training_ranks_heartbeat_from_a_joined_ranks_shadow(
 
     (h,) = hints(_entries(beat, bwd, bwd), _entries(beat, bwd, beat))  # rank 1 skipped a sync: no_sync
     assert h.startswith("hint (gradient synchronisation out of step): rank 0 is in DDP reducer") and "no_sync()" in h
+    fwd = "ddp.pre_forward.sync_buffers"  # rank 1 had fewer inputs and went on to an evaluation forward
+    (h2,) = hints(_entries(fwd, bwd, bwd), _entries(fwd, bwd, fwd))
+    assert h2.startswith("hint (gradient synchronisation out of step)") and "ran out of inputs and went on" in h2
     (h,) = hints(_entries(beat, bwd, bwd), _entries(beat, count, beat))  # rank 1 joined: its ZeRO hook's step
     assert h.startswith("hint (Join's shadow out of step): rank 1 has run out of inputs")

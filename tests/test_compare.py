@@ -215,7 +215,7 @@ def test_a_real_rank_the_watchdog_ended_in_a_hang_has_no_record_to_compare():
     real.ranks[1].trace, real.ranks[1].blocked_in = [], None
     c = compare_reports(sim, real)
     assert c.agree and c.ranks[1].unrecorded and not c.ranks[0].unrecorded
-    assert "rank 1: agree (3 sim / 0 real collectives; the real rank was killed before it could record" \
+    assert "rank 1: agree (3 sim / 0 real collectives; the real rank was ended with no record" \
         in format_comparison(c)
     sim.ranks[1].output, real.ranks[1].output = ["step 1"], ["step 2"]  # still compared
     assert {d.field for d in compare_reports(sim, real).differences} == {"output"}

@@ -193,3 +193,24 @@ def test_zero_compute_makes_two_cli_runs_give_the_same_report(tmp_path):
     assert docs[0] == docs[1]
     assert [r["output"] for r in docs[0]["ranks"]] == [["[0.0, 6.0, 12.0, 18.0]"]] * 3
     assert all("compute" not in r for r in docs[0]["ranks"])  # none measured
+
+
+def test_a_cuda_move_on_the_cpu_keeps_its_arguments(monkeypatch):
+    """`Tensor.cuda`/`Tensor.to`, remapped on the class, place the tensor on the CPU and keep
+    every other argument (`memory_format` was dropped by `.cuda`); patched in-process and
+    restored, not in a rank."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    for name in ("to", "cuda", "pin_memory"):
+        monkeypatch.setattr(torch.Tensor, name, getattr(torch.Tensor, name))
+    devices._patch_tensor_moves()
+    t = torch.arange(6.0).reshape(1, 2, 3, 1)
+    cl = torch.channels_last
+    assert not t.is_contiguous(memory_format=cl)
+    assert t.cuda(memory_format=cl).is_contiguous(memory_format=cl)
+    assert t.cuda(1, True).device.type == "cpu"
+    assert t.to("cuda:1", torch.float64, memory_format=cl).is_contiguous(memory_format=cl)
+    assert t.to(device=0, dtype=torch.int32).dtype == torch.int32
+    assert t.to(torch.zeros(1, dtype=torch.float16)).dtype == torch.float16

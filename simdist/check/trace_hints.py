@@ -96,11 +96,14 @@ def _mismatch_hint(f: Finding, entries: list[TraceEntry | None], ranks: list[int
     forward = [(r, e) for r, e in other if e.origin.startswith(_NEXT_FORWARD)]
     if backward and forward:
         (a, ea), (b, eb) = backward[0], forward[0]
+        # the traces alone cannot tell which: a backward that synchronised nothing, or a rank with
+        # fewer inputs that went on to another forward (an evaluation in train mode) -- name both
         return (f"hint (gradient synchronisation out of step): rank {a} is in {_what(ea)} of its backward while rank "
-                f"{b}, still training, issues {_what(eb)} at #{f.seq}, which comes after its gradients were "
-                f"synchronised: rank {b}'s last backward synchronised nothing (model.no_sync() on iterations that "
-                "differ across ranks, or a skipped backward); decide the synchronising steps from a count all "
-                "ranks share, not from a rank's own number of batches")
+                f"{b} issues {_what(eb)} at #{f.seq}, which comes after a forward's gradients were synchronised: "
+                f"rank {b}'s last backward synchronised nothing (model.no_sync() on iterations that differ across "
+                f"ranks, or a skipped backward), or rank {b} ran out of inputs and went on to another forward (an "
+                f"evaluation) while rank {a} still trains; decide the synchronising steps and the end of training "
+                "from a count all ranks share, not from a rank's own number of batches")
     mine = [(r, e) for r, e in calls if e.origin.startswith(USER_ORIGIN_PREFIX)]
     theirs = [(r, e) for r, e in calls if not e.origin.startswith(USER_ORIGIN_PREFIX)]
     if mine and theirs:

@@ -32,6 +32,7 @@ from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Splits
 from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
+from simdist.limits import SCRIPT_RANKS
 from simdist.procs import Watchdog
 from simdist.script import deadlines, env, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
@@ -191,6 +192,10 @@ class Coordinator(GlooTimeoutsMixin):
             except SimdistError as e:  # a topology that cannot hold this world: bad input
                 self.input_error = str(e)
                 self.timeline = Timeline(ZeroCost())
+            try:  # a script that starts its own ranks (mp.spawn) is capped here, at its first rank
+                SCRIPT_RANKS.check(size, "script", f"world_size={size:,} rank processes")
+            except SimdistError as e:
+                self.input_error = self.input_error or str(e)
         if self.input_error is not None:
             error = self.input_error
         elif len(self.batches) > 1 and len(self.batches) != size:

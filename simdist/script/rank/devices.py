@@ -74,8 +74,9 @@ def _patch_tensor_moves() -> None:
         return orig_to(self, *_remap_args(args), **kwargs)
 
     @functools.wraps(torch.Tensor.cuda)
-    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-        return orig_to(self, _CPU, non_blocking=non_blocking)
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
+             memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
 
     @functools.wraps(torch.Tensor.pin_memory)
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
