@@ -8,10 +8,10 @@ Per rank, in this order:
   knows them (its recorder may not: DDP's C++ bucket all-reduces keep neither);
 * where the rank's code was blocked or left (a script's `location`: file and line);
 * a real rank that ended with no record (a script's rank on real Gloo sends its Flight
-  Recorder only when it exits: a SIGABRT, or the watchdog ending a hang -- every rank of a
-  script still blocked on real Gloo -- loses it, whatever it had recorded) has no trace, no
-  location and no blocked operation to compare: those are skipped for it, so such a rank is
-  compared by status, inputs and printed lines only (`RankComparison.unrecorded` says so);
+  Recorder when it exits, or, in a hang, when the launcher asks before the watchdog kills it:
+  a SIGABRT, or a hung rank that did not answer in time, loses it) has no trace, no location
+  and no blocked operation to compare: those are skipped for it, so such a rank is compared
+  by status, inputs and printed lines only (`RankComparison.unrecorded` says so);
 * status and inputs processed;
 * the error: its category, and for Python-level errors raised by Join or the models
   (categories `join_early_termination` and `model`) also the exception type and the
@@ -229,8 +229,9 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
 
 def _unrecorded(real: RankResult) -> bool:
     """A real rank killed before it could record: aborted with no trace, or (a script's
-    rank that the watchdog ended in a hang) with no trace, no line and no blocked operation;
-    a rank that recorded anything, or completed, is compared in full."""
+    rank that the watchdog ended in a hang without its answer to the request for its record,
+    `Coordinator.collect_records`) with no trace, no line and no blocked operation; a rank
+    that recorded anything, or completed, is compared in full."""
     if real.trace:
         return False
     return real.status == "aborted" or (real.status == "hang" and real.location is None
@@ -354,9 +355,8 @@ def format_comparison(c: Comparison) -> str:
             lines.append(f"  {d.detail}")
     for rc in c.ranks:
         mark = "agree" if rc.agree else "differ"
-        note = "; the real rank was ended with no record (a hang's watchdog, a signal): operations and line " \
-            "not compared" \
-            if rc.unrecorded else ""
+        note = "; the real rank was ended with no record (killed by a signal, or a hang's watchdog killed it " \
+            "before it answered for its record): operations and line not compared" if rc.unrecorded else ""
         lines.append(f"  rank {rc.rank}: {mark} ({rc.sim_collectives} sim / {rc.real_collectives} real collectives{note})")
         for d in rc.differences:
             if d.field == "trace":

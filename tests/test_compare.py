@@ -205,9 +205,10 @@ def test_a_real_rank_killed_before_it_could_record_has_no_trace_to_compare():
 
 
 def test_a_real_rank_the_watchdog_ended_in_a_hang_has_no_record_to_compare():
-    """A script's real rank killed by the watchdog in a hang keeps no Flight Recorder, line or
-    blocked operation: its outcome, status and printed lines are compared, the rest is not
-    (the run is not a difference for that), and the summary says so."""
+    """A script's real rank killed by the watchdog in a hang before it answered the request for
+    its record keeps no Flight Recorder, line or blocked operation: its outcome, status and
+    printed lines are compared, the rest is not (the run is not a difference for that), and
+    the summary says so. (A rank that answered is compared in full: tests/test_script_hang.py.)"""
     from simdist.report import CodeLocation
 
     sim, real = _report(), _report("real")

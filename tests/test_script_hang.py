@@ -7,13 +7,16 @@ by peer"), as scenarios/no_join_exit.toml does on real Gloo."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 
 import pytest
 
+from simdist.compare import compare_reports, format_comparison
 from simdist.script import run_script
+from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
-from tests.conftest import EXAMPLES, descendants, line_of
+from tests.conftest import EXAMPLES, ROOT, descendants, line_of
 
 pytestmark = pytest.mark.real
 
@@ -99,3 +102,40 @@ def _run_example(name: str, zygote, forked: bool = True, **kw):
     report = run_script(EXAMPLES / name, timeout_s=180, run_id=run_id, **where, **kw)
     assert tagged_processes(run_id) == [] and descendants(z.pid) == []
     return report
+
+
+RECV_NOBODY_SENDS = ROOT / "tests" / "scripts" / "recv_nobody_sends.py"
+
+
+def test_a_real_hang_keeps_each_ranks_record_and_compare_compares_it(script_zygote):
+    """On real Gloo a hang is ended by the watchdog; before killing the ranks the launcher asks
+    each for its record (Flight Recorder, p2p operations, the line its main thread is blocked
+    at), so `simdist compare` compares operations, blocked operation and line, not only
+    status and output; sides that hang at different places DIFFER."""
+    run_id = new_run_id()
+    both = compare_script(RECV_NOBODY_SENDS, nproc_per_node=2, backend="gloo", timeout_s=3, run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    sim, real = both.sim.report, both.real.report
+    at_reduce, at_recv = line_of(RECV_NOBODY_SENDS, "dist.all_reduce(t)"), line_of(RECV_NOBODY_SENDS, "dist.recv(")
+    for rep in (sim, real):
+        r0, r1 = rep.ranks
+        assert [r.status for r in rep.ranks] == ["hang", "hang"], rep.source
+        assert [e.op for e in r0.trace] == ["all_reduce"] * 3 and [e.op for e in r1.trace] == ["all_reduce"] * 2 + ["recv"]
+        assert (r0.blocked_in.op, r0.blocked_in.seq, r1.blocked_in.op, r1.blocked_in.peer) == ("all_reduce", 3, "recv", 0)
+        assert (r0.location.line, r1.location.line) == (at_reduce, at_recv), rep.source
+    notes = "\n".join(real.notes)
+    assert "rank 1 is blocked (its oldest unfinished operation: #1 recv" in notes and "blocked in an unfinished" in notes
+    c = compare_reports(sim, real)
+    assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
+    assert "rank 1: agree (3 sim / 3 real collectives)" in format_comparison(c)
+    # a simulator that hung rank 1 in a third all_reduce instead of the recv: reported, not agreed
+    other = copy.deepcopy(sim)
+    r1 = other.ranks[1]
+    r1.trace[-1] = r1.blocked_in = copy.deepcopy(other.ranks[0].trace[-1])
+    r1.location = copy.deepcopy(other.ranks[0].location)
+    c = compare_reports(other, real)
+    assert not c.agree and {d.field for d in c.differences if d.rank == 1} == {"trace", "location", "blocked_in"}
+    assert "DIFFER" in format_comparison(c).splitlines()[0]
+    assert f"ended at: sim recv_nobody_sends.py:{at_reduce} | real recv_nobody_sends.py:{at_recv}" \
+        in format_comparison(c)

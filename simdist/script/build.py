@@ -137,8 +137,9 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     assert coord.engine is not None
     rs = coord.engine.ranks[r]
     conn = coord.by_rank.get(r)
-    if real:  # nothing went through the engine: the trace is the Flight Recorder's
-        x = (conn.exit or {}) if conn is not None else {}
+    if real:  # nothing went through the engine: the trace is the Flight Recorder's (at exit, or
+        # the answer a hung rank gave before it was killed: `Coordinator.collect_records`)
+        x = (conn.exit or conn.record or {}) if conn is not None else {}
         rs.trace = fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")) if conn is not None else []
     if conn is None:
         err = RankError("ScriptError", "no process initialised this rank's process group", "other")
@@ -151,6 +152,8 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         if conn.block is not None:
             waiting = conn.ops[conn.block.ids[0]].entry
             where = _user_location(conn.block.frames)
+        elif conn.record is not None and conn.record.get("where"):
+            where = location(*conn.record["where"][:3])
         blocked = pending[0] if pending else waiting
         how = "still running" if ending.kind == "timeout" else "blocked"
     else:
@@ -173,6 +176,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         at = f" at {r.location.short()}" if r.location is not None else ""
         if r.status == "hang" and r.waiting_in is not None:
             notes.append(f"rank {r.rank} is blocked in {r.waiting_in.short()}{at}")
+        elif r.status == "hang" and report.source == "real" and r.blocked_in is not None:
+            notes.append(f"rank {r.rank} is blocked (its oldest unfinished operation: {r.blocked_in.short()}){at}")
         elif r.status == "hang":
             notes.append(f"rank {r.rank} is still running{at}")
         elif r.exit is not None:
@@ -184,6 +189,11 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(_timeout_notes(coord))
+    if report.source == "real" and ending.kind in ("hang", "timeout"):
+        silent = [r for r, c in coord.by_rank.items() if c.exit is None and c.record is None]
+        if silent:
+            notes.append(f"ranks {sorted(silent)} did not answer the request for their record before they were "
+                         f"killed: their operations and line are unknown")
     if report.ranks and not any(r.inputs_processed for r in report.ranks):
         # a script's inputs are its DataLoaders' batches: a 0 column would read as "did nothing"
         notes.append("inputs: no rank's DataLoaders yielded a batch (a script's inputs are the batches its "
@@ -198,6 +208,10 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         if coord.backend == "nccl" and gone:
             notes.append("backend nccl: a peer that exits leaves its partners blocked (NCCL's watchdog would end "
                          "them after its timeout); with gloo they would fail with 'Connection closed by peer'")
+    elif ending.kind == "timeout" and report.source == "real" and all(
+            r.blocked_in is not None for r in report.ranks if r.status == "hang"):
+        notes.append("watchdog: no rank communicated in time; each rank still running answered, before it was "
+                     "killed, that it is blocked in an unfinished operation (above)")
     elif ending.kind == "timeout":
         notes.append("watchdog: the run did not finish in time and no hang was proven (a rank may be computing "
                      "or spinning without communicating)")

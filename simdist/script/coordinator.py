@@ -40,6 +40,12 @@ from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
 
 POLL_S = 0.05
+# How long a hung real run's ranks are given to answer the request for their record before
+# they are killed (`collect_records`); the wait ends as soon as all have answered. A process's
+# first Flight Recorder dump symbolizes its Python stacks, which imports torch._dynamo unless
+# the script (or the fork server, `rank.zygote`) already did: ~1 s of CPU, 2-3 s measured on a
+# loaded 2-core host; otherwise a dump takes milliseconds.
+RECORD_WAIT_S = 10.0
 
 
 def semantics_of(requested: str) -> str:
@@ -174,6 +180,8 @@ class Coordinator(GlooTimeoutsMixin):
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
+        elif kind == "record":  # the answer to `collect_records`' request
+            conn.record = h
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
@@ -350,6 +358,25 @@ class Coordinator(GlooTimeoutsMixin):
         self._pump()
 
     # ------------------------------------------------------------------ hang
+    def collect_records(self, wait_s: float = RECORD_WAIT_S) -> None:
+        """Before the ranks of a hung real run are killed: ask each that is still there and
+        has not reported its end for its record (its reader thread answers, `rank.client`:
+        Flight Recorder, p2p operations, the user's line where its main thread stands), and
+        read the answers for at most `wait_s`. A rank that does not answer keeps no record."""
+        asked = [c for c in self.by_rank.values() if c.connected and c.exit is None]
+        for c in asked:
+            self._send(c, {"t": "dump"})
+        deadline = time.monotonic() + wait_s
+        while any(c.connected and c.exit is None and c.record is None for c in asked):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for key, _ in self.sel.select(min(left, POLL_S)):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key.data)
+
     def _live(self) -> list[RankConn]:
         """Ranks that may still communicate. On NCCL a rank that announced its exit is gone
         for its peers already; on Gloo its peers learn only when its process ends."""

@@ -9,6 +9,10 @@ The idle watcher makes waits that torch does in C++ visible. DDP's reducer waits
 futures of its bucket all-reduces inside autograd, where no Python code runs; a rank whose
 main thread holds requested, unfinished futures and has stopped using CPU (for
 `IDLE_CONFIRM_S`) while standing in a C++ call reports itself blocked on them.
+
+On real Gloo the reader thread also answers the launcher's request for the rank's record
+when a run hangs (`answer_dumps`): the main thread is then blocked in a C++ wait, where a
+Python signal handler would never run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from simdist.script import wire
@@ -121,6 +126,8 @@ class Client:
                 ev.set()
             elif kind == "abort":
                 _abort(header.get("detail", ""))
+            elif kind == "dump":  # answered here: the main thread may be blocked in a C++ wait for good
+                self.send({"t": "record", **_record()})
 
     # ------------------------------------------------------------------ idle watcher
     def _watch_idle(self) -> None:
@@ -156,6 +163,26 @@ def _in_native_call(frame: Any) -> bool:
     """Whether the main thread waits inside a C/C++ call made from torch or user code (a
     future wait in autograd), not in a Python-level wait of the standard library."""
     return stack.is_user_file(frame.f_code.co_filename) or "torch" in frame.f_code.co_filename
+
+
+_answer: Callable[[], dict[str, Any]] | None = None  # what a "dump" request is answered with
+
+
+def answer_dumps(fn: Callable[[], dict[str, Any]]) -> None:
+    """On real Gloo (`rank.patches`): when the launcher has decided that the run hangs, it asks
+    each live rank for its record before killing it (`Coordinator.collect_records`); the
+    reader thread answers with `fn()` (the Flight Recorder, where the main thread stands)."""
+    global _answer
+    _answer = fn
+
+
+def _record() -> dict[str, Any]:
+    if _answer is None:
+        return {}
+    try:
+        return _answer()
+    except Exception as e:  # noqa: BLE001 - the answer must still go out, or the launcher waits for nothing
+        return {"warnings": [f"{type(e).__name__}: {e}"]}
 
 
 def coordinator_gone() -> None:

@@ -105,6 +105,23 @@ def send() -> None:
     c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
 
 
+def snapshot() -> dict[str, Any]:
+    """What a rank that has not ended says when the launcher asks before killing it (a hang on
+    real Gloo; answered from the reader thread, `client.answer_dumps`): what it would send at
+    exit (the Flight Recorder, p2p operations) and where its main thread stands: the innermost
+    frame of the user's code (`where`, as the simulated side's location) and the whole stack."""
+    out: dict[str, Any] = {}
+    for fn in _extras:
+        try:
+            out.update(fn())
+        except Exception as e:  # noqa: BLE001 - the rest of the record still goes out
+            out.setdefault("warnings", []).append(f"{type(e).__name__}: {e}")
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    out["where"] = stack.where(stack.innermost_user(frame))
+    out["frames"] = stack.capture(frame)
+    return out
+
+
 def _how(wanted: str) -> tuple[str, list | None]:
     """`wanted` with the caller's line when the user's code called it directly; a library
     ending the process (multiprocessing once the target returned) is a normal return."""

@@ -142,6 +142,7 @@ def install(mode: str) -> None:
         pylog.install()
         exits.add_to_exit(lambda: {"fr": flight.dump()})
         exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
+        client.answer_dumps(exits.snapshot)  # the same, and where it stands, when a hung run is ended
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)
