@@ -19,29 +19,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import os
 import sys
 
-from real_backend.bench import run_ranks, worker_main
+from real_backend.bench import join_gloo_world, run_ranks, worker_main
 from real_backend.calibrate import _exchange, _ping, _timed_passes, block_summary, call_cost
 from simdist.network.gloo_time import gloo_op_time
 from simdist.network.host import HostProfile
-from simdist.procs import die_with_parent
 
 MODELLED = ("broadcast", "all_to_all", "all_gather", "all_reduce")
 
 
 def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
-    die_with_parent()
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p, is_master=False,
-                          timeout=datetime.timedelta(seconds=300))
-    dist.init_process_group("gloo", rank=rank, world_size=p, store=store)
+    rank, p = join_gloo_world()
     own, _ = dist.new_subgroups(group_size=1)
     try:
         n = cfg["nbytes"] // 4

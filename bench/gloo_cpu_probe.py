@@ -13,27 +13,20 @@ outnumber cores: the quantity the model's processor sharing divides.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
 import sys
 import time
 
-from real_backend.bench import run_ranks, worker_main
-from simdist.procs import die_with_parent
+from real_backend.bench import join_gloo_world, run_ranks, worker_main
 
 
 def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
-    die_with_parent()
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p, is_master=False,
-                          timeout=datetime.timedelta(seconds=300))
-    dist.init_process_group("gloo", rank=rank, world_size=p, store=store)
+    rank, p = join_gloo_world()
     pair = dist.new_group([0, 1])
     pairs = [dist.new_group([i, i + 1]) for i in range(0, p - 1, 2)]  # every rank creates every group
     mine = pairs[rank // 2] if rank // 2 < len(pairs) else None

@@ -189,6 +189,23 @@ def save_rows(rows: list[BenchRow], path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------- worker side
+def join_gloo_world() -> tuple[int, int]:  # pragma: no cover - runs in child processes
+    """A measuring rank's start on Gloo (calibration and probes): it dies with its parent, runs
+    torch on one thread (ranks share this host's cores; a multi-threaded op would measure the
+    machine's thread pool, not Gloo), and joins the store the parent hosts on 127.0.0.1
+    (`simdist.procs.loopback_store`). Returns (rank, world size)."""
+    die_with_parent()
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p, is_master=False,
+                          timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group("gloo", rank=rank, world_size=p, store=store)
+    return rank, p
+
+
 def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
     die_with_parent()
     import torch

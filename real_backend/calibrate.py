@@ -30,16 +30,14 @@ Nothing here measures a collective: those are what the model predicts.
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
 import statistics
 import time
 
-from real_backend.bench import run_ranks, worker_main
+from real_backend.bench import join_gloo_world, run_ranks, worker_main
 from simdist.network.host import HostProfile
-from simdist.procs import die_with_parent
 
 MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
 REPEATS = 7
@@ -108,15 +106,10 @@ def call_cost(barrier: list[float], exchange: list[float], floor: list[float]) -
 
 # --------------------------------------------------------------------------- worker side
 def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
-    die_with_parent()
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    rank, p = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p, is_master=False,
-                          timeout=datetime.timedelta(seconds=300))
-    dist.init_process_group("gloo", rank=rank, world_size=p, store=store)
+    rank, p = join_gloo_world()
     own, _ = dist.new_subgroups(group_size=1)
     try:
         emit = (lambda d: print(json.dumps(d), flush=True)) if rank == 0 else (lambda d: None)
