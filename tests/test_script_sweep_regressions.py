@@ -9,7 +9,7 @@ import pytest
 from simdist.compare import compare_reports
 from simdist.report import RankError, RankResult, Report, TraceEntry
 from simdist.testing.races import EXIT_RACE_S, exit_races
-from tests.test_script_examples import _run, _verdict, differences
+from tests.test_script_examples import RACE_TRIES, _run, _verdict, differences
 
 
 @pytest.mark.real
@@ -143,10 +143,21 @@ def test_a_timeout_against_a_peers_teardown_is_named_a_race_not_a_difference():
 def test_two_sizes_of_all_gather_abort_both_receivers_whoever_posts_last(script_zygote):
     """tests/scripts/allgather_two_sizes.py (4 ranks): ranks 1 and 3 send 1200-byte blocks into
     ranks 2's and 0's 16-byte receives: both abort on both sides, the others lose a peer (the
-    simulator failed the last of 0 and 2 to post with the peer gone, since a member had aborted)."""
+    simulator failed the last of 0 and 2 to post with the peer gone, since a member had aborted).
+
+    A race of real Gloo, seen once in a two-worker CI run (2026-11-24; likely mechanism): rank 1's block goes to
+    rank 2 only once rank 2 has posted its receive; when rank 0 aborts first, rank 1 fails
+    (peer lost) and exits, and a rank 2 that posts only after that exit sees its peer gone
+    ("status: sim aborted, real error") instead of the oversized block. The simulator gives
+    the outcome of prompt posting (both receivers abort), so the real side is run again, at
+    most RACE_TRIES times, until it shows that outcome, and must show it once."""
     entry = {"script": "../tests/scripts/allgather_two_sizes.py", "nproc": 4}
-    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    sim = _run(entry, "sim", script_zygote)
     assert _verdict(sim) == ["aborted:gloo_abort", "error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
+    for _ in range(RACE_TRIES):
+        real = _run(entry, "gloo", script_zygote)
+        if _verdict(real) == _verdict(sim):
+            break
     assert differences(sim, real) == []
 
 
