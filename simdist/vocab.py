@@ -106,6 +106,22 @@ DTYPE_BYTES: dict[str, int] = {
     "bool": 1,
 }
 # Further names the Gloo rules and recorders meet (complex views, torch's short aliases).
+# torch's own scalar-type names (c10 ScalarType: what Flight Recorder dumps and Gloo's error
+# messages print) against ours: the engine words errors with them, flightrec reads and writes them.
+FR_DTYPES: dict[str, str] = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+}
+TORCH_DTYPE_NAMES: dict[str, str] = {v: k for k, v in FR_DTYPES.items()}  # float32 -> Float (what export writes)
+
 DTYPE_ALIASES: dict[str, str] = {
     "float": "float32",
     "double": "float64",

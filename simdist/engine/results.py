@@ -22,13 +22,13 @@ from simdist.engine.values import (
     reduce_payloads,
 )
 from simdist.errors import LimitError
-from simdist.flightrec.format import TORCH_DTYPE_NAMES
 from simdist.vocab import (
     BITWISE_REDUCE_OPS,
     FLOAT_DTYPES,
     GLOO_NO_KERNEL_DTYPES,
     P2P_OPS,
     REDUCING_OPS,
+    TORCH_DTYPE_NAMES,
     gloo_empty_is_local,
 )
 

@@ -18,7 +18,6 @@ from simdist.flightrec.format import (
     DEFAULT_DUMP_PREFIX,
     ERROR_FILE_ENV,
     FR_BUFFER_SIZE,
-    FR_DTYPES,
     FR_DUMP_ENV,
     FR_ENV,
     NO_DTYPE,
@@ -28,6 +27,7 @@ from simdist.flightrec.format import (
     fr_numel,
     fr_op_name,
 )
+from simdist.vocab import FR_DTYPES
 
 __all__ = [
     "DEFAULT_DUMP_PREFIX", "ERROR_FILE_ENV", "FR_BUFFER_SIZE", "FR_DTYPES", "FR_DUMP_ENV", "FR_ENV", "NO_DTYPE",

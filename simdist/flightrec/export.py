@@ -32,13 +32,12 @@ from simdist.flightrec.format import (
     DEFAULT_PG_DESC,
     ERROR_FILE_NAME,
     FORMAT_VERSION,
-    TORCH_DTYPE_NAMES,
     dump_path,
 )
 from simdist.flightrec.rebuild import ORIGIN_KEY
 from simdist.report import Report, TraceEntry
 from simdist.scenario import Scenario
-from simdist.vocab import P2P_OPS, WORLD
+from simdist.vocab import P2P_OPS, TORCH_DTYPE_NAMES, WORLD
 
 PG_TIMEOUT_MS = 1_800_000  # torch's default process-group timeout, what an entry's timeout_ms holds
 Form = Literal["pickle", "json"]

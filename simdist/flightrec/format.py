@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from simdist.vocab import FR_DTYPES
+
 # --------------------------------------------------------------------------- environment
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER_SIZE = "20000"
@@ -63,19 +65,6 @@ def parse_version(version: object) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- dtypes
-FR_DTYPES = {
-    "Float": "float32",
-    "Double": "float64",
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Long": "int64",
-    "Int": "int32",
-    "Short": "int16",
-    "Char": "int8",
-    "Byte": "uint8",
-    "Bool": "bool",
-}
-TORCH_DTYPE_NAMES = {v: k for k, v in FR_DTYPES.items()}  # float32 -> Float (what export writes)
 # Ops without a tensor payload are recorded with numel 0 and this dtype.
 NO_DTYPE = "none"
 
