@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from simdist.compare import error_view
 from simdist.scenario import load_scenario
 
 from .conftest import ROOT, descendants
@@ -32,7 +33,8 @@ _TIMES = {"t_issue", "t_done", "time", "t_begin", "t_end"}  # (t_begin, t_end: p
 
 def _same_run(report) -> dict:
     """What a run's report says about the ranks, without what differs between any two runs:
-    times, and the ports in Gloo's messages."""
+    times, the ports in Gloo's messages, and a backend error's wording (`compare.error_view`:
+    Gloo words one lost peer two ways, by TCP timing)."""
 
     def strip(x):
         if isinstance(x, dict):
@@ -43,7 +45,8 @@ def _same_run(report) -> dict:
             return re.sub(r"\d+\.\d+ s|\]:\d+", "#", x)
         return x
 
-    return strip({"outcome": report.outcome, "ranks": [asdict(r) for r in report.ranks], "notes": report.notes})
+    ranks = [asdict(r) | {"error": error_view(r.error)} for r in report.ranks]
+    return strip({"outcome": report.outcome, "ranks": ranks, "notes": report.notes})
 
 
 def _dumps(folder: Path) -> dict[str, object]:
@@ -84,6 +87,7 @@ import sys
 from pathlib import Path
 from real_backend.launch import run_real
 from real_backend.workers import WorkerZygote
+from simdist.compare import error_view
 from simdist.scenario import load_scenario
 with WorkerZygote() as z:
     print(z.pid, flush=True)
