@@ -42,7 +42,7 @@ from typing import IO, Any
 
 from real_backend.workers import WorkerZygote, start_worker, worker_env
 from simdist.errors import HostError
-from simdist.limits import check_timeout
+from simdist.limits import LOCAL_RANKS, check_timeout
 from simdist.procs import LocalProcess, LocalProcesses, Watchdog, interrupt_event, loopback_store
 from simdist.program.budget import check_ops
 from simdist.report import (
@@ -58,7 +58,6 @@ from simdist.report import (
 from simdist.scenario import Scenario, check_target
 from simdist.tempdir import TempDir
 
-MAX_LOCAL_WORLD_SIZE = 16  # CPU ranks on one host (Gloo); each is a full torch process
 STARTUP_LIMIT_S = 120.0  # longest a rank may spend importing torch and in the rendezvous
 GRACE_S = 5.0  # how long ranks get to write their records before they are killed
 POLL_S = 0.05
@@ -102,10 +101,8 @@ def check_host(scenario: Scenario) -> None:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n < w:
             raise HostError(f"backend 'nccl' needs {w} CUDA devices (one per rank) on this host, found {n}")
-    elif w > MAX_LOCAL_WORLD_SIZE:
-        raise HostError(
-            f"world_size {w} is more than {MAX_LOCAL_WORLD_SIZE} CPU ranks on one host; run it under torchrun on several nodes"
-        )
+    else:
+        LOCAL_RANKS.check(w, "world_size", f"{w:,} CPU rank processes on this host")
 
 
 def run_real(

@@ -17,10 +17,11 @@ limit               default    what it bounds (environment variable ``SIMDIST_MA
                                `simdist.program.budget`; also the trace entries it may record)
 ``messages``        200,000    Gloo messages that modelling one mismatched collective takes
                                (over its ranks; `simdist.engine.gloo_rules`)
-``script_ranks``    64         rank processes one run of a user's script starts
+``local_ranks``     64         rank processes one run starts on this host: a user's script's
                                (``--nproc-per-node``, the fuzzer's world sizes, the world_size
-                               a self-launching script initialises): each is a
-                               Python process that imports torch (~250 MB)
+                               a self-launching script initialises) and a scenario's on the
+                               real backend (its ``world_size``): each is a Python process
+                               that imports torch (~250 MB)
 ==================  =========  ================================================================
 
 The report a run returns holds at most ``ops`` trace entries, so its size is bounded too.
@@ -92,8 +93,8 @@ FILE_BYTES = Limit("file_bytes", 1 << 20, "bytes per input file")
 DATA_ITEMS = Limit("data_items", 1_000_000, "values per scenario or template")
 OPS = Limit("ops", 2_000_000, "operations per run")
 MESSAGES = Limit("messages", 200_000, "Gloo messages per mismatched collective")
-SCRIPT_RANKS = Limit("script_ranks", 64, "rank processes per script run")
-LIMITS: tuple[Limit, ...] = (FILE_BYTES, DATA_ITEMS, OPS, MESSAGES, SCRIPT_RANKS)
+LOCAL_RANKS = Limit("local_ranks", 64, "rank processes per run on this host")
+LIMITS: tuple[Limit, ...] = (FILE_BYTES, DATA_ITEMS, OPS, MESSAGES, LOCAL_RANKS)
 
 
 def check_timeout(seconds: float, what: str = "--timeout") -> float:

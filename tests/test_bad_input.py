@@ -375,7 +375,7 @@ def test_script_rank_processes_are_limited_before_any_starts(tmp_path, capsys):
 
     p = scenario_file(tmp_path, "import torch\n", "train.py")
     with pytest.raises(LimitError, match=r"^nproc_per_node: 100,000 rank processes, over the limit of 64 .*"
-                                         r"SIMDIST_MAX_SCRIPT_RANKS=100000"):
+                                         r"SIMDIST_MAX_LOCAL_RANKS=100000"):
         run_script(p, nproc_per_node=100_000)
     with pytest.raises(typer.Exit) as stop:  # bad_input: one line, exit 2
         fuzz_script_command([p], budget=1, seed=0, out_dir=tmp_path, no_shrink=True, json_=True, quiet=True,
@@ -393,7 +393,7 @@ def test_a_script_that_starts_its_own_ranks_is_limited_at_its_first_rank(tmp_pat
                       "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29511', rank=0, world_size=100)\n",
                       "spawned.py")
     with pytest.raises(ScriptError, match=r"^script: world_size=100 rank processes, over the limit of 64 .*"
-                                          r"SIMDIST_MAX_SCRIPT_RANKS=100 to allow it\)$"):
+                                          r"SIMDIST_MAX_LOCAL_RANKS=100 to allow it\)$"):
         run_script(p, timeout_s=30, zygote=script_zygote("sim"))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simdist.errors import HostError
+from simdist.errors import HostError, LimitError
 from simdist.scenario import load_scenario, parse_scenario
 
 from .conftest import descendants, listening_sockets
@@ -275,8 +275,9 @@ def test_ctrl_c_stops_every_rank_and_keeps_a_partial_report(tmp_path):
 
 def test_host_errors_are_one_line():
     base = {"inputs": {"base": 1}, "loop": [{"kind": "collective", "op": "all_reduce"}]}
-    with pytest.raises(HostError, match="world_size 17"):
-        run_real(parse_scenario({**base, "world_size": 17}))
+    with pytest.raises(LimitError, match=r"^world_size: 65 CPU rank processes on this host, over the limit of 64 "
+                                         r"rank processes per run on this host \(set SIMDIST_MAX_LOCAL_RANKS=100 to allow it\)$"):
+        run_real(parse_scenario({**base, "world_size": 65}))
     if not torch.cuda.is_available():
         with pytest.raises(HostError, match="nccl.*CUDA devices"):
             run_real(parse_scenario({**base, "world_size": 2, "backend": "nccl"}))

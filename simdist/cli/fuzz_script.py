@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say
 from simdist.errors import ScriptError
-from simdist.limits import SCRIPT_RANKS
+from simdist.limits import LOCAL_RANKS
 
 NprocRangeOpt = Annotated[str | None, typer.Option(
     "--nproc-per-node-range", help="script: world sizes to explore, LO:HI, torchrun-style (default: the script "
@@ -57,7 +57,7 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
         worlds = (nproc, nproc) if nproc is not None else parse_range(nproc_range, "--nproc-per-node-range", 1) \
             if nproc_range is not None else None
         if worlds is not None:
-            SCRIPT_RANKS.check(worlds[1], "--nproc-per-node-range" if nproc is None else "--nproc-per-node",
+            LOCAL_RANKS.check(worlds[1], "--nproc-per-node-range" if nproc is None else "--nproc-per-node",
                                f"{worlds[1]:,} rank processes")
         if backend is not None and backend not in BACKENDS:
             raise ScriptError(f"--backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -16,7 +16,7 @@ from typing import IO, Any
 from simdist.check.classify import Verdict, judge
 from simdist.check.waitfor import build_waitfor
 from simdist.errors import ScriptError
-from simdist.limits import SCRIPT_RANKS, check_timeout
+from simdist.limits import LOCAL_RANKS, check_timeout
 from simdist.network.cost import CostModel
 from simdist.procs import Watchdog
 from simdist.report import Report
@@ -140,7 +140,7 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
     if nproc_per_node is not None and nproc_per_node < 1:
         raise ScriptError(f"nproc_per_node: must be >= 1, got {nproc_per_node}")
     if nproc_per_node is not None:
-        SCRIPT_RANKS.check(nproc_per_node, "nproc_per_node", f"{nproc_per_node:,} rank processes")
+        LOCAL_RANKS.check(nproc_per_node, "nproc_per_node", f"{nproc_per_node:,} rank processes")
     if zygote is not None and not runs(zygote, script, mode):
         raise ScriptError(f"zygote: a fork server for {zygote.script or 'scripts'} ({zygote.mode}) cannot run "
                           f"{script} ({mode})")

@@ -32,7 +32,7 @@ from simdist.engine.core import Engine, RankRaised
 from simdist.engine.values import Splits
 from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
-from simdist.limits import SCRIPT_RANKS
+from simdist.limits import LOCAL_RANKS
 from simdist.procs import Watchdog
 from simdist.script import deadlines, env, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
@@ -201,7 +201,7 @@ class Coordinator(GlooTimeoutsMixin):
                 self.input_error = str(e)
                 self.timeline = Timeline(ZeroCost())
             try:  # a script that starts its own ranks (mp.spawn) is capped here, at its first rank
-                SCRIPT_RANKS.check(size, "script", f"world_size={size:,} rank processes")
+                LOCAL_RANKS.check(size, "script", f"world_size={size:,} rank processes")
             except SimdistError as e:
                 self.input_error = self.input_error or str(e)
         if self.input_error is not None:
