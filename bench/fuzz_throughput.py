@@ -31,7 +31,9 @@ hit rate (`compress.verdict_key`), the iterations that lie in a prefix shared wi
 schedule (nothing a rank does before its input check at iteration i depends on more than
 min(count, i), so two compressed schedules with equal min(count, i) on every rank run the
 same until then), and the rates those would give if the shared part, or all simulation, cost
-nothing.
+nothing; then the most each candidate way to 500/s could give (docs/fuzzing.md, "What would
+reach 500/s"): (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes,
+and their combinations; and the hits of a verdict memo up to a relabelling of ranks.
 """
 
 from __future__ import annotations
@@ -154,9 +156,17 @@ def sharing(budget: int, seed: int) -> None:
     from simdist.scenario import parse_scenario
 
     runs: list[tuple[int, ...]] = []
+    cuts: list[tuple[int, ...]] = []
     warm: list[bool] = []
-    sim_cpu = [0.0]
-    simulate, outcome = sim.simulate, checker_mod.Checker._outcome
+    sim_cpu, check_cpu, steady = [0.0], [0.0], [0]
+    simulate, outcome, check = sim.simulate, checker_mod.Checker._outcome, checker_mod.Checker.check
+
+    def timed_check(self: Any, *a: Any, **k: Any) -> Any:
+        c = time.process_time()
+        try:
+            return check(self, *a, **k)
+        finally:
+            check_cpu[0] += time.process_time() - c
 
     def timed(*a: Any, **k: Any) -> Any:
         c = time.process_time()
@@ -169,10 +179,14 @@ def sharing(budget: int, seed: int) -> None:
         p = plan(s)
         if p.compressed:
             runs.append(p.compressed_counts)
+            cuts.append(tuple(p.cuts()))
             warm.append(min(p.compressed_counts) >= p.threshold + WARM_PERIODS * p.period)
+            # a stretch's first iteration is its transient; the rest are what a fast-forward could skip
+            steady[0] += max(p.compressed_counts) - len(set(p.compressed_counts) - {0})
         return outcome(self, d, s)
 
     sim.simulate, checker_mod.Checker._outcome = timed, recorded  # type: ignore[method-assign]
+    checker_mod.Checker.check = timed_check  # type: ignore[method-assign]
     try:
         res = measure_one(budget, seed, 1)
         # set-up and Join's exit alone: every rank with no input
@@ -183,6 +197,7 @@ def sharing(budget: int, seed: int) -> None:
         setup = (time.process_time() - c0) / 50
     finally:
         sim.simulate, checker_mod.Checker._outcome = simulate, outcome  # type: ignore[method-assign]
+        checker_mod.Checker.check = check  # type: ignore[method-assign]
     n, cpu, sims = res["schedules"], res["cpu"], res["compressed"] - res["reused"]
     total, shared = _shared_prefix(runs)
     per_iter = max(sim_cpu[0] - setup * sims, 0.0) / max(res["iterations_run"], 1)
@@ -197,6 +212,43 @@ def sharing(budget: int, seed: int) -> None:
     print(f"sharing: if every shared prefix and the set-up cost nothing: {n / (cpu - saved):.1f} schedules/s "
           f"CPU time ({n / (cpu - saved) / TARGET_RATE:.2f}x of the target; now {n / cpu:.1f}/s); if simulating cost "
           f"nothing at all: {n / (cpu - sim_cpu[0]):.1f}/s ({n / (cpu - sim_cpu[0]) / TARGET_RATE:.2f}x)")
+    _ceilings(n, cpu, gen=cpu - check_cpu[0], saved=saved, ff=per_iter * steady[0], steady=steady[0], total=total,
+              shared=shared)
+    _relabelling_memos(runs, cuts)
+
+
+def _ceilings(n: int, cpu: float, *, gen: float, saved: float, ff: float, steady: int, total: int,
+              shared: int) -> None:
+    """The rate each candidate of docs/fuzzing.md ("What would reach 500/s") would give at most:
+    (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes and set-up."""
+    _ceiling("(1) fast-forward inside compressed runs", f"{steady} of {total} iterations are not a stretch's "
+             "first (the warm-up and unsettled gaps); skipping all of them", n, cpu, ff)
+    _ceiling("(2) generation", f"{gen:.2f} s ({gen / n * 1e3:.2f} ms a schedule) outside the property "
+             "(hypothesis, instantiating, validating); if it cost nothing", n, cpu, gen)
+    _ceiling("(3) shared prefixes", "if every shared prefix and the set-up cost nothing", n, cpu, saved)
+    _ceiling("(2)+(3)", "both free", n, cpu, gen + saved)
+    _ceiling("(1)+(2)+(3)", "all three free (the fast-forward on the unshared part only)", n, cpu,
+             gen + saved + ff * (1 - shared / max(total, 1)))
+
+
+def _ceiling(label: str, what: str, n: int, cpu: float, saved: float) -> None:
+    rate = n / max(cpu - saved, 1e-9)
+    print(f"ceiling {label}: {what}: {rate:.1f} schedules/s ({rate / TARGET_RATE:.2f}x of the target)")
+
+
+def _relabelling_memos(runs: list[tuple[int, ...]], cuts: list[tuple[int, ...]]) -> None:
+    """Hits of a verdict memo keyed by the compressed counts and cuts (the template's other fields
+    are fixed here: `verdict_key`), and by the counts up to a relabelling of ranks: of ranks 3-6
+    (no ZeRO shard, no root, not the highest rank), or of all ranks (not sound for this template)."""
+    keys = {"exact (verdict_key, one memo for all shards)": lambda c: c, "ranks 3-6 relabelled": lambda c: c[:3] + tuple(sorted(c[3:7])) + c[7:],
+            "any relabelling (not sound here)": lambda c: tuple(sorted(c))}
+    for label, f in keys.items():
+        seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        hits = 0
+        for c, k in zip(runs, cuts, strict=True):
+            hits += (f(c), k) in seen
+            seen.add((f(c), k))
+        print(f"sharing: a verdict memo over compressed counts, {label}: {hits} hits of {len(runs)}")
 
 
 class _Zeros:
