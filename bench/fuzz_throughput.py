@@ -152,8 +152,6 @@ def sharing(budget: int, seed: int) -> None:
     from simdist import sim
     from simdist.fuzz import checker as checker_mod
     from simdist.fuzz.compress import WARM_PERIODS, plan
-    from simdist.fuzz.template import parse_template
-    from simdist.scenario import parse_scenario
 
     runs: list[tuple[int, ...]] = []
     cuts: list[tuple[int, ...]] = []
@@ -189,22 +187,17 @@ def sharing(budget: int, seed: int) -> None:
     checker_mod.Checker.check = timed_check  # type: ignore[method-assign]
     try:
         res = measure_one(budget, seed, 1)
-        # set-up and Join's exit alone: every rank with no input
-        s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
-        c0 = time.process_time()
-        for _ in range(50):
-            simulate(s0)
-        setup = (time.process_time() - c0) / 50
+        setup, exit_ = _setup_and_exit(simulate)
     finally:
         sim.simulate, checker_mod.Checker._outcome = simulate, outcome  # type: ignore[method-assign]
         checker_mod.Checker.check = check  # type: ignore[method-assign]
     n, cpu, sims = res["schedules"], res["cpu"], res["compressed"] - res["reused"]
     total, shared = _shared_prefix(runs)
-    per_iter = max(sim_cpu[0] - setup * sims, 0.0) / max(res["iterations_run"], 1)
-    saved = setup * sims + per_iter * shared
+    per_iter = max(sim_cpu[0] - (setup + exit_) * sims, 0.0) / max(res["iterations_run"], 1)
+    saved = setup * sims + per_iter * shared  # Join's exit comes after the divergence: never shared
     print(f"sharing: {n} schedules, {res['compressed']} compressed, exact memo (verdict_key) hits "
           f"{res['reused']} ({res['reused'] / max(res['compressed'], 1):.1%}); {cpu:.2f} s CPU, of which simulating "
-          f"{sim_cpu[0]:.2f} s ({sim_cpu[0] / cpu:.0%}): set-up + exit {setup * 1e3:.2f} ms a run, "
+          f"{sim_cpu[0]:.2f} s ({sim_cpu[0] / cpu:.0%}): set-up {setup * 1e3:.2f} ms + exit {exit_ * 1e3:.2f} ms a run, "
           f"{per_iter * 1e3:.2f} ms an iteration")
     print(f"sharing: iterations simulated {total}, in a prefix shared with an earlier schedule {shared} "
           f"({shared / max(total, 1):.1%}); schedules that share the set-up and the whole warm-up "
@@ -215,6 +208,37 @@ def sharing(budget: int, seed: int) -> None:
     _ceilings(n, cpu, gen=cpu - check_cpu[0], saved=saved, ff=per_iter * steady[0], steady=steady[0], total=total,
               shared=shared)
     _relabelling_memos(runs, cuts)
+
+
+def _setup_and_exit(simulate: Any, reps: int = 200) -> tuple[float, float]:
+    """CPU seconds of a run's set-up (until the first rank enters Join's exit) and of the rest
+    (Join's exit, the report), on the template with no inputs at all."""
+    from simdist import simrank
+    from simdist.fuzz.template import parse_template
+    from simdist.program.actions import EnterPhase
+    from simdist.scenario import parse_scenario
+
+    s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
+    mark: list[float] = []
+    execute = simrank.SimRank.execute
+
+    def marked(self: Any, a: Any) -> Any:
+        if not mark and type(a) is EnterPhase and a.phase == "join_exit":
+            mark.append(time.process_time())
+        return execute(self, a)
+
+    simrank.SimRank.execute = marked  # type: ignore[method-assign]
+    pre = post = 0.0
+    try:
+        for _ in range(reps):
+            mark.clear()
+            c0 = time.process_time()
+            simulate(s0)
+            c1 = time.process_time()
+            pre, post = pre + mark[0] - c0, post + c1 - mark[0]
+    finally:
+        simrank.SimRank.execute = execute  # type: ignore[method-assign]
+    return pre / reps, post / reps
 
 
 def _ceilings(n: int, cpu: float, *, gen: float, saved: float, ff: float, steady: int, total: int,
