@@ -31,7 +31,9 @@ hit rate (`compress.verdict_key`), the iterations that lie in a prefix shared wi
 schedule (nothing a rank does before its input check at iteration i depends on more than
 min(count, i), so two compressed schedules with equal min(count, i) on every rank run the
 same until then), and the rates those would give if the shared part, or all simulation, cost
-nothing.
+nothing; then the most each candidate way to 500/s could give (docs/fuzzing.md, "What would
+reach 500/s"): (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes,
+and their combinations; and the hits of a verdict memo up to a relabelling of ranks.
 """
 
 from __future__ import annotations
@@ -150,13 +152,19 @@ def sharing(budget: int, seed: int) -> None:
     from simdist import sim
     from simdist.fuzz import checker as checker_mod
     from simdist.fuzz.compress import WARM_PERIODS, plan
-    from simdist.fuzz.template import parse_template
-    from simdist.scenario import parse_scenario
 
     runs: list[tuple[int, ...]] = []
+    cuts: list[tuple[int, ...]] = []
     warm: list[bool] = []
-    sim_cpu = [0.0]
-    simulate, outcome = sim.simulate, checker_mod.Checker._outcome
+    sim_cpu, check_cpu, steady = [0.0], [0.0], [0]
+    simulate, outcome, check = sim.simulate, checker_mod.Checker._outcome, checker_mod.Checker.check
+
+    def timed_check(self: Any, *a: Any, **k: Any) -> Any:
+        c = time.process_time()
+        try:
+            return check(self, *a, **k)
+        finally:
+            check_cpu[0] += time.process_time() - c
 
     def timed(*a: Any, **k: Any) -> Any:
         c = time.process_time()
@@ -169,27 +177,27 @@ def sharing(budget: int, seed: int) -> None:
         p = plan(s)
         if p.compressed:
             runs.append(p.compressed_counts)
+            cuts.append(tuple(p.cuts()))
             warm.append(min(p.compressed_counts) >= p.threshold + WARM_PERIODS * p.period)
+            # a stretch's first iteration is its transient; the rest are what a fast-forward could skip
+            steady[0] += max(p.compressed_counts) - len(set(p.compressed_counts) - {0})
         return outcome(self, d, s)
 
     sim.simulate, checker_mod.Checker._outcome = timed, recorded  # type: ignore[method-assign]
+    checker_mod.Checker.check = timed_check  # type: ignore[method-assign]
     try:
         res = measure_one(budget, seed, 1)
-        # set-up and Join's exit alone: every rank with no input
-        s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
-        c0 = time.process_time()
-        for _ in range(50):
-            simulate(s0)
-        setup = (time.process_time() - c0) / 50
+        setup, exit_ = _setup_and_exit(simulate)
     finally:
         sim.simulate, checker_mod.Checker._outcome = simulate, outcome  # type: ignore[method-assign]
+        checker_mod.Checker.check = check  # type: ignore[method-assign]
     n, cpu, sims = res["schedules"], res["cpu"], res["compressed"] - res["reused"]
     total, shared = _shared_prefix(runs)
-    per_iter = max(sim_cpu[0] - setup * sims, 0.0) / max(res["iterations_run"], 1)
-    saved = setup * sims + per_iter * shared
+    per_iter = max(sim_cpu[0] - (setup + exit_) * sims, 0.0) / max(res["iterations_run"], 1)
+    saved = setup * sims + per_iter * shared  # Join's exit comes after the divergence: never shared
     print(f"sharing: {n} schedules, {res['compressed']} compressed, exact memo (verdict_key) hits "
           f"{res['reused']} ({res['reused'] / max(res['compressed'], 1):.1%}); {cpu:.2f} s CPU, of which simulating "
-          f"{sim_cpu[0]:.2f} s ({sim_cpu[0] / cpu:.0%}): set-up + exit {setup * 1e3:.2f} ms a run, "
+          f"{sim_cpu[0]:.2f} s ({sim_cpu[0] / cpu:.0%}): set-up {setup * 1e3:.2f} ms + exit {exit_ * 1e3:.2f} ms a run, "
           f"{per_iter * 1e3:.2f} ms an iteration")
     print(f"sharing: iterations simulated {total}, in a prefix shared with an earlier schedule {shared} "
           f"({shared / max(total, 1):.1%}); schedules that share the set-up and the whole warm-up "
@@ -197,6 +205,74 @@ def sharing(budget: int, seed: int) -> None:
     print(f"sharing: if every shared prefix and the set-up cost nothing: {n / (cpu - saved):.1f} schedules/s "
           f"CPU time ({n / (cpu - saved) / TARGET_RATE:.2f}x of the target; now {n / cpu:.1f}/s); if simulating cost "
           f"nothing at all: {n / (cpu - sim_cpu[0]):.1f}/s ({n / (cpu - sim_cpu[0]) / TARGET_RATE:.2f}x)")
+    _ceilings(n, cpu, gen=cpu - check_cpu[0], saved=saved, ff=per_iter * steady[0], steady=steady[0], total=total,
+              shared=shared)
+    _relabelling_memos(runs, cuts)
+
+
+def _setup_and_exit(simulate: Any, reps: int = 200) -> tuple[float, float]:
+    """CPU seconds of a run's set-up (until the first rank enters Join's exit) and of the rest
+    (Join's exit, the report), on the template with no inputs at all."""
+    from simdist import simrank
+    from simdist.fuzz.template import parse_template
+    from simdist.program.actions import EnterPhase
+    from simdist.scenario import parse_scenario
+
+    s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
+    mark: list[float] = []
+    execute = simrank.SimRank.execute
+
+    def marked(self: Any, a: Any) -> Any:
+        if not mark and type(a) is EnterPhase and a.phase == "join_exit":
+            mark.append(time.process_time())
+        return execute(self, a)
+
+    simrank.SimRank.execute = marked  # type: ignore[method-assign]
+    pre = post = 0.0
+    try:
+        for _ in range(reps):
+            mark.clear()
+            c0 = time.process_time()
+            simulate(s0)
+            c1 = time.process_time()
+            pre, post = pre + mark[0] - c0, post + c1 - mark[0]
+    finally:
+        simrank.SimRank.execute = execute  # type: ignore[method-assign]
+    return pre / reps, post / reps
+
+
+def _ceilings(n: int, cpu: float, *, gen: float, saved: float, ff: float, steady: int, total: int,
+              shared: int) -> None:
+    """The rate each candidate of docs/fuzzing.md ("What would reach 500/s") would give at most:
+    (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes and set-up."""
+    _ceiling("(1) fast-forward inside compressed runs", f"{steady} of {total} iterations are not a stretch's "
+             "first (the warm-up and unsettled gaps); skipping all of them", n, cpu, ff)
+    _ceiling("(2) generation", f"{gen:.2f} s ({gen / n * 1e3:.2f} ms a schedule) outside the property "
+             "(hypothesis, instantiating, validating); if it cost nothing", n, cpu, gen)
+    _ceiling("(3) shared prefixes", "if every shared prefix and the set-up cost nothing", n, cpu, saved)
+    _ceiling("(2)+(3)", "both free", n, cpu, gen + saved)
+    _ceiling("(1)+(2)+(3)", "all three free (the fast-forward on the unshared part only)", n, cpu,
+             gen + saved + ff * (1 - shared / max(total, 1)))
+
+
+def _ceiling(label: str, what: str, n: int, cpu: float, saved: float) -> None:
+    rate = n / max(cpu - saved, 1e-9)
+    print(f"ceiling {label}: {what}: {rate:.1f} schedules/s ({rate / TARGET_RATE:.2f}x of the target)")
+
+
+def _relabelling_memos(runs: list[tuple[int, ...]], cuts: list[tuple[int, ...]]) -> None:
+    """Hits of a verdict memo keyed by the compressed counts and cuts (the template's other fields
+    are fixed here: `verdict_key`), and by the counts up to a relabelling of ranks: of ranks 3-6
+    (no ZeRO shard, no root, not the highest rank), or of all ranks (not sound for this template)."""
+    keys = {"exact (verdict_key, one memo for all shards)": lambda c: c, "ranks 3-6 relabelled": lambda c: c[:3] + tuple(sorted(c[3:7])) + c[7:],
+            "any relabelling (not sound here)": lambda c: tuple(sorted(c))}
+    for label, f in keys.items():
+        seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        hits = 0
+        for c, k in zip(runs, cuts, strict=True):
+            hits += (f(c), k) in seen
+            seen.add((f(c), k))
+        print(f"sharing: a verdict memo over compressed counts, {label}: {hits} hits of {len(runs)}")
 
 
 class _Zeros:
