@@ -39,7 +39,13 @@ import time
 from real_backend.bench import join_gloo_world, run_ranks, worker_main
 from simdist.network.host import HostProfile
 
-MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
+GRID = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
+# and 7/8 of each from 256 KiB: a message's cost per byte steps where its buffers outgrow a
+# cache or a kernel limit, sizes that are powers of two; across a factor-4 span a linear
+# interpolation spreads such a step over the whole span (2026-11-24: the one-way time rose
+# 40-50% between 896 KiB and 1 MiB in three calibrations, and 741 KiB was priced as if the
+# step were half taken). A point just below puts the step in the span's last eighth.
+MESSAGE_SIZES = tuple(sorted(GRID + tuple(n * 7 // 8 for n in GRID if n >= 1 << 18)))
 REPEATS = 7
 TARGET_BATCH_S = 0.02
 QUANTILE = 0.25  # of a block's single calls

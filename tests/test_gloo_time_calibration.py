@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from real_backend.calibrate import block_summary, call_cost, host_from_blocks
+from real_backend.calibrate import GRID, MESSAGE_SIZES, block_summary, call_cost, host_from_blocks
 from simdist.network.gloo_time import gloo_op_time
 from simdist.network.host import HostProfile, median_host
 
@@ -103,3 +103,32 @@ def test_median_of_calibrations_refuses_what_cannot_be_combined():
         median_host([])
     with pytest.raises(ValueError, match="sizes or cores"):
         median_host([_host(), dataclasses.replace(_host(), cores=4)])
+
+
+def test_calibration_grid_has_a_point_below_each_large_size():
+    """Factor 4 from 256 B to 64 MiB, and 7/8 of each size from 256 KiB: a step in the cost
+    per byte at a power of two (1 MiB on the development machine) lands in the last eighth
+    of a span instead of being spread over all of it."""
+    assert set(GRID) <= set(MESSAGE_SIZES) and list(MESSAGE_SIZES) == sorted(set(MESSAGE_SIZES))
+    assert sorted(set(MESSAGE_SIZES) - set(GRID)) == [n * 7 // 8 for n in GRID if n >= 1 << 18]
+    assert 917504 in MESSAGE_SIZES  # 7/8 MiB
+
+
+def test_on_sizes_is_the_same_calibration_on_a_coarser_grid():
+    """A step just below 1 MiB: with the point at 7/8 MiB a 741 KiB message is priced below
+    the step; without it (the factor-4 grid) the interpolation from 256 KiB to 1 MiB puts it
+    half way up. `on_sizes` drops the extra point from every table alike."""
+    sizes = [256, 1 << 18, 917504, 1 << 20]
+    one = [50e-6, 150e-6, 220e-6, 330e-6]
+    fine = HostProfile(2, 40e-6, sizes, one, list(one), [2 * t for t in one], 3e-11, 2e-11,
+                       copy_s=[n * 2e-11 for n in sizes], fresh_s=[n * 5e-11 for n in sizes])
+    coarse = fine.on_sizes({256, 1 << 18, 1 << 20})
+    assert coarse.sizes == [256, 1 << 18, 1 << 20] and coarse.one_way_s == [50e-6, 150e-6, 330e-6]
+    assert coarse.exchange_s == [100e-6, 300e-6, 660e-6] and coarse.copy_s == [n * 2e-11 for n in coarse.sizes]
+    n = 741455
+    assert fine.message_time(n) == pytest.approx(150e-6 + 70e-6 * (n - (1 << 18)) / (917504 - (1 << 18)))
+    assert coarse.message_time(n) == pytest.approx(150e-6 + 180e-6 * (n - (1 << 18)) / (3 << 18))
+    assert fine.message_time(n) < coarse.message_time(n)
+    assert HostProfile.from_dict(coarse.to_dict()) == coarse
+    with pytest.raises(ValueError, match="two"):
+        fine.on_sizes({256})

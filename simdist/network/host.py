@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass
@@ -91,6 +91,17 @@ class HostProfile:
         two = max(0.0, _interp(self.sizes, self.exchange_s, nbytes) - self.latency)
         one = self.byte_time(nbytes)
         return min(2.0, max(1.0, self.cores * two / (2.0 * one))) if one > 0 else 1.0
+
+    def on_sizes(self, keep: set[int] | frozenset[int]) -> HostProfile:
+        """The same calibration with only the sizes in `keep` (at least two): what a coarser
+        calibration grid would have predicted from the same measurements."""
+        idx = [i for i, n in enumerate(self.sizes) if n in keep]
+        if len(idx) < 2:
+            raise ValueError("host: fewer than two calibrated sizes left")
+        pick = {f.name: [getattr(self, f.name)[i] for i in idx] for f in fields(self)
+                if f.name in ("sizes", "one_way_s", "reverse_s", "exchange_s") or (
+                    f.name in ("copy_s", "fresh_s") and getattr(self, f.name))}
+        return replace(self, **pick)
 
     def to_dict(self) -> dict:
         return asdict(self)
