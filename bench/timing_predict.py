@@ -117,7 +117,13 @@ def describe_host(h: HostProfile) -> str:
     return (f"latency {h.latency * 1e6:.0f} us, exchange {h.exchange_s[0] * 1e6:.0f} us, call {h.call_s * 1e6:.0f} us, "
             f"1 MiB {h.message_time(1 << 20) * 1e6:.0f} us, 16 MiB {h.message_time(1 << 24) * 1e3:.2f} ms, "
             f"gamma {h.gamma * 1e9:.3f} ns/B, cores {h.cores}; block spread {spread or 'not recorded'}; "
-            f"CPU per message/call {_cpu(h)}")
+            f"CPU per message/call {_cpu(h)}; ring step {_ring(h)}")
+
+
+def _ring(h: HostProfile) -> str:
+    """The p2p ring step where ranks outnumber cores (`ring_s`), in microseconds per world size."""
+    return ", ".join(f"p={p} {v * 1e6:.0f} us" for p, v in sorted(h.ring_s.items(), key=lambda kv: int(kv[0]))) \
+        or "not recorded"
 
 
 def _cpu(h: HostProfile) -> str:

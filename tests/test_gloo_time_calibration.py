@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from real_backend.calibrate import GRID, MESSAGE_SIZES, block_summary, call_cost, host_from_blocks
+from real_backend.calibrate import GRID, MESSAGE_SIZES, block_summary, call_cost, host_from_blocks, ring_worlds
 from simdist.network.gloo_time import gloo_op_time
 from simdist.network.host import HostProfile, median_host
 
@@ -132,3 +132,33 @@ def test_on_sizes_is_the_same_calibration_on_a_coarser_grid():
     assert HostProfile.from_dict(coarse.to_dict()) == coarse
     with pytest.raises(ValueError, match="two"):
         fine.on_sizes({256})
+
+
+def test_ring_step_worlds_are_more_ranks_than_cores_up_to_two_per_core():
+    assert ring_worlds(2) == [3, 4] and ring_worlds(1) == [2] and ring_worlds(3) == [4, 5, 6]
+    assert ring_worlds(16) == []  # 17 ranks and more are not started: MAX_RING
+    assert ring_worlds(6) == [7, 8]
+
+
+def test_ring_steps_are_recorded_with_their_cpu_and_combined_per_world_size():
+    """The calibration's ring rows (one per world size above the cores) become `ring_s` by
+    world size, their CPU `cpu_s["ring_s/P"]`; profiles from before load without them, the
+    median of calibrations takes each world size over those that recorded it, and a table
+    keyed by anything but a world size is refused naming the field."""
+    rows = _rows(lambda n: 80e-6 + n * 3e-10, lambda n: 170e-6 + n * 6e-10, 230e-6, 14e-6)
+    rows["ring3"] = {"ring_s": {"all": 250e-6, "blocks": [250e-6] * 5, "cpu": 90e-6}}
+    rows["ring4"] = {"ring_s": {"all": 380e-6, "blocks": [380e-6] * 5, "cpu": 120e-6}}
+    h = host_from_blocks(rows, SIZES)
+    assert h.ring_s == {"3": 250e-6, "4": 380e-6}
+    assert h.cpu_s["ring_s/3"] == 90e-6 and h.cpu_s["ring_s/4"] == 120e-6
+    assert HostProfile.from_dict(h.to_dict()) == h
+    old = _host()
+    assert old.ring_s == {} and HostProfile.from_dict({k: v for k, v in old.to_dict().items() if k != "ring_s"}) == old
+    a, b = (dataclasses.replace(_host(), ring_s={"3": x, "4": 2 * x}) for x in (200e-6, 300e-6))
+    c = dataclasses.replace(_host(), ring_s={"3": 900e-6})
+    assert median_host([a, b, c]).ring_s == {"3": 300e-6, "4": 500e-6}
+    assert median_host([old, a]).ring_s == {"3": 200e-6, "4": 400e-6}
+    with pytest.raises(ValueError, match="ring_s"):
+        HostProfile.from_dict({**old.to_dict(), "ring_s": {"four": 1e-4}})
+    with pytest.raises(ValueError, match="finite"):
+        HostProfile.from_dict({**old.to_dict(), "ring_s": {"4": -1.0}})

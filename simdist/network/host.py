@@ -51,6 +51,12 @@ class HostProfile:
     # one send end and one receive end) and per call ("barrier_s", "call_s"); recorded since
     # 2026-11-24 late for a model of ranks outnumbering cores, not used by the model yet
     cpu_s: dict[str, float] = field(default_factory=dict)
+    # per world size p (a string, as JSON keys are) from cores+1 to 2*cores: one step of a p2p
+    # ring on p ranks (each sends the smallest message to the next and receives one from the
+    # previous, back to back), the slowest rank's 25th percentile; where ranks outnumber cores
+    # and take turns (docs/timing.md, third session); recorded since 2026-11-24 third session,
+    # not used by the model yet
+    ring_s: dict[str, float] = field(default_factory=dict)
 
     def message_time(self, nbytes: float) -> float:
         """One message alone: the measured one-way times, interpolated linearly in size
@@ -116,11 +122,13 @@ class HostProfile:
                              "same length >= 2")
         if not isinstance(h.cpu_s, dict):
             raise ValueError("host: cpu_s must be a table of CPU seconds per message or call")
+        if not isinstance(h.ring_s, dict) or not all(str(k).isdigit() for k in h.ring_s):
+            raise ValueError("host: ring_s must be a table of seconds per ring step by world size")
         if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
             raise ValueError("host: sizes must increase and cores be >= 1")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
                    for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
-                             *h.fresh_s, *h.cpu_s.values()]):
+                             *h.fresh_s, *h.cpu_s.values(), *h.ring_s.values()]):
             raise ValueError("host: times must be finite numbers >= 0")
         return h
 
