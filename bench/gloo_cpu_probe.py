@@ -57,7 +57,12 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
                 for q in [dist.isend(small, 1 - rank, group=pair), dist.irecv(r64, 1 - rank, group=pair)]:
                     q.wait()
 
-        jobs = {"ping_pong (2 messages)": ping, "pair ping_pongs (2 msgs)": pings, "exchange": exchange, "pair barriers": pair_barriers,
+        def ring_step():  # every rank sends to the next and receives from the previous: one step of a ring
+            reqs = [dist.isend(small, (rank + 1) % p), dist.irecv(r64, (rank - 1) % p)]
+            for q in reqs:
+                q.wait()
+
+        jobs = {"ring step (p2p)": ring_step, "ping_pong (2 messages)": ping, "pair ping_pongs (2 msgs)": pings, "exchange": exchange, "pair barriers": pair_barriers,
                 "barrier": dist.barrier,
                 "broadcast": lambda: dist.broadcast(t, 0), "all_to_all": lambda: dist.all_to_all_single(out, t),
                 "all_gather": lambda: dist.all_gather(outs, t), "all_reduce": lambda: dist.all_reduce(t)}

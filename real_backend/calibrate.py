@@ -39,10 +39,17 @@ import time
 from real_backend.bench import join_gloo_world, run_ranks, worker_main
 from simdist.network.host import HostProfile
 
-MESSAGE_SIZES = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
+GRID = tuple(256 << (2 * k) for k in range(10))  # 256 B .. 64 MiB, factor 4
+# and 7/8 of each from 256 KiB: a message's cost per byte steps where its buffers outgrow a
+# cache or a kernel limit, sizes that are powers of two; across a factor-4 span a linear
+# interpolation spreads such a step over the whole span (2026-11-24: the one-way time rose
+# 40-50% between 896 KiB and 1 MiB in three calibrations, and 741 KiB was priced as if the
+# step were half taken). A point just below puts the step in the span's last eighth.
+MESSAGE_SIZES = tuple(sorted(GRID + tuple(n * 7 // 8 for n in GRID if n >= 1 << 18)))
 REPEATS = 7
 TARGET_BATCH_S = 0.02
 QUANTILE = 0.25  # of a block's single calls
+MAX_RING = 8  # ranks at most in the ring-step measurement (`ring_worlds`)
 MIN_CALLS = 4  # timed calls per batch at least: a 64 MiB message then still gets 28 samples
 
 
@@ -51,9 +58,23 @@ def calibrate_host(sizes: tuple[int, ...] = MESSAGE_SIZES, repeats: int = REPEAT
     """Measure on two fresh Gloo ranks and return the host's primitives."""
     rows: dict[str, dict] = {}
     cfg = {"sizes": list(sizes), "repeats": repeats, "target_batch_s": TARGET_BATCH_S}
-    run_ranks("real_backend.calibrate", cfg, 2, timeout_s, lambda d: rows.__setitem__(d.pop("kind") + str(
-        d.get("nbytes", "")), d), what="calibration")
+    def keep(d: dict) -> None:
+        rows[d.pop("kind") + str(d.get("nbytes", d.get("p", "")))] = d
+
+    run_ranks("real_backend.calibrate", cfg, 2, timeout_s, keep, what="calibration")
+    for p in ring_worlds(_cores()):  # more ranks than cores: the ring step that shows them taking turns
+        run_ranks("real_backend.calibrate", {**cfg, "ring": True}, p, timeout_s, keep, what="calibration")
     return host_from_blocks(rows, list(sizes))
+
+
+def ring_worlds(cores: int) -> list[int]:
+    """World sizes whose p2p ring step the calibration measures: more ranks than cores, up
+    to two per core (at most `MAX_RING` ranks): where ranks take turns on the cores."""
+    return list(range(cores + 1, min(2 * cores, MAX_RING) + 1))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def host_from_blocks(rows: dict[str, dict], sizes: list[int]) -> HostProfile:
@@ -76,10 +97,11 @@ def host_from_blocks(rows: dict[str, dict], sizes: list[int]) -> HostProfile:
                                          call["call_s"]["blocks"])
     cpu = {key: p2p[0][key]["cpu"] for key in keys if "cpu" in p2p[0][key]}
     cpu.update({key: call[key]["cpu"] for key in ("barrier_s", "call_s") if "cpu" in call[key]})
+    rings = {k[len("ring"):]: r["ring_s"] for k, r in rows.items() if k.startswith("ring")}
+    cpu.update({f"ring_s/{p}": r["cpu"] for p, r in rings.items() if "cpu" in r})
     return HostProfile(
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-        call_s=call_s, sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
-        spread=spread, cpu_s=cpu, **series)
+        cores=_cores(), call_s=call_s, sizes=list(sizes), gamma=rows["local"]["gamma"], copy=rows["local"]["copy"],
+        spread=spread, cpu_s=cpu, ring_s={p: r["all"] for p, r in rings.items()}, **series)
 
 
 def block_summary(blocks: list[float]) -> tuple[float, float]:
@@ -110,6 +132,8 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
     import torch.distributed as dist
 
     rank, p = join_gloo_world()
+    if cfg.get("ring"):
+        return _ring_worker(cfg, rank, p)
     own, _ = dist.new_subgroups(group_size=1)
     try:
         emit = (lambda d: print(json.dumps(d), flush=True)) if rank == 0 else (lambda d: None)
@@ -128,6 +152,29 @@ def _worker(cfg: dict) -> None:  # pragma: no cover - runs in child processes
         local = {"kind": "local", "gamma": _per_byte(lambda a, b: a.add_(b)), "copy": _per_byte(lambda a, b: a.copy_(b))}
         local["copy_s"], local["fresh_s"] = _copies(cfg["sizes"])
         emit(local)
+    finally:
+        dist.destroy_process_group()
+
+
+def _ring_worker(cfg: dict, rank: int, p: int) -> None:  # pragma: no cover - runs in child processes
+    """One step of a ring on p ranks, back to back: each rank sends the smallest message to the
+    next and receives one from the previous (p messages at once, as in every step of Gloo's
+    rings). With p above the cores the ranks take turns; this is the p2p primitive that
+    shows it (docs/timing.md, third session)."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        t, r = torch.zeros(max(1, cfg["sizes"][0] // 4)), torch.zeros(max(1, cfg["sizes"][0] // 4))
+
+        def step():
+            reqs = [dist.isend(t, (rank + 1) % p), dist.irecv(r, (rank - 1) % p)]
+            for q in reqs:
+                q.wait()
+
+        got = _timed_passes({("ring_s", p): (step, 1)}, cfg)
+        if rank == 0:
+            print(json.dumps({"kind": "ring", "p": p, "ring_s": got[("ring_s", p)]}), flush=True)
     finally:
         dist.destroy_process_group()
 

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from real_backend.calibrate import block_summary, call_cost, host_from_blocks
+from real_backend.calibrate import GRID, MESSAGE_SIZES, block_summary, call_cost, host_from_blocks, ring_worlds
 from simdist.network.gloo_time import gloo_op_time
 from simdist.network.host import HostProfile, median_host
 
@@ -103,3 +103,62 @@ def test_median_of_calibrations_refuses_what_cannot_be_combined():
         median_host([])
     with pytest.raises(ValueError, match="sizes or cores"):
         median_host([_host(), dataclasses.replace(_host(), cores=4)])
+
+
+def test_calibration_grid_has_a_point_below_each_large_size():
+    """Factor 4 from 256 B to 64 MiB, and 7/8 of each size from 256 KiB: a step in the cost
+    per byte at a power of two (1 MiB on the development machine) lands in the last eighth
+    of a span instead of being spread over all of it."""
+    assert set(GRID) <= set(MESSAGE_SIZES) and list(MESSAGE_SIZES) == sorted(set(MESSAGE_SIZES))
+    assert sorted(set(MESSAGE_SIZES) - set(GRID)) == [n * 7 // 8 for n in GRID if n >= 1 << 18]
+    assert 917504 in MESSAGE_SIZES  # 7/8 MiB
+
+
+def test_on_sizes_is_the_same_calibration_on_a_coarser_grid():
+    """A step just below 1 MiB: with the point at 7/8 MiB a 741 KiB message is priced below
+    the step; without it (the factor-4 grid) the interpolation from 256 KiB to 1 MiB puts it
+    half way up. `on_sizes` drops the extra point from every table alike."""
+    sizes = [256, 1 << 18, 917504, 1 << 20]
+    one = [50e-6, 150e-6, 220e-6, 330e-6]
+    fine = HostProfile(2, 40e-6, sizes, one, list(one), [2 * t for t in one], 3e-11, 2e-11,
+                       copy_s=[n * 2e-11 for n in sizes], fresh_s=[n * 5e-11 for n in sizes])
+    coarse = fine.on_sizes({256, 1 << 18, 1 << 20})
+    assert coarse.sizes == [256, 1 << 18, 1 << 20] and coarse.one_way_s == [50e-6, 150e-6, 330e-6]
+    assert coarse.exchange_s == [100e-6, 300e-6, 660e-6] and coarse.copy_s == [n * 2e-11 for n in coarse.sizes]
+    n = 741455
+    assert fine.message_time(n) == pytest.approx(150e-6 + 70e-6 * (n - (1 << 18)) / (917504 - (1 << 18)))
+    assert coarse.message_time(n) == pytest.approx(150e-6 + 180e-6 * (n - (1 << 18)) / (3 << 18))
+    assert fine.message_time(n) < coarse.message_time(n)
+    assert HostProfile.from_dict(coarse.to_dict()) == coarse
+    with pytest.raises(ValueError, match="two"):
+        fine.on_sizes({256})
+
+
+def test_ring_step_worlds_are_more_ranks_than_cores_up_to_two_per_core():
+    assert ring_worlds(2) == [3, 4] and ring_worlds(1) == [2] and ring_worlds(3) == [4, 5, 6]
+    assert ring_worlds(16) == []  # 17 ranks and more are not started: MAX_RING
+    assert ring_worlds(6) == [7, 8]
+
+
+def test_ring_steps_are_recorded_with_their_cpu_and_combined_per_world_size():
+    """The calibration's ring rows (one per world size above the cores) become `ring_s` by
+    world size, their CPU `cpu_s["ring_s/P"]`; profiles from before load without them, the
+    median of calibrations takes each world size over those that recorded it, and a table
+    keyed by anything but a world size is refused naming the field."""
+    rows = _rows(lambda n: 80e-6 + n * 3e-10, lambda n: 170e-6 + n * 6e-10, 230e-6, 14e-6)
+    rows["ring3"] = {"ring_s": {"all": 250e-6, "blocks": [250e-6] * 5, "cpu": 90e-6}}
+    rows["ring4"] = {"ring_s": {"all": 380e-6, "blocks": [380e-6] * 5, "cpu": 120e-6}}
+    h = host_from_blocks(rows, SIZES)
+    assert h.ring_s == {"3": 250e-6, "4": 380e-6}
+    assert h.cpu_s["ring_s/3"] == 90e-6 and h.cpu_s["ring_s/4"] == 120e-6
+    assert HostProfile.from_dict(h.to_dict()) == h
+    old = _host()
+    assert old.ring_s == {} and HostProfile.from_dict({k: v for k, v in old.to_dict().items() if k != "ring_s"}) == old
+    a, b = (dataclasses.replace(_host(), ring_s={"3": x, "4": 2 * x}) for x in (200e-6, 300e-6))
+    c = dataclasses.replace(_host(), ring_s={"3": 900e-6})
+    assert median_host([a, b, c]).ring_s == {"3": 300e-6, "4": 500e-6}
+    assert median_host([old, a]).ring_s == {"3": 200e-6, "4": 400e-6}
+    with pytest.raises(ValueError, match="ring_s"):
+        HostProfile.from_dict({**old.to_dict(), "ring_s": {"four": 1e-4}})
+    with pytest.raises(ValueError, match="finite"):
+        HostProfile.from_dict({**old.to_dict(), "ring_s": {"4": -1.0}})

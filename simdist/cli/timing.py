@@ -373,6 +373,9 @@ def calibrate_cmd(
         for n, t in zip(host.sizes, host.one_way_s, strict=True):
             typer.echo(f"  message {n:>9} B: one way {t * 1e6:10.1f} us, two in flight "
                        f"{host.exchange_s[host.sizes.index(n)] * 1e6:10.1f} us")
+        if host.ring_s:
+            typer.echo("ring step, more ranks than cores (each rank sends to the next at once): " + ", ".join(
+                f"{p} ranks {v * 1e6:.1f} us" for p, v in sorted(host.ring_s.items(), key=lambda kv: int(kv[0]))))
         if host.cpu_s:
             typer.echo("CPU of the whole rank process (what ranks outnumbering cores share): " + ", ".join(
                 f"{k} {v * 1e6:.1f} us" for k, v in sorted(host.cpu_s.items())))

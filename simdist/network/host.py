@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass
@@ -51,6 +51,12 @@ class HostProfile:
     # one send end and one receive end) and per call ("barrier_s", "call_s"); recorded since
     # 2026-11-24 late for a model of ranks outnumbering cores, not used by the model yet
     cpu_s: dict[str, float] = field(default_factory=dict)
+    # per world size p (a string, as JSON keys are) from cores+1 to 2*cores: one step of a p2p
+    # ring on p ranks (each sends the smallest message to the next and receives one from the
+    # previous, back to back), the slowest rank's 25th percentile; where ranks outnumber cores
+    # and take turns (docs/timing.md, third session); recorded since 2026-11-24 third session,
+    # not used by the model yet
+    ring_s: dict[str, float] = field(default_factory=dict)
 
     def message_time(self, nbytes: float) -> float:
         """One message alone: the measured one-way times, interpolated linearly in size
@@ -92,6 +98,17 @@ class HostProfile:
         one = self.byte_time(nbytes)
         return min(2.0, max(1.0, self.cores * two / (2.0 * one))) if one > 0 else 1.0
 
+    def on_sizes(self, keep: set[int] | frozenset[int]) -> HostProfile:
+        """The same calibration with only the sizes in `keep` (at least two): what a coarser
+        calibration grid would have predicted from the same measurements."""
+        idx = [i for i, n in enumerate(self.sizes) if n in keep]
+        if len(idx) < 2:
+            raise ValueError("host: fewer than two calibrated sizes left")
+        pick = {f.name: [getattr(self, f.name)[i] for i in idx] for f in fields(self)
+                if f.name in ("sizes", "one_way_s", "reverse_s", "exchange_s") or (
+                    f.name in ("copy_s", "fresh_s") and getattr(self, f.name))}
+        return replace(self, **pick)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -105,11 +122,13 @@ class HostProfile:
                              "same length >= 2")
         if not isinstance(h.cpu_s, dict):
             raise ValueError("host: cpu_s must be a table of CPU seconds per message or call")
+        if not isinstance(h.ring_s, dict) or not all(str(k).isdigit() for k in h.ring_s):
+            raise ValueError("host: ring_s must be a table of seconds per ring step by world size")
         if h.sizes != sorted(set(h.sizes)) or h.cores < 1:
             raise ValueError("host: sizes must increase and cores be >= 1")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
                    for x in [h.call_s, h.gamma, h.copy, *h.one_way_s, *h.reverse_s, *h.exchange_s, *h.copy_s,
-                             *h.fresh_s, *h.cpu_s.values()]):
+                             *h.fresh_s, *h.cpu_s.values(), *h.ring_s.values()]):
             raise ValueError("host: times must be finite numbers >= 0")
         return h
 
