@@ -198,6 +198,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         # a script's inputs are its DataLoaders' batches: a 0 column would read as "did nothing"
         notes.append("inputs: no rank's DataLoaders yielded a batch (a script's inputs are the batches its "
                      "DataLoaders yield; loops over other data are not counted)")
+    if ending.early is not None:  # the verdict came from the stall rule, not the watchdog
+        notes.append(ending.early)
     if ending.kind == "hang":
         wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]

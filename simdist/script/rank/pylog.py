@@ -27,9 +27,13 @@ _seq: dict[str, int] = {}
 _args: list[list[Any]] = []  # [group, seq, reduce op, root] of collectives called from Python
 
 
+def _raw_name(pg: Any) -> str:
+    """torch's name of the group (the Flight Recorder's `pg_status` key)."""
+    return str(dist.distributed_c10d._world.pg_names.get(pg, ""))
+
+
 def _group_name(pg: Any) -> str:
-    world = dist.distributed_c10d._world
-    return env.group_name(str(world.pg_names.get(pg, "")), pg is world.default_pg)
+    return env.group_name(_raw_name(pg), pg is dist.distributed_c10d._world.default_pg)
 
 
 def _wrap(method: str, op: str) -> None:
@@ -42,7 +46,7 @@ def _wrap(method: str, op: str) -> None:
         _seq[name] = _seq.get(name, 0) + 1
         ranks = dist.get_process_group_ranks(self)  # kept: the group may be destroyed before the dump
         peer = ranks[args[0]] if method != "recv_anysource" else None
-        _ops.append({"seq": _seq[name], "op": op, "pg": name, "peer": peer, "ranks": ranks,
+        _ops.append({"seq": _seq[name], "op": op, "pg": name, "raw_pg": _raw_name(self), "peer": peer, "ranks": ranks,
                      "n": sum(t.numel() for t in tensors), "dt": str(tensors[0].dtype).removeprefix("torch."),
                      "frames": frames, "t": time.time_ns(), "work": work})
         return work
@@ -92,5 +96,12 @@ def dump() -> list[dict[str, Any]]:
         done = bool(work.is_completed())
         if peer is None and done:
             peer = o["ranks"][work._source_rank()]
-        out.append({k: v for k, v in o.items() if k not in ("work", "ranks")} | {"peer": peer, "done": done})
+        out.append({k: v for k, v in o.items() if k not in ("work", "ranks", "raw_pg")} | {"peer": peer, "done": done})
     return out
+
+
+def progress() -> tuple[int, int, set[str]]:
+    """How many p2p operations were issued and how many completed, and torch's names of the
+    groups of those that have not (`rank.stall`: Gloo's Flight Recorder counts no p2p)."""
+    open_ops = [o for o in list(_ops) if not o["work"].is_completed()]
+    return len(_ops), len(_ops) - len(open_ops), {o["raw_pg"] for o in open_ops}
