@@ -49,6 +49,8 @@ rank = dist.get_rank()
     (("real", "scenarios/ddp_join_uneven.toml", "--nproc-per-node", "2"), "--nproc-per-node: only for a script"),
     (("compare", "missing.py"), "does not exist"),
     (("check", "examples/join_tutorial_ddp.py", "--batches", "x"), "batches:"),
+    (("real", "scenarios/ddp_join_uneven.toml", "--hang-after", "2"), "--hang-after: only for a script"),
+    (("compare", "examples/join_tutorial_ddp.py", "--hang-after", "-1"), "--hang-after: must be a number of seconds"),
 ])
 def test_script_options_and_bad_usage_are_one_line_and_exit_2(args, text):
     res, _ = _cli(*args, timeout=120)

@@ -27,7 +27,7 @@ from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
 from simdist.jsonout import finite, write_json
-from simdist.script.stalls import HANG_AFTER_S
+from simdist.script.stalls import HANG_AFTER_S, check_hang_after
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
@@ -105,9 +105,11 @@ def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | Non
 
 
 def _gloo_only(inp: ScriptInput, command: str) -> ScriptInput:
-    """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused."""
+    """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused;
+    a bad `--hang-after` is refused before anything runs."""
     if inp.backend not in (None, "gloo"):
         raise ScriptError(f"--backend: {command} runs the script on real Gloo; got {inp.backend!r}")
+    check_hang_after(inp.hang_after)
     return replace(inp, backend="gloo")
 
 

@@ -55,6 +55,14 @@ _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
 
 _wait_limits: list[float | None] = []  # the main thread's Work.wait/Future.wait calls in progress, inner last
+_main_tid: list[int] = []  # the kernel's id of the main thread (`threading` keeps a stale one after a fork)
+
+
+def _note_main_tid() -> None:
+    """On the main thread (at install, and in a forked child, whose forking thread becomes
+    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`."""
+    if threading.current_thread() is threading.main_thread():
+        _main_tid[:] = [threading.get_native_id()]
 
 
 def _wrap_wait(cls: Any) -> None:
@@ -80,6 +88,8 @@ def install() -> None:
     the client's idle thread runs instead of the simulated backend's idle watcher."""
     _wrap_wait(dist.distributed_c10d.Work)
     _wrap_wait(torch._C.Future)
+    _note_main_tid()
+    os.register_at_fork(after_in_child=_note_main_tid)
     client.watch_with(watch)
 
 
@@ -133,12 +143,12 @@ def _timeout_of(names: set[str]) -> float | None:
     return min(limits, default=None)
 
 
-def observe(main: threading.Thread, c: client.Client) -> Observation:
+def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     cpu_clock = time.pthread_getcpuclockid(main.ident or 0)
     main_cpu = time.clock_gettime(cpu_clock)
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
-    waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(main.native_id or 0) == FUTEX_NR
+    waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
                and (bool(_wait_limits) or _in_torch_wait(frame)))
     rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress()
@@ -156,7 +166,8 @@ def _still(before: Observation, now: Observation, dt: float) -> bool:
 def watch(c: client.Client) -> None:
     """The watcher thread's loop: tell the coordinator when a stall begins and ends."""
     main = threading.main_thread()
-    if FUTEX_NR is None or _syscall(main.native_id or 0) is None:
+    tid = _main_tid[0] if _main_tid else main.native_id or 0
+    if FUTEX_NR is None or _syscall(tid) is None:
         return  # no way to see the main thread's wait here: only the watchdog decides
     last: Observation | None = None
     last_at = time.monotonic()
@@ -164,7 +175,7 @@ def watch(c: client.Client) -> None:
     while main.is_alive():
         time.sleep(POLL_S)
         try:
-            now: Observation | None = observe(main, c)
+            now: Observation | None = observe(main, tid, c)
         except Exception:  # noqa: BLE001 - a rank that cannot be observed is never called stalled
             now = None
         at = time.monotonic()
