@@ -25,6 +25,7 @@ from simdist.script.rank.pg import reduce_name
 _ops: list[dict[str, Any]] = []
 _seq: dict[str, int] = {}
 _args: list[list[Any]] = []  # [group, seq, reduce op, root] of collectives called from Python
+_done_before = [0]  # every p2p operation before this index has completed (`progress`)
 
 
 def _raw_name(pg: Any) -> str:
@@ -102,6 +103,10 @@ def dump() -> list[dict[str, Any]]:
 
 def progress() -> tuple[int, int, set[str]]:
     """How many p2p operations were issued and how many completed, and torch's names of the
-    groups of those that have not (`rank.stall`: Gloo's Flight Recorder counts no p2p)."""
-    open_ops = [o for o in list(_ops) if not o["work"].is_completed()]
-    return len(_ops), len(_ops) - len(open_ops), {o["raw_pg"] for o in open_ops}
+    groups of those that have not (`rank.stall`, ten times a second: Gloo's Flight Recorder
+    counts no p2p). Operations before the first unfinished one are not looked at again."""
+    ops = _ops[:]
+    while _done_before[0] < len(ops) and ops[_done_before[0]]["work"].is_completed():
+        _done_before[0] += 1
+    open_ops = [o for o in ops[_done_before[0]:] if not o["work"].is_completed()]
+    return len(ops), len(ops) - len(open_ops), {o["raw_pg"] for o in open_ops}

@@ -65,22 +65,26 @@ def _note_main_tid() -> None:
         _main_tid[:] = [threading.get_native_id()]
 
 
-def _wrap_wait(cls: Any) -> None:
+def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
     """The user's own `work.wait()` / `fut.wait()` calls C++ directly (no torch frame on the
-    stack): the wrapper marks the wait as torch's and keeps its timeout."""
-    orig = cls.wait
+    stack): the wrapper marks the wait as torch's and keeps its timeout. Also on
+    `monitored_barrier`, whose own timeout ends group rank 0's waits in C++ (the others wait
+    for rank 0's answer with the group's timeout: `own_timeout(self)` says which)."""
+    orig = getattr(cls, method)
+    own = own_timeout or (lambda _self: True)
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():
             return orig(self, *args, **kwargs)
         t = kwargs.get("timeout", args[0] if args else None)
-        _wait_limits.append(t.total_seconds() if hasattr(t, "total_seconds") and t.total_seconds() > 0 else None)
+        timed = hasattr(t, "total_seconds") and t.total_seconds() > 0 and own(self)
+        _wait_limits.append(t.total_seconds() if timed else None)
         try:
             return orig(self, *args, **kwargs)
         finally:
             _wait_limits.pop()
 
-    cls.wait = wait
+    setattr(cls, method, wait)
 
 
 def install() -> None:
@@ -88,6 +92,7 @@ def install() -> None:
     the client's idle thread runs instead of the simulated backend's idle watcher."""
     _wrap_wait(dist.distributed_c10d.Work)
     _wrap_wait(torch._C.Future)
+    _wrap_wait(dist.ProcessGroup, "monitored_barrier", lambda pg: pg.rank() == 0)
     _note_main_tid()
     os.register_at_fork(after_in_child=_note_main_tid)
     client.watch_with(watch)
