@@ -70,6 +70,16 @@ def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo():
 
 
 @pytest.mark.real
+def test_compare_of_a_script_that_hangs_on_real_gloo_takes_seconds_and_says_which_rule_ended_it():
+    """The default watchdog is 300 s; the stall rule ends the real side after --hang-after."""
+    res, _ = _cli("compare", "tests/scripts/recv_nobody_sends.py", "--nproc-per-node", "2", "--hang-after", "1",
+                  timeout=200)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "\nrecv_nobody_sends.py: sim and real agree (outcome hang)\n" in res.stdout, res.stdout  # after its lines
+    assert "real side: hang found early (--hang-after 1 s, not the 300 s watchdog): " in res.stdout, res.stdout
+
+
+@pytest.mark.real
 def test_compare_reports_the_first_printed_line_that_differs(tmp_path):
     p = _script(tmp_path, head=HEAD, body="""
         t = torch.ones(2) * (rank + 1)

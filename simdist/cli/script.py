@@ -27,7 +27,7 @@ from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
 from simdist.jsonout import finite, write_json
-from simdist.script.stalls import HANG_AFTER_S, check_hang_after
+from simdist.script.stalls import EARLY, HANG_AFTER_S, WATCHDOG, check_hang_after
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
@@ -171,6 +171,9 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
+        for note in real.notes:  # a hung real side: which rule ended it, the early one or the watchdog
+            if note.startswith((EARLY, WATCHDOG)):
+                say(f"real side: {note}")
         for line in both.workdir.lines():
             say(line)
     exit_on(cmp.agree)

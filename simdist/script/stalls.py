@@ -37,6 +37,8 @@ from simdist.errors import InputError
 from simdist.script.ranks import RankConn
 
 HANG_AFTER_S = 3.0  # default settle period: long enough for a Gloo peer to see an exit, short for users
+# How the notes of a report begin that say which rule ended a hung real run (`compare` shows them)
+EARLY, WATCHDOG = "hang found early", "watchdog:"
 
 
 def check_hang_after(seconds: float | None, what: str = "--hang-after") -> float | None:
@@ -75,7 +77,7 @@ class StallRule:
         live = sorted(c.rank for c in ranks if c.connected and c.rank is not None)
         limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
         gloo = f"their Gloo timeouts ({min(limits):g} s and up)" if limits else "Gloo"
-        return (f"hang found early (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
+        return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
                 f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread asleep "
                 "in a torch.distributed wait (a futex wait in torch's code) with an unfinished operation, no thread "
                 f"of theirs used CPU and no operation completed on any rank; {gloo} would not end these waits "
