@@ -136,15 +136,15 @@ def _groups() -> tuple[list[tuple[str, int, int]], set[str]]:
 
 
 def _timeout_of(names: set[str]) -> float | None:
-    """The shortest Gloo timeout among these groups (torch names them in `pg_names`)."""
-    world = dist.distributed_c10d._world
+    """The shortest Gloo timeout among these groups (torch names them in `pg_names`); a group
+    whose timeout cannot be read counts as 0 s: one that may end the wait at any time."""
+    by_name = {str(name): pg for pg, name in list(dist.distributed_c10d._world.pg_names.items())}
     limits = []
-    for pg, name in list(world.pg_names.items()):
-        if str(name) in names:
-            try:
-                limits.append(pg._get_backend(torch.device("cpu")).options._timeout.total_seconds())
-            except (AttributeError, RuntimeError):
-                limits.append(0.0)  # unknown: treat as one that may end the wait any time
+    for name in names:
+        try:
+            limits.append(by_name[name]._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+        except (KeyError, AttributeError, RuntimeError):
+            limits.append(0.0)
     return min(limits, default=None)
 
 
