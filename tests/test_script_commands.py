@@ -49,6 +49,8 @@ rank = dist.get_rank()
     (("real", "scenarios/ddp_join_uneven.toml", "--nproc-per-node", "2"), "--nproc-per-node: only for a script"),
     (("compare", "missing.py"), "does not exist"),
     (("check", "examples/join_tutorial_ddp.py", "--batches", "x"), "batches:"),
+    (("real", "scenarios/ddp_join_uneven.toml", "--hang-after", "2"), "--hang-after: only for a script"),
+    (("compare", "examples/join_tutorial_ddp.py", "--hang-after", "-1"), "--hang-after: must be a number of seconds"),
 ])
 def test_script_options_and_bad_usage_are_one_line_and_exit_2(args, text):
     res, _ = _cli(*args, timeout=120)
@@ -65,6 +67,16 @@ def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo():
     for side in ("sim", "real"):  # the printed lines were compared, and are the tutorial's
         assert d[side]["ranks"][0]["output"] == ["10 inputs processed before rank 0 joined!",
                                                  "11 inputs processed across all ranks!"]
+
+
+@pytest.mark.real
+def test_compare_of_a_script_that_hangs_on_real_gloo_takes_seconds_and_says_which_rule_ended_it():
+    """The default watchdog is 300 s; the stall rule ends the real side after --hang-after."""
+    res, _ = _cli("compare", "tests/scripts/recv_nobody_sends.py", "--nproc-per-node", "2", "--hang-after", "1",
+                  timeout=200)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "\nrecv_nobody_sends.py: sim and real agree (outcome hang)\n" in res.stdout, res.stdout  # after its lines
+    assert "real side: hang found early (--hang-after 1 s, not the 300 s watchdog): " in res.stdout, res.stdout
 
 
 @pytest.mark.real

@@ -108,13 +108,14 @@ RECV_NOBODY_SENDS = ROOT / "tests" / "scripts" / "recv_nobody_sends.py"
 
 
 def test_a_real_hang_keeps_each_ranks_record_and_compare_compares_it(script_zygote):
-    """On real Gloo a hang is ended by the watchdog; before killing the ranks the launcher asks
+    """On real Gloo a hang the stall rule is not asked to find (`hang_after_s=None`; it is, by
+    default: tests/test_script_real_hang.py) is ended by the watchdog; before killing the ranks the launcher asks
     each for its record (Flight Recorder, p2p operations, the line its main thread is blocked
     at), so `simdist compare` compares operations, blocked operation and line, not only
     status and output; sides that hang at different places DIFFER."""
     run_id = new_run_id()
     both = compare_script(RECV_NOBODY_SENDS, nproc_per_node=2, backend="gloo", timeout_s=3, run_id=run_id,
-                          measure_compute=False, zygotes=script_zygote)
+                          measure_compute=False, zygotes=script_zygote, hang_after_s=None)  # the watchdog's path
     assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
     sim, real = both.sim.report, both.real.report
     at_reduce, at_recv = line_of(RECV_NOBODY_SENDS, "dist.all_reduce(t)"), line_of(RECV_NOBODY_SENDS, "dist.recv(")

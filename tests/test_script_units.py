@@ -226,3 +226,37 @@ def test_the_empty_op_rule_is_gloos():
     assert [gloo_empty_is_local(op, 0) for op in ("all_reduce", "reduce", "all_gather", "broadcast")] == \
         [True, True, True, False]
     assert not gloo_empty_is_local("all_reduce", 1)
+
+
+def test_the_stall_rule_waits_for_every_live_rank_and_the_settle_period():
+    """`StallRule.hung_since`: hung only when every live rank has been stalled for the settle
+    period since the last stall began and the last process ended; a rank not stalled, one
+    leaving, or a Gloo timeout shorter than the watchdog leaves the run to go on."""
+    from simdist.errors import InputError
+    from simdist.script.ranks import RankConn
+    from simdist.script.stalls import StallRule, check_hang_after
+
+    def conn(since, limit=1800.0, **kw):
+        c = RankConn(socket.socket())
+        c.sock.close()
+        c.stall_since, c.stall_limit = since, limit
+        for k, v in kw.items():
+            setattr(c, k, v)
+        return c
+
+    rule = StallRule(hang_after_s=3.0, watchdog_s=300.0)
+    assert rule.hung_since([conn(100.0), conn(101.0)], now=104.0) == 101.0
+    assert rule.hung_since([conn(100.0), conn(101.0)], now=103.9) is None  # the last began 2.9 s ago
+    assert rule.hung_since([conn(100.0), conn(None)], now=200.0) is None  # rank 1 computes or sleeps
+    assert rule.hung_since([conn(100.0), conn(100.0, exit={"how": "returned"})], now=200.0) is None  # leaving
+    assert rule.hung_since([conn(100.0), conn(100.0, limit=60.0)], now=200.0) is None  # Gloo's timeout first
+    assert rule.hung_since([conn(100.0), conn(100.0, limit=None)], now=200.0) == 100.0
+    # a rank whose process ended: its peers' waits may still fail, so the period starts there
+    gone = conn(None, connected=False, ended_at=102.5)
+    assert rule.hung_since([conn(100.0), gone], now=105.0) is None
+    assert rule.hung_since([conn(100.0), gone], now=105.5) == 102.5
+    assert rule.hung_since([gone], now=500.0) is None
+    assert check_hang_after(None) is None and check_hang_after(0) is None and check_hang_after(2) == 2.0
+    for bad in (-1, float("nan"), float("inf"), True, "3"):
+        with pytest.raises(InputError, match="--hang-after: must be a number of seconds"):
+            check_hang_after(bad)  # type: ignore[arg-type]

@@ -245,6 +245,7 @@ def real(
     nproc_per_node: script_cli.NprocOpt = None,
     batches: script_cli.BatchesOpt = None,
     backend: script_cli.RealBackendOpt = None,
+    hang_after: script_cli.HangAfterOpt = None,
 ) -> None:
     """Run SCENARIO (or SCRIPT.py) on real torch.distributed processes (Gloo on CPU; a
     scenario's NCCL on GPUs).
@@ -253,7 +254,8 @@ def real(
     """
     _check_timeout(timeout)
     with bad_input():
-        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend,
+                                hang_after=hang_after)
         if script is not None:
             if fr_dumps is not None:
                 raise InputError("--fr-dumps: only for a scenario (a script's Flight Recorder is in its report)")
@@ -282,6 +284,7 @@ def compare(
     nproc_per_node: script_cli.NprocOpt = None,
     batches: script_cli.BatchesOpt = None,
     backend: script_cli.RealBackendOpt = None,
+    hang_after: script_cli.HangAfterOpt = None,
     timing: Annotated[bool, typer.Option(
         "--timing", help="compare time instead: per iteration and rank, measured wall clock against the "
                          "iteration simulated with a calibrated Gloo profile (exit 0: median |error| <= "
@@ -308,7 +311,8 @@ def compare(
                 # (typer's own click: its ParameterSource is not click's, so by name)
                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT":
                     raise InputError(f"{flag}: only with --timing")
-        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend)
+        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend,
+                                hang_after=hang_after)
         if script is not None and timing:
             raise InputError("--timing: times a scenario file's iterations, not a script")
         if script is not None:

@@ -27,6 +27,7 @@ from simdist.cli.reports import print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
 from simdist.jsonout import finite, write_json
+from simdist.script.stalls import EARLY, HANG_AFTER_S, WATCHDOG, check_hang_after
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
@@ -41,6 +42,10 @@ RealBackendOpt = Annotated[str | None, typer.Option(
 TimeoutOpt = Annotated[float | None, typer.Option(
     "--timeout", help="script: watchdog seconds without communication before the run counts as a timeout "
                       "(default 300)")]
+HangAfterOpt = Annotated[float | None, typer.Option(
+    "--hang-after", help="script, real Gloo: report a hang once every live rank has been blocked in a "
+                         "torch.distributed wait, with no CPU used and no operation completed, for this many "
+                         "seconds (default 3; 0: only the --timeout watchdog ends a hung run)")]
 TopologyOpt = Annotated[str | None, typer.Option(
     "--topology", help="script: the network communication is timed on: a preset (loopback, switch8, two_nodes, "
                        "ring) or a TOML file with a [topology] table as in a scenario (default: loopback)")]
@@ -67,6 +72,11 @@ class ScriptInput:
     timeout: float | None = None
     zero_compute: bool = False
     topology: str | None = None
+    hang_after: float | None = None  # real Gloo: the stall rule's settle period (None: its default)
+
+    @property
+    def hang_after_s(self) -> float | None:
+        return HANG_AFTER_S if self.hang_after is None else self.hang_after
 
     def execute(self, *, real: bool = False, json_: bool = False) -> Any:
         """Run it in the simulator (or on real Gloo); the script's own output goes to the
@@ -77,25 +87,29 @@ class ScriptInput:
         return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend,
                        timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
                        stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
-                       batches=self.batches, topology=self.topology)
+                       batches=self.batches, topology=self.topology, hang_after_s=self.hang_after_s)
 
 
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
                         timeout: float | None = None, batches: str | None = None, zero_compute: bool = False,
-                        topology: str | None = None, script_args: list[str] | None = None) -> None:
+                        topology: str | None = None, hang_after: float | None = None,
+                        script_args: list[str] | None = None) -> None:
     """A scenario takes none of the script options (its file says all): say so instead of
     ignoring them."""
     given = [name for name, v in (("--nproc-per-node", nproc_per_node), ("--backend", backend),
                                   ("--timeout", timeout), ("--batches", batches), ("--zero-compute", zero_compute),
-                                  ("--topology", topology), ("script arguments", script_args)) if v]
+                                  ("--topology", topology), ("--hang-after", hang_after is not None),
+                                  ("script arguments", script_args)) if v]
     if given:
         raise ScriptError(f"{', '.join(given)}: only for a script (.py), not a scenario")
 
 
 def _gloo_only(inp: ScriptInput, command: str) -> ScriptInput:
-    """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused."""
+    """`real` and `compare` run on Gloo: a script's nccl becomes gloo there, `--backend nccl` is refused;
+    a bad `--hang-after` is refused before anything runs."""
     if inp.backend not in (None, "gloo"):
         raise ScriptError(f"--backend: {command} runs the script on real Gloo; got {inp.backend!r}")
+    check_hang_after(inp.hang_after)
     return replace(inp, backend="gloo")
 
 
@@ -148,7 +162,7 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         both = compare_script(inp.path, inp.args, nproc_per_node=inp.nproc_per_node, backend=GLOO,
                               timeout_s=inp.timeout or DEFAULT_TIMEOUT_S, measure_compute=not inp.zero_compute,
                               stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
-                              topology=inp.topology)
+                              topology=inp.topology, hang_after_s=inp.hang_after_s)
     sim, real = both.sim.report, both.real.report
     cmp = compare_reports(sim, real)
     if json_:
@@ -157,6 +171,9 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         sys.stdout.write("\n")
     else:
         say(format_comparison(cmp))
+        for note in real.notes:  # a hung real side: which rule ended it, the early one or the watchdog
+            if note.startswith((EARLY, WATCHDOG)):
+                say(f"real side: {note}")
         for line in both.workdir.lines():
             say(line)
     exit_on(cmp.agree)

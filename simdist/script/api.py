@@ -24,6 +24,7 @@ from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
 from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
+from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
 
@@ -102,7 +103,7 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
                backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
                measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
                mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
-               topology: Topo = None) -> Report:
+               topology: Topo = None, hang_after_s: float | None = HANG_AFTER_S) -> Report:
     """Run the script on simulated ranks and report what every rank did.
 
     `nproc_per_node`: start that many ranks as torchrun would; None runs the script as-is
@@ -122,10 +123,13 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     zygote's goes; the simulated GPU count is the zygote's, and `gpus`, if given, must be it).
     `topology`: the network the cost model times communication on: a preset name, a TOML
     file with a [topology] table (as a scenario's), or a `Topology` (default: loopback).
+    `hang_after_s` (`mode="gloo"`): a hang is reported once every live rank has been stalled
+    in a torch.distributed wait for this long (`simdist.script.stalls`), not only when the
+    watchdog fires; None or 0: the watchdog alone. The simulator proves its hangs at once.
     """
     return execute(path, args, nproc_per_node=nproc_per_node, backend=backend, timeout_s=timeout_s, gpus=gpus,
                    measure_compute=measure_compute, stdout=stdout, run_id=run_id, mode=mode, batches=batches,
-                   zygote=zygote, topology=topology).report
+                   zygote=zygote, topology=topology, hang_after_s=hang_after_s).report
 
 
 def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int | None, batches: Batches,
@@ -162,9 +166,11 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
             mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
-            topology: Topo = None) -> ScriptRun:
+            topology: Topo = None, hang_after_s: float | None = HANG_AFTER_S) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
     check_timeout(timeout_s, "timeout_s")
+    settle = check_hang_after(hang_after_s, "hang_after_s")
+    stalls = StallRule(settle, timeout_s) if settle is not None and mode == env.GLOO else None
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)
@@ -176,7 +182,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     listener.bind(os.path.join(tmp, "coordinator.sock"))
     listener.listen(256)
     listener.setblocking(False)
-    coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps)
+    coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps,
+                        stalls=stalls)
     run: launch.Launch | None = None
     t0 = time.time()
     try:

@@ -31,6 +31,7 @@ from simdist.report import (
 from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.ranks import RankConn
+from simdist.script.stalls import WATCHDOG
 
 
 class Groups:
@@ -198,6 +199,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         # a script's inputs are its DataLoaders' batches: a 0 column would read as "did nothing"
         notes.append("inputs: no rank's DataLoaders yielded a batch (a script's inputs are the batches its "
                      "DataLoaders yield; loops over other data are not counted)")
+    if ending.early is not None:  # the verdict came from the stall rule, not the watchdog
+        notes.append(ending.early)
     if ending.kind == "hang":
         wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
@@ -210,10 +213,10 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
                          "them after its timeout); with gloo they would fail with 'Connection closed by peer'")
     elif ending.kind == "timeout" and report.source == "real" and all(
             r.blocked_in is not None for r in report.ranks if r.status == "hang"):
-        notes.append("watchdog: no rank communicated in time; each rank still running answered, before it was "
+        notes.append(f"{WATCHDOG} no rank communicated in time; each rank still running answered, before it was "
                      "killed, that it is blocked in an unfinished operation (above)")
     elif ending.kind == "timeout":
-        notes.append("watchdog: the run did not finish in time and no hang was proven (a rank may be computing "
+        notes.append(f"{WATCHDOG} the run did not finish in time and no hang was proven (a rank may be computing "
                      "or spinning without communicating)")
     return notes
 

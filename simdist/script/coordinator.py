@@ -37,6 +37,7 @@ from simdist.procs import Watchdog
 from simdist.script import deadlines, env, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
+from simdist.script.stalls import StallRule
 from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
 
 POLL_S = 0.05
@@ -60,11 +61,12 @@ class Ending:
     kind: str
     at: float  # wall time
     last_blocked: float | None = None  # hang: when the last rank became blocked
+    early: str | None = None  # real Gloo, a hang the stall rule found (`simdist.script.stalls`): what was seen
 
 
 class Coordinator(GlooTimeoutsMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
-                 measure_compute: bool = True, batches: list[int] | None = None):
+                 measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None):
         self.listener = listener
         self.cost_factory = cost_factory
         self.forced_backend = backend
@@ -78,6 +80,7 @@ class Coordinator(GlooTimeoutsMixin):
         self.requested: list[str] = []
         self.protocol_errors: list[str] = []
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
+        self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
         self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
@@ -111,6 +114,8 @@ class Coordinator(GlooTimeoutsMixin):
                 return Ending("finished", time.time())
             if self._hung() and not self._expire():
                 return Ending("hang", time.time(), self._last_event())
+            if (stalled := self._stalled()) is not None:
+                return stalled
             if dog.fired(starting=self.engine is None or len(self.by_rank) < self.world_size):
                 return Ending("timeout", time.time())
 
@@ -133,7 +138,7 @@ class Coordinator(GlooTimeoutsMixin):
         progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
-            progress = progress or header["t"] not in ("out", "sleep")  # a rank sleeping in a loop spins
+            progress = progress or header["t"] not in ("out", "sleep", "stall")  # a rank sleeping in a loop spins
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -182,6 +187,8 @@ class Coordinator(GlooTimeoutsMixin):
             self._overdue(conn)
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
+        elif kind == "stall":  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
+            conn.stall_since, conn.stall_limit = h.get("since"), h.get("limit")
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
@@ -401,6 +408,18 @@ class Coordinator(GlooTimeoutsMixin):
             self._pump()
             return False
         return True
+
+    def _stalled(self) -> Ending | None:
+        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once every rank
+        of the world has initialised."""
+        if self.stalls is None or self.engine is None or len(self.by_rank) < self.world_size:
+            return None
+        ranks = list(self.by_rank.values())
+        now = time.time()
+        since = self.stalls.hung_since(ranks, now)
+        if since is None:
+            return None
+        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks))
 
     def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
         frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])

@@ -78,6 +78,8 @@ class RankConn:
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
     wait_until: tuple[OpRecord, float] | None = None  # a Work.wait(timeout=) in progress: its op, its end
+    stall_since: float | None = None  # real Gloo: wall time its current stall began (`rank.stall`), else None
+    stall_limit: float | None = None  # real Gloo: the shortest Gloo timeout that could end that stall's waits
 
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed."""

@@ -17,6 +17,7 @@ Python signal handler would never run.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import socket
@@ -92,7 +93,8 @@ class Client:
     # ------------------------------------------------------------------ receiving
     def start(self) -> None:
         threading.Thread(target=self._read, name="simdist-reader", daemon=True).start()
-        threading.Thread(target=self._watch_idle, name="simdist-idle", daemon=True).start()
+        watch = self._watch_idle if _watcher is None else functools.partial(_watcher, self)
+        threading.Thread(target=watch, name="simdist-idle", daemon=True).start()
 
     def _read(self) -> None:
         while True:
@@ -166,6 +168,14 @@ def _in_native_call(frame: Any) -> bool:
 
 
 _answer: Callable[[], dict[str, Any]] | None = None  # what a "dump" request is answered with
+_watcher: Callable[[Client], None] | None = None  # what the idle thread runs instead of `_watch_idle`
+
+
+def watch_with(fn: Callable[[Client], None]) -> None:
+    """On real Gloo (`rank.stall`): no simulated futures to watch; the idle thread watches
+    for a stall in a torch.distributed wait instead, for the early hang verdict."""
+    global _watcher
+    _watcher = fn
 
 
 def answer_dumps(fn: Callable[[], dict[str, Any]]) -> None:

@@ -134,12 +134,13 @@ def _patch_get_backend() -> None:
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     if mode == env.GLOO:
-        from simdist.script.rank import flight, pylog
+        from simdist.script.rank import flight, pylog, stall
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
         flight.install()
         pylog.install()
+        stall.install()  # the early hang verdict's evidence (`simdist.script.stalls`)
         exits.add_to_exit(lambda: {"fr": flight.dump()})
         exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         client.answer_dumps(exits.snapshot)  # the same, and where it stands, when a hung run is ended

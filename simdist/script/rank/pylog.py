@@ -25,11 +25,16 @@ from simdist.script.rank.pg import reduce_name
 _ops: list[dict[str, Any]] = []
 _seq: dict[str, int] = {}
 _args: list[list[Any]] = []  # [group, seq, reduce op, root] of collectives called from Python
+_done_before = [0]  # every p2p operation before this index has completed (`progress`)
+
+
+def _raw_name(pg: Any) -> str:
+    """torch's name of the group (the Flight Recorder's `pg_status` key)."""
+    return str(dist.distributed_c10d._world.pg_names.get(pg, ""))
 
 
 def _group_name(pg: Any) -> str:
-    world = dist.distributed_c10d._world
-    return env.group_name(str(world.pg_names.get(pg, "")), pg is world.default_pg)
+    return env.group_name(_raw_name(pg), pg is dist.distributed_c10d._world.default_pg)
 
 
 def _wrap(method: str, op: str) -> None:
@@ -42,7 +47,7 @@ def _wrap(method: str, op: str) -> None:
         _seq[name] = _seq.get(name, 0) + 1
         ranks = dist.get_process_group_ranks(self)  # kept: the group may be destroyed before the dump
         peer = ranks[args[0]] if method != "recv_anysource" else None
-        _ops.append({"seq": _seq[name], "op": op, "pg": name, "peer": peer, "ranks": ranks,
+        _ops.append({"seq": _seq[name], "op": op, "pg": name, "raw_pg": _raw_name(self), "peer": peer, "ranks": ranks,
                      "n": sum(t.numel() for t in tensors), "dt": str(tensors[0].dtype).removeprefix("torch."),
                      "frames": frames, "t": time.time_ns(), "work": work})
         return work
@@ -92,5 +97,16 @@ def dump() -> list[dict[str, Any]]:
         done = bool(work.is_completed())
         if peer is None and done:
             peer = o["ranks"][work._source_rank()]
-        out.append({k: v for k, v in o.items() if k not in ("work", "ranks")} | {"peer": peer, "done": done})
+        out.append({k: v for k, v in o.items() if k not in ("work", "ranks", "raw_pg")} | {"peer": peer, "done": done})
     return out
+
+
+def progress() -> tuple[int, int, set[str]]:
+    """How many p2p operations were issued and how many completed, and torch's names of the
+    groups of those that have not (`rank.stall`, ten times a second: Gloo's Flight Recorder
+    counts no p2p). Operations before the first unfinished one are not looked at again."""
+    ops = _ops[:]
+    while _done_before[0] < len(ops) and ops[_done_before[0]]["work"].is_completed():
+        _done_before[0] += 1
+    open_ops = [o for o in ops[_done_before[0]:] if not o["work"].is_completed()]
+    return len(ops), len(ops) - len(open_ops), {o["raw_pg"] for o in open_ops}

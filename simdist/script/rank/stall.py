@@ -1,0 +1,195 @@
+"""On real Gloo: is this rank stalled in a torch.distributed wait? (the early hang verdict)
+
+A hung real run used to be ended only by the watchdog (`--timeout`, 300 s by default). The
+launcher can decide sooner, but only on evidence the ranks give, so that a rank that is
+computing, sleeping, or waiting on anything but Gloo is never taken for a hung one. Every
+`POLL_S` this rank's watcher thread observes (`observe`), and calls the rank *stalled* when
+all of these hold:
+
+* its main thread is asleep in the kernel in a futex wait (`/proc/self/task/<tid>/syscall`):
+  how ProcessGroupGloo's `Work::wait` and the `Future` waits of DDP's reducer block (a
+  condition variable). `time.sleep` is a nanosleep (and counted by `client.sleeping`), a
+  socket, pipe or DataLoader-worker read a read/poll: none is a futex;
+* that wait is torch's: the main thread's innermost Python frame is in torch's package (a
+  blocking collective, `barrier`, `recv`, `loss.backward()` with DDP's reducer waiting in
+  C++) or in the `Work.wait`/`Future.wait` wrappers below (the user's own `work.wait()`);
+* the rank has an unfinished Gloo operation: its Flight Recorder's per-group counters
+  (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
+  completion) or a p2p operation `rank.pylog` noted whose work has not completed;
+* since the last poll its main thread used no CPU and its other threads (Gloo's I/O and
+  worker threads, the script's own; not this watcher) at most `OTHERS_CPU_SHARE` of a core:
+  bytes arriving for a Gloo operation, or a thread of the script computing, use CPU;
+* its operation counters (enqueued and completed per group, p2p issued and done) are the
+  ones seen when the stall began: nothing completed meanwhile.
+
+Any change ends the stall; the next one starts a new period. The watcher tells the
+coordinator when a stall begins (`since`, and `limit`: the shortest Gloo timeout of a group
+with an unfinished operation, or of a `Work.wait(timeout=)` in progress: the time after
+which Gloo itself would end the wait) and when it ends. The coordinator's rule
+(`simdist.script.stalls`) calls the run hung once every live rank has been stalled for
+`--hang-after` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from simdist.script.rank import client, pylog
+
+POLL_S = 0.1
+MAIN_CPU_EPS_S = 0.0005  # the main thread's CPU per poll that still counts as none
+OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one core, that counts as idle
+# the futex syscall's number (asm/unistd.h); elsewhere the rule never applies (the watchdog does)
+FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+_TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+_HERE = os.path.abspath(__file__)
+
+_wait_limits: list[float | None] = []  # the main thread's Work.wait/Future.wait calls in progress, inner last
+_main_tid: list[int] = []  # the kernel's id of the main thread (`threading` keeps a stale one after a fork)
+
+
+def _note_main_tid() -> None:
+    """On the main thread (at install, and in a forked child, whose forking thread becomes
+    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`."""
+    if threading.current_thread() is threading.main_thread():
+        _main_tid[:] = [threading.get_native_id()]
+
+
+def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
+    """The user's own `work.wait()` / `fut.wait()` calls C++ directly (no torch frame on the
+    stack): the wrapper marks the wait as torch's and keeps its timeout. Also on
+    `monitored_barrier`, whose own timeout ends group rank 0's waits in C++ (the others wait
+    for rank 0's answer with the group's timeout: `own_timeout(self)` says which)."""
+    orig = getattr(cls, method)
+    own = own_timeout or (lambda _self: True)
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return orig(self, *args, **kwargs)
+        t = kwargs.get("timeout", args[0] if args else None)
+        timed = hasattr(t, "total_seconds") and t.total_seconds() > 0 and own(self)
+        _wait_limits.append(t.total_seconds() if timed else None)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _wait_limits.pop()
+
+    setattr(cls, method, wait)
+
+
+def install() -> None:
+    """Installed on real Gloo only (`rank.patches`): the wait wrappers, and the watcher that
+    the client's idle thread runs instead of the simulated backend's idle watcher."""
+    _wrap_wait(dist.distributed_c10d.Work)
+    _wrap_wait(torch._C.Future)
+    _wrap_wait(dist.ProcessGroup, "monitored_barrier", lambda pg: pg.rank() == 0)
+    _note_main_tid()
+    os.register_at_fork(after_in_child=_note_main_tid)
+    client.watch_with(watch)
+
+
+@dataclass
+class Observation:
+    """One look at the rank (see the module's docstring)."""
+
+    waiting: bool  # main thread in a futex wait in torch's code, not sleeping
+    key: tuple  # operation counters: per group (name, enqueued, completed), p2p (issued, done)
+    pending: bool  # an operation not completed
+    limit_s: float | None  # the shortest Gloo timeout that could end the pending waits
+    main_cpu: float
+    others_cpu: float
+
+
+def _syscall(tid: int) -> int | None:
+    try:
+        with open(f"/proc/self/task/{tid}/syscall", encoding="ascii") as f:
+            first = f.read().split(maxsplit=1)
+    except OSError:
+        return None
+    return int(first[0]) if first and first[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def _in_torch_wait(frame: Any) -> bool:
+    if frame is None:
+        return False
+    filename = os.path.abspath(frame.f_code.co_filename)
+    return filename.startswith(_TORCH_DIR) or filename == _HERE
+
+
+def _groups() -> tuple[list[tuple[str, int, int]], set[str]]:
+    """Per group: (name, last enqueued, last completed) from the Flight Recorder's counters
+    (no entries: microseconds), and the names of groups with an unfinished collective."""
+    status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(includeCollectives=False)).get("pg_status") or {}
+    rows = sorted((str(g), int(s.get("last_enqueued_collective", -1)), int(s.get("last_completed_collective", -1)))
+                  for g, s in status.items())
+    return rows, {g for g, enq, done in rows if enq > done}
+
+
+def _timeout_of(names: set[str]) -> float | None:
+    """The shortest Gloo timeout among these groups (torch names them in `pg_names`); a group
+    whose timeout cannot be read counts as 0 s: one that may end the wait at any time."""
+    by_name = {str(name): pg for pg, name in list(dist.distributed_c10d._world.pg_names.items())}
+    limits = []
+    for name in names:
+        try:
+            limits.append(by_name[name]._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+        except (KeyError, AttributeError, RuntimeError):
+            limits.append(0.0)
+    return min(limits, default=None)
+
+
+def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
+    cpu_clock = time.pthread_getcpuclockid(main.ident or 0)
+    main_cpu = time.clock_gettime(cpu_clock)
+    others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
+    frame = sys._current_frames().get(main.ident or 0)
+    waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
+               and (bool(_wait_limits) or _in_torch_wait(frame)))
+    rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
+    issued, done, p2p_groups = pylog.progress()
+    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *list(_wait_limits)) if x is not None]
+    return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups) or done < issued,
+                       min(limits, default=None), main_cpu, others_cpu)
+
+
+def _still(before: Observation, now: Observation, dt: float) -> bool:
+    """Nothing moved between two looks taken `dt` apart."""
+    return (now.key == before.key and now.main_cpu - before.main_cpu <= MAIN_CPU_EPS_S
+            and now.others_cpu - before.others_cpu <= OTHERS_CPU_SHARE * dt)
+
+
+def watch(c: client.Client) -> None:
+    """The watcher thread's loop: tell the coordinator when a stall begins and ends."""
+    main = threading.main_thread()
+    tid = _main_tid[0] if _main_tid else main.native_id or 0
+    if FUTEX_NR is None or _syscall(tid) is None:
+        return  # no way to see the main thread's wait here: only the watchdog decides
+    last: Observation | None = None
+    last_at = time.monotonic()
+    since: float | None = None
+    while main.is_alive():
+        time.sleep(POLL_S)
+        try:
+            now: Observation | None = observe(main, tid, c)
+        except Exception:  # noqa: BLE001 - a rank that cannot be observed is never called stalled
+            now = None
+        at = time.monotonic()
+        stalled = (now is not None and last is not None and now.waiting and now.pending
+                   and _still(last, now, at - last_at))
+        if stalled and since is None:
+            since = time.time() - (at - last_at)  # still since the previous look
+            c.send({"t": "stall", "since": since, "limit": now.limit_s})  # type: ignore[union-attr]
+        elif not stalled and since is not None:
+            since = None
+            c.send({"t": "stall", "since": None})
+        last, last_at = now, at

@@ -1,0 +1,84 @@
+"""The early hang verdict of a real Gloo run: every live rank stalled for `--hang-after` seconds.
+
+A simulated run's hang is a proof (every live rank blocked in operations the engine knows
+cannot complete, `Coordinator._hung`). Real Gloo ranks tell the coordinator nothing of their
+operations while they run, so a hung real run used to last until the watchdog (`--timeout`,
+300 s by default): five minutes for every `simdist real`/`compare` of a script that hangs.
+
+Each real rank watches itself (`simdist.script.rank.stall`) and says when it becomes
+*stalled* -- its main thread asleep in a futex wait in torch's code (a blocking collective,
+`Work.wait`, DDP's reducer waiting in C++), an unfinished Gloo operation, none of its
+threads using CPU, none of its operation counters moving -- and when that ends. The run is
+called hung when every rank that has not exited has been stalled, without a break, for
+`hang_after_s` seconds since the last of those stalls began and since the last rank's
+process ended (on Gloo a peer learns of an exit only when the process is gone, and that
+fails its waits). In that time no operation completed on any rank and no rank computed:
+nothing is left that could post the operations they wait for. Not decided early:
+
+* a rank computing, sleeping, reading a file or a DataLoader worker, or waiting on anything
+  but torch (it is not stalled), or a rank that announced its exit and is leaving;
+* waits that Gloo's own timeout may end before the watchdog fires (a group timeout or a
+  `Work.wait(timeout=)` shorter than `--timeout`): Gloo ends them with an error, as the
+  simulator models (`simdist.script.deadlines`), so the run is left to run its course;
+* a rank blocked somewhere no rank can see (the store's rendezvous of a `new_group` that a
+  peer never calls, a host without /proc): the watchdog still ends those.
+
+The report says which rule ended the run (`Ending.early`, a note): this one, with what was
+observed, or the watchdog's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simdist.errors import InputError
+from simdist.script.ranks import RankConn
+
+HANG_AFTER_S = 3.0  # default settle period: long enough for a Gloo peer to see an exit, short for users
+# How the notes of a report begin that say which rule ended a hung real run (`compare` shows them)
+EARLY, WATCHDOG = "hang found early", "watchdog:"
+
+
+def check_hang_after(seconds: float | None, what: str = "--hang-after") -> float | None:
+    """The settle period as given (None or 0: no early verdict, the watchdog alone); a
+    negative or non-finite number is bad input naming `what`."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < 0:
+        raise InputError(f"{what}: must be a number of seconds, 0 or more (0: the watchdog alone), got {seconds!r}")
+    return float(seconds) or None
+
+
+@dataclass(frozen=True)
+class StallRule:
+    """`hang_after_s`: the settle period; `watchdog_s`: the run's `--timeout`, the outer bound."""
+
+    hang_after_s: float
+    watchdog_s: float
+
+    def hung_since(self, ranks: Sequence[RankConn], now: float) -> float | None:
+        """When the hang began (the last stall began or the last rank's process ended), if every
+        live rank of `ranks` (all of the world's, each initialised) has been stalled for the
+        settle period since; None otherwise."""
+        live = [c for c in ranks if c.connected]
+        if not live or any(c.exit is not None or c.stall_since is None for c in live):
+            return None
+        if any(c.stall_limit is not None and c.stall_limit < self.watchdog_s for c in live):
+            return None  # Gloo's timeout may end a wait first: let it
+        since = max([c.stall_since for c in live if c.stall_since is not None]
+                    + [c.ended_at for c in ranks if c.ended_at is not None])
+        return since if now - since >= self.hang_after_s else None
+
+    def note(self, since: float, at: float, ranks: Sequence[RankConn]) -> str:
+        """What was observed, for the report: the verdict came from this rule, not the watchdog."""
+        live = sorted(c.rank for c in ranks if c.connected and c.rank is not None)
+        limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
+        gloo = f"their Gloo timeouts ({min(limits):g} s and up)" if limits else "Gloo"
+        return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
+                f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread asleep "
+                "in a torch.distributed wait (a futex wait in torch's code) with an unfinished operation, no thread "
+                f"of theirs used CPU and no operation completed on any rank; {gloo} would not end these waits "
+                "before the watchdog")

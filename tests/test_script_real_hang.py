@@ -1,0 +1,62 @@
+"""Real Gloo's hang verdict before the watchdog (`simdist.script.stalls`, `rank.stall`).
+
+A script that hangs on real Gloo used to run until the watchdog (`--timeout`, 300 s): now the
+run is called hung once every live rank has been stalled in a torch.distributed wait for the
+settle period, and `compare` agrees with the simulator (which proves its hangs at once) on
+each rank's operations, blocked operation and line. A rank that sleeps or computes longer
+than the settle period before it joins is not a hang: the run completes on both sides."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.script.api import compare_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT, descendants, line_of
+
+pytestmark = pytest.mark.real
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def _compare(script_zygote, name: str, args: list[str], hang_after_s: float):
+    """Both sides, with a 300 s watchdog (the default), forked by the session's fork servers;
+    no process of either run survives it."""
+    run_id = new_run_id()
+    both = compare_script(SCRIPTS / name, args, nproc_per_node=2, backend="gloo", timeout_s=300,
+                          hang_after_s=hang_after_s, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    return both.sim.report, both.real.report
+
+
+@pytest.mark.parametrize(("name", "blocked"), [
+    # blocking collective and recv, each on its own line
+    ("recv_nobody_sends.py", [("all_reduce", "dist.all_reduce(t)"), ("recv", "dist.recv(")]),
+    # DDP's reducer waiting in C++ inside loss.backward(), and a barrier on another group
+    ("ddp_step_vs_side_barrier.py", [("all_reduce", ".backward()"), ("barrier", "dist.barrier(group=side)")]),
+])
+def test_a_real_hang_is_found_in_seconds_and_compare_agrees(script_zygote, name, blocked):
+    sim, real = _compare(script_zygote, name, [], hang_after_s=1.0)
+    assert real.timings["wall_s"] < 60, real.timings  # the watchdog alone: more than 300 s
+    assert 1.0 <= real.timings["hang_detect_s"] < 30, real.timings
+    assert any(n.startswith("hang found early (--hang-after 1 s, not the 300 s watchdog): ") for n in real.notes)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang", "hang"], rep.source
+        assert [(r.blocked_in.op, r.location.line) for r in rep.ranks] == [
+            (op, line_of(SCRIPTS / name, text)) for op, text in blocked], rep.source
+    c = compare_reports(sim, real)
+    assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
+
+
+@pytest.mark.parametrize("how", ["sleep", "compute"])
+def test_a_peer_busy_longer_than_the_settle_period_is_not_a_hang(script_zygote, how):
+    """Rank 0 waits in an all_reduce (stalled, by its own account) for 1.5 s while rank 1
+    sleeps or computes, five times the settle period: the run completes on both sides."""
+    sim, real = _compare(script_zygote, "peer_busy_then_joins.py", [how, "1.5"], hang_after_s=0.3)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed", "completed"], (rep.source, rep.notes)
+        assert [r.output for r in rep.ranks] == [["0 done [4.0, 4.0]"], ["1 done [4.0, 4.0]"]], rep.source
+    assert real.timings["wall_s"] >= 1.5 and not any("hang found early" in n for n in real.notes)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
