@@ -249,3 +249,26 @@ def test_cuda_storages_and_threads_are_remapped_too(monkeypatch):
     t.start()
     t.join()
     assert got == ["cpu"]
+
+
+def test_cuda_autocast_autocasts_on_the_cpu(monkeypatch):
+    """`torch.autocast("cuda", ...)` in a rank (where torch.cuda says a GPU is there) failed
+    with "Torch not compiled with CUDA enabled" when it asked whether the GPU does bfloat16:
+    it now autocasts on the CPU, to CUDA's dtype (float16 unless given). In-process, restored."""
+    import warnings
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(autocast, "__init__", autocast.__init__)
+    devices._patch_autocast()
+    lin, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        assert lin(x).dtype == torch.bfloat16
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp.autocast is deprecated
+        with torch.cuda.amp.autocast():
+            assert lin(x).dtype == torch.float16
+    assert lin(x).dtype == torch.float32

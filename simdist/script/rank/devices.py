@@ -12,6 +12,9 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   saw (autograd's backward, and in it DTensor's `from_local(...).to(mesh.device_type)`, a
   `cuda` mesh's tensors) would not be remapped by the mode;
 * `Module.to` parses its device before any tensor call, so it is remapped directly;
+* `torch.autocast("cuda")` (and `torch.cuda.amp.autocast`) autocasts on the CPU, to the dtype
+  CUDA's would (float16 unless given): CUDA's would find no device ("Torch not compiled with
+  CUDA enabled" once it asks whether the GPU does bfloat16);
 * storages move through `torch.storage._to`, which `torch.load` calls for every storage whose
   location (saved, or `map_location=`) is a CUDA device (`map_location=f"cuda:{rank}"`, a
   checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
@@ -107,6 +110,21 @@ def _patch_storage_moves() -> None:
         return orig(self, _CPU if is_accelerator(device) else device, non_blocking)
 
     ts._to = _to
+
+
+def _patch_autocast() -> None:
+    """`autocast` for CUDA autocasts on the CPU (see the module's docstring)."""
+    from torch.amp.autocast_mode import autocast
+
+    orig = autocast.__init__
+
+    @functools.wraps(orig)
+    def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, *args: Any, **kwargs: Any) -> None:
+        if isinstance(device_type, str) and device_type.startswith("cuda"):
+            device_type, dtype = "cpu", dtype if dtype is not None else torch.get_autocast_dtype("cuda")
+        orig(self, device_type, dtype, *args, **kwargs)
+
+    autocast.__init__ = __init__  # type: ignore[method-assign]
 
 
 def _enter_in_new_threads() -> None:
@@ -257,6 +275,7 @@ def install(gpus: int) -> None:
     _patch_tensor_moves()
     _patch_module_to()
     _patch_storage_moves()
+    _patch_autocast()
     _patch_ddp()
     _enter_in_new_threads()
     _MODE = CudaToCpu()
