@@ -226,3 +226,61 @@ def test_a_cuda_move_on_the_cpu_keeps_its_arguments(monkeypatch):
     assert t.to("cuda:1", torch.float64, memory_format=cl).is_contiguous(memory_format=cl)
     assert t.to(device=0, dtype=torch.int32).dtype == torch.int32
     assert t.to(torch.zeros(1, dtype=torch.float16)).dtype == torch.float16
+
+
+def test_cuda_storages_and_threads_are_remapped_too(monkeypatch):
+    """`torch.load(..., map_location="cuda:1")` (and a checkpoint saved on a GPU) moves each
+    storage through `torch.storage._to`, and a thread the script starts has a mode stack of
+    its own: both reached CUDA ("Torch not compiled with CUDA enabled") before. Patched
+    in-process and restored, not in a rank."""
+    import io
+    import threading
+
+    import torch
+    import torch.storage
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(torch.storage, "_to", torch.storage._to)
+    monkeypatch.setattr(threading.Thread, "_bootstrap_inner", threading.Thread._bootstrap_inner)
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(3.0)}, buf)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the rank's shims (`_install_cuda_shims`)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    buf.seek(0)
+    with pytest.raises((AssertionError, RuntimeError), match="compiled with(out)? CUDA"):
+        torch.load(buf, map_location="cuda:1")
+    devices._patch_storage_moves()
+    devices._enter_in_new_threads()
+    for where in ("cuda:1", torch.device("cuda", 0), {"cpu": "cuda:0"}):
+        buf.seek(0)
+        assert torch.load(buf, map_location=where)["w"].tolist() == [0.0, 1.0, 2.0]
+    assert torch.UntypedStorage(4).cuda().device.type == "cpu"
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(torch.zeros(2, device="cuda").device.type))
+    t.start()
+    t.join()
+    assert got == ["cpu"]
+
+
+def test_cuda_autocast_autocasts_on_the_cpu(monkeypatch):
+    """`torch.autocast("cuda", ...)` in a rank (where torch.cuda says a GPU is there) failed
+    with "Torch not compiled with CUDA enabled" when it asked whether the GPU does bfloat16:
+    it now autocasts on the CPU, to CUDA's dtype (float16 unless given). In-process, restored."""
+    import warnings
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(autocast, "__init__", autocast.__init__)
+    devices._patch_autocast()
+    lin, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        assert lin(x).dtype == torch.bfloat16
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp.autocast is deprecated
+        with torch.cuda.amp.autocast():
+            assert lin(x).dtype == torch.float16
+    assert lin(x).dtype == torch.float32

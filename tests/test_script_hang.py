@@ -140,3 +140,50 @@ def test_a_real_hang_keeps_each_ranks_record_and_compare_compares_it(script_zygo
     assert "DIFFER" in format_comparison(c).splitlines()[0]
     assert f"ended at: sim recv_nobody_sends.py:{at_reduce} | real recv_nobody_sends.py:{at_recv}" \
         in format_comparison(c)
+
+
+WAIT_OUTSIDE_OPS = ROOT / "tests" / "scripts" / "wait_outside_ops.py"
+
+
+def test_a_rank_waiting_outside_any_operation_ends_where_it_waits_on_both_sides(script_zygote):
+    """tests/scripts/wait_outside_ops.py: rank 1 waits on a queue nobody fills, rank 0 in an
+    all_reduce: the watchdog ends the run; each side's rank 1 ended at the queue's get (where
+    its main thread stands, asked before the kill as on real Gloo), not at its last operation
+    (the barrier), which the simulated side said before."""
+    run_id = new_run_id()
+    both = compare_script(WAIT_OUTSIDE_OPS, nproc_per_node=2, backend="gloo", timeout_s=2, run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    sim, real = both.sim.report, both.real.report
+    at_get, at_reduce = line_of(WAIT_OUTSIDE_OPS, "batches.get()"), line_of(WAIT_OUTSIDE_OPS, "dist.all_reduce(t)")
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang", "hang"], rep.source
+        assert [r.location.line for r in rep.ranks] == [at_reduce, at_get], rep.source
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+
+
+LOCAL_SYNC_GROUPS = ROOT / "tests" / "scripts" / "local_sync_groups.py"
+
+
+@pytest.mark.parametrize("pairs", ["disjoint", "chain"])
+def test_group_creation_waits_for_the_members_of_its_name_as_gloo_does(pairs, script_zygote):
+    """tests/scripts/local_sync_groups.py: pairs made with use_local_synchronization=True.
+    Disjoint pairs complete; in a chain, ranks 1 and 2 name their pair differently (torch
+    hashes how many groups the rank has) and Gloo's constructor waits for good: both hang in
+    new_group, rank 0 in its all_reduce with rank 1. The simulator let every rank past
+    new_group (and hung ranks 1 and 2 in all_reduces of two different groups)."""
+    run_id = new_run_id()
+    both = compare_script(LOCAL_SYNC_GROUPS, ["--pairs", pairs], nproc_per_node=3, backend="gloo", timeout_s=2,
+                          run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    sim, real = both.sim.report, both.real.report
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    if pairs == "disjoint":
+        assert [r.status for r in sim.ranks] == ["completed"] * 3
+        assert "rank 1: pair (0, 1) sum 3.0" in sim.ranks[1].output
+    else:
+        made, reduce = line_of(LOCAL_SYNC_GROUPS, "dist.new_group("), line_of(LOCAL_SYNC_GROUPS, "dist.all_reduce(")
+        assert [r.status for r in sim.ranks] == ["hang"] * 3
+        assert [r.location.line for r in sim.ranks] == [reduce, made, made]

@@ -192,8 +192,10 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
         ending = coord.serve(run.done, Watchdog(timeout_s))
-        if mode == env.GLOO and ending.kind in ("hang", "timeout"):
-            coord.collect_records()  # what each real rank recorded, before `launch.end` kills it
+        if ending.kind == "timeout" or (mode == env.GLOO and ending.kind == "hang"):
+            # what each real rank recorded, and where each rank that blocks in no operation
+            # stands (its last operation is not where it is), before `launch.end` kills them
+            coord.collect_records()
     finally:
         if run is not None:
             launch.end(run)

@@ -88,6 +88,8 @@ class Coordinator(GlooTimeoutsMixin):
         self.timeouts: dict[tuple[str, int | None], float] = {}
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
+        # group name -> the members waiting in its creation: (their connection, request id)
+        self._creating: dict[str, dict[int, tuple[RankConn, int]]] = {}
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -247,6 +249,17 @@ class Coordinator(GlooTimeoutsMixin):
         have = self.engine.add_group(h["g"], ranks)
         if have != ranks:
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
+        if h.get("req") is None:
+            return
+        # Gloo's group constructor connects its members through the store under the group's
+        # name (`connectFullMesh`): a member returns once every member made the group of that
+        # name. Names are per rank (a creation count, or a hash of the ranks and how many
+        # groups the rank has), so ranks that make groups in different orders wait for good.
+        waiting = self._creating.setdefault(h["g"], {})
+        waiting[conn.rank] = (conn, int(h["req"]))  # type: ignore[index]
+        if have != ranks or set(waiting) >= set(ranks):
+            for c, req in self._creating.pop(h["g"]).values():
+                self._send(c, {"t": "reply", "req": req})
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
         engine, timeline = self.engine, self.timeline

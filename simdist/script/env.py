@@ -46,8 +46,10 @@ def unsupported_in(message: str) -> str | None:
 
 
 def group_name(torch_name: str, default: bool) -> str:
-    """The report's name of a process group: WORLD, or pg<torch's group name> (the same on
-    every rank: torch names groups by creation count or by a hash of their ranks)."""
+    """The report's name of a process group: WORLD, or pg<torch's group name>. Torch names a
+    group by the rank's creation count, or (use_local_synchronization) by a hash of its ranks
+    and how many groups the rank has: the same on every member only where they made their
+    groups alike, as Gloo's rendezvous by that name needs (`Coordinator._group`)."""
     if default:
         return "WORLD"
     return f"pg{torch_name}" if torch_name.isdigit() else f"pg{torch_name[:10]}"

@@ -12,18 +12,30 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   saw (autograd's backward, and in it DTensor's `from_local(...).to(mesh.device_type)`, a
   `cuda` mesh's tensors) would not be remapped by the mode;
 * `Module.to` parses its device before any tensor call, so it is remapped directly;
+* `torch.autocast("cuda")` (and `torch.cuda.amp.autocast`) autocasts on the CPU, to the dtype
+  CUDA's would (float16 unless given): CUDA's would find no device ("Torch not compiled with
+  CUDA enabled" once it asks whether the GPU does bfloat16);
+* storages move through `torch.storage._to`, which `torch.load` calls for every storage whose
+  location (saved, or `map_location=`) is a CUDA device (`map_location=f"cuda:{rank}"`, a
+  checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
 * `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
   `device_count`, `set_device`, `current_device`, `synchronize`, streams and events that
   have nothing to wait for, ...);
 * DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
 
-The mode is entered on the main thread, where scripts (and CPU autograd) run.
+The mode is entered on the main thread, where scripts (and CPU autograd) run, and on every
+thread the script starts (`threading.Thread`, so also a `ThreadPoolExecutor`'s workers and
+DataLoader's pin-memory thread): torch keeps a mode stack per thread, and a prefetching
+thread that builds its batches with `device="cuda"` would otherwise fail with "Torch not
+compiled with CUDA enabled" where the program runs on a GPU machine (and, with
+`torch.cuda.is_available()` False, on a CPU one).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from typing import Any
 
 import torch
@@ -85,6 +97,46 @@ def _patch_tensor_moves() -> None:
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+
+
+def _patch_storage_moves() -> None:
+    """Storages placed on a CUDA device are placed on the CPU (see the module's docstring)."""
+    import torch.storage as ts
+
+    orig = ts._to
+
+    @functools.wraps(orig)
+    def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
+        return orig(self, _CPU if is_accelerator(device) else device, non_blocking)
+
+    ts._to = _to
+
+
+def _patch_autocast() -> None:
+    """`autocast` for CUDA autocasts on the CPU (see the module's docstring)."""
+    from torch.amp.autocast_mode import autocast
+
+    orig = autocast.__init__
+
+    @functools.wraps(orig)
+    def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, *args: Any, **kwargs: Any) -> None:
+        if isinstance(device_type, str) and device_type.startswith("cuda"):
+            device_type, dtype = "cpu", dtype if dtype is not None else torch.get_autocast_dtype("cuda")
+        orig(self, device_type, dtype, *args, **kwargs)
+
+    autocast.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _enter_in_new_threads() -> None:
+    """Every thread started through `threading` runs its target inside its own `CudaToCpu`."""
+    orig = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    @functools.wraps(orig)
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        with CudaToCpu():
+            orig(self)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
 
 
 class _Gpus:
@@ -215,13 +267,16 @@ _MODE: CudaToCpu | None = None
 
 
 def install(gpus: int) -> None:
-    """Remap CUDA to the CPU for the rest of this process (main thread)."""
+    """Remap CUDA to the CPU for the rest of this process (every thread)."""
     global _MODE
     if _MODE is not None:
         return
     _install_cuda_shims(gpus)
     _patch_tensor_moves()
     _patch_module_to()
+    _patch_storage_moves()
+    _patch_autocast()
     _patch_ddp()
+    _enter_in_new_threads()
     _MODE = CudaToCpu()
     _MODE.__enter__()

@@ -133,6 +133,9 @@ def _patch_get_backend() -> None:
 
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
+    # when a run is ended (a hang; the watchdog, a rank spinning or waiting outside any
+    # collective) each live rank says where its main thread stands, on both sides alike
+    client.answer_dumps(exits.snapshot)
     if mode == env.GLOO:
         from simdist.script.rank import flight, pylog, stall
 
@@ -143,7 +146,6 @@ def install(mode: str) -> None:
         stall.install()  # the early hang verdict's evidence (`simdist.script.stalls`)
         exits.add_to_exit(lambda: {"fr": flight.dump()})
         exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
-        client.answer_dumps(exits.snapshot)  # the same, and where it stands, when a hung run is ended
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)

@@ -409,7 +409,11 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
     # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
     limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
-    if (given or limit is not None) and client.CLIENT is not None:
+    if client.CLIENT is not None and given:
+        # returns once every member has made the group of this name, as Gloo's does
+        # (`Coordinator._group`)
+        client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit})
+    elif client.CLIENT is not None and limit is not None:
         client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
 
