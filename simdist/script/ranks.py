@@ -78,6 +78,15 @@ class RankConn:
     exit_at: float | None = None  # wall time of its exit announcement
     ended_at: float | None = None  # wall time its connection closed
     wait_until: tuple[OpRecord, float] | None = None  # a Work.wait(timeout=) in progress: its op, its end
+    # a connection is one process; a RankConn is its membership in one generation of ranks
+    # (`simdist.script.generations`): a process that initialises again gets a new one
+    gen: Any = None  # the Generation it belongs to
+    destroyed: bool = False  # its default group was destroyed: it left its generation, the process lives on
+    destroy_frames: list[Any] = field(default_factory=list)  # raw frames of that destroy_process_group call
+
+    def active(self) -> bool:
+        """A member of its generation still: its process is there and has not destroyed the group."""
+        return self.connected and not self.destroyed
 
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed."""

@@ -19,7 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from simdist.script import env
-from simdist.script.rank import stack
+from simdist.script.rank import client, stack
 from simdist.script.rank.pg import reduce_name
 
 _ops: list[dict[str, Any]] = []
@@ -29,7 +29,8 @@ _args: list[list[Any]] = []  # [group, seq, reduce op, root] of collectives call
 
 def _group_name(pg: Any) -> str:
     world = dist.distributed_c10d._world
-    return env.group_name(str(world.pg_names.get(pg, "")), pg is world.default_pg)
+    return env.group_name(str(world.pg_names.get(pg, "")), pg is world.default_pg,
+                          client.CLIENT.generation if client.CLIENT else 1)
 
 
 def _wrap(method: str, op: str) -> None:
