@@ -34,14 +34,12 @@ import numpy as np
 
 from simdist.engine.core import RankRaised
 from simdist.engine.values import Splits
-from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
-from simdist.limits import SCRIPT_RANKS
 from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
-from simdist.script.generations import Generation, joining, latest, new_generation
-from simdist.script.ranks import Block, OpRecord, RankConn, ZeroCost
+from simdist.script.generations import Generation, GenerationsMixin
+from simdist.script.ranks import Block, OpRecord, RankConn
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
@@ -53,11 +51,6 @@ POLL_S = 0.05
 RECORD_WAIT_S = 10.0
 
 
-def semantics_of(requested: str) -> str:
-    """The backend whose semantics a run gets from what the script asked for."""
-    return "nccl" if "nccl" in requested.lower() else "gloo"
-
-
 @dataclass
 class Ending:
     """Why the serving loop stopped: finished, hang, timeout or interrupted."""
@@ -67,12 +60,7 @@ class Ending:
     last_blocked: float | None = None  # hang: when the last rank became blocked
 
 
-def _first_user(raw: list[Any]) -> list[Any] | None:
-    """[file, line, function] of the innermost user frame of raw frames (`rank.stack`)."""
-    return next((list(f[:3]) for f in raw if f[3]), None)
-
-
-class Coordinator(GlooTimeoutsMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None):
         self.listener = listener
@@ -211,87 +199,6 @@ class Coordinator(GlooTimeoutsMixin):
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
             self._overdue()
-
-    def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
-        rank, size = int(h["rank"]), int(h["world_size"])
-        conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
-        if conn.rank is not None:  # the same process again, after destroy_process_group: a new membership
-            conn = self._next_membership(conn)
-        error, gen = self._join(conn, rank, size, str(h.get("backend") or ""))
-        if error is None:
-            conn.rank, conn.pid, conn.gen = rank, h.get("pid"), gen
-            gen.by_rank[rank] = conn  # type: ignore[union-attr]
-            self.requested.append(str(h.get("backend")))
-        else:
-            self.protocol_errors.append(error)
-        self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend,
-                          "gen": gen.index if gen is not None else None})
-
-    def _join(self, conn: RankConn, rank: int, size: int, requested: str) -> tuple[str | None, Generation | None]:
-        """The generation `rank` joins (`generations.joining`: made here when it starts one), or
-        why it cannot; bad input that only the ranks can tell is kept in `input_error`."""
-        if not self.gens and self.backend is None:
-            self.backend = semantics_of(requested)
-        gen = joining(self.gens, rank)
-        if gen is None:
-            prev = latest(self.gens, rank)
-            if prev is not None and prev is not conn and prev.active() and prev.exit is None:
-                return f"two processes initialised as rank {rank}", None
-            gen = self._new_generation(size)
-        if self.input_error is not None:
-            return self.input_error, None
-        if len(self.batches) > 1 and len(self.batches) != size:
-            self.input_error = (f"batches: {len(self.batches)} caps given ({','.join(map(str, self.batches))}) "
-                                f"for a world of {size} ranks (give one per rank, or one for every rank)")
-            return self.input_error, None
-        if size != gen.world_size:
-            return f"rank {rank} initialised with world_size={size}, other ranks with {gen.world_size}", None
-        if not 0 <= rank < size:
-            return f"rank {rank} is out of range for world_size={size}", None
-        return None, gen
-
-    def _new_generation(self, size: int) -> Generation:
-        """The next generation, of `size` ranks (its first rank's world size)."""
-        try:  # a script that starts its own ranks (mp.spawn) is capped here, at its first rank
-            SCRIPT_RANKS.check(size, "script", f"world_size={size:,} rank processes")
-        except SimdistError as e:
-            self.input_error = self.input_error or str(e)
-            size = 1
-        try:
-            gen = new_generation(len(self.gens) + 1, size, self.backend or "gloo", self.cost_factory)
-        except SimdistError as e:  # a topology that cannot hold this world: bad input
-            self.input_error = self.input_error or str(e)
-            gen = new_generation(len(self.gens) + 1, size, self.backend or "gloo", lambda _n: ZeroCost())
-        self.gens.append(gen)
-        return gen
-
-    def _next_membership(self, old: RankConn) -> RankConn:
-        """A process initialises its default group again: the membership it had ends as a
-        normal destroy (if the destroy was not reported, as it ends at an exit), and a new one
-        carries on its connection, clock and compute measure."""
-        new = RankConn(old.sock, old.decoder, clock=old.clock, cpu_mark=old.cpu_mark)
-        if not old.destroyed:
-            self._destroyed(old, {})
-        if old.exit is None:
-            where = _first_user(old.destroy_frames)
-            old.exit = {"how": "destroyed", "where": where}
-        old.connected, old.ended_at = False, time.time()
-        self.conns.append(new)
-        self.sel.modify(old.sock, selectors.EVENT_READ, new)
-        return new
-
-    def _destroyed(self, conn: RankConn, h: dict[str, Any]) -> None:
-        """The rank destroyed its default group: it leaves its generation (on Gloo its pairs
-        close, failing what its peers still need from it, as at an exit)."""
-        if conn.rank is None or conn.destroyed or conn.gen is None:
-            return
-        conn.advance(h.get("cpu"), self.measure_compute)
-        conn.destroyed, conn.destroy_frames = True, list(h.get("frames") or [])
-        conn.block = None
-        self._overdue(conn)
-        if self.backend == "gloo":
-            conn.gen.engine.rank_gone(conn.rank, abrupt=False, at=conn.clock)
-        self._pump()
 
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         if conn.gen is None:
