@@ -8,6 +8,8 @@ The examples' agreement is checked with the others (tests/test_script_examples.p
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
@@ -73,6 +75,11 @@ def test_a_generation_started_while_a_peer_is_still_in_the_old_one_agrees(script
         assert rep.ranks[1].output == ["gen1 [1/2] [3.0, 3.0]", "gen2 [1/2] [10.0, 12.0, 14.0]"]
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
+    # a simulator that put generation 2's first all_reduce in generation 1 differs from real Gloo
+    other = copy.deepcopy(sim)
+    other.ranks[0].trace[1].group = "WORLD"
+    c = compare_reports(other, real)
+    assert not c.agree and {d.field for d in c.differences if d.rank == 0} == {"trace"}
 
 
 @pytest.mark.real
