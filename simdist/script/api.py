@@ -22,8 +22,9 @@ from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
-from simdist.script.build import Groups, build_report
+from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
+from simdist.script.generations import memberships, merged_groups
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
@@ -204,7 +205,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         shutil.rmtree(tmp, ignore_errors=True)
     if coord.input_error is not None:
         raise ScriptError(coord.input_error)
-    if coord.engine is None:
+    if not coord.gens:
         codes = run.returncodes() if run is not None else []
         hint = "" if nproc_per_node is not None or not any(codes) else (
             f"; it ran as `python {script.name}` because --nproc-per-node was not given: "
@@ -219,9 +220,9 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     _refuse_unsupported(report)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
-    conns = [coord.by_rank.get(r) for r in range(coord.world_size)]
-    return ScriptRun(report, {g: list(m) for g, m in coord.engine.groups.items()},
-                     [c.longest_epoch if c else 0 for c in conns], [c.capped if c else 0 for c in conns])
+    members = [memberships(coord.gens, r) for r in range(coord.world_size)]
+    return ScriptRun(report, merged_groups(coord.gens), [max((c.longest_epoch for c in m), default=0) for m in members],
+                     [per_process(m, lambda c: c.capped) for m in members])
 
 
 @dataclass

@@ -30,6 +30,7 @@ from simdist.report import (
 )
 from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
+from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn
 from simdist.script.stalls import WATCHDOG
 
@@ -109,6 +110,8 @@ def _how(conn: RankConn, returncode: int | None) -> str:
     how, code = x.get("how"), x.get("code")
     if how == "returned":
         return "returned normally"
+    if how == "destroyed":  # it initialised again after this: its generation ended here
+        return "destroyed its process group"
     if how == "exception":
         return f"raised {x['error']['type']}"
     return f"{how}({code if code is not None else ''})"
@@ -134,22 +137,48 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
     return "completed", None
 
 
+def _trace(members: list[RankConn], r: int, real: bool) -> list[TraceEntry]:
+    """Rank r's operations in every generation it joined, oldest first. Simulated: each
+    generation's engine's. Real: each process's Flight Recorder (at exit, or the answer a hung
+    rank gave before it was killed: `Coordinator.collect_records`), whose entries name their
+    generation already (`rank.flight`); a process that initialised again holds several."""
+    trace: list[TraceEntry] = []
+    seen: set[int] = set()
+    for m in members:
+        if not real:
+            trace.extend(m.gen.engine.ranks[r].trace)
+            continue
+        x = m.exit or m.record or {}
+        if x.get("fr") is not None or x.get("p2p") is not None:
+            if id(x) not in seen:
+                seen.add(id(x))
+                trace.extend(fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")))
+    return trace
+
+
+def per_process(members: list[RankConn], value: Any) -> int:
+    """A count the rank side keeps per process (`rank.batches`), summed over processes: a
+    process that initialised again reports its running total to its latest membership."""
+    best: dict[int, int] = {}
+    for m in members:
+        best[id(m.sock)] = max(best.get(id(m.sock), 0), int(value(m)))
+    return sum(best.values())
+
+
 def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None, real: bool) -> RankResult:
-    assert coord.engine is not None
-    rs = coord.engine.ranks[r]
-    conn = coord.by_rank.get(r)
-    if real:  # nothing went through the engine: the trace is the Flight Recorder's (at exit, or
-        # the answer a hung rank gave before it was killed: `Coordinator.collect_records`)
-        x = (conn.exit or conn.record or {}) if conn is not None else {}
-        rs.trace = fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")) if conn is not None else []
+    members = memberships(coord.gens, r)
+    trace = _trace(members, r, real)
+    conn = members[-1] if members else None
     if conn is None:
         err = RankError("ScriptError", "no process initialised this rank's process group", "other")
-        return RankResult(rank=r, status="error", error=err, trace=rs.trace)
+        return RankResult(rank=r, status="error", error=err, trace=trace)
+    rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None
-    if conn.connected and conn.exit is None and ending.kind in ("hang", "timeout"):
+    if conn.active() and conn.exit is None and ending.kind in ("hang", "timeout"):
         status, error = "hang", None
-        pending = [e for e in rs.trace if not e.completed and e.t_done is None]
+        pending = [e for e in trace if not e.completed and e.t_done is None  # in its own generation
+                   and env.generation_of(e.group) == conn.gen.index]
         if conn.block is not None:
             waiting = conn.ops[conn.block.ids[0]].entry
             where = _user_location(conn.block.frames)
@@ -165,10 +194,12 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         how = _how(conn, returncode)
     if where is None and (last := conn.last_op()) is not None:
         where = _op_location(last.frames, last.user)
-    return RankResult(rank=r, status=status, error=error, trace=rs.trace, time=conn.clock,  # type: ignore[arg-type]
-                      inputs_processed=conn.batches,
-                      blocked_in=blocked, waiting_in=waiting, output=list(conn.stdout), stderr=list(conn.stderr),
-                      location=where, exit=how, compute=list(conn.compute))
+    return RankResult(rank=r, status=status, error=error, trace=trace, time=conn.clock,  # type: ignore[arg-type]
+                      inputs_processed=per_process(members, lambda m: m.batches),
+                      blocked_in=blocked, waiting_in=waiting,
+                      output=[line for m in members for line in m.stdout],
+                      stderr=[line for m in members for line in m.stderr],
+                      location=where, exit=how, compute=[s for m in members for s in m.compute])
 
 
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
@@ -191,7 +222,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
-        silent = [r for r, c in coord.by_rank.items() if c.exit is None and c.record is None]
+        last = [latest(coord.gens, r) for r in range(coord.world_size)]
+        silent = [c.rank for c in last if c is not None and c.exit is None and c.record is None]
         if silent:
             notes.append(f"ranks {sorted(silent)} did not answer the request for their record before they were "
                          f"killed: their operations and line are unknown")
@@ -201,8 +233,10 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
                      "DataLoaders yield; loops over other data are not counted)")
     if ending.early is not None:  # the verdict came from the stall rule, not the watchdog
         notes.append(ending.early)
+    if (gens := summary(coord.gens)) is not None:
+        notes.append(gens)
     if ending.kind == "hang":
-        wf = build_waitfor(report, Groups(coord.engine.groups))  # type: ignore[arg-type, union-attr]
+        wf = build_waitfor(report, Groups(merged_groups(coord.gens)))  # type: ignore[arg-type]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
         line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {wf.blocked}"
         if wf.culprits or gone:
@@ -238,17 +272,17 @@ def _timeout_notes(coord: Coordinator) -> list[str]:
 
 def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: list[int | None],
                  timings: dict[str, float], real: bool = False) -> Report:
-    """The report of a run that initialised a process group (`coord.engine` is set).
+    """The report of a run that initialised a process group (`coord.gens` is not empty).
     `returncodes[r]`: rank r's process exit status, where the launcher started the ranks.
     `real`: the ranks ran on real Gloo (the launcher's "gloo" mode), their traces come from FR."""
-    assert coord.engine is not None
+    assert coord.gens
     ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
     report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
-                    findings=list(coord.engine.findings), backend=coord.backend or "gloo",
+                    findings=[f for g in coord.gens for f in g.engine.findings], backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
     have = {(f.kind, f.group, f.seq, tuple(f.ranks)) for f in report.findings}
-    for f in run_findings(report, Groups(coord.engine.groups)):  # type: ignore[arg-type]
+    for f in run_findings(report, Groups(merged_groups(coord.gens))):  # type: ignore[arg-type]
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
@@ -257,7 +291,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
     # finished while others wait): what a scenario's explanation says, for the user's script
     report.notes.extend(trace_hints(report, judge(report, list(report.findings))))
     for r in range(coord.world_size):
-        conn = coord.by_rank.get(r)
+        conn = latest(coord.gens, r)
         rc = returncodes[r] if r < len(returncodes) else None
         if conn is not None and shutdown_abort(rc, finished=conn.exit is not None):
             report.notes.append(f"rank {r}: ended by SIGABRT after it had reported its end "

@@ -14,7 +14,11 @@ none left hangs.
 
 Rank exits follow the backend the script asked for (or `backend=` overrides): on Gloo a peer
 that exits makes its partners' unfinished collectives fail ("Connection closed by peer",
-`Engine.rank_gone`); on NCCL nothing tells them, so they stay blocked: a hang.
+`Engine.rank_gone`); on NCCL nothing tells them, so they stay blocked: a hang. A rank that
+destroys its default group leaves its generation there (on Gloo its pairs close then).
+
+A script may initialise its default group several times (`mp.spawn` twice, or init again
+after destroy): each life is a generation with its own engine (`simdist.script.generations`).
 """
 
 from __future__ import annotations
@@ -28,17 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from simdist.engine.core import Engine, RankRaised
+from simdist.engine.core import RankRaised
 from simdist.engine.values import Splits
-from simdist.errors import SimdistError
 from simdist.frames import Frame, phase_of, resolve_frames, script_origin
-from simdist.limits import LOCAL_RANKS
 from simdist.procs import Watchdog
-from simdist.script import deadlines, env, payloads, wire
+from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
-from simdist.script.ranks import Block, OpRecord, RankConn, Timeline, ZeroCost
+from simdist.script.generations import Generation, GenerationsMixin
+from simdist.script.ranks import Block, OpRecord, RankConn
 from simdist.script.stalls import StallRule
-from simdist.vocab import P2P_OPS, WORLD, reduce_op_of, root_of
+from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
 # How long a hung real run's ranks are given to answer the request for their record before
@@ -47,11 +50,6 @@ POLL_S = 0.05
 # the script (or the fork server, `rank.zygote`) already did: ~1 s of CPU, 2-3 s measured on a
 # loaded 2-core host; otherwise a dump takes milliseconds.
 RECORD_WAIT_S = 10.0
-
-
-def semantics_of(requested: str) -> str:
-    """The backend whose semantics a run gets from what the script asked for."""
-    return "nccl" if "nccl" in requested.lower() else "gloo"
 
 
 @dataclass
@@ -64,7 +62,7 @@ class Ending:
     early: str | None = None  # real Gloo, a hang the stall rule found (`simdist.script.stalls`): what was seen
 
 
-class Coordinator(GlooTimeoutsMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None):
         self.listener = listener
@@ -72,11 +70,8 @@ class Coordinator(GlooTimeoutsMixin):
         self.forced_backend = backend
         self.backend: str | None = backend
         self.measure_compute = measure_compute
-        self.engine: Engine | None = None
-        self.timeline: Timeline | None = None
-        self.world_size = 0
+        self.gens: list[Generation] = []  # the default group's lives, oldest first (`generations`)
         self.conns: list[RankConn] = []
-        self.by_rank: dict[int, RankConn] = {}
         self.requested: list[str] = []
         self.protocol_errors: list[str] = []
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
@@ -92,6 +87,20 @@ class Coordinator(GlooTimeoutsMixin):
         self._creating: dict[str, dict[int, tuple[RankConn, int]]] = {}
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
+
+    @property
+    def world_size(self) -> int:
+        """The report's ranks: the largest generation's world."""
+        return max((g.world_size for g in self.gens), default=0)
+
+    def members(self) -> list[RankConn]:
+        """Every membership of every generation."""
+        return [c for g in self.gens for c in g.by_rank.values()]
+
+    def _starting(self) -> bool:
+        """Start-up, which the watchdog does not count: no rank yet, or the latest generation
+        still waiting for ranks (importing torch on a busy host takes long)."""
+        return not self.gens or not self.gens[-1].complete()
 
     # ------------------------------------------------------------------ loop
     def serve(self, launched_done: Any, dog: Watchdog) -> Ending:
@@ -118,7 +127,7 @@ class Coordinator(GlooTimeoutsMixin):
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled()) is not None:
                 return stalled
-            if dog.fired(starting=self.engine is None or len(self.by_rank) < self.world_size):
+            if dog.fired(starting=self._starting()):
                 return Ending("timeout", time.time())
 
     def _accept(self) -> None:
@@ -152,13 +161,15 @@ class Coordinator(GlooTimeoutsMixin):
             pass  # the process is gone; its connection's end is seen by the reader
 
     def _pump(self) -> None:
-        """Let the engine finish everything it can (completions call back into `_completed`)."""
-        if self.engine is None:
-            return
-        self.engine.env.run()
-        for r, rs in enumerate(self.engine.ranks):
-            conn = self.by_rank.get(r)
-            if rs.abort_error is not None and conn is not None and not conn.abort_sent:
+        """Let the engines finish everything they can (completions call back into `_completed`)."""
+        for g in self.gens:
+            self._pump_one(g)
+
+    def _pump_one(self, g: Generation) -> None:
+        g.engine.env.run()
+        for r, rs in enumerate(g.engine.ranks):
+            conn = g.by_rank.get(r)
+            if rs.abort_error is not None and conn is not None and conn.active() and not conn.abort_sent:
                 conn.abort_sent = True
                 self._send(conn, {"t": "abort", "detail": rs.abort_error.message.split(" (std::terminate")[0]})
 
@@ -180,6 +191,8 @@ class Coordinator(GlooTimeoutsMixin):
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
         elif kind == "init":
             self._init(conn, h)
+        elif kind == "destroy":
+            self._destroyed(conn, h)
         elif kind == "group":
             self._group(conn, h)
         elif kind == "exit":
@@ -196,57 +209,13 @@ class Coordinator(GlooTimeoutsMixin):
             conn.sleep(float(h["s"]))
             self._overdue()
 
-    def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
-        rank, size = int(h["rank"]), int(h["world_size"])
-        conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
-        error = None
-        if self.engine is None:
-            self.world_size = size
-            self.backend = self.forced_backend or semantics_of(h.get("backend") or "")
-            self.engine = Engine(size, {WORLD: list(range(size))}, ZeroCost(), self.backend)
-            try:
-                self.timeline = Timeline(self.cost_factory(size))
-            except SimdistError as e:  # a topology that cannot hold this world: bad input
-                self.input_error = str(e)
-                self.timeline = Timeline(ZeroCost())
-            try:  # a script that starts its own ranks (mp.spawn) is capped here, at its first rank
-                LOCAL_RANKS.check(size, "script", f"world_size={size:,} rank processes")
-            except SimdistError as e:
-                self.input_error = self.input_error or str(e)
-        if self.input_error is not None:
-            error = self.input_error
-        elif len(self.batches) > 1 and len(self.batches) != size:
-            error = self.input_error = (f"batches: {len(self.batches)} caps given ({','.join(map(str, self.batches))}) "
-                                        f"for a world of {size} ranks (give one per rank, or one for every rank)")
-        elif size != self.world_size:
-            error = f"rank {rank} initialised with world_size={size}, other ranks with {self.world_size}"
-        elif not 0 <= rank < size:
-            error = f"rank {rank} is out of range for world_size={size}"
-        elif rank in self.by_rank and (self.by_rank[rank] is conn or not self.by_rank[rank].connected):
-            # one engine per run: a group's sequence numbers cannot start again (docs/script-backend.md)
-            error = env.UNSUPPORTED.format(f"initialising rank {rank}'s default process group a second time "
-                                           "(after destroy_process_group)").removeprefix("simdist: ")
-            if self.by_rank[rank] is not conn and self.input_error is None:
-                # a new process (a second mp.spawn): its error is in no rank's record, so the
-                # run is bad input here, as a rank's own refused operation is (`api`)
-                self.input_error = (f"script: {error} (rank {rank} in a new process, after the one "
-                                    "that initialised it exited: a second mp.spawn?)")
-        elif rank in self.by_rank:
-            error = f"two processes initialised as rank {rank}"
-        if error is None:
-            conn.rank, conn.pid = rank, h.get("pid")
-            self.by_rank[rank] = conn
-            self.requested.append(str(h.get("backend")))
-        else:
-            self.protocol_errors.append(error)
-        self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend})
-
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
-        assert self.engine is not None
+        if conn.gen is None:
+            return
         ranks = sorted(int(r) for r in h["ranks"])
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
-        have = self.engine.add_group(h["g"], ranks)
+        have = conn.gen.engine.add_group(h["g"], ranks)
         if have != ranks:
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
         if h.get("req") is None:
@@ -262,8 +231,8 @@ class Coordinator(GlooTimeoutsMixin):
                 self._send(c, {"t": "reply", "req": req})
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
-        engine, timeline = self.engine, self.timeline
-        assert engine is not None and timeline is not None and conn.rank is not None
+        assert conn.gen is not None and conn.rank is not None
+        engine, timeline = conn.gen.engine, conn.gen.timeline
         conn.advance(h.get("cpu"), self.measure_compute)
         conn.block = None
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
@@ -336,13 +305,13 @@ class Coordinator(GlooTimeoutsMixin):
             self._overdue()
 
     def _completed(self, conn: RankConn, rec: OpRecord, ev: Any) -> None:
-        assert self.timeline is not None
+        assert conn.gen is not None
         rec.done = True
         entry = rec.entry
         if ev.ok:
             if entry.op == "recv" and None in rec.members:  # from any source: now known
                 rec.members = [entry.peer, rec.rank]  # type: ignore[list-item]
-            entry.t_done = self.timeline.completion(entry, rec.members, ev.value.nbytes)
+            entry.t_done = conn.gen.timeline.completion(entry, rec.members, ev.value.nbytes)
             data = payloads.to_bytes(ev.value) if rec.want_data else None
             done = {"t": "done", "id": rec.id} if entry.op != "recv" else {"t": "done", "id": rec.id, "src": entry.peer}
             self._send(conn, done, [data] if data is not None else [])
@@ -370,11 +339,11 @@ class Coordinator(GlooTimeoutsMixin):
             pass
         conn.sock.close()
         conn.advance(None, self.measure_compute)
-        if conn.rank is None or self.engine is None:
-            return
+        if conn.rank is None or conn.gen is None or conn.destroyed:
+            return  # a destroyed group's pairs closed at the destroy (`_destroyed`)
         if self.backend == "gloo":
             killed = conn.exit is None  # no word from it: killed by a signal, its sockets reset
-            self.engine.rank_gone(conn.rank, abrupt=killed, at=conn.clock)
+            conn.gen.engine.rank_gone(conn.rank, abrupt=killed, at=conn.clock)
         self._pump()
 
     # ------------------------------------------------------------------ hang
@@ -383,7 +352,7 @@ class Coordinator(GlooTimeoutsMixin):
         has not reported its end for its record (its reader thread answers, `rank.client`:
         Flight Recorder, p2p operations, the user's line where its main thread stands), and
         read the answers for at most `wait_s`. A rank that does not answer keeps no record."""
-        asked = [c for c in self.by_rank.values() if c.connected and c.exit is None]
+        asked = [c for c in self.members() if c.connected and c.exit is None]
         for c in asked:
             self._send(c, {"t": "dump"})
         deadline = time.monotonic() + wait_s
@@ -401,33 +370,36 @@ class Coordinator(GlooTimeoutsMixin):
         """Ranks that may still communicate. On NCCL a rank that announced its exit is gone
         for its peers already; on Gloo its peers learn only when its process ends."""
         leaving_counts = self.backend == "nccl"
-        return [c for c in self.by_rank.values() if c.connected and not (leaving_counts and c.exit is not None)]
+        return [c for c in self.members() if c.active() and not (leaving_counts and c.exit is not None)]
 
     def _last_event(self) -> float:
         """When the hang became certain: the last rank blocking or (NCCL) announcing its exit."""
         live = self._live()
         times = [c.block.since for c in live if c.block is not None]
-        times += [c.exit_at for c in self.by_rank.values() if c not in live and c.exit_at is not None]
-        times += [c.ended_at for c in self.by_rank.values() if c.ended_at is not None]
+        times += [c.exit_at for c in self.members() if c not in live and c.exit_at is not None]
+        times += [c.ended_at for c in self.members() if c.ended_at is not None]
         return max(times)
 
     def _hung(self) -> bool:
-        if self.engine is None or len(self.by_rank) < self.world_size:
+        """Every generation has all its ranks (a missing one may still come) and every live
+        membership is blocked in operations that have not completed: no message can come."""
+        if not self.gens or not all(g.complete() for g in self.gens):
             return False
         live = self._live()
         if not live or not all(c.blocked() for c in live):
             return False
-        if self.backend == "gloo" and self.engine.settle_absent():
+        if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
             return False
         return True
 
     def _stalled(self) -> Ending | None:
-        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once every rank
-        of the world has initialised."""
-        if self.stalls is None or self.engine is None or len(self.by_rank) < self.world_size:
+        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
+        generation has all its ranks. Judged over every rank process still connected, also one
+        that destroyed its group and lives on (it may be computing: then it is not stalled)."""
+        if self.stalls is None or self._starting():
             return None
-        ranks = list(self.by_rank.values())
+        ranks = [c for c in self.conns if c.connected and c.rank is not None]
         now = time.time()
         since = self.stalls.hung_since(ranks, now)
         if since is None:

@@ -45,14 +45,28 @@ def unsupported_in(message: str) -> str | None:
     return m.group(1) if m else None
 
 
-def group_name(torch_name: str, default: bool) -> str:
+def group_name(torch_name: str, default: bool, generation: int = 1) -> str:
     """The report's name of a process group: WORLD, or pg<torch's group name>. Torch names a
     group by the rank's creation count, or (use_local_synchronization) by a hash of its ranks
     and how many groups the rank has: the same on every member only where they made their
-    groups alike, as Gloo's rendezvous by that name needs (`Coordinator._group`)."""
-    if default:
-        return "WORLD"
-    return f"pg{torch_name}" if torch_name.isdigit() else f"pg{torch_name[:10]}"
+    groups alike, as Gloo's rendezvous by that name needs (`Coordinator._group`). In a later
+    generation of ranks (`simdist.script.generations`) the name is prefixed `gen<k>/`: torch
+    names the groups of each generation alike (destroying the default group resets its
+    count), so the prefix keeps a group's sequence numbers apart from the earlier
+    generations' in every (group, seq) key of both sides' reports, and `compare` matches
+    generation to generation."""
+    name = "WORLD" if default else (f"pg{torch_name}" if torch_name.isdigit() else f"pg{torch_name[:10]}")
+    return name if generation <= 1 else f"{GENERATION_PREFIX.format(generation)}{name}"
+
+
+GENERATION_PREFIX = "gen{}/"
+_GENERATION = re.compile(r"^gen(\d+)/")
+
+
+def generation_of(group: str) -> int:
+    """The generation a report's group name belongs to (1 when it has no prefix)."""
+    m = _GENERATION.match(group)
+    return int(m.group(1)) if m else 1
 
 
 def parse_batches(text: str) -> list[int]:

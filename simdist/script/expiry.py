@@ -17,20 +17,19 @@ from simdist.script.ranks import OpRecord, RankConn
 
 
 class GlooTimeoutsMixin:
-    """Needs from the class it is mixed into: `engine`, `backend`, `by_rank`, `world_size`,
-    `expired`, `_timed`, `_live()`, `_pump()` and `_send()` (see `Coordinator`)."""
+    """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
+    `_live()`, `_pump()` and `_send()` (see `Coordinator`). Each generation of ranks
+    (`simdist.script.generations`) times out on its own engine: a deadline is its op's, and an
+    op waits only on ranks of its own generation."""
 
-    engine: Any
+    gens: list[Any]
     backend: str | None
-    by_rank: dict[int, RankConn]
-    world_size: int
     expired: list[deadlines.Expiry]
     _timed: list[tuple[RankConn, OpRecord]]
 
     def _expire(self) -> bool:
         """Nothing can progress: Gloo's timeout ends the waits due first (`deadlines`). Returns
         whether one ended (the run goes on); False: no deadline is left, the run hangs."""
-        assert self.engine is not None
         if self.backend != "gloo":
             return False
         live = self._live()
@@ -52,24 +51,29 @@ class GlooTimeoutsMixin:
         closed pairs). Conservative in simulated time: fires only once no rank can post
         anything before the deadline, or when the late rank is `posting` (about to post, or
         leaving, at its clock: what waits on it cannot have completed in time)."""
-        if self.engine is None or self.backend != "gloo":
+        if self.backend != "gloo":
             return
         self._timed = [(c, rec) for c, rec in self._timed if not rec.done]
-        waits = [c for c in self.by_rank.values() if c.wait_until is not None]
-        if not self._timed and not waits:
+        if not self._timed and not any(c.wait_until is not None for g in self.gens for c in g.by_rank.values()):
             return
-        if len(self.by_rank) < self.world_size:
-            return
-        live = self._live()
+        for gen in self.gens:
+            if gen.complete():
+                self._overdue_in(gen, posting)
+
+    def _overdue_in(self, gen: Any, posting: RankConn | None) -> None:
+        """`_overdue` for one generation: its ranks' clocks against its waits."""
+        live = [c for c in self._live() if c.gen is gen]
+        waits = [c for c in gen.by_rank.values() if c.wait_until is not None]
 
         def overdue(call: Any, at: float, owner: RankConn) -> bool:
-            return deadlines.overdue(self.engine.awaits, call, at, owner, live, posting)  # type: ignore[union-attr]
+            return deadlines.overdue(gen.engine.awaits, call, at, owner, live, posting)
 
         for c in waits:
             assert c.wait_until is not None
-            if c.connected and overdue(c.wait_until[0].call, c.wait_until[1], c):
+            if c.active() and overdue(c.wait_until[0].call, c.wait_until[1], c):
                 self._give_up(c)
-        due = [(c, r) for c, r in self._timed if c.connected and r.deadline is not None and overdue(r.call, r.deadline, c)]
+        due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
+               and overdue(r.call, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
@@ -89,8 +93,7 @@ class GlooTimeoutsMixin:
     def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
         """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
         `Engine.time_out`)."""
-        assert self.engine is not None
-        expired = []
+        expired: dict[Any, list[tuple[Any, str]]] = {}
         for conn, rec in due:
             assert rec.deadline is not None and rec.limit_s is not None
             blocked = conn.block is not None and rec.id in conn.block.ids
@@ -98,7 +101,8 @@ class GlooTimeoutsMixin:
             msg = deadlines.message(rec.entry.op, rec.limit_s)
             self.expired.append(deadlines.Expiry(conn.rank, rec.entry, frames, rec.deadline, rec.limit_s, msg))
             rec.ended_at = rec.deadline
-            expired.append((rec.call, msg))
+            expired.setdefault(conn.gen, []).append((rec.call, msg))
             if blocked:
                 conn.clock = max(conn.clock, rec.deadline)
-        self.engine.time_out(expired)
+        for gen, calls in expired.items():
+            gen.engine.time_out(calls)

@@ -80,6 +80,15 @@ class RankConn:
     wait_until: tuple[OpRecord, float] | None = None  # a Work.wait(timeout=) in progress: its op, its end
     stall_since: float | None = None  # real Gloo: wall time its current stall began (`rank.stall`), else None
     stall_limit: float | None = None  # real Gloo: the shortest Gloo timeout that could end that stall's waits
+    # a connection is one process; a RankConn is its membership in one generation of ranks
+    # (`simdist.script.generations`): a process that initialises again gets a new one
+    gen: Any = None  # the Generation it belongs to
+    destroyed: bool = False  # its default group was destroyed: it left its generation, the process lives on
+    destroy_frames: list[Any] = field(default_factory=list)  # raw frames of that destroy_process_group call
+
+    def active(self) -> bool:
+        """A member of its generation still: its process is there and has not destroyed the group."""
+        return self.connected and not self.destroyed
 
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed."""

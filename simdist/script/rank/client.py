@@ -49,6 +49,11 @@ class Client:
         self.sock.connect(path)
         self.rank: int | None = None
         self.semantics = "gloo"  # the backend the simulator models for this run (told at init)
+        # which generation of ranks this process's default group belongs to (told at each init,
+        # `simdist.script.generations`), and when each of its generations began (time.time_ns(),
+        # the Flight Recorder's clock): a process that initialises again records both in one FR
+        self.generation = 1
+        self.generation_starts: list[tuple[int, int]] = []
         self._send_lock = threading.Lock()
         self._state = threading.Lock()
         self._ids = itertools.count(1)
@@ -75,6 +80,15 @@ class Client:
         self.send({**header, "req": rid})
         ev.wait()
         return box[0]
+
+    def began(self, generation: int) -> None:
+        """Its default group now belongs to `generation` (the coordinator's answer to its init)."""
+        self.generation = generation
+        self.generation_starts.append((generation, time.time_ns()))
+
+    def generation_at(self, t_ns: int) -> int:
+        """The generation that was current when something was recorded at `t_ns`."""
+        return next((g for g, t in reversed(self.generation_starts) if t <= t_ns), 1)
 
     def new_op(self, work: Completable, track: bool = True) -> int:
         """An id for a new op; `track`: its completion comes from the coordinator (else the

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from simdist.script import env
-from simdist.script.rank import stack
+from simdist.script.rank import client, stack
 
 
 def _groups() -> dict[str, list[int]]:
@@ -22,8 +22,17 @@ def _groups() -> dict[str, list[int]]:
     for group, ranks in world.pg_group_ranks.items():
         name = world.pg_names.get(group)
         if name is not None:
-            out[env.group_name(str(name), group is world.default_pg)] = sorted(ranks)
+            out[env.group_name(str(name), group is world.default_pg, _generation())] = sorted(ranks)
     return out
+
+
+def _generation(t_ns: int | None = None) -> int:
+    """The generation of ranks current now, or when FR recorded an entry at `t_ns` (a process
+    that initialised again holds both generations' entries in one recorder)."""
+    c = client.CLIENT
+    if c is None:
+        return 1
+    return c.generation if t_ns is None else c.generation_at(t_ns)
 
 
 _before_destroy: dict[str, Any] = {}  # the last dump taken before a group was destroyed
@@ -60,9 +69,11 @@ def dump() -> dict[str, Any]:
         pg = e.get("process_group") or (str(e.get("pg_id")), "")
         frames = [[f.get("filename", ""), int(f.get("line", 0)), f.get("name", ""),
                    stack.is_user_file(f.get("filename", ""))] for f in e.get("frames") or []]
-        entries.append({"seq": int(e["collective_seq_id"]), "pg": env.group_name(str(pg[0]), pg[1] == "default_pg"),
+        t = int(e.get("time_created_ns") or 0)
+        entries.append({"seq": int(e["collective_seq_id"]),
+                        "pg": env.group_name(str(pg[0]), pg[1] == "default_pg", _generation(t)),
                         "op": e["profiling_name"], "sizes": e.get("input_sizes") or [],
                         "out_sizes": e.get("output_sizes") or [], "out_dtypes": e.get("output_dtypes") or [],
                         "dtypes": e.get("input_dtypes") or [], "frames": frames, "retired": bool(e.get("retired")),
-                        "t": int(e.get("time_created_ns") or 0)})
+                        "t": t})
     return {"entries": entries, "groups": {**_before_destroy.get("groups", {}), **_groups()}}

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, exits, output, pg
+from simdist.script.rank import client, exits, output, pg, stack
 
 
 def _from_url(init_method: str | None) -> dict[str, int]:
@@ -51,6 +51,8 @@ def _patch_init(backend: str) -> None:
 
     @functools.wraps(orig)
     def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if dist.is_initialized():  # torch's own error: "trying to initialize the default process group twice!"
+            return orig(*args, **kwargs)
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
@@ -60,6 +62,7 @@ def _patch_init(backend: str) -> None:
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
+        c.began(int(reply.get("gen") or 1))
         c.semantics = reply.get("backend") or c.semantics
         exits.registered(sys._getframe(1))
         output.registered()
@@ -72,7 +75,7 @@ def _patch_init(backend: str) -> None:
         else:  # real ranks meet at the launcher's loopback store, whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
-                a["store"] = _launcher_store(world_size, a.get("timeout"))
+                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation)
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
@@ -90,13 +93,40 @@ def _rebind_imported(orig: Any, new: Any) -> None:
             setattr(module, name, new)
 
 
-def _launcher_store(world_size: int, timeout: Any) -> dist.Store:
-    """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`)."""
+def _launcher_store(world_size: int, timeout: Any, generation: int) -> dist.Store:
+    """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`), its
+    keys under the generation of ranks (`simdist.script.generations`): each generation meets
+    at fresh keys, as it does where rank 0 hosts the store (`env://`, a `tcp://` URL: a new
+    server each init). One store shared by every generation (torchrun's agent store) would
+    let a rank that initialises again while a peer still lives in the old generation read
+    the peer's old Gloo address (measured: its next collective fails with "Connection reset
+    by peer" when the peer destroys the old group); that race is not the program's."""
     import datetime
 
     host, port = os.environ[env.STORE].rsplit(":", 1)
-    return dist.TCPStore(host, int(port), world_size, is_master=False,
-                         timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
+    store = dist.TCPStore(host, int(port), world_size, is_master=False,
+                          timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
+    return dist.PrefixStore(f"simdist/gen{generation}", store)
+
+
+def _patch_destroy() -> None:
+    """Tell the coordinator when the default group is destroyed: the rank's generation ends
+    there (`simdist.script.generations`), not at its process's exit. On Gloo its peers'
+    unfinished operations with it fail then ("Connection closed by peer", measured while the
+    destroying process lived on), and the same process may initialise again."""
+    orig = c10d.destroy_process_group
+
+    @functools.wraps(orig)
+    def destroy_process_group(group: Any = None) -> None:
+        world = dist.is_initialized() and (group is None or group == c10d.GroupMember.WORLD)
+        frames = stack.caller_stack(1)
+        orig(group)
+        c = client.CLIENT
+        if world and c is not None:
+            c.send({"t": "destroy", "frames": frames, "cpu": time.thread_time()})
+
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
 
 
 def _patch_group_helper(backend: str) -> None:
@@ -141,6 +171,7 @@ def install(mode: str) -> None:
 
         _patch_init("gloo")
         _patch_group_helper("gloo")
+        _patch_destroy()
         flight.install()
         pylog.install()
         stall.install()  # the early hang verdict's evidence (`simdist.script.stalls`)
@@ -149,5 +180,6 @@ def install(mode: str) -> None:
         return
     pg.register()
     _patch_init(pg.BACKEND_NAME)
+    _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
     _patch_get_backend()

@@ -405,7 +405,7 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
     given = list(opts.global_ranks_in_group)
     ranks = given or list(range(opts.group_size))
-    name = env.group_name(str(opts.group_id), not given)
+    name = env.group_name(str(opts.group_id), not given, client.CLIENT.generation if client.CLIENT else 1)
     # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
     # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
     limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None

@@ -19,7 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from simdist.script import env
-from simdist.script.rank import stack
+from simdist.script.rank import client, stack
 from simdist.script.rank.pg import reduce_name
 
 _ops: list[dict[str, Any]] = []
@@ -34,7 +34,8 @@ def _raw_name(pg: Any) -> str:
 
 
 def _group_name(pg: Any) -> str:
-    return env.group_name(_raw_name(pg), pg is dist.distributed_c10d._world.default_pg)
+    world = dist.distributed_c10d._world
+    return env.group_name(_raw_name(pg), pg is world.default_pg, client.CLIENT.generation if client.CLIENT else 1)
 
 
 def _wrap(method: str, op: str) -> None:

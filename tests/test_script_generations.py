@@ -1,0 +1,118 @@
+"""Generations of ranks (`simdist.script.generations`): a script whose default process group
+is initialised more than once, by new processes (a second `mp.spawn`: the DDP tutorial, the
+`two_spawns_train_then_evaluate.py` example) or by the same ones after `destroy_process_group`
+(`reinit_same_process.py`, `tests/scripts/generations.py`). Each generation is a world of
+its own on both sides: its groups are named `gen<k>/...` in both reports, and the
+simulator's and real Gloo's per-rank sequences, outcomes and printed lines must agree.
+The examples' agreement is checked with the others (tests/test_script_examples.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.engine.core import Engine
+from simdist.script import env
+from simdist.script.api import compare_script
+from simdist.script.generations import Generation, joining, latest, new_generation, summary
+from simdist.script.launch import new_run_id, tagged_processes
+from simdist.script.ranks import RankConn, Timeline, ZeroCost
+from tests.conftest import ROOT, descendants, line_of
+
+GENERATIONS = ROOT / "tests" / "scripts" / "generations.py"
+
+
+def test_group_names_say_their_generation():
+    assert env.group_name("0", True) == "WORLD" and env.group_name("0", True, 2) == "gen2/WORLD"
+    assert env.group_name("1", False, 3) == "gen3/pg1"
+    assert [env.generation_of(g) for g in ("WORLD", "pg1", "gen2/WORLD", "gen12/pg3")] == [1, 1, 2, 12]
+
+
+def _gen(index: int, size: int, ranks: list[int]) -> Generation:
+    g = Generation(index, size, Engine(size, {env.group_name("0", True, index): list(range(size))}, ZeroCost()),
+                   Timeline(ZeroCost()))
+    g.by_rank = {r: RankConn(None, rank=r) for r in ranks}  # type: ignore[arg-type]
+    return g
+
+
+def test_an_init_joins_the_oldest_generation_still_waiting_for_that_rank():
+    """A generation is open until all its ranks joined; a rank already in every open one starts
+    the next (whose world size is its own: generations may differ in size)."""
+    full, waiting = _gen(1, 2, [0, 1]), _gen(2, 3, [2])
+    assert joining([full, waiting], 0) is waiting and joining([full, waiting], 2) is None
+    assert joining([full], 1) is None and joining([], 0) is None
+    assert latest([full, waiting], 2) is waiting.by_rank[2] and latest([full, waiting], 0) is full.by_rank[0]
+    g = new_generation(3, 4, "gloo", lambda n: ZeroCost())
+    assert (g.index, g.world_size, g.world(), g.engine.groups) == (3, 4, "gen3/WORLD", {"gen3/WORLD": [0, 1, 2, 3]})
+    assert summary([full]) is None
+    assert "initialised 2 times (1: 2 ranks; 2: 3 ranks, ranks [0, 1] never joined)" in summary([full, waiting])
+
+
+def _both(case: str, nproc: int, zygote, **kw):
+    run_id = new_run_id()
+    both = compare_script(GENERATIONS, ["--case", case], nproc_per_node=nproc, backend="gloo", run_id=run_id,
+                          measure_compute=False, zygotes=zygote, **{"timeout_s": 60, **kw})
+    assert tagged_processes(run_id) == [] and all(descendants(zygote(m).pid) == [] for m in ("sim", "gloo"))
+    return both.sim.report, both.real.report
+
+
+def _groups(report) -> list[list[tuple[str, str, int]]]:
+    return [[(e.op, e.group, e.seq) for e in r.trace] for r in report.ranks]
+
+
+@pytest.mark.real
+def test_a_generation_started_while_a_peer_is_still_in_the_old_one_agrees(script_zygote):
+    """Rank 0 destroys and initialises again while rank 1 still computes in generation 1: its
+    generation-2 all_reduce waits for rank 1 to join (each generation meets at its own store
+    keys on real Gloo, as under a store rank 0 hosts), and nothing pairs across generations."""
+    sim, real = _both("overlap", 2, script_zygote)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 2, rep.source
+        assert _groups(rep) == [[("all_reduce", "WORLD", 1), ("all_reduce", "gen2/WORLD", 1),
+                                 ("barrier", "gen2/WORLD", 2)]] * 2, rep.source
+        assert rep.ranks[1].output == ["gen1 [1/2] [3.0, 3.0]", "gen2 [1/2] [10.0, 12.0, 14.0]"]
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    # a simulator that put generation 2's first all_reduce in generation 1 differs from real Gloo
+    other = copy.deepcopy(sim)
+    other.ranks[0].trace[1].group = "WORLD"
+    c = compare_reports(other, real)
+    assert not c.agree and {d.field for d in c.differences if d.rank == 0} == {"trace"}
+
+
+@pytest.mark.real
+def test_a_smaller_second_generation_agrees(script_zygote):
+    """3 ranks, then a generation of 2: rank 2 leaves after generation 1, ranks 0 and 1 meet
+    again in a world of 2."""
+    sim, real = _both("shrink", 3, script_zygote)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
+        assert [len(r.trace) for r in rep.ranks] == [3, 3, 1]
+        assert {e.group_size for e in rep.ranks[0].trace if e.group.startswith("gen2/")} == {2}, rep.source
+        assert rep.ranks[2].output == ["gen1 [2/3] [6.0, 6.0]", "gen1 [2] leaves"]
+    assert any("initialised 2 times (1: 3 ranks; 2: 2 ranks)" in n for n in sim.notes)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+
+
+@pytest.mark.real
+def test_a_hang_in_the_second_generation_is_found_and_explained_on_both_sides(script_zygote):
+    """Rank 1 receives what rank 0 never sends in generation 2. The simulator proves the hang
+    at once and names each rank's blocked operation in gen2/WORLD and its line; real Gloo's
+    ranks, ended by the watchdog, answer with the same (`collect_records`)."""
+    sim, real = _both("hang", 2, script_zygote, timeout_s=3)
+    at_recv = line_of(GENERATIONS, "dist.recv(")
+    at_reduce = line_of(GENERATIONS, "dist.all_reduce(t)", after="dist.recv(")
+    for rep in (sim, real):
+        r0, r1 = rep.ranks
+        assert [r.status for r in rep.ranks] == ["hang", "hang"], rep.source
+        assert (r0.blocked_in.op, r0.blocked_in.group, r0.blocked_in.seq) == ("all_reduce", "gen2/WORLD", 2)
+        assert (r1.blocked_in.op, r1.blocked_in.group, r1.blocked_in.peer) == ("recv", "gen2/WORLD", 0)
+        assert (r0.location.line, r1.location.line) == (at_reduce, at_recv), rep.source
+    notes = "\n".join(sim.notes)
+    assert "rank 1 is blocked in #1 recv[1] float32 peer=0 group=gen2/WORLD" in notes
+    assert "hang: every live rank is blocked" in notes and "p2p_unmatched" in {f.kind for f in sim.findings}
+    c = compare_reports(sim, real)
+    assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
