@@ -13,6 +13,10 @@ all of these hold:
 * that wait is torch's: the main thread's innermost Python frame is in torch's package (a
   blocking collective, `barrier`, `recv`, `loss.backward()` with DDP's reducer waiting in
   C++) or in the `Work.wait`/`Future.wait` wrappers below (the user's own `work.wait()`);
+* every other Python thread the script runs is in such a wait too (`_others_waiting`): one
+  that sleeps or waits on a queue uses no CPU, yet may post the operation the ranks wait for
+  when it wakes; a script with such a thread alive (tqdm's monitor, a TensorBoard writer)
+  is left to the watchdog;
 * the rank has an unfinished Gloo operation: its Flight Recorder's per-group counters
   (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
   completion) or a p2p operation `rank.pylog` noted whose work has not completed;
@@ -102,7 +106,7 @@ def install() -> None:
 class Observation:
     """One look at the rank (see the module's docstring)."""
 
-    waiting: bool  # main thread in a futex wait in torch's code, not sleeping
+    waiting: bool  # main thread (and every other thread of the script) in a futex wait in torch's code
     key: tuple  # operation counters: per group (name, enqueued, completed), p2p (issued, done)
     pending: bool  # an operation not completed
     limit_s: float | None  # the shortest Gloo timeout that could end the pending waits
@@ -124,6 +128,21 @@ def _in_torch_wait(frame: Any) -> bool:
         return False
     filename = os.path.abspath(frame.f_code.co_filename)
     return filename.startswith(_TORCH_DIR) or filename == _HERE
+
+
+def _others_waiting(main_ident: int | None) -> bool:
+    """Every other Python thread of the script (simdist's own, named `simdist-...`, aside) is
+    itself asleep in a futex wait in torch's code. A thread that runs, sleeps, or waits on
+    anything else (an async checkpoint's or a heartbeat's thread, tqdm's monitor) may yet post
+    the operation the ranks wait for, with no CPU used meanwhile: the rank is then not stalled."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        t = threads.get(ident)
+        if ident == main_ident or (t is not None and t.name.startswith("simdist-")):
+            continue
+        if t is None or t.native_id is None or _syscall(t.native_id) != FUTEX_NR or not _in_torch_wait(frame):
+            return False
+    return True
 
 
 def _groups() -> tuple[list[tuple[str, int, int]], set[str]]:
@@ -154,7 +173,7 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
     waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
-               and (bool(_wait_limits) or _in_torch_wait(frame)))
+               and (bool(_wait_limits) or _in_torch_wait(frame)) and _others_waiting(main.ident))
     rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress()
     limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *list(_wait_limits)) if x is not None]

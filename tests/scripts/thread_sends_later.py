@@ -1,0 +1,29 @@
+"""Not a hang: rank 1's main thread waits in a recv from rank 0, and rank 0's main thread in
+a recv from rank 1 that a thread of rank 1 sends after sleeping SECONDS (a background
+thread, as an async checkpoint or a heartbeat has). For that time both main threads are
+asleep in torch's waits with no CPU used; the run completes on both sides."""
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+seconds = float(sys.argv[1])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.zeros(2)
+if rank == 1:
+    def later():
+        time.sleep(seconds)
+        dist.send(torch.ones(2), dst=0)
+
+    helper = threading.Thread(target=later)
+    helper.start()
+    dist.recv(t, src=0)
+    helper.join()
+else:
+    dist.recv(t, src=1)
+    dist.send(t + 1, dst=1)
+print(rank, "done", t.tolist(), flush=True)
+dist.destroy_process_group()
