@@ -76,3 +76,19 @@ def test_a_thread_that_posts_after_sleeping_keeps_the_rank_from_being_stalled(sc
     assert [r.status for r in real.ranks] == ["completed", "completed"], real.notes
     assert [r.output for r in real.ranks] == [["0 done [1.0, 1.0]"], ["1 done [2.0, 2.0]"]]
     assert real.timings["wall_s"] >= 1.5 and not any("hang found early" in n for n in real.notes)
+
+
+def test_a_side_threads_wait_with_a_timeout_bounds_the_stall(script_zygote):
+    """Both main threads wait in a recv while a thread of rank 1 waits on a side group with
+    `work.wait(timeout=1.5 s)`: Gloo ends that wait with an error, and the thread then sends
+    what rank 0 waits for. A timeout shorter than the watchdog on any thread's wait leaves
+    the run to go on (real side only: the simulator does not model the thread's wait)."""
+    run_id = new_run_id()
+    real = run_script(SCRIPTS / "thread_wait_times_out.py", ["1.5"], nproc_per_node=2, backend="gloo", mode="gloo",
+                      timeout_s=300, hang_after_s=0.3, run_id=run_id, measure_compute=False,
+                      zygote=script_zygote("gloo"))
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("gloo").pid) == []
+    assert [r.status for r in real.ranks] == ["completed", "completed"], real.notes
+    assert [r.output for r in real.ranks] == [["0 done [1.0, 1.0]"],
+                                              ["1 side wait ended: timed out", "1 done [2.0, 2.0]"]]
+    assert not any("hang found early" in n for n in real.notes)

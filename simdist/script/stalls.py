@@ -21,7 +21,7 @@ nothing is left that could post the operations they wait for. Not decided early:
   (it may post the awaited operation when it wakes: a heartbeat, an async checkpoint; also
   tqdm's monitor or a TensorBoard writer, which never do, but look the same);
 * waits that Gloo's own timeout may end before the watchdog fires (a group timeout or a
-  `Work.wait(timeout=)` shorter than `--timeout`): Gloo ends them with an error, as the
+  `Work.wait(timeout=)` on any thread, shorter than `--timeout`): Gloo ends them with an error, as the
   simulator models (`simdist.script.deadlines`), so the run is left to run its course;
 * a rank blocked somewhere no rank can see (the store's rendezvous of a `new_group` that a
   peer never calls, a host without /proc): the watchdog still ends those.

@@ -28,7 +28,7 @@ all of these hold:
 
 Any change ends the stall; the next one starts a new period. The watcher tells the
 coordinator when a stall begins (`since`, and `limit`: the shortest Gloo timeout of a group
-with an unfinished operation, or of a `Work.wait(timeout=)` in progress: the time after
+with an unfinished operation, or of a `Work.wait(timeout=)` in progress on any thread: the time after
 which Gloo itself would end the wait) and when it ends. The coordinator's rule
 (`simdist.script.stalls`) calls the run hung once every live rank has been stalled for
 `--hang-after` seconds.
@@ -58,7 +58,11 @@ FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
 
-_wait_limits: list[float | None] = []  # the main thread's Work.wait/Future.wait calls in progress, inner last
+# per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
+# timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
+# thread's bound the stall (a side thread's `work.wait(timeout=)` ends with an error, after
+# which the thread may post what the ranks wait for)
+_wait_limits: dict[int, list[float | None]] = {}
 _main_tid: list[int] = []  # the kernel's id of the main thread (`threading` keeps a stale one after a fork)
 
 
@@ -78,15 +82,14 @@ def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
     own = own_timeout or (lambda _self: True)
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return orig(self, *args, **kwargs)
         t = kwargs.get("timeout", args[0] if args else None)
         timed = hasattr(t, "total_seconds") and t.total_seconds() > 0 and own(self)
-        _wait_limits.append(t.total_seconds() if timed else None)
+        mine = _wait_limits.setdefault(threading.get_ident(), [])
+        mine.append(t.total_seconds() if timed else None)
         try:
             return orig(self, *args, **kwargs)
         finally:
-            _wait_limits.pop()
+            mine.pop()
 
     setattr(cls, method, wait)
 
@@ -173,10 +176,11 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
     waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
-               and (bool(_wait_limits) or _in_torch_wait(frame)) and _others_waiting(main.ident))
+               and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)) and _others_waiting(main.ident))
     rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress()
-    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *list(_wait_limits)) if x is not None]
+    timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
+    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed) if x is not None]
     return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups) or done < issued,
                        min(limits, default=None), main_cpu, others_cpu)
 
