@@ -81,7 +81,7 @@ class StallRule:
         limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
         gloo = f"their Gloo timeouts ({min(limits):g} s and up)" if limits else "Gloo"
         return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
-                f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread asleep "
-                "in a torch.distributed wait (a futex wait in torch's code) with an unfinished operation, no thread "
-                f"of theirs used CPU and no operation completed on any rank; {gloo} would not end these waits "
-                "before the watchdog")
+                f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread (and any "
+                "other thread of the script) asleep in a torch.distributed wait (a futex wait in torch's code) with an "
+                "unfinished operation, its threads used next to no CPU (Gloo's idle wake-ups) and no operation "
+                f"completed on any rank; {gloo} would not end these waits before the watchdog")
