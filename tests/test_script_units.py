@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -265,3 +266,22 @@ def test_the_stall_rule_waits_for_every_live_rank_and_the_settle_period():
     for bad in (-1, float("nan"), float("inf"), True, "3"):
         with pytest.raises(InputError, match="--hang-after: must be a number of seconds"):
             check_hang_after(bad)  # type: ignore[arg-type]
+
+
+def test_a_forked_rank_forgets_its_parents_thread_waits():
+    """`rank.stall` keeps each thread's `Work.wait(timeout=)` in progress: those bound a stall.
+    A forked child has only the forking thread, so what the parent's other threads waited on
+    is not the child's (it kept the child's stalls bounded, with no early verdict)."""
+    import threading
+
+    from simdist.script.rank import stall
+
+    stall._wait_limits[threading.get_ident() + 1] = [5.0]  # another thread of this process, in a timed wait
+    try:
+        pid = os.fork()
+        if pid == 0:  # what the at-fork hook `stall.install` registers runs in the child
+            stall._note_main_tid()
+            os._exit(0 if set(stall._wait_limits) <= {threading.get_ident()} else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        stall._wait_limits.pop(threading.get_ident() + 1, None)

@@ -68,9 +68,12 @@ _main_tid: list[int] = []  # the kernel's id of the main thread (`threading` kee
 
 def _note_main_tid() -> None:
     """On the main thread (at install, and in a forked child, whose forking thread becomes
-    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`."""
+    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`;
+    the parent's other threads' waits are not the child's."""
     if threading.current_thread() is threading.main_thread():
         _main_tid[:] = [threading.get_native_id()]
+    for ident in [i for i in _wait_limits if i != threading.get_ident()]:
+        del _wait_limits[ident]  # a forked child has no other thread: a parent's timed wait bounds nothing here
 
 
 def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
