@@ -18,8 +18,10 @@ nothing is left that could post the operations they wait for. Not decided early:
 * a rank computing, sleeping, reading a file or a DataLoader worker, or waiting on anything
   but torch (it is not stalled), or a rank that announced its exit and is leaving;
 * a rank with another Python thread of the script's alive that is not itself in a torch wait
-  (it may post the awaited operation when it wakes: a heartbeat, an async checkpoint; also
-  tqdm's monitor or a TensorBoard writer, which never do, but look the same);
+  (nor the standard library's plumbing asleep until another thread wakes it, as a
+  DataLoader's queue feeder): it may post the awaited operation when it wakes (a heartbeat,
+  an async checkpoint, a `threading.Timer`; also tqdm's monitor or a TensorBoard writer,
+  which never do, but look the same);
 * waits that Gloo's own timeout may end before the watchdog fires (a group timeout or a
   `Work.wait(timeout=)` on any thread, shorter than `--timeout`): Gloo ends them with an error, as the
   simulator models (`simdist.script.deadlines`), so the run is left to run its course;

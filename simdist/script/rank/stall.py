@@ -13,10 +13,11 @@ all of these hold:
 * that wait is torch's: the main thread's innermost Python frame is in torch's package (a
   blocking collective, `barrier`, `recv`, `loss.backward()` with DDP's reducer waiting in
   C++) or in the `Work.wait`/`Future.wait` wrappers below (the user's own `work.wait()`);
-* every other Python thread the script runs is in such a wait too (`_others_waiting`): one
-  that sleeps or waits on a queue uses no CPU, yet may post the operation the ranks wait for
-  when it wakes; a script with such a thread alive (tqdm's monitor, a TensorBoard writer)
-  is left to the watchdog;
+* every other Python thread the script runs is in such a wait too, or is the standard
+  library's plumbing that only another thread of the process can wake (`_others_waiting`):
+  one that sleeps or waits with a timeout uses no CPU, yet may post the operation the ranks
+  wait for when it wakes; a script with such a thread alive (a `threading.Timer`, tqdm's
+  monitor, a TensorBoard writer) is left to the watchdog;
 * the rank has an unfinished Gloo operation: its Flight Recorder's per-group counters
   (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
   completion) or a p2p operation `rank.pylog` noted whose work has not completed;
@@ -40,6 +41,7 @@ import os
 import pickle
 import platform
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -57,6 +59,8 @@ OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one co
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
+_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+_SITE = os.path.join(_STDLIB, "site-packages", "")
 
 # per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
 # timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
@@ -120,13 +124,44 @@ class Observation:
     others_cpu: float
 
 
-def _syscall(tid: int) -> int | None:
+def _syscall_args(tid: int) -> list[str] | None:
+    """The thread's syscall number and arguments as the kernel shows them (None: no /proc)."""
     try:
         with open(f"/proc/self/task/{tid}/syscall", encoding="ascii") as f:
-            first = f.read().split(maxsplit=1)
+            return f.read().split()
     except OSError:
         return None
-    return int(first[0]) if first and first[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def _syscall(tid: int) -> int | None:
+    fields = _syscall_args(tid)
+    if fields is None:
+        return None
+    return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def _untimed_private_futex(tid: int) -> bool:
+    """futex(uaddr, op, val, timeout, ...) with FUTEX_PRIVATE_FLAG and no timeout: a wait
+    that only another thread of this process can end (a `threading` lock or condition
+    without a timeout; a multiprocessing semaphore is shared with other processes)."""
+    fields = _syscall_args(tid)
+    try:
+        return (fields is not None and len(fields) > 4 and int(fields[0]) == FUTEX_NR
+                and int(fields[2], 16) & 128 != 0 and int(fields[4], 16) == 0)
+    except ValueError:
+        return False
+
+
+def _stdlib_only(frame: Any) -> bool:
+    """Every frame of the stack is the standard library's (no site-packages, no script):
+    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not (frame.f_code.co_filename.startswith("<frozen ")
+                or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _in_torch_wait(frame: Any) -> bool:
@@ -138,15 +173,22 @@ def _in_torch_wait(frame: Any) -> bool:
 
 def _others_waiting(main_ident: int | None) -> bool:
     """Every other Python thread of the script (simdist's own, named `simdist-...`, aside) is
-    itself asleep in a futex wait in torch's code. A thread that runs, sleeps, or waits on
-    anything else (an async checkpoint's or a heartbeat's thread, tqdm's monitor) may yet post
-    the operation the ranks wait for, with no CPU used meanwhile: the rank is then not stalled."""
+    itself asleep in a futex wait in torch's code, or is the standard library's plumbing
+    asleep until another thread of the process wakes it (`_stdlib_only`,
+    `_untimed_private_futex`: a DataLoader's queue feeder). A thread that runs, sleeps, or
+    waits on anything else (an async checkpoint's or a heartbeat's thread, a
+    `threading.Timer`, tqdm's monitor) may yet post the operation the ranks wait for, with no
+    CPU used meanwhile: the rank is then not stalled."""
     threads = {t.ident: t for t in threading.enumerate()}
     for ident, frame in sys._current_frames().items():
         t = threads.get(ident)
         if ident == main_ident or (t is not None and t.name.startswith("simdist-")):
             continue
-        if t is None or t.native_id is None or _syscall(t.native_id) != FUTEX_NR or not _in_torch_wait(frame):
+        tid = None if t is None else t.native_id
+        if tid is None:
+            return False
+        if not ((_syscall(tid) == FUTEX_NR and _in_torch_wait(frame))
+                or (_stdlib_only(frame) and _untimed_private_futex(tid))):
             return False
     return True
 
