@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
-from simdist.script.api import compare_script
+from simdist.script.api import compare_script, run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants, line_of
 
@@ -35,6 +35,8 @@ def _compare(script_zygote, name: str, args: list[str], hang_after_s: float):
     ("recv_nobody_sends.py", [("all_reduce", "dist.all_reduce(t)"), ("recv", "dist.recv(")]),
     # DDP's reducer waiting in C++ inside loss.backward(), and a barrier on another group
     ("ddp_step_vs_side_barrier.py", [("all_reduce", ".backward()"), ("barrier", "dist.barrier(group=side)")]),
+    # a DataLoader's worker processes alive: the main process has its queues' feeder threads
+    ("hang_with_dataloader_workers.py", [("recv", "dist.recv("), ("barrier", "dist.barrier()")]),
 ])
 def test_a_real_hang_is_found_in_seconds_and_compare_agrees(script_zygote, name, blocked):
     sim, real = _compare(script_zygote, name, [], hang_after_s=1.0)
@@ -60,3 +62,36 @@ def test_a_peer_busy_longer_than_the_settle_period_is_not_a_hang(script_zygote, 
     assert real.timings["wall_s"] >= 1.5 and not any("hang found early" in n for n in real.notes)
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
+
+
+@pytest.mark.parametrize("how", ["sleep", "timer"])
+def test_a_thread_that_posts_after_sleeping_keeps_the_rank_from_being_stalled(script_zygote, how):
+    """Both main threads wait in a recv (stalled, by the main threads' account) while a
+    thread of rank 1 (its own, or a `threading.Timer`, all standard library) sleeps 1.5 s, five times the settle period, before it sends what rank 0
+    waits for: a thread that sleeps uses no CPU yet may post an operation, so on real Gloo
+    the run is no hang and completes. (Real side only: the simulator calls this run hung,
+    as it does not see the sleeping thread either: a model bug left open.)"""
+    run_id = new_run_id()
+    real = run_script(SCRIPTS / "thread_sends_later.py", [how, "1.5"], nproc_per_node=2, backend="gloo", mode="gloo",
+                      timeout_s=300, hang_after_s=0.3, run_id=run_id, measure_compute=False,
+                      zygote=script_zygote("gloo"))
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("gloo").pid) == []
+    assert [r.status for r in real.ranks] == ["completed", "completed"], real.notes
+    assert [r.output for r in real.ranks] == [["0 done [1.0, 1.0]"], ["1 done [2.0, 2.0]"]]
+    assert real.timings["wall_s"] >= 1.5 and not any("hang found early" in n for n in real.notes)
+
+
+def test_a_side_threads_wait_with_a_timeout_bounds_the_stall(script_zygote):
+    """Both main threads wait in a recv while a thread of rank 1 waits on a side group with
+    `work.wait(timeout=1.5 s)`: Gloo ends that wait with an error, and the thread then sends
+    what rank 0 waits for. A timeout shorter than the watchdog on any thread's wait leaves
+    the run to go on (real side only: the simulator does not model the thread's wait)."""
+    run_id = new_run_id()
+    real = run_script(SCRIPTS / "thread_wait_times_out.py", ["1.5"], nproc_per_node=2, backend="gloo", mode="gloo",
+                      timeout_s=300, hang_after_s=0.3, run_id=run_id, measure_compute=False,
+                      zygote=script_zygote("gloo"))
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("gloo").pid) == []
+    assert [r.status for r in real.ranks] == ["completed", "completed"], real.notes
+    assert [r.output for r in real.ranks] == [["0 done [1.0, 1.0]"],
+                                              ["1 side wait ended: timed out", "1 done [2.0, 2.0]"]]
+    assert not any("hang found early" in n for n in real.notes)

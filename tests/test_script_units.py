@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -256,7 +257,31 @@ def test_the_stall_rule_waits_for_every_live_rank_and_the_settle_period():
     assert rule.hung_since([conn(100.0), gone], now=105.0) is None
     assert rule.hung_since([conn(100.0), gone], now=105.5) == 102.5
     assert rule.hung_since([gone], now=500.0) is None
+    # the note says what was seen, no more: Gloo's idle threads do wake (so "next to no CPU", not none)
+    note = rule.note(100.0, 104.0, [conn(100.0, rank=0, connected=True), conn(101.0, rank=1, connected=True)])
+    assert note.startswith("hang found early (--hang-after 3 s, not the 300 s watchdog): for 4.0 s every live "
+                           "rank (0, 1) had its main thread (and any other thread of the script) asleep"), note
+    assert "next to no CPU" in note and "their Gloo timeouts (1800 s and up)" in note, note
     assert check_hang_after(None) is None and check_hang_after(0) is None and check_hang_after(2) == 2.0
     for bad in (-1, float("nan"), float("inf"), True, "3"):
         with pytest.raises(InputError, match="--hang-after: must be a number of seconds"):
             check_hang_after(bad)  # type: ignore[arg-type]
+
+
+def test_a_forked_rank_forgets_its_parents_thread_waits():
+    """`rank.stall` keeps each thread's `Work.wait(timeout=)` in progress: those bound a stall.
+    A forked child has only the forking thread, so what the parent's other threads waited on
+    is not the child's (it kept the child's stalls bounded, with no early verdict)."""
+    import threading
+
+    from simdist.script.rank import stall
+
+    stall._wait_limits[threading.get_ident() + 1] = [5.0]  # another thread of this process, in a timed wait
+    try:
+        pid = os.fork()
+        if pid == 0:  # what the at-fork hook `stall.install` registers runs in the child
+            stall._note_main_tid()
+            os._exit(0 if set(stall._wait_limits) <= {threading.get_ident()} else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        stall._wait_limits.pop(threading.get_ident() + 1, None)

@@ -17,8 +17,13 @@ nothing is left that could post the operations they wait for. Not decided early:
 
 * a rank computing, sleeping, reading a file or a DataLoader worker, or waiting on anything
   but torch (it is not stalled), or a rank that announced its exit and is leaving;
+* a rank with another Python thread of the script's alive that is not itself in a torch wait
+  (nor the standard library's plumbing asleep until another thread wakes it, as a
+  DataLoader's queue feeder): it may post the awaited operation when it wakes (a heartbeat,
+  an async checkpoint, a `threading.Timer`; also tqdm's monitor or a TensorBoard writer,
+  which never do, but look the same);
 * waits that Gloo's own timeout may end before the watchdog fires (a group timeout or a
-  `Work.wait(timeout=)` shorter than `--timeout`): Gloo ends them with an error, as the
+  `Work.wait(timeout=)` on any thread, shorter than `--timeout`): Gloo ends them with an error, as the
   simulator models (`simdist.script.deadlines`), so the run is left to run its course;
 * a rank blocked somewhere no rank can see (the store's rendezvous of a `new_group` that a
   peer never calls, a host without /proc): the watchdog still ends those.
@@ -78,7 +83,7 @@ class StallRule:
         limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
         gloo = f"their Gloo timeouts ({min(limits):g} s and up)" if limits else "Gloo"
         return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
-                f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread asleep "
-                "in a torch.distributed wait (a futex wait in torch's code) with an unfinished operation, no thread "
-                f"of theirs used CPU and no operation completed on any rank; {gloo} would not end these waits "
-                "before the watchdog")
+                f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread (and any "
+                "other thread of the script) asleep in a torch.distributed wait (a futex wait in torch's code) with an "
+                "unfinished operation, its threads used next to no CPU (Gloo's idle wake-ups) and no operation "
+                f"completed on any rank; {gloo} would not end these waits before the watchdog")

@@ -13,6 +13,11 @@ all of these hold:
 * that wait is torch's: the main thread's innermost Python frame is in torch's package (a
   blocking collective, `barrier`, `recv`, `loss.backward()` with DDP's reducer waiting in
   C++) or in the `Work.wait`/`Future.wait` wrappers below (the user's own `work.wait()`);
+* every other Python thread the script runs is in such a wait too, or is the standard
+  library's plumbing that only another thread of the process can wake (`_others_waiting`):
+  one that sleeps or waits with a timeout uses no CPU, yet may post the operation the ranks
+  wait for when it wakes; a script with such a thread alive (a `threading.Timer`, tqdm's
+  monitor, a TensorBoard writer) is left to the watchdog;
 * the rank has an unfinished Gloo operation: its Flight Recorder's per-group counters
   (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
   completion) or a p2p operation `rank.pylog` noted whose work has not completed;
@@ -24,7 +29,7 @@ all of these hold:
 
 Any change ends the stall; the next one starts a new period. The watcher tells the
 coordinator when a stall begins (`since`, and `limit`: the shortest Gloo timeout of a group
-with an unfinished operation, or of a `Work.wait(timeout=)` in progress: the time after
+with an unfinished operation, or of a `Work.wait(timeout=)` in progress on any thread: the time after
 which Gloo itself would end the wait) and when it ends. The coordinator's rule
 (`simdist.script.stalls`) calls the run hung once every live rank has been stalled for
 `--hang-after` seconds.
@@ -36,6 +41,7 @@ import os
 import pickle
 import platform
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -53,16 +59,25 @@ OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one co
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
+_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+_SITE = os.path.join(_STDLIB, "site-packages", "")
 
-_wait_limits: list[float | None] = []  # the main thread's Work.wait/Future.wait calls in progress, inner last
+# per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
+# timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
+# thread's bound the stall (a side thread's `work.wait(timeout=)` ends with an error, after
+# which the thread may post what the ranks wait for)
+_wait_limits: dict[int, list[float | None]] = {}
 _main_tid: list[int] = []  # the kernel's id of the main thread (`threading` keeps a stale one after a fork)
 
 
 def _note_main_tid() -> None:
     """On the main thread (at install, and in a forked child, whose forking thread becomes
-    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`."""
+    its main thread): `threading.main_thread().native_id` is the parent's after `os.fork`;
+    the parent's other threads' waits are not the child's."""
     if threading.current_thread() is threading.main_thread():
         _main_tid[:] = [threading.get_native_id()]
+    for ident in [i for i in _wait_limits if i != threading.get_ident()]:
+        del _wait_limits[ident]  # a forked child has no other thread: a parent's timed wait bounds nothing here
 
 
 def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
@@ -74,15 +89,14 @@ def _wrap_wait(cls: Any, method: str = "wait", own_timeout: Any = None) -> None:
     own = own_timeout or (lambda _self: True)
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return orig(self, *args, **kwargs)
         t = kwargs.get("timeout", args[0] if args else None)
         timed = hasattr(t, "total_seconds") and t.total_seconds() > 0 and own(self)
-        _wait_limits.append(t.total_seconds() if timed else None)
+        mine = _wait_limits.setdefault(threading.get_ident(), [])
+        mine.append(t.total_seconds() if timed else None)
         try:
             return orig(self, *args, **kwargs)
         finally:
-            _wait_limits.pop()
+            mine.pop()
 
     setattr(cls, method, wait)
 
@@ -102,7 +116,7 @@ def install() -> None:
 class Observation:
     """One look at the rank (see the module's docstring)."""
 
-    waiting: bool  # main thread in a futex wait in torch's code, not sleeping
+    waiting: bool  # main thread (and every other thread of the script) in a futex wait in torch's code
     key: tuple  # operation counters: per group (name, enqueued, completed), p2p (issued, done)
     pending: bool  # an operation not completed
     limit_s: float | None  # the shortest Gloo timeout that could end the pending waits
@@ -110,13 +124,44 @@ class Observation:
     others_cpu: float
 
 
-def _syscall(tid: int) -> int | None:
+def _syscall_args(tid: int) -> list[str] | None:
+    """The thread's syscall number and arguments as the kernel shows them (None: no /proc)."""
     try:
         with open(f"/proc/self/task/{tid}/syscall", encoding="ascii") as f:
-            first = f.read().split(maxsplit=1)
+            return f.read().split()
     except OSError:
         return None
-    return int(first[0]) if first and first[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def _syscall(tid: int) -> int | None:
+    fields = _syscall_args(tid)
+    if fields is None:
+        return None
+    return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def _untimed_private_futex(tid: int) -> bool:
+    """futex(uaddr, op, val, timeout, ...) with FUTEX_PRIVATE_FLAG and no timeout: a wait
+    that only another thread of this process can end (a `threading` lock or condition
+    without a timeout; a multiprocessing semaphore is shared with other processes)."""
+    fields = _syscall_args(tid)
+    try:
+        return (fields is not None and len(fields) > 4 and int(fields[0]) == FUTEX_NR
+                and int(fields[2], 16) & 128 != 0 and int(fields[4], 16) == 0)
+    except ValueError:
+        return False
+
+
+def _stdlib_only(frame: Any) -> bool:
+    """Every frame of the stack is the standard library's (no site-packages, no script):
+    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not (frame.f_code.co_filename.startswith("<frozen ")
+                or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _in_torch_wait(frame: Any) -> bool:
@@ -124,6 +169,28 @@ def _in_torch_wait(frame: Any) -> bool:
         return False
     filename = os.path.abspath(frame.f_code.co_filename)
     return filename.startswith(_TORCH_DIR) or filename == _HERE
+
+
+def _others_waiting(main_ident: int | None) -> bool:
+    """Every other Python thread of the script (simdist's own, named `simdist-...`, aside) is
+    itself asleep in a futex wait in torch's code, or is the standard library's plumbing
+    asleep until another thread of the process wakes it (`_stdlib_only`,
+    `_untimed_private_futex`: a DataLoader's queue feeder). A thread that runs, sleeps, or
+    waits on anything else (an async checkpoint's or a heartbeat's thread, a
+    `threading.Timer`, tqdm's monitor) may yet post the operation the ranks wait for, with no
+    CPU used meanwhile: the rank is then not stalled."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        t = threads.get(ident)
+        if ident == main_ident or (t is not None and t.name.startswith("simdist-")):
+            continue
+        tid = None if t is None else t.native_id
+        if tid is None:
+            return False
+        if not ((_syscall(tid) == FUTEX_NR and _in_torch_wait(frame))
+                or (_stdlib_only(frame) and _untimed_private_futex(tid))):
+            return False
+    return True
 
 
 def _groups() -> tuple[list[tuple[str, int, int]], set[str]]:
@@ -154,10 +221,11 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
     waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
-               and (bool(_wait_limits) or _in_torch_wait(frame)))
+               and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)) and _others_waiting(main.ident))
     rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress()
-    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *list(_wait_limits)) if x is not None]
+    timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
+    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed) if x is not None]
     return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups) or done < issued,
                        min(limits, default=None), main_cpu, others_cpu)
 

@@ -1,0 +1,33 @@
+"""Not a hang: rank 1's main thread waits in a recv from rank 0, and rank 0's main thread in
+a recv from rank 1 that a thread of rank 1 sends after SECONDS (HOW: `sleep`, a thread that
+sleeps first, as an async checkpoint's or a heartbeat's does; `timer`, a `threading.Timer`).
+For that time both main threads are asleep in torch's waits with no CPU used; the run
+completes."""
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+how, seconds = sys.argv[1], float(sys.argv[2])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.zeros(2)
+if rank == 1:
+    def send():
+        dist.send(torch.ones(2), dst=0)
+
+    def later():
+        time.sleep(seconds)
+        send()
+
+    helper = threading.Timer(seconds, send) if how == "timer" else threading.Thread(target=later)
+    helper.start()
+    dist.recv(t, src=0)
+    helper.join()
+else:
+    dist.recv(t, src=1)
+    dist.send(t + 1, dst=1)
+print(rank, "done", t.tolist(), flush=True)
+dist.destroy_process_group()
