@@ -61,6 +61,7 @@ _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
 _STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = os.path.join(_STDLIB, "site-packages", "")
+_RANK_LAYER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")  # simdist/script/rank/
 
 # per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
 # timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
@@ -154,10 +155,12 @@ def _untimed_private_futex(tid: int) -> bool:
 
 def _stdlib_only(frame: Any) -> bool:
     """Every frame of the stack is the standard library's (no site-packages, no script):
-    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
+    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue. The rank
+    layer's own wrappers count as plumbing too (every thread starts inside `devices`'
+    `_bootstrap_inner`, which gives it its CUDA-to-CPU mode)."""
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ")
+        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
                 or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
             return False
         frame = frame.f_back
