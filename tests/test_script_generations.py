@@ -9,6 +9,7 @@ The examples' agreement is checked with the others (tests/test_script_examples.p
 from __future__ import annotations
 
 import copy
+import subprocess
 
 import pytest
 
@@ -116,3 +117,18 @@ def test_a_hang_in_the_second_generation_is_found_and_explained_on_both_sides(sc
     assert "hang: every live rank is blocked" in notes and "p2p_unmatched" in {f.kind for f in sim.findings}
     c = compare_reports(sim, real)
     assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
+
+
+def test_a_rank_that_destroyed_its_group_is_reported_as_it_ends_not_killed_by_the_hang(script_zygote):
+    """Under NCCL's rule (a peer's exit leaves its partners waiting: the script asks for NCCL)
+    rank 0 runs out of batches, destroys its group and returns; rank 1 waits in DDP's next
+    broadcast for good. Rank 0's process still runs after its destroy: the hang is proven only
+    once it has ended, so it is reported as it ended (returned normally), not as killed by the
+    hang's clean-up (it was: 'killed by signal 9' at loss.backward(), an error)."""
+    from simdist.script import run_script
+
+    rep = run_script(ROOT / "examples" / "fuzz_ddp_dataloader_no_join.py", nproc_per_node=2, batches=[1, 2],
+                     backend="nccl", timeout_s=60, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert rep.outcome == "hang"
+    assert [r.status for r in rep.ranks] == ["completed", "hang"]
+    assert rep.ranks[0].error is None

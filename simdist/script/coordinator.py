@@ -388,6 +388,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         live = self._live()
         if not live or not all(c.blocked() for c in live):
             return False
+        if any(c.destroyed and c.connected and c.exit is None for c in self.members()):
+            return False  # a process that destroyed its group runs on: it is reported as it ends, not killed
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
             return False
