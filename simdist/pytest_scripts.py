@@ -49,23 +49,25 @@ class ScriptFailed(AssertionError):
 @dataclass
 class ForkServers:
     """The session's fork servers, one per (mode, GPU count), started on first use; the
-    ranks' own stdout and stderr go to `log` (their printed lines are in the report too)."""
+    ranks' own stdout and stderr go to `log` (their printed lines are in the report too).
+    `servers`: ones already running (a suite that keeps its own: override the
+    `simdist_fork_servers` fixture with them); `close` ends every one."""
 
     log: Path
-    _servers: dict[tuple[str, int], Zygote] = field(default_factory=dict)
+    servers: dict[tuple[str, int], Zygote] = field(default_factory=dict)
 
     def get(self, mode: str, gpus: int) -> Zygote:
         from simdist.script.zygote import Zygote
 
         key = (mode, gpus)
-        if key not in self._servers:
+        if key not in self.servers:
             with open(self.log, "ab") as out:  # the server keeps its own descriptor
-                self._servers[key] = Zygote(None, mode=mode, gpus=gpus, stdout=out, stderr=out)
-        return self._servers[key]
+                self.servers[key] = Zygote(None, mode=mode, gpus=gpus, stdout=out, stderr=out)
+        return self.servers[key]
 
     def close(self) -> None:
-        while self._servers:
-            self._servers.popitem()[1].close()
+        while self.servers:
+            self.servers.popitem()[1].close()
 
 
 def explain(result: Report | Comparison | ScriptFuzzResult) -> list[str]:
@@ -102,7 +104,7 @@ class ScriptRunner:
     script runs in `cwd` (default: the test's `tmp_path`)."""
 
     def __init__(self, servers: ForkServers, tmp_path: Path):
-        self._servers, self.tmp_path = servers, tmp_path
+        self.fork_servers, self.tmp_path = servers, tmp_path
 
     def run(self, script: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             batches: Batches = None, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None,
@@ -166,7 +168,7 @@ class ScriptRunner:
     def _zygote(self, mode: str, world: int | None) -> Zygote:
         from simdist.script.api import DEFAULT_GPUS
 
-        return self._servers.get(mode, max(DEFAULT_GPUS, world or 0))
+        return self.fork_servers.get(mode, max(DEFAULT_GPUS, world or 0))
 
 
 def _space(path: Path, args: Sequence[str], worlds: tuple[int, int] | None, batches: tuple[int, int],
