@@ -113,7 +113,7 @@ class ScriptRunner:
         from simdist.script.api import execute
         from simdist.script.env import SIM
 
-        path = Path(script).resolve()
+        path = _checked(script, batches, nproc_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
             return execute(path, list(args), nproc_per_node=nproc_per_node, batches=batches, timeout_s=timeout_s,
                            backend=backend, zygote=self._zygote(SIM, nproc_per_node)).report
@@ -133,7 +133,7 @@ class ScriptRunner:
         from simdist.script.api import compare_script
         from simdist.script.env import GLOO
 
-        path = Path(script).resolve()
+        path = _checked(script, batches, nproc_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
             both = compare_script(path, list(args), zygotes=lambda mode: self._zygote(mode, nproc_per_node),
                                   nproc_per_node=nproc_per_node, backend=GLOO, timeout_s=timeout_s, batches=batches)
@@ -169,6 +169,17 @@ class ScriptRunner:
         from simdist.script.api import DEFAULT_GPUS
 
         return self.fork_servers.get(mode, max(DEFAULT_GPUS, world or 0))
+
+
+def _checked(script: str | os.PathLike, batches: Batches, nproc_per_node: int | None) -> Path:
+    """The script's absolute path, once it and the caps are found good (bad input: ScriptError
+    naming the field, before a fork server is started for it)."""
+    from simdist.script.api import check_script, parse_caps
+
+    path = Path(script).resolve()
+    check_script(path)
+    parse_caps(batches, nproc_per_node)
+    return path
 
 
 def _space(path: Path, args: Sequence[str], worlds: tuple[int, int] | None, batches: tuple[int, int],
