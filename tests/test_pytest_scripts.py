@@ -114,7 +114,7 @@ def test_a_users_suite_reads_as_simdist_explains(pytester, script_zygote, tmp_pa
 def test_under_xdist_each_worker_has_its_fork_servers_and_junit_xml_the_explanation(pytester, tmp_path):
     pytester.makepyfile(test_train=USER_TESTS)
     xml = tmp_path / "junit.xml"
-    res = pytester.runpytest("-n", "2", "-p", "no:cacheprovider", f"--junitxml={xml}", "-k", "uneven")
+    res = pytester.runpytest("-n", "2", "-p", "no:cacheprovider", f"--junitxml={xml}", "-k", "complete or without_join")
     res.assert_outcomes(passed=1, failed=1)
     assert all(text in res.stdout.str() for text in EXPLANATION), res.stdout.str()
     (failure,) = [f for c in ET.parse(xml).getroot().iter("testcase") if (f := c.find("failure")) is not None]
