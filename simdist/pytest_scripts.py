@@ -115,7 +115,7 @@ class ScriptRunner:
 
         path = _checked(script, batches, nproc_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
-            return execute(path, list(args), nproc_per_node=nproc_per_node, batches=batches, timeout_s=timeout_s,
+            return execute(path, _args(args), nproc_per_node=nproc_per_node, batches=batches, timeout_s=timeout_s,
                            backend=backend, zygote=self._zygote(SIM, nproc_per_node)).report
 
     def check(self, script: str | os.PathLike, args: Sequence[str] = (), **kw: Any) -> Report:
@@ -135,7 +135,7 @@ class ScriptRunner:
 
         path = _checked(script, batches, nproc_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
-            both = compare_script(path, list(args), zygotes=lambda mode: self._zygote(mode, nproc_per_node),
+            both = compare_script(path, _args(args), zygotes=lambda mode: self._zygote(mode, nproc_per_node),
                                   nproc_per_node=nproc_per_node, backend=GLOO, timeout_s=timeout_s, batches=batches)
         return compare_reports(both.sim.report, both.real.report)
 
@@ -171,6 +171,15 @@ class ScriptRunner:
         return self.fork_servers.get(mode, max(DEFAULT_GPUS, world or 0))
 
 
+def _args(args: Sequence[str]) -> list[str]:
+    """The script's own arguments as a list ("--epochs 2" would become its characters)."""
+    from simdist.errors import ScriptError
+
+    if isinstance(args, str | bytes):
+        raise ScriptError(f"args: the script's arguments as a list, e.g. {args.split()!r}, got the string {args!r}")
+    return [str(a) for a in args]
+
+
 def _checked(script: str | os.PathLike, batches: Batches, nproc_per_node: int | None) -> Path:
     """The script's absolute path, once it and the caps are found good (bad input: ScriptError
     naming the field, before a fork server is started for it)."""
@@ -198,4 +207,4 @@ def _space(path: Path, args: Sequence[str], worlds: tuple[int, int] | None, batc
         LOCAL_RANKS.check(worlds[1], "nproc_per_node_range", f"{worlds[1]:,} rank processes")
     if backend is not None and backend not in BACKENDS:
         raise ScriptError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    return Space(str(path), tuple(args), tuple(worlds) if worlds else None, tuple(batches), backend, timeout_s)
+    return Space(str(path), tuple(_args(args)), tuple(worlds) if worlds else None, tuple(batches), backend, timeout_s)

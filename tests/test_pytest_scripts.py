@@ -200,6 +200,8 @@ def test_bad_fuzz_arguments_name_the_argument_before_any_process_starts(tmp_path
             runner.fuzz(JOIN, **kw)
         with pytest.raises(ScriptError, match="script: .*nope.py does not exist"):
             runner.run(tmp_path / "nope.py", nproc_per_node=2)
+        with pytest.raises(ScriptError, match=r"args: the script's arguments as a list, e.g. \['--epochs', '2'\]"):
+            runner.run(JOIN, "--epochs 2", nproc_per_node=2)
         with pytest.raises(ScriptError, match="batches: 3 caps given"):
             runner.compare(JOIN, nproc_per_node=2, batches="1,2,3")
         assert runner.fork_servers.servers == {}  # none was started
