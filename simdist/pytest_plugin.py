@@ -10,17 +10,22 @@ templates (a `[fuzz]` table) and other TOML files are not collected; a scenario 
 does not load is a failing item, its problems one line each.
 
 The `simdist` fixture (`ScenarioRunner`) loads, simulates, checks and compares scenarios
-from a user's own tests (docs/testing.md). The plugin is registered under the `pytest11`
+from a user's own tests; its sibling `simdist_script` (`simdist.pytest_scripts.ScriptRunner`)
+runs, compares and fuzzes the user's own training script on simulated ranks, in the test's
+`tmp_path`, its ranks forked by fork servers kept for the session (docs/testing.md). The plugin is registered under the `pytest11`
 entry point, so installing simdist is all it takes; it does nothing unless asked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import tomllib
+
+from simdist.pytest_scripts import ForkServers, ScriptRunner
 
 if TYPE_CHECKING:
     from simdist.compare import Comparison
@@ -165,3 +170,22 @@ def simdist(tmp_path_factory: pytest.TempPathFactory) -> ScenarioRunner:
     """Load, simulate, check and compare scenarios from your tests (`ScenarioRunner`).
     Session-scoped, so it also serves hypothesis `@given` tests."""
     return ScenarioRunner(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def simdist_fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServers]:
+    """The session's fork servers for `simdist_script` (each pytest-xdist worker has its own),
+    started on first use and ended with the session; the ranks' stdout and stderr go to
+    `simdist-ranks.log` in the session's temporary folder."""
+    servers = ForkServers(tmp_path_factory.getbasetemp() / "simdist-ranks.log")
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+def simdist_script(simdist_fork_servers: ForkServers, tmp_path: Path) -> ScriptRunner:
+    """Run, compare and fuzz your own training script on simulated ranks (`ScriptRunner`).
+    Function-scoped: each test's runs work in its own `tmp_path`."""
+    return ScriptRunner(simdist_fork_servers, tmp_path)

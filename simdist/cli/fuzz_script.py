@@ -92,25 +92,8 @@ def _print(res: Any, json_: bool, interrupted: bool = False) -> None:
         sys.stdout.write(json.dumps({"interrupted": interrupted, "failed": res.failed, "results": [res.to_dict()]},
                                     indent=2, default=str) + "\n")
         return
-    worlds = f"world sizes {res.worlds[0]}-{res.worlds[1]}" if res.worlds else "its own world size"
-    caps = f"batches {res.batches[0]}-{res.batches[1]} per rank" if res.batches else "no DataLoader caps"
-    verdict = ("interrupted", "yellow") if interrupted else ("FAIL", "red") if res.failed else ("ok", "green")
-    say(verdict, f" {res.script}: {res.schedules} schedules in {res.seconds:.1f} s ({res.rate:.1f}/s; {worlds}, "
-        f"{caps}; seed {res.seed})")
-    for note in res.notes:
-        say(f"  note: {note}")
-    if res.baseline_failed:
-        b = res.baseline
-        say(("  the script fails without uneven inputs", "red"), f" ({b['summary']}); nothing else was tried")
-        for line in b["explanation"][:4]:
-            say(f"    {line}")
-        say(f"    replay: {b['replay']}")
-    for c in res.counterexamples:
-        caps_text = f", batches {','.join(map(str, c.caps))}" if c.caps else ""
-        say(("  " + c.key, "red"), f": {c.world_size} ranks{caps_text} (first seen at schedule {c.found_at})")
-        for line in c.explanation[:4]:
-            say(f"    {line}")
-        say(f"    replay in the simulator: {c.replay}")
-        say(f"    beside real Gloo:        {c.replay_real}")
-        if c.path:
-            say(f"    written: {c.path}  (sh {c.path} [compare|real])")
+    head, *lines = res.lines(interrupted)
+    verdict, rest = head.split(" ", 1)
+    say((verdict, "yellow" if interrupted else "red" if res.failed else "green"), f" {rest}")
+    for line in lines:
+        say(line)

@@ -120,6 +120,31 @@ class ScriptFuzzResult:
         d.update(failed=self.failed, schedules_per_second=round(self.rate, 2), distinct_failures=len(self.failures))
         return d
 
+    def lines(self, interrupted: bool = False) -> list[str]:
+        """What `simdist fuzz SCRIPT.py` prints, one line each (the pytest fixture's failure
+        message too): the search, then the baseline's failure or each counterexample with its
+        explanation and the commands that replay it. The first word is the verdict."""
+        worlds = f"world sizes {self.worlds[0]}-{self.worlds[1]}" if self.worlds else "its own world size"
+        caps = f"batches {self.batches[0]}-{self.batches[1]} per rank" if self.batches else "no DataLoader caps"
+        verdict = "interrupted" if interrupted else "FAIL" if self.failed else "ok"
+        out = [f"{verdict} {self.script}: {self.schedules} schedules in {self.seconds:.1f} s ({self.rate:.1f}/s; "
+               f"{worlds}, {caps}; seed {self.seed})"]
+        out += [f"  note: {note}" for note in self.notes]
+        if self.baseline_failed:
+            b = self.baseline
+            out.append(f"  the script fails without uneven inputs ({b['summary']}); nothing else was tried")
+            out += [f"    {line}" for line in b["explanation"][:4]]
+            out.append(f"    replay: {b['replay']}")
+        for c in self.counterexamples:
+            caps_text = f", batches {','.join(map(str, c.caps))}" if c.caps else ""
+            out.append(f"  {c.key}: {c.world_size} ranks{caps_text} (first seen at schedule {c.found_at})")
+            out += [f"    {line}" for line in c.explanation[:4]]
+            out.append(f"    replay in the simulator: {c.replay}")
+            out.append(f"    beside real Gloo:        {c.replay_real}")
+            if c.path:
+                out.append(f"    written: {c.path}  (sh {c.path} [compare|real])")
+        return out
+
 
 class ScriptFuzzInterrupted(KeyboardInterrupt):
     """Ctrl-C during a search; `result` holds what was found, already written down."""
@@ -298,16 +323,21 @@ class ScriptFuzzer:
 # ---------------------------------------------------------------------------- the whole search
 def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str | Path | None = "failures",
                 shrink: bool = True, on_example: Callable[[int, str], None] | None = None,
-                fork_server: bool = True) -> ScriptFuzzResult:
+                fork_server: bool = True, zygote: Zygote | None = None) -> ScriptFuzzResult:
     """Explore `space`; returns what was tried and the counterexamples, each written under
     `out_dir` (None: not written) as soon as it is found and again once shrunk. Ctrl-C
-    raises `ScriptFuzzInterrupted` after writing the smallest failing schedules so far."""
+    raises `ScriptFuzzInterrupted` after writing the smallest failing schedules so far.
+    `zygote`: a sim-mode fork server that outlives the search (a test session's, made for
+    any script), used instead of one made, and closed, here for this script."""
     res = ScriptFuzzResult(script=space.script, args=list(space.args), seed=seed, budget=budget,
                            worlds=list(space.worlds) if space.worlds else None, batches=list(space.batches))
     t0 = time.perf_counter()
     gpus = max(DEFAULT_GPUS, space.worlds[1] if space.worlds else 0)
-    zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL) if fork_server else None
+    own = zygote is None and fork_server
+    if zygote is not None and zygote.gpus != gpus:
+        raise ScriptError(f"zygote: it simulates {zygote.gpus} GPUs, the search needs {gpus}")
+    if own:
+        zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fz = ScriptFuzzer(space, zygote, res, on_example, out_dir)
     try:
         if fz.baseline() and (fz.caps_range is not None or space.worlds is not None):
@@ -321,7 +351,7 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
         res.seconds = time.perf_counter() - t0
         raise ScriptFuzzInterrupted(res) from None
     finally:
-        if zygote is not None:
+        if own and zygote is not None:
             zygote.close()
     res.seconds = time.perf_counter() - t0
     return res
