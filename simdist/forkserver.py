@@ -145,6 +145,12 @@ class ForkServer:
     def pid(self) -> int:
         return self.proc.pid
 
+    def fileno(self) -> int:
+        """The control socket: readable when the server has reported something (a child's
+        exit), so a launcher waiting in its own `select` for its children to end wakes at
+        once (`pump`, through `ForkedProcess.poll`, reads the report) instead of polling."""
+        return self._sock.fileno()
+
     def pump(self, timeout: float | None) -> None:
         """Read what the server reported (exits, replies), waiting up to `timeout` seconds."""
         with self._lock:
@@ -188,17 +194,33 @@ class ForkServer:
         ours that become the child's (sent with the request; we keep our copies)."""
         targets, fds = zip(*sorted((stdio or {}).items()), strict=True) if stdio else ((), ())
         with self._lock:
-            if self._sock.fileno() < 0:
-                raise OSError("the fork server is gone")
-            send(self._sock, {**request, "stdio": list(targets)}, fds)
-            pid = self._next_reply(START_TIMEOUT_S).get("forked")
-            if pid is None:
-                raise OSError("the fork server did not fork")
-            child = ForkedProcess(self, int(pid), stdin)
-            child.returncode = self._early.pop(child.pid, None)
-            if child.returncode is None:
-                self._children[child.pid] = child
-            return child
+            self._request(request, targets, fds)
+            return self._forked(stdin)
+
+    def fork_all(self, requests: Sequence[dict[str, Any]]) -> list[ForkedProcess]:
+        """`fork` for several requests (no descriptors), all sent before the first reply is
+        read: the server forks them back to back, not one round trip apart (a run's ranks
+        start together, as a launcher's would)."""
+        with self._lock:
+            for request in requests:
+                self._request(request, (), ())
+            return [self._forked(None) for _ in requests]
+
+    def _request(self, request: dict[str, Any], targets: Sequence[int], fds: Sequence[int]) -> None:
+        if self._sock.fileno() < 0:
+            raise OSError("the fork server is gone")
+        send(self._sock, {**request, "stdio": list(targets)}, fds)
+
+    def _forked(self, stdin: IO[bytes] | None) -> ForkedProcess:
+        """The child of the oldest request not yet answered (the server answers in order)."""
+        pid = self._next_reply(START_TIMEOUT_S).get("forked")
+        if pid is None:
+            raise OSError("the fork server did not fork")
+        child = ForkedProcess(self, int(pid), stdin)
+        child.returncode = self._early.pop(child.pid, None)
+        if child.returncode is None:
+            self._children[child.pid] = child
+        return child
 
     def close(self) -> None:
         """End the server and everything it forked."""

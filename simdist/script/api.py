@@ -184,7 +184,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
-        ending = coord.serve(run.done, Watchdog(timeout_s))
+        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote)
         if mode == env.GLOO and ending.kind in ("hang", "timeout"):
             coord.collect_records()  # what each real rank recorded, before `launch.end` kills it
     finally:

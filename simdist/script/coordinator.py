@@ -89,21 +89,33 @@ class Coordinator(GlooTimeoutsMixin):
         self.sel.register(listener, selectors.EVENT_READ, None)
 
     # ------------------------------------------------------------------ loop
-    def serve(self, launched_done: Any, dog: Watchdog) -> Ending:
+    def serve(self, launched_done: Any, dog: Watchdog, exits: Any = None) -> Ending:
         """Serve until the processes are done, a hang is proven, or the watchdog fires.
-        `launched_done()` says whether every process the launcher started has exited.
+        `launched_done()` says whether every process the launcher started has exited;
+        `exits`: the fork server that forked the processes, if one did: its reports of their
+        exits wake the loop (`ForkServer.fileno`, read with `pump`); else `launched_done` is
+        polled every `POLL_S`, and the run's end waits that long after its last connection.
 
         Progress for the watchdog is any message of a rank but its printed lines (a rank
         that prints in a loop without communicating is spinning); until every rank has
         said who it is the run is starting (importing torch on a busy host takes long)."""
-        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
-            return self._serve(launched_done, dog)
+        exits = exits if exits is not None and exits.fileno() >= 0 else None  # (a server that is gone: polled)
+        if exits is not None:
+            self.sel.register(exits, selectors.EVENT_READ, exits)
+        try:
+            with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+                return self._serve(launched_done, dog)
+        finally:
+            if exits is not None:
+                self.sel.unregister(exits)
 
     def _serve(self, launched_done: Any, dog: Watchdog) -> Ending:
         while True:
             for key, _ in self.sel.select(POLL_S):
                 if key.data is None:
                     self._accept()
+                elif not isinstance(key.data, RankConn):  # the fork server reported an exit
+                    key.data.pump(0.0)
                 elif self._read(key.data):
                     dog.progressed()
             self._pump()
