@@ -20,6 +20,7 @@ that exits makes its partners' unfinished collectives fail ("Connection closed b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import selectors
 import socket
 import time
@@ -53,6 +54,16 @@ def semantics_of(requested: str) -> str:
     return "nccl" if "nccl" in requested.lower() else "gloo"
 
 
+@functools.lru_cache(maxsize=4096)
+def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], list[bool], str]:
+    """Frames and origin of a call site (raw frames: file, line, function, user's?). The same
+    sites recur every iteration and, in a fuzzer's search, every run of the script: cached for
+    the process, as the source files' parses behind them are (`simdist.frames`). Read only."""
+    frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
+    user = [bool(f[3]) for f in raw]
+    return frames, user, script_origin(frames, user, dtype)
+
+
 @dataclass
 class Ending:
     """Why the serving loop stopped: finished, hang, timeout or interrupted."""
@@ -79,7 +90,6 @@ class Coordinator(GlooTimeoutsMixin):
         self.protocol_errors: list[str] = []
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.input_error: str | None = None  # bad input found only once ranks said who they are
-        self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
@@ -296,13 +306,7 @@ class Coordinator(GlooTimeoutsMixin):
             self._overdue()
 
     def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
-        """Frames and origin of a call site; the same site recurs every iteration, so cached."""
-        key = (dtype, *(tuple(f) for f in raw))
-        hit = self._sites.get(key)
-        if hit is None:
-            frames, user = self.frames_of(raw)
-            hit = self._sites[key] = (frames, user, script_origin(frames, user, dtype))
-        return hit
+        return _site(dtype, tuple(tuple(f) for f in raw))
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
         conn.advance(h.get("cpu"), self.measure_compute)
@@ -413,10 +417,6 @@ class Coordinator(GlooTimeoutsMixin):
             self._pump()
             return False
         return True
-
-    def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
-        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-        return frames, [bool(f[3]) for f in raw]
 
     def close(self) -> None:
         for c in self.conns:
