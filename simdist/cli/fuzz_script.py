@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say
 from simdist.errors import ScriptError
@@ -45,7 +45,7 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
                         json_: bool, quiet: bool, nproc: int | None, nproc_range: str | None, batches_range: str,
                         backend: str | None, timeout: float | None) -> NoReturn:
     """Fuzz the script `paths[0]` (the rest: its own arguments, after --) and exit."""
-    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Space, fuzz_script
+    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Space, Tick, fuzz_script
     from simdist.script.api import BACKENDS, check_script
 
     script, args = paths[0], tuple(str(p) for p in paths[1:])
@@ -65,14 +65,16 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
                       timeout or DEFAULT_TIMEOUT_S)
     n = budget or 200
     show = not (quiet or json_) and err.is_terminal
-    progress = Progress(TextColumn(script.name, style="bold", markup=False), TextColumn("{task.description}",
-                        markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
-                        disable=not show)
+    # the bar: schedules checked of --budget (shrinking checks more, beyond the budget); the text:
+    # the phase, distinct schedules run and failure classes found (`simdist.fuzz.scripts.Tick`)
+    progress = Progress(SpinnerColumn(), TextColumn(script.name, style="bold", markup=False), BarColumn(bar_width=20),
+                        MofNCompleteColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                        console=err, disable=not show)
     with progress:
-        task = progress.add_task("baseline", total=n)
+        task = progress.add_task("starting the fork server (imports torch once)", total=n)
 
-        def on_example(count: int, phase: str) -> None:
-            progress.update(task, completed=min(count, n), description=phase)
+        def on_example(tick: Tick) -> None:
+            progress.update(task, completed=min(tick.examples, n), description=tick.describe())
 
         try:
             with bad_input():
@@ -95,20 +97,20 @@ def _print(res: Any, json_: bool, interrupted: bool = False) -> None:
     worlds = f"world sizes {res.worlds[0]}-{res.worlds[1]}" if res.worlds else "its own world size"
     caps = f"batches {res.batches[0]}-{res.batches[1]} per rank" if res.batches else "no DataLoader caps"
     verdict = ("interrupted", "yellow") if interrupted else ("FAIL", "red") if res.failed else ("ok", "green")
-    say(verdict, f" {res.script}: {res.schedules} schedules in {res.seconds:.1f} s ({res.rate:.1f}/s; {worlds}, "
-        f"{caps}; seed {res.seed})")
+    say(verdict, f" {res.script}: {res.schedules} schedules in {res.seconds:.1f} s ({res.rate:.1f}/s, "
+        f"{res.start_seconds:.1f} s of it starting the fork server; {worlds}, {caps}; seed {res.seed})")
     for note in res.notes:
         say(f"  note: {note}")
     if res.baseline_failed:
         b = res.baseline
         say(("  the script fails without uneven inputs", "red"), f" ({b['summary']}); nothing else was tried")
-        for line in b["explanation"][:4]:
+        for line in b["explanation"]:
             say(f"    {line}")
         say(f"    replay: {b['replay']}")
     for c in res.counterexamples:
-        caps_text = f", batches {','.join(map(str, c.caps))}" if c.caps else ""
+        caps_text = f", batches per rank {','.join(map(str, c.caps))}" if c.caps else ""
         say(("  " + c.key, "red"), f": {c.world_size} ranks{caps_text} (first seen at schedule {c.found_at})")
-        for line in c.explanation[:4]:
+        for line in c.explanation:  # all of it: the last line is often the hint that says how to fix it
             say(f"    {line}")
         say(f"    replay in the simulator: {c.replay}")
         say(f"    beside real Gloo:        {c.replay_real}")

@@ -101,6 +101,7 @@ class ScriptFuzzResult:
     examples: int = 0  # property evaluations (generation and shrinking), cache hits included
     schedules: int = 0  # distinct schedules run
     seconds: float = 0.0
+    start_seconds: float = 0.0  # of `seconds`: starting the fork server (importing torch, once a search)
     failures: dict[str, int] = field(default_factory=dict)  # signature -> failing schedules
     counterexamples: list[ScriptCounterexample] = field(default_factory=list)
     baseline: dict[str, Any] = field(default_factory=dict)  # the first run: schedule, verdict
@@ -121,6 +122,24 @@ class ScriptFuzzResult:
         return d
 
 
+PHASES = {"baseline": "baseline run", "generate": "searching", "shrink": "searching, shrinking",
+          "post-shrink": "minimising"}  # what a progress display calls the search's phases
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Where the search stands, at each schedule it is about to check (for a progress display)."""
+
+    examples: int  # schedules checked so far, this one included (cache hits too): what --budget counts while searching
+    schedules: int  # distinct schedules run so far
+    phase: str  # a key of PHASES
+    found: tuple[str, ...]  # failure classes found so far
+
+    def describe(self) -> str:
+        found = f"; found {', '.join(self.found)}" if self.found else ""
+        return f"{PHASES.get(self.phase, self.phase)}: {self.schedules} schedules run{found}"
+
+
 class ScriptFuzzInterrupted(KeyboardInterrupt):
     """Ctrl-C during a search; `result` holds what was found, already written down."""
 
@@ -133,7 +152,7 @@ class ScriptFuzzer:
     """Runs, caches and judges schedules of one script; the search and the shrinking."""
 
     def __init__(self, space: Space, zygote: Zygote | None, result: ScriptFuzzResult,
-                 on_example: Callable[[int, str], None] | None = None, out_dir: str | Path | None = None):
+                 on_example: Callable[[Tick], None] | None = None, out_dir: str | Path | None = None):
         self.space, self.zygote, self.res, self.on_example = space, zygote, result, on_example
         self.out_dir = out_dir
         self.cache: dict[Schedule, Judged] = {}
@@ -195,7 +214,7 @@ class ScriptFuzzer:
     def _tick(self) -> None:
         self.res.examples += 1
         if self.on_example is not None:
-            self.on_example(self.res.examples, self.phase)
+            self.on_example(Tick(self.res.examples, self.res.schedules, self.phase, tuple(self.best)))
 
     # ------------------------------------------------------------------ baseline and search
     def baseline(self) -> bool:
@@ -297,7 +316,7 @@ class ScriptFuzzer:
 
 # ---------------------------------------------------------------------------- the whole search
 def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str | Path | None = "failures",
-                shrink: bool = True, on_example: Callable[[int, str], None] | None = None,
+                shrink: bool = True, on_example: Callable[[Tick], None] | None = None,
                 fork_server: bool = True) -> ScriptFuzzResult:
     """Explore `space`; returns what was tried and the counterexamples, each written under
     `out_dir` (None: not written) as soon as it is found and again once shrunk. Ctrl-C
@@ -308,6 +327,7 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
     gpus = max(DEFAULT_GPUS, space.worlds[1] if space.worlds else 0)
     zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL) if fork_server else None
+    res.start_seconds = time.perf_counter() - t0
     fz = ScriptFuzzer(space, zygote, res, on_example, out_dir)
     try:
         if fz.baseline() and (fz.caps_range is not None or space.worlds is not None):
