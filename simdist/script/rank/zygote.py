@@ -38,7 +38,8 @@ from simdist import forkserver
 # Imported once here rather than in every rank; what a DDP/ZeRO/Join script typically uses.
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "torch.nn", "torch.nn.functional", "torch.nn.parallel", "torch.optim",
            "torch.utils.data", "torch.utils.data.distributed", "torch.multiprocessing",
-           "torch.distributed.algorithms.join", "torch.distributed.optim", "argparse", "numpy")
+           "torch.distributed.algorithms.join", "torch.distributed.optim", "argparse", "numpy",
+           "torch.profiler._cupti_monitor")  # (imported at a rank's first record_function, e.g. DDP's forward: 2 ms)
 _SAFE_TOP = {"torch", "numpy"}  # the script's own imports preloaded only from these packages
 
 
