@@ -97,8 +97,8 @@ def _print(res: Any, json_: bool, interrupted: bool = False) -> None:
     worlds = f"world sizes {res.worlds[0]}-{res.worlds[1]}" if res.worlds else "its own world size"
     caps = f"batches {res.batches[0]}-{res.batches[1]} per rank" if res.batches else "no DataLoader caps"
     verdict = ("interrupted", "yellow") if interrupted else ("FAIL", "red") if res.failed else ("ok", "green")
-    say(verdict, f" {res.script}: {res.schedules} schedules in {res.seconds:.1f} s ({res.rate:.1f}/s, "
-        f"{res.start_seconds:.1f} s of it starting the fork server; {worlds}, {caps}; seed {res.seed})")
+    say(verdict, f" {res.script}: {res.schedules} schedules in {res.seconds:.1f} s ({res.start_seconds:.1f} s "
+        f"starting the fork server, then {res.search_rate:.1f}/s; {worlds}, {caps}; seed {res.seed})")
     for note in res.notes:
         say(f"  note: {note}")
     if res.baseline_failed:

@@ -116,9 +116,16 @@ class ScriptFuzzResult:
     def rate(self) -> float:
         return self.schedules / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def search_rate(self) -> float:
+        """Schedules per second once the fork server had started (what a longer search gets)."""
+        t = self.seconds - self.start_seconds
+        return self.schedules / t if t > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(failed=self.failed, schedules_per_second=round(self.rate, 2), distinct_failures=len(self.failures))
+        d.update(failed=self.failed, schedules_per_second=round(self.rate, 2),
+                 schedules_per_second_after_start=round(self.search_rate, 2), distinct_failures=len(self.failures))
         return d
 
 
