@@ -148,4 +148,5 @@ def test_the_text_report_shows_every_line_of_the_explanation_the_hint_included(c
 
 def test_progress_text_names_the_phase_the_schedules_run_and_what_was_found():
     assert Tick(1, 0, "baseline", ()).describe() == "baseline run: 0 schedules run"
+    assert Tick(2, 1, "generate", ()).describe() == "searching: 1 schedule run"
     assert Tick(9, 7, "shrink", ("hang/hang",)).describe() == "searching, shrinking: 7 schedules run; found hang/hang"

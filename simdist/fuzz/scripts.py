@@ -144,7 +144,8 @@ class Tick:
 
     def describe(self) -> str:
         found = f"; found {', '.join(self.found)}" if self.found else ""
-        return f"{PHASES.get(self.phase, self.phase)}: {self.schedules} schedules run{found}"
+        runs = f"{self.schedules} schedule{'' if self.schedules == 1 else 's'} run"
+        return f"{PHASES.get(self.phase, self.phase)}: {runs}{found}"
 
 
 class ScriptFuzzInterrupted(KeyboardInterrupt):
