@@ -14,7 +14,7 @@ both sides of it:
   it uses (pid, poll, wait, returncode, stdin) for each forked child. The server is the
   children's parent, so it reaps them and reports each exit status; `pump` reads those
   reports.
-* **Server side** (`serve`, `run_program`, `leave`): the fork/reap/report loop, and what
+* **Server side** (`main`, `run_program`, `leave`): the fork/reap/report loop, and what
   every child does first: lead a new session (the launcher ends it and all it started with
   one `killpg`), die with the server (PR_SET_PDEATHSIG; the server dies with its launcher
   the same way), take the request's file descriptors as its stdin/stdout/stderr
@@ -29,9 +29,9 @@ The server imports torch before forking and never starts threads or touches torc
 pools, which is what makes forking it safe (DataLoader workers are forked from torch
 processes the same way). Messages are JSON objects on a SOCK_SEQPACKET socket pair (one
 message per packet; file descriptors ride along with theirs); requests
-``{..., "stdio": [targets]}`` with the descriptors to install at those targets, replies
-``{"ready": pid}``, ``{"forked": pid}`` and ``{"pid": pid, "status": status}`` (negative
-for a signal, as `subprocess` does). Standard library only (and `simdist.procs`): the
+``{..., "stdio": [targets]}`` with the descriptors to install at those targets (and
+``{"spares": n}``, no reply), replies ``{"ready": pid}``, ``{"forked": pid}`` and
+``{"pid": pid, "status": status}`` (negative for a signal, as `subprocess` does). Standard library only (and `simdist.procs`): the
 server side runs inside users' rank processes.
 """
 
@@ -197,6 +197,14 @@ class ForkServer:
             self._request(request, targets, fds)
             return self._forked(stdin)
 
+    def keep_spares(self, n: int) -> None:
+        """Have the server keep `n` children forked ahead of requests (made while it is
+        idle), so that a run's ranks start without waiting for their forks: a caller that
+        starts runs of up to `n` processes one after another (the script fuzzer)."""
+        with self._lock:
+            if self._sock.fileno() >= 0:
+                send(self._sock, {"spares": n})
+
     def fork_all(self, requests: Sequence[dict[str, Any]]) -> list[ForkedProcess]:
         """`fork` for several requests (no descriptors), all sent before the first reply is
         read: the server forks them back to back, not one round trip apart (a run's ranks
@@ -295,42 +303,109 @@ def apply_torch_env() -> None:
         c10d.set_debug_level_from_env()
 
 
-def serve(control: socket.socket, child: Child) -> int | None:
-    """Fork a child per request and report the exits; returns in a child (`child`'s exit
-    status, to `leave` with), or None in the server once the control socket closed."""
-    rfd, wfd = os.pipe()
-    os.set_blocking(wfd, False)
-    signal.set_wakeup_fd(wfd)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
-    children: set[int] = set()
-    server = os.getpid()
-    while True:
-        ready, _, _ = select.select([control, rfd], [], [])
-        if rfd in ready:
-            with contextlib.suppress(BlockingIOError):
-                os.read(rfd, 4096)
-        while children:
+class _Server:
+    """Forks a child per request and reports the exits (`loop`). Spares (`ForkServer.keep_spares`): children forked ahead of any
+    request while the server has nothing else to do, each waiting on a socket of its own;
+    a request then goes to a spare (which becomes what a child forked for it would be: the
+    server's state does not change between requests) instead of waiting for a fork."""
+
+    def __init__(self, control: socket.socket, child: Child):
+        self.control, self.child = control, child
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)
+        signal.set_wakeup_fd(self.wfd)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
+        self.children: set[int] = set()
+        self.spares: list[tuple[int, socket.socket]] = []  # (pid, our end of its socket)
+        self.want = 0  # spares to keep
+        self.pid = os.getpid()
+
+    def loop(self) -> int | None:
+        """Returns in a child (`child`'s exit status, to `leave` with), or None in the server
+        once the control socket closed."""
+        while True:
+            idle = len(self.spares) < self.want  # a spare is made only when no request waits
+            ready, _, _ = select.select([self.control, self.rfd], [], [], 0 if idle else None)
+            if self.rfd in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.rfd, 4096)
+            self._reap()
+            code = None
+            if self.control in ready:
+                msg = recv(self.control)
+                if msg is None:
+                    return None
+                request, fds = msg
+                if "spares" in request:
+                    self.want = int(request["spares"])
+                    while len(self.spares) > self.want:  # a spare whose socket closes ends
+                        self.spares.pop()[1].close()
+                else:
+                    code = self._start(request, fds)
+            elif idle:
+                code = self._spare()
+            if code is not None:  # in a child
+                return code
+
+    def _reap(self) -> None:
+        while self.children:
             pid, raw = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            children.discard(pid)
-            send(control, {"pid": pid, "status": _status(raw)})
-        if control in ready:
-            msg = recv(control)
-            if msg is None:
-                return None
-            request, fds = msg
-            for stream in (sys.stdout, sys.stderr):  # nothing of ours is written twice
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            pid = os.fork()
+            self.children.discard(pid)
+            for spare in [x for x in self.spares if x[0] == pid]:  # a spare that died (killed) gets no request
+                self.spares.remove(spare)
+                spare[1].close()
+            send(self.control, {"pid": pid, "status": _status(raw)})
+
+    def _fork(self) -> int:
+        for stream in (sys.stdout, sys.stderr):  # nothing of ours is written twice
+            with contextlib.suppress(Exception):
+                stream.flush()
+        return os.fork()
+
+    def _ours(self) -> tuple[int, ...]:
+        """The server's descriptors, for a child to close."""
+        return (self.rfd, self.wfd, self.control.detach(), *(s.detach() for _, s in self.spares))
+
+    def _start(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """A child for `request`: a spare, else a fork; its exit status in the child."""
+        while self.spares:
+            pid, sock = self.spares.pop(0)
+            with contextlib.suppress(OSError), sock:
+                send(sock, request, fds)
+                break
+        else:
+            pid = self._fork()
             if pid == 0:  # a failed set-up ends the child as a failed program would, never serves
-                code = run_program(functools.partial(_become, request, fds, (rfd, wfd, control.detach()), server))
-                return code or child(request)
-            for fd in fds:
+                code = run_program(functools.partial(_become, request, fds, self._ours(), self.pid))
+                return code or self.child(request)
+            self.children.add(pid)
+        for fd in fds:
+            os.close(fd)
+        send(self.control, {"forked": pid})
+        return None
+
+    def _spare(self) -> int | None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = self._fork()
+        if pid == 0:  # wait for a request, then become its child (or end with the server)
+            mine.close()
+            signal.set_wakeup_fd(-1)
+            procs.die_with_parent(self.pid)
+            for fd in self._ours():
                 os.close(fd)
-            children.add(pid)
-            send(control, {"forked": pid})
+            msg = recv(theirs)
+            theirs.close()
+            if msg is None:  # the server is closing
+                os._exit(0)
+            request, fds = msg
+            code = run_program(functools.partial(_become, request, fds, (), self.pid))
+            return code or self.child(request)
+        theirs.close()
+        self.children.add(pid)
+        self.spares.append((pid, mine))
+        return None
 
 
 def run_program(body: Callable[[], object]) -> int:
@@ -367,7 +442,7 @@ def main(child: Child) -> int:
     """A server's process, once its imports are done: ``sys.argv[-1]`` is the control socket."""
     control = socket.socket(fileno=int(sys.argv[-1]))
     send(control, {"ready": os.getpid()})
-    code = serve(control, child)
+    code = _Server(control, child).loop()
     if code is not None:  # in a forked child
         leave(code)
     return 0  # the server itself: the launcher went away

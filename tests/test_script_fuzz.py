@@ -82,6 +82,34 @@ def test_a_forked_rank_runs_its_scripts_finalizers_at_exit_and_not_the_fork_serv
     assert rep.outcome == "completed" and [r.output for r in rep.ranks] == [["finalized; still to run at exit: 0"]] * 2
 
 
+def _wait_for(cond, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_a_fork_servers_spares_become_a_runs_ranks_and_end_when_no_longer_wanted(script_zygote, tmp_path):
+    """`keep_spares` (the fuzzer's): children forked ahead of a request become the run's ranks
+    (each the script in a process of its own), new ones are made for the next run, and
+    spares no longer wanted end."""
+    z = script_zygote("sim")
+    p = tmp_path / "pid.py"
+    p.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nprint(os.getpid())\n")
+    try:
+        z.keep_spares(2)
+        assert _wait_for(lambda: len(descendants(z.pid)) == 2)
+        spares = set(descendants(z.pid))
+        first = run_script(p, nproc_per_node=2, zygote=z)
+        assert first.outcome == "completed" and {int(r.output[0]) for r in first.ranks} == spares
+        assert _wait_for(lambda: len(descendants(z.pid)) == 2) and not spares & set(descendants(z.pid))
+        second = run_script(p, nproc_per_node=2, zygote=z)
+        assert second.outcome == "completed" and len({int(r.output[0]) for r in second.ranks} - spares) == 2
+    finally:
+        z.keep_spares(0)
+    assert _wait_for(lambda: descendants(z.pid) == [])
+
+
 @pytest.fixture(scope="module")
 def no_join_search(tmp_path_factory):
     """`simdist fuzz` on the no-Join DataLoader example, as a user runs it (one search shared

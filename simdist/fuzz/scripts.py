@@ -335,6 +335,8 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
     gpus = max(DEFAULT_GPUS, space.worlds[1] if space.worlds else 0)
     zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL) if fork_server else None
+    if zygote is not None:  # a schedule's ranks start without waiting for their forks
+        zygote.keep_spares(space.worlds[1] if space.worlds else 1)
     res.start_seconds = time.perf_counter() - t0
     fz = ScriptFuzzer(space, zygote, res, on_example, out_dir)
     try:
