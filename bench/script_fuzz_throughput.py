@@ -5,8 +5,9 @@ find, every schedule runs to its end), in CPU time and wall time, and the ratio 
     python bench/script_fuzz_throughput.py [--budget 30] [--seed 0] [--reps 2] [--baseline DIR]
 
 Every measurement is a fresh process (this file with --one) that first starts and closes a fork
-server for the script alone (its start-up: importing torch, once per search), then runs one
-search (`simdist.fuzz.scripts.fuzz_script`, which starts its own). Runs alternate (this code,
+server for the script alone (the CPU of its start-up: importing torch, once per search), then
+runs one search (`simdist.fuzz.scripts.fuzz_script`, which starts its own; the wall time of
+that start-up: until the search's first progress call). Runs alternate (this code,
 then the code in DIR, e.g. `git archive main | tar -x -C DIR`, imported through PYTHONPATH,
 script by script, --reps times) and the best of each is kept, so both see the same load.
 
@@ -52,12 +53,15 @@ def measure_one(script: str, budget: int, seed: int) -> dict[str, Any]:
     from simdist.fuzz.scripts import Space, fuzz_script
     from simdist.script.zygote import Zygote
 
-    w0, c0 = time.perf_counter(), _cpu()
+    c0 = _cpu()
     Zygote(script, gpus=max(8, WORLDS[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).close()
-    start_wall, start_cpu = time.perf_counter() - w0, _cpu() - c0
+    start_cpu = _cpu() - c0
+    first: list[float] = []  # the search's first progress call: its fork server has started
     w0, c0 = time.perf_counter(), _cpu()
-    res = fuzz_script(Space(script, (), WORLDS), budget=budget, seed=seed, out_dir=None)
+    res = fuzz_script(Space(script, (), WORLDS), budget=budget, seed=seed, out_dir=None,
+                      on_example=lambda *_: first or first.append(time.perf_counter()))
     wall, cpu = time.perf_counter() - w0, _cpu() - c0
+    start_wall = first[0] - w0
     return {"code": str(Path(simdist.__file__).parent.parent), "schedules": res.schedules, "examples": res.examples,
             "wall": wall, "cpu": cpu, "start_wall": start_wall, "start_cpu": start_cpu,
             "found": sorted((c.key, c.world_size, tuple(c.caps)) for c in res.counterexamples),

@@ -90,9 +90,7 @@ class ForkedProcess:
     of its stdin pipe, when the launcher gave it one (`simdist.procs.LocalProcess.tell`)."""
 
     def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes] | None = None):
-        self.server = server
-        self.pid = pid
-        self.stdin = stdin
+        self.server, self.pid, self.stdin = server, pid, stdin
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -198,9 +196,8 @@ class ForkServer:
             return self._forked(stdin)
 
     def keep_spares(self, n: int) -> None:
-        """Have the server keep `n` children forked ahead of requests (made while it is
-        idle), so that a run's ranks start without waiting for their forks: a caller that
-        starts runs of up to `n` processes one after another (the script fuzzer)."""
+        """Have the server keep `n` children forked ahead of requests, while it is idle, so that
+        the next run (of up to `n` processes: the script fuzzer's) need not wait for forks."""
         with self._lock:
             if self._sock.fileno() >= 0:
                 send(self._sock, {"spares": n})
@@ -304,10 +301,9 @@ def apply_torch_env() -> None:
 
 
 class _Server:
-    """Forks a child per request and reports the exits (`loop`). Spares (`ForkServer.keep_spares`): children forked ahead of any
-    request while the server has nothing else to do, each waiting on a socket of its own;
-    a request then goes to a spare (which becomes what a child forked for it would be: the
-    server's state does not change between requests) instead of waiting for a fork."""
+    """Forks a child per request and reports the exits (`loop`). Spares (`keep_spares`): children
+    forked while the server is idle, each waiting on a socket of its own for a request, which
+    it then takes instead of a fork (the server's state does not change between requests)."""
 
     def __init__(self, control: socket.socket, child: Child):
         self.control, self.child = control, child
@@ -316,8 +312,9 @@ class _Server:
         signal.set_wakeup_fd(self.wfd)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
         self.children: set[int] = set()
-        self.spares: list[tuple[int, socket.socket]] = []  # (pid, our end of its socket)
+        self.spares: dict[int, socket.socket] = {}  # pid -> our end of its socket
         self.want = 0  # spares to keep
+        self.unused: set[int] = set()  # spares that have not had a request
         self.pid = os.getpid()
 
     def loop(self) -> int | None:
@@ -339,7 +336,7 @@ class _Server:
                 if "spares" in request:
                     self.want = int(request["spares"])
                     while len(self.spares) > self.want:  # a spare whose socket closes ends
-                        self.spares.pop()[1].close()
+                        self.spares.popitem()[1].close()
                 else:
                     code = self._start(request, fds)
             elif idle:
@@ -353,9 +350,11 @@ class _Server:
             if pid == 0:
                 break
             self.children.discard(pid)
-            for spare in [x for x in self.spares if x[0] == pid]:  # a spare that died (killed) gets no request
-                self.spares.remove(spare)
-                spare[1].close()
+            if pid in self.unused:  # a spare that ended (not wanted, killed) was nobody's child: not reported
+                self.unused.discard(pid)
+                with contextlib.suppress(KeyError):
+                    self.spares.pop(pid).close()
+                continue
             send(self.control, {"pid": pid, "status": _status(raw)})
 
     def _fork(self) -> int:
@@ -366,14 +365,16 @@ class _Server:
 
     def _ours(self) -> tuple[int, ...]:
         """The server's descriptors, for a child to close."""
-        return (self.rfd, self.wfd, self.control.detach(), *(s.detach() for _, s in self.spares))
+        return (self.rfd, self.wfd, self.control.detach(), *(s.detach() for s in self.spares.values()))
 
     def _start(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """A child for `request`: a spare, else a fork; its exit status in the child."""
         while self.spares:
-            pid, sock = self.spares.pop(0)
+            pid = next(iter(self.spares))  # the oldest: surely waiting already
+            sock = self.spares.pop(pid)
             with contextlib.suppress(OSError), sock:
                 send(sock, request, fds)
+                self.unused.discard(pid)
                 break
         else:
             pid = self._fork()
@@ -404,7 +405,8 @@ class _Server:
             return code or self.child(request)
         theirs.close()
         self.children.add(pid)
-        self.spares.append((pid, mine))
+        self.unused.add(pid)
+        self.spares[pid] = mine
         return None
 
 

@@ -5,6 +5,7 @@ Budgets are reduced here (CI); bench/script_walltime.py runs the full 200 schedu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,6 +90,16 @@ def _wait_for(cond, timeout_s=30.0):
     return cond()
 
 
+def _spares(z) -> set[int]:
+    """The fork server's spares: its children still in its process group (a rank leads its own)."""
+    out = set()
+    for pid in descendants(z.pid):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == os.getpgid(z.pid):
+                out.add(pid)
+    return out
+
+
 def test_a_fork_servers_spares_become_a_runs_ranks_and_end_when_no_longer_wanted(script_zygote, tmp_path):
     """`keep_spares` (the fuzzer's): children forked ahead of a request become the run's ranks
     (each the script in a process of its own), new ones are made for the next run, and
@@ -98,11 +109,11 @@ def test_a_fork_servers_spares_become_a_runs_ranks_and_end_when_no_longer_wanted
     p.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nprint(os.getpid())\n")
     try:
         z.keep_spares(2)
-        assert _wait_for(lambda: len(descendants(z.pid)) == 2)
-        spares = set(descendants(z.pid))
+        assert _wait_for(lambda: len(_spares(z)) == 2)
+        spares = _spares(z)
         first = run_script(p, nproc_per_node=2, zygote=z)
         assert first.outcome == "completed" and {int(r.output[0]) for r in first.ranks} == spares
-        assert _wait_for(lambda: len(descendants(z.pid)) == 2) and not spares & set(descendants(z.pid))
+        assert _wait_for(lambda: len(_spares(z)) == 2) and not spares & _spares(z)
         second = run_script(p, nproc_per_node=2, zygote=z)
         assert second.outcome == "completed" and len({int(r.output[0]) for r in second.ranks} - spares) == 2
     finally:
