@@ -14,7 +14,7 @@ both sides of it:
   it uses (pid, poll, wait, returncode, stdin) for each forked child. The server is the
   children's parent, so it reaps them and reports each exit status; `pump` reads those
   reports.
-* **Server side** (`serve`, `run_program`, `leave`): the fork/reap/report loop, and what
+* **Server side** (`main`, `run_program`, `leave`): the fork/reap/report loop, and what
   every child does first: lead a new session (the launcher ends it and all it started with
   one `killpg`), die with the server (PR_SET_PDEATHSIG; the server dies with its launcher
   the same way), take the request's file descriptors as its stdin/stdout/stderr
@@ -29,9 +29,9 @@ The server imports torch before forking and never starts threads or touches torc
 pools, which is what makes forking it safe (DataLoader workers are forked from torch
 processes the same way). Messages are JSON objects on a SOCK_SEQPACKET socket pair (one
 message per packet; file descriptors ride along with theirs); requests
-``{..., "stdio": [targets]}`` with the descriptors to install at those targets, replies
-``{"ready": pid}``, ``{"forked": pid}`` and ``{"pid": pid, "status": status}`` (negative
-for a signal, as `subprocess` does). Standard library only (and `simdist.procs`): the
+``{..., "stdio": [targets]}`` with the descriptors to install at those targets (and
+``{"spares": n}``, no reply), replies ``{"ready": pid}``, ``{"forked": pid}`` and
+``{"pid": pid, "status": status}`` (negative for a signal, as `subprocess` does). Standard library only (and `simdist.procs`): the
 server side runs inside users' rank processes.
 """
 
@@ -90,9 +90,7 @@ class ForkedProcess:
     of its stdin pipe, when the launcher gave it one (`simdist.procs.LocalProcess.tell`)."""
 
     def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes] | None = None):
-        self.server = server
-        self.pid = pid
-        self.stdin = stdin
+        self.server, self.pid, self.stdin = server, pid, stdin
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -145,6 +143,12 @@ class ForkServer:
     def pid(self) -> int:
         return self.proc.pid
 
+    def fileno(self) -> int:
+        """The control socket: readable when the server has reported something (a child's
+        exit), so a launcher waiting in its own `select` for its children to end wakes at
+        once (`pump`, through `ForkedProcess.poll`, reads the report) instead of polling."""
+        return self._sock.fileno()
+
     def pump(self, timeout: float | None) -> None:
         """Read what the server reported (exits, replies), waiting up to `timeout` seconds."""
         with self._lock:
@@ -188,17 +192,40 @@ class ForkServer:
         ours that become the child's (sent with the request; we keep our copies)."""
         targets, fds = zip(*sorted((stdio or {}).items()), strict=True) if stdio else ((), ())
         with self._lock:
-            if self._sock.fileno() < 0:
-                raise OSError("the fork server is gone")
-            send(self._sock, {**request, "stdio": list(targets)}, fds)
-            pid = self._next_reply(START_TIMEOUT_S).get("forked")
-            if pid is None:
-                raise OSError("the fork server did not fork")
-            child = ForkedProcess(self, int(pid), stdin)
-            child.returncode = self._early.pop(child.pid, None)
-            if child.returncode is None:
-                self._children[child.pid] = child
-            return child
+            self._request(request, targets, fds)
+            return self._forked(stdin)
+
+    def keep_spares(self, n: int) -> None:
+        """Have the server keep `n` children forked ahead of requests, while it is idle, so that
+        the next run (of up to `n` processes: the script fuzzer's) need not wait for forks."""
+        with self._lock:
+            if self._sock.fileno() >= 0:
+                send(self._sock, {"spares": n})
+
+    def fork_all(self, requests: Sequence[dict[str, Any]]) -> list[ForkedProcess]:
+        """`fork` for several requests (no descriptors), all sent before the first reply is
+        read: the server forks them back to back, not one round trip apart (a run's ranks
+        start together, as a launcher's would)."""
+        with self._lock:
+            for request in requests:
+                self._request(request, (), ())
+            return [self._forked(None) for _ in requests]
+
+    def _request(self, request: dict[str, Any], targets: Sequence[int], fds: Sequence[int]) -> None:
+        if self._sock.fileno() < 0:
+            raise OSError("the fork server is gone")
+        send(self._sock, {**request, "stdio": list(targets)}, fds)
+
+    def _forked(self, stdin: IO[bytes] | None) -> ForkedProcess:
+        """The child of the oldest request not yet answered (the server answers in order)."""
+        pid = self._next_reply(START_TIMEOUT_S).get("forked")
+        if pid is None:
+            raise OSError("the fork server did not fork")
+        child = ForkedProcess(self, int(pid), stdin)
+        child.returncode = self._early.pop(child.pid, None)
+        if child.returncode is None:
+            self._children[child.pid] = child
+        return child
 
     def close(self) -> None:
         """End the server and everything it forked."""
@@ -273,42 +300,114 @@ def apply_torch_env() -> None:
         c10d.set_debug_level_from_env()
 
 
-def serve(control: socket.socket, child: Child) -> int | None:
-    """Fork a child per request and report the exits; returns in a child (`child`'s exit
-    status, to `leave` with), or None in the server once the control socket closed."""
-    rfd, wfd = os.pipe()
-    os.set_blocking(wfd, False)
-    signal.set_wakeup_fd(wfd)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
-    children: set[int] = set()
-    server = os.getpid()
-    while True:
-        ready, _, _ = select.select([control, rfd], [], [])
-        if rfd in ready:
-            with contextlib.suppress(BlockingIOError):
-                os.read(rfd, 4096)
-        while children:
+class _Server:
+    """Forks a child per request and reports the exits (`loop`). Spares (`keep_spares`): children
+    forked while the server is idle, each waiting on a socket of its own for a request, which
+    it then takes instead of a fork (the server's state does not change between requests)."""
+
+    def __init__(self, control: socket.socket, child: Child):
+        self.control, self.child = control, child
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)
+        signal.set_wakeup_fd(self.wfd)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
+        self.children: set[int] = set()
+        self.spares: dict[int, socket.socket] = {}  # pid -> our end of its socket
+        self.want = 0  # spares to keep
+        self.unused: set[int] = set()  # spares that have not had a request
+        self.pid = os.getpid()
+
+    def loop(self) -> int | None:
+        """Returns in a child (`child`'s exit status, to `leave` with), or None in the server
+        once the control socket closed."""
+        while True:
+            idle = len(self.spares) < self.want  # a spare is made only when no request waits
+            ready, _, _ = select.select([self.control, self.rfd], [], [], 0 if idle else None)
+            if self.rfd in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.rfd, 4096)
+            self._reap()
+            code = None
+            if self.control in ready:
+                msg = recv(self.control)
+                if msg is None:
+                    return None
+                request, fds = msg
+                if "spares" in request:
+                    self.want = int(request["spares"])
+                    while len(self.spares) > self.want:  # a spare whose socket closes ends
+                        self.spares.popitem()[1].close()
+                else:
+                    code = self._start(request, fds)
+            elif idle:
+                code = self._spare()
+            if code is not None:  # in a child
+                return code
+
+    def _reap(self) -> None:
+        while self.children:
             pid, raw = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            children.discard(pid)
-            send(control, {"pid": pid, "status": _status(raw)})
-        if control in ready:
-            msg = recv(control)
-            if msg is None:
-                return None
-            request, fds = msg
-            for stream in (sys.stdout, sys.stderr):  # nothing of ours is written twice
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            pid = os.fork()
+            self.children.discard(pid)
+            if pid in self.unused:  # a spare that ended (not wanted, killed) was nobody's child: not reported
+                self.unused.discard(pid)
+                with contextlib.suppress(KeyError):
+                    self.spares.pop(pid).close()
+                continue
+            send(self.control, {"pid": pid, "status": _status(raw)})
+
+    def _fork(self) -> int:
+        for stream in (sys.stdout, sys.stderr):  # nothing of ours is written twice
+            with contextlib.suppress(Exception):
+                stream.flush()
+        return os.fork()
+
+    def _ours(self) -> tuple[int, ...]:
+        """The server's descriptors, for a child to close."""
+        return (self.rfd, self.wfd, self.control.detach(), *(s.detach() for s in self.spares.values()))
+
+    def _start(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """A child for `request`: a spare, else a fork; its exit status in the child."""
+        while self.spares:
+            pid = next(iter(self.spares))  # the oldest: surely waiting already
+            sock = self.spares.pop(pid)
+            with contextlib.suppress(OSError), sock:
+                send(sock, request, fds)
+                self.unused.discard(pid)
+                break
+        else:
+            pid = self._fork()
             if pid == 0:  # a failed set-up ends the child as a failed program would, never serves
-                code = run_program(functools.partial(_become, request, fds, (rfd, wfd, control.detach()), server))
-                return code or child(request)
-            for fd in fds:
+                code = run_program(functools.partial(_become, request, fds, self._ours(), self.pid))
+                return code or self.child(request)
+            self.children.add(pid)
+        for fd in fds:
+            os.close(fd)
+        send(self.control, {"forked": pid})
+        return None
+
+    def _spare(self) -> int | None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = self._fork()
+        if pid == 0:  # wait for a request, then become its child (or end with the server)
+            mine.close()
+            signal.set_wakeup_fd(-1)
+            procs.die_with_parent(self.pid)
+            for fd in self._ours():
                 os.close(fd)
-            children.add(pid)
-            send(control, {"forked": pid})
+            msg = recv(theirs)
+            theirs.close()
+            if msg is None:  # the server is closing
+                os._exit(0)
+            request, fds = msg
+            code = run_program(functools.partial(_become, request, fds, (), self.pid))
+            return code or self.child(request)
+        theirs.close()
+        self.children.add(pid)
+        self.unused.add(pid)
+        self.spares[pid] = mine
+        return None
 
 
 def run_program(body: Callable[[], object]) -> int:
@@ -345,7 +444,7 @@ def main(child: Child) -> int:
     """A server's process, once its imports are done: ``sys.argv[-1]`` is the control socket."""
     control = socket.socket(fileno=int(sys.argv[-1]))
     send(control, {"ready": os.getpid()})
-    code = serve(control, child)
+    code = _Server(control, child).loop()
     if code is not None:  # in a forked child
         leave(code)
     return 0  # the server itself: the launcher went away

@@ -5,6 +5,7 @@ Budgets are reduced here (CI); bench/script_walltime.py runs the full 200 schedu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,6 +68,57 @@ def test_a_forked_rank_starts_in_the_launchers_working_directory(script_zygote, 
     monkeypatch.chdir(tmp_path / "sub")
     rep = run_script(p, nproc_per_node=2, zygote=z)
     assert [r.output for r in rep.ranks] == [[str(tmp_path / "sub")]] * 2
+
+
+def test_a_forked_rank_runs_its_scripts_finalizers_at_exit_and_not_the_fork_servers(script_zygote, tmp_path):
+    """The fork server keeps the exit-time finalizers of its own imports from running in a rank
+    (torch's ~170 `Library` ones: 30 ms of CPU a rank, to tidy up a process that is ending);
+    the script's own still run at exit, as in a launched process."""
+    p = tmp_path / "fin.py"
+    p.write_text("import weakref\nimport torch.distributed as dist\nclass Box: pass\nbox = Box()\n"
+                 "dist.init_process_group('gloo')\n"
+                 "pending = lambda: sum(f.atexit for f in weakref.finalize._registry)\n"
+                 "weakref.finalize(box, lambda: print('finalized; still to run at exit:', pending()))\n")
+    rep = run_script(p, nproc_per_node=2, zygote=script_zygote("sim"))
+    assert rep.outcome == "completed" and [r.output for r in rep.ranks] == [["finalized; still to run at exit: 0"]] * 2
+
+
+def _wait_for(cond, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def _spares(z) -> set[int]:
+    """The fork server's spares: its children still in its process group (a rank leads its own)."""
+    out = set()
+    for pid in descendants(z.pid):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == os.getpgid(z.pid):
+                out.add(pid)
+    return out
+
+
+def test_a_fork_servers_spares_become_a_runs_ranks_and_end_when_no_longer_wanted(script_zygote, tmp_path):
+    """`keep_spares` (the fuzzer's): children forked ahead of a request become the run's ranks
+    (each the script in a process of its own), new ones are made for the next run, and
+    spares no longer wanted end."""
+    z = script_zygote("sim")
+    p = tmp_path / "pid.py"
+    p.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nprint(os.getpid())\n")
+    try:
+        z.keep_spares(2)
+        assert _wait_for(lambda: len(_spares(z)) == 2)
+        spares = _spares(z)
+        first = run_script(p, nproc_per_node=2, zygote=z)
+        assert first.outcome == "completed" and {int(r.output[0]) for r in first.ranks} == spares
+        assert _wait_for(lambda: len(_spares(z)) == 2) and not spares & _spares(z)
+        second = run_script(p, nproc_per_node=2, zygote=z)
+        assert second.outcome == "completed" and len({int(r.output[0]) for r in second.ranks} - spares) == 2
+    finally:
+        z.keep_spares(0)
+    assert _wait_for(lambda: descendants(z.pid) == [])
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from simdist.cli.fuzz_script import parse_range
+from simdist.cli.fuzz_script import _print, parse_range
 from simdist.errors import ScriptError
 from simdist.fuzz.script_replay import Schedule, command, replay_path, write_replay
-from simdist.fuzz.scripts import Judged, ScriptFuzzer, ScriptFuzzResult, Space
+from simdist.fuzz.scripts import Judged, ScriptCounterexample, ScriptFuzzer, ScriptFuzzResult, Space, Tick
 from simdist.script.api import parse_caps
 from simdist.script.env import parse_batches
 
@@ -129,3 +129,24 @@ def test_greedy_shrink_keeps_the_world_of_a_script_that_starts_its_own_ranks():
     fz = _Scripted(Space("s.py", worlds=None, batches=(2, 6)))
     best = fz.greedy(Schedule(3, (6, 2, 5)), "hang/hang")
     assert best.world_size == 3 and sorted(best.caps) == [2, 2, 3]
+
+
+def test_the_text_report_shows_every_line_of_the_explanation_the_hint_included(capsys):
+    """The last line of a hang's explanation is usually the hint that says how to fix it: the
+    text report must not cut it off (it did, after four lines)."""
+    lines = ["rank 0 left: ...", "rank 1 is blocked in ...", "hang: ...", "backend nccl: ...",
+             "hint (a rank finished while others wait): wrap the loop in Join([model, ...])"]
+    res = ScriptFuzzResult("t.py", [], 0, 10, [2, 4], [1, 8], schedules=5, seconds=2.0, start_seconds=1.5)
+    res.counterexamples.append(ScriptCounterexample("hang/hang", "hang/hang", "hang", 2, [1, 2], 4, lines,
+                                                    "simdist run t.py", "simdist compare t.py"))
+    _print(res, json_=False)
+    out = capsys.readouterr().out
+    assert all(line in out for line in lines)
+    assert "2 ranks, batches per rank 1,2 (first seen at schedule 4)" in out
+    assert "5 schedules in 2.0 s (1.5 s starting the fork server, then 10.0/s;" in out
+
+
+def test_progress_text_names_the_phase_the_schedules_run_and_what_was_found():
+    assert Tick(1, 0, "baseline", ()).describe() == "baseline run: 0 schedules run"
+    assert Tick(2, 1, "generate", ()).describe() == "searching: 1 schedule run"
+    assert Tick(9, 7, "shrink", ("hang/hang",)).describe() == "searching, shrinking: 7 schedules run; found hang/hang"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say
 from simdist.errors import ScriptError
@@ -45,7 +45,7 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
                         json_: bool, quiet: bool, nproc: int | None, nproc_range: str | None, batches_range: str,
                         backend: str | None, timeout: float | None) -> NoReturn:
     """Fuzz the script `paths[0]` (the rest: its own arguments, after --) and exit."""
-    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Space, fuzz_script
+    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Space, Tick, fuzz_script
     from simdist.script.api import BACKENDS, check_script
 
     script, args = paths[0], tuple(str(p) for p in paths[1:])
@@ -65,14 +65,16 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
                       timeout or DEFAULT_TIMEOUT_S)
     n = budget or 200
     show = not (quiet or json_) and err.is_terminal
-    progress = Progress(TextColumn(script.name, style="bold", markup=False), TextColumn("{task.description}",
-                        markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
-                        disable=not show)
+    # the bar: schedules checked of --budget (shrinking checks more, beyond the budget); the text:
+    # the phase, distinct schedules run and failure classes found (`simdist.fuzz.scripts.Tick`)
+    progress = Progress(SpinnerColumn(), TextColumn(script.name, style="bold", markup=False), BarColumn(bar_width=20),
+                        MofNCompleteColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                        console=err, disable=not show)
     with progress:
-        task = progress.add_task("baseline", total=n)
+        task = progress.add_task("starting the fork server (imports torch once)", total=n)
 
-        def on_example(count: int, phase: str) -> None:
-            progress.update(task, completed=min(count, n), description=phase)
+        def on_example(tick: Tick) -> None:
+            progress.update(task, completed=min(tick.examples, n), description=tick.describe())
 
         try:
             with bad_input():

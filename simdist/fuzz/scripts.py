@@ -101,6 +101,7 @@ class ScriptFuzzResult:
     examples: int = 0  # property evaluations (generation and shrinking), cache hits included
     schedules: int = 0  # distinct schedules run
     seconds: float = 0.0
+    start_seconds: float = 0.0  # of `seconds`: starting the fork server (importing torch, once a search)
     failures: dict[str, int] = field(default_factory=dict)  # signature -> failing schedules
     counterexamples: list[ScriptCounterexample] = field(default_factory=list)
     baseline: dict[str, Any] = field(default_factory=dict)  # the first run: schedule, verdict
@@ -115,9 +116,16 @@ class ScriptFuzzResult:
     def rate(self) -> float:
         return self.schedules / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def search_rate(self) -> float:
+        """Schedules per second once the fork server had started (what a longer search gets)."""
+        t = self.seconds - self.start_seconds
+        return self.schedules / t if t > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(failed=self.failed, schedules_per_second=round(self.rate, 2), distinct_failures=len(self.failures))
+        d.update(failed=self.failed, schedules_per_second=round(self.rate, 2),
+                 schedules_per_second_after_start=round(self.search_rate, 2), distinct_failures=len(self.failures))
         return d
 
     def lines(self, interrupted: bool = False) -> list[str]:
@@ -127,23 +135,42 @@ class ScriptFuzzResult:
         worlds = f"world sizes {self.worlds[0]}-{self.worlds[1]}" if self.worlds else "its own world size"
         caps = f"batches {self.batches[0]}-{self.batches[1]} per rank" if self.batches else "no DataLoader caps"
         verdict = "interrupted" if interrupted else "FAIL" if self.failed else "ok"
-        out = [f"{verdict} {self.script}: {self.schedules} schedules in {self.seconds:.1f} s ({self.rate:.1f}/s; "
-               f"{worlds}, {caps}; seed {self.seed})"]
+        out = [f"{verdict} {self.script}: {self.schedules} schedules in {self.seconds:.1f} s ({self.start_seconds:.1f} s "
+               f"starting the fork server, then {self.search_rate:.1f}/s; {worlds}, {caps}; seed {self.seed})"]
         out += [f"  note: {note}" for note in self.notes]
         if self.baseline_failed:
             b = self.baseline
             out.append(f"  the script fails without uneven inputs ({b['summary']}); nothing else was tried")
-            out += [f"    {line}" for line in b["explanation"][:4]]
+            out += [f"    {line}" for line in b["explanation"]]
             out.append(f"    replay: {b['replay']}")
         for c in self.counterexamples:
-            caps_text = f", batches {','.join(map(str, c.caps))}" if c.caps else ""
+            caps_text = f", batches per rank {','.join(map(str, c.caps))}" if c.caps else ""
             out.append(f"  {c.key}: {c.world_size} ranks{caps_text} (first seen at schedule {c.found_at})")
-            out += [f"    {line}" for line in c.explanation[:4]]
+            out += [f"    {line}" for line in c.explanation]  # all: the last line is often the hint that says how to fix it
             out.append(f"    replay in the simulator: {c.replay}")
             out.append(f"    beside real Gloo:        {c.replay_real}")
             if c.path:
                 out.append(f"    written: {c.path}  (sh {c.path} [compare|real])")
         return out
+
+
+PHASES = {"baseline": "baseline run", "generate": "searching", "shrink": "searching, shrinking",
+          "post-shrink": "minimising"}  # what a progress display calls the search's phases
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Where the search stands, at each schedule it is about to check (for a progress display)."""
+
+    examples: int  # schedules checked so far, this one included (cache hits too): what --budget counts while searching
+    schedules: int  # distinct schedules run so far
+    phase: str  # a key of PHASES
+    found: tuple[str, ...]  # failure classes found so far
+
+    def describe(self) -> str:
+        found = f"; found {', '.join(self.found)}" if self.found else ""
+        runs = f"{self.schedules} schedule{'' if self.schedules == 1 else 's'} run"
+        return f"{PHASES.get(self.phase, self.phase)}: {runs}{found}"
 
 
 class ScriptFuzzInterrupted(KeyboardInterrupt):
@@ -158,7 +185,7 @@ class ScriptFuzzer:
     """Runs, caches and judges schedules of one script; the search and the shrinking."""
 
     def __init__(self, space: Space, zygote: Zygote | None, result: ScriptFuzzResult,
-                 on_example: Callable[[int, str], None] | None = None, out_dir: str | Path | None = None):
+                 on_example: Callable[[Tick], None] | None = None, out_dir: str | Path | None = None):
         self.space, self.zygote, self.res, self.on_example = space, zygote, result, on_example
         self.out_dir = out_dir
         self.cache: dict[Schedule, Judged] = {}
@@ -220,7 +247,7 @@ class ScriptFuzzer:
     def _tick(self) -> None:
         self.res.examples += 1
         if self.on_example is not None:
-            self.on_example(self.res.examples, self.phase)
+            self.on_example(Tick(self.res.examples, self.res.schedules, self.phase, tuple(self.best)))
 
     # ------------------------------------------------------------------ baseline and search
     def baseline(self) -> bool:
@@ -322,7 +349,7 @@ class ScriptFuzzer:
 
 # ---------------------------------------------------------------------------- the whole search
 def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str | Path | None = "failures",
-                shrink: bool = True, on_example: Callable[[int, str], None] | None = None,
+                shrink: bool = True, on_example: Callable[[Tick], None] | None = None,
                 fork_server: bool = True, zygote: Zygote | None = None) -> ScriptFuzzResult:
     """Explore `space`; returns what was tried and the counterexamples, each written under
     `out_dir` (None: not written) as soon as it is found and again once shrunk. Ctrl-C
@@ -338,6 +365,9 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
         raise ScriptError(f"zygote: it simulates {zygote.gpus} GPUs, the search needs {gpus}")
     if own:
         zygote = Zygote(space.script, mode=SIM, gpus=gpus, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if own and zygote is not None:  # a schedule's ranks start without waiting for their forks
+        zygote.keep_spares(space.worlds[1] if space.worlds else 1)
+    res.start_seconds = time.perf_counter() - t0
     fz = ScriptFuzzer(space, zygote, res, on_example, out_dir)
     try:
         if fz.baseline() and (fz.caps_range is not None or space.worlds is not None):

@@ -192,7 +192,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
-        ending = coord.serve(run.done, Watchdog(timeout_s))
+        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind == "hang"):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them

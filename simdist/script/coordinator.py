@@ -24,6 +24,7 @@ after destroy): each life is a generation with its own engine (`simdist.script.g
 from __future__ import annotations
 
 import dataclasses
+import functools
 import selectors
 import socket
 import time
@@ -52,6 +53,16 @@ POLL_S = 0.05
 RECORD_WAIT_S = 10.0
 
 
+@functools.lru_cache(maxsize=4096)
+def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], list[bool], str]:
+    """Frames and origin of a call site (raw frames: file, line, function, user's?). The same
+    sites recur every iteration and, in a fuzzer's search, every run of the script: cached for
+    the process, as the source files' parses behind them are (`simdist.frames`). Read only."""
+    frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
+    user = [bool(f[3]) for f in raw]
+    return frames, user, script_origin(frames, user, dtype)
+
+
 @dataclass
 class Ending:
     """Why the serving loop stopped: finished, hang, timeout or interrupted."""
@@ -77,7 +88,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
-        self._sites: dict[tuple, tuple[list[Frame], list[bool], str]] = {}
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
@@ -103,21 +113,33 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         return not self.gens or not self.gens[-1].complete()
 
     # ------------------------------------------------------------------ loop
-    def serve(self, launched_done: Any, dog: Watchdog) -> Ending:
+    def serve(self, launched_done: Any, dog: Watchdog, exits: Any = None) -> Ending:
         """Serve until the processes are done, a hang is proven, or the watchdog fires.
-        `launched_done()` says whether every process the launcher started has exited.
+        `launched_done()` says whether every process the launcher started has exited;
+        `exits`: the fork server that forked the processes, if one did: its reports of their
+        exits wake the loop (`ForkServer.fileno`, read with `pump`); else `launched_done` is
+        polled every `POLL_S`, and the run's end waits that long after its last connection.
 
         Progress for the watchdog is any message of a rank but its printed lines (a rank
         that prints in a loop without communicating is spinning); until every rank has
         said who it is the run is starting (importing torch on a busy host takes long)."""
-        with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
-            return self._serve(launched_done, dog)
+        exits = exits if exits is not None and exits.fileno() >= 0 else None  # (a server that is gone: polled)
+        if exits is not None:
+            self.sel.register(exits, selectors.EVENT_READ, exits)
+        try:
+            with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
+                return self._serve(launched_done, dog)
+        finally:
+            if exits is not None:
+                self.sel.unregister(exits)
 
     def _serve(self, launched_done: Any, dog: Watchdog) -> Ending:
         while True:
             for key, _ in self.sel.select(POLL_S):
                 if key.data is None:
                     self._accept()
+                elif not isinstance(key.data, RankConn):  # the fork server reported an exit
+                    key.data.pump(0.0)
                 elif self._read(key.data):
                     dog.progressed()
             self._pump()
@@ -273,13 +295,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
             self._overdue()
 
     def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
-        """Frames and origin of a call site; the same site recurs every iteration, so cached."""
-        key = (dtype, *(tuple(f) for f in raw))
-        hit = self._sites.get(key)
-        if hit is None:
-            frames, user = self.frames_of(raw)
-            hit = self._sites[key] = (frames, user, script_origin(frames, user, dtype))
-        return hit
+        return _site(dtype, tuple(tuple(f) for f in raw))
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
         conn.advance(h.get("cpu"), self.measure_compute)
@@ -407,10 +423,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         if since is None:
             return None
         return Ending("hang", now, since, early=self.stalls.note(since, now, ranks))
-
-    def frames_of(self, raw: list[Any]) -> tuple[list[Frame], list[bool]]:
-        frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-        return frames, [bool(f[3]) for f in raw]
 
     def close(self) -> None:
         for c in self.conns:

@@ -60,9 +60,9 @@ def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, 
     return e
 
 
-# A fork server's way to start a rank (`simdist.script.zygote.Zygote.spawn`): (environment,
-# argv after the interpreter) -> the forked process, owned and ended like a launched one.
-Spawn = Callable[[dict[str, str], list[str]], Child]
+# A fork server's way to start ranks (`simdist.script.zygote.Zygote.spawn`): [(environment,
+# argv after the interpreter)] -> the forked processes, owned and ended like launched ones.
+Spawn = Callable[[list[tuple[dict[str, str], list[str]]]], list[Child]]
 
 
 @dataclass
@@ -117,11 +117,11 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         cmd = [sys.executable, str(script), *args]
         envs = [common] if nproc_per_node is None else [
             torchrun_env(r, nproc_per_node, run.run_id, TORCHRUN_PORT, common) for r in range(nproc_per_node)]
-        for e in envs:
-            if spawn is not None:
-                run.procs.adopt(spawn(e, cmd[1:]))
-            else:
-                run.procs.start(cmd, env=e, stdout=stdout)
+        if spawn is not None:
+            for child in spawn([(e, cmd[1:]) for e in envs]):
+                run.procs.adopt(child)
+        for e in envs if spawn is None else ():
+            run.procs.start(cmd, env=e, stdout=stdout)
     except BaseException:
         end(run)
         raise

@@ -41,16 +41,17 @@ class Zygote(ForkServer):
         except OSError:
             raise ScriptError(f"script: the fork server for {script or 'scripts'} did not start") from None
 
-    def spawn(self, environ: dict[str, str], argv: list[str]) -> ForkedProcess:
-        """Fork a rank that runs `python ARGV` with environment `environ`, in our working
-        directory (where a launched rank would start)."""
-        if environ.get(env.MODE) != self.mode or environ.get(env.GPUS) != str(self.gpus):
+    def spawn(self, starts: list[tuple[dict[str, str], list[str]]]) -> list[ForkedProcess]:
+        """Fork, for each (environment, argv), a rank that runs `python ARGV` with that
+        environment, in our working directory (where a launched rank would start); all
+        requested at once (`fork_all`)."""
+        if any(e.get(env.MODE) != self.mode or e.get(env.GPUS) != str(self.gpus) for e, _ in starts):
             raise ScriptError("script: a run's mode and GPU count must be the fork server's")
         try:
             cwd = os.getcwd()
         except OSError:  # ours was removed: the rank keeps the zygote's (a launched one would inherit the removed one)
             cwd = None
-        return self.fork({"env": environ, "argv": argv, "cwd": cwd})
+        return self.fork_all([{"env": e, "argv": argv, "cwd": cwd} for e, argv in starts])
 
     def _end(self) -> None:
         launch.end(self._own)
