@@ -59,6 +59,7 @@ OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one co
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
+_OURS = os.path.join(os.path.dirname(_HERE), "")  # simdist's rank side (`devices` wraps every thread's start)
 _STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = os.path.join(_STDLIB, "site-packages", "")
 
@@ -153,11 +154,13 @@ def _untimed_private_futex(tid: int) -> bool:
 
 
 def _stdlib_only(frame: Any) -> bool:
-    """Every frame of the stack is the standard library's (no site-packages, no script):
+    """Every frame of the stack is the standard library's (no site-packages, no script), or
+    simdist's own rank side (`devices` runs every thread of the script inside a wrapper of
+    `Thread._bootstrap_inner`: that frame kept a DataLoader's feeder thread from counting):
     plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ")
+        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_OURS)
                 or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
             return False
         frame = frame.f_back
