@@ -204,3 +204,32 @@ def test_a_refused_second_init_is_the_ranks_error(script_zygote):
         assert any(f.kind == "rank_error" and "rank 5 is out of range" in f.detail for f in rep.findings), rep.source
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
+
+
+def test_refused_inits_name_why_and_make_no_generation():
+    """The refused cases: a second live process as a rank already in the generation, a world
+    size other than the generation's, a rank out of range. Each is the rank's error (and a
+    rank_error finding), and none makes a generation: one with no member would wait for good
+    and refuse every later init of another size."""
+    import socket
+
+    from simdist.script.coordinator import Coordinator
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        coord = Coordinator(listener, lambda n: ZeroCost(), backend="gloo", measure_compute=False)
+        replies: list[dict] = []
+        coord._send = lambda conn, header, buffers=(): replies.append(header)  # type: ignore[method-assign]
+
+        def init(rank: int, size: int) -> str | None:
+            coord._init(RankConn(None), {"t": "init", "rank": rank, "world_size": size, "req": 1,  # type: ignore[arg-type]
+                                         "backend": "gloo"})
+            return replies[-1]["error"]
+
+        assert init(0, 2) is None
+        assert init(0, 2) == "two processes initialised as rank 0"
+        assert init(1, 3) == "rank 1 initialised with world_size=3, other ranks with 2"
+        assert init(7, 2) == "rank 7 is out of range for world_size=2"
+        assert init(3, 3) == "rank 3 is out of range for world_size=3"
+        assert len(coord.gens) == 1 and init(1, 2) is None and coord.gens[0].complete()
+        assert coord.protocol_errors == [r["error"] for r in replies if r["error"]] and len(coord.protocol_errors) == 4
+        coord.sel.close()
