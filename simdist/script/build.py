@@ -175,9 +175,10 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None
-    if conn.active() and conn.exit is None and ending.kind in ("hang", "timeout"):
+    # still running when the run was ended: also a process that destroyed its group and lives on
+    if conn.connected and conn.exit is None and ending.kind in ("hang", "timeout"):
         status, error = "hang", None
-        pending = [e for e in trace if not e.completed and e.t_done is None  # in its own generation
+        pending = [e for e in trace if conn.active() and not e.completed and e.t_done is None  # in its own generation
                    and env.generation_of(e.group) == conn.gen.index]
         if conn.block is not None:
             waiting = conn.ops[conn.block.ids[0]].entry

@@ -397,27 +397,36 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         return max(times)
 
     def _hung(self) -> bool:
-        """Every generation has all its ranks (a missing one may still come) and every live
-        membership is blocked in operations that have not completed: no message can come."""
-        if not self.gens or not all(g.complete() for g in self.gens):
+        """Every generation has all its ranks (a missing one may still come), no process that
+        destroyed its group is still running (`_lingering`), and every live membership is
+        blocked in operations that have not completed: no message can come."""
+        if not self.gens or not all(g.complete() for g in self.gens) or self._lingering():
             return False
         live = self._live()
         if not live or not all(c.blocked() for c in live):
             return False
-        if any(c.destroyed and c.connected and c.exit is None for c in self.members()):
-            return False  # a process that destroyed its group runs on: it is reported as it ends, not killed
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
             return False
         return True
 
+    def _lingering(self) -> bool:
+        """A process that destroyed its default group lives on, in no generation (it has not
+        initialised again) and without announcing its exit: it may yet print, write files or
+        exit with an error, and it is not blocked, so the run is not over (on real Gloo it is
+        not stalled either: `simdist.script.stalls`)."""
+        return any(c.destroyed and c.connected and c.exit is None for c in self.members())
+
     def _stalled(self) -> Ending | None:
         """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
         generation has all its ranks. Judged over every rank process still connected, also one
-        that destroyed its group and lives on (it may be computing: then it is not stalled)."""
+        that destroyed its group and lives on (it may be computing: then it is not stalled),
+        with the end of every other one (`StallRule.hung_since`)."""
         if self.stalls is None or self._starting():
             return None
-        ranks = [c for c in self.conns if c.connected and c.rank is not None]
+        # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
+        # settle period again, as its peers' waits fail only once its process is gone
+        ranks = [c for c in self.conns if c.rank is not None]
         now = time.time()
         since = self.stalls.hung_since(ranks, now)
         if since is None:

@@ -128,9 +128,9 @@ class GenerationsMixin:
         rank, size = int(h["rank"]), int(h["world_size"])
         conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
         fresh = conn.rank is None
-        if not fresh:  # the same process again, after destroy_process_group: a new membership
-            conn = self._next_membership(conn)
         error, gen = self._join(conn, rank, size, str(h.get("backend") or ""))
+        if error is None and not fresh:  # the same process again, after destroy_process_group: a new membership
+            conn = self._next_membership(conn)  # (a refused init keeps the old one: the rank's error is its)
         if error is None:
             if fresh:  # a new process of a later generation (mp.spawn again) starts where the earlier ones ended
                 conn.clock = max([c.clock for g in self.gens[:gen.index - 1] for c in g.by_rank.values()  # type: ignore[union-attr]
@@ -148,6 +148,8 @@ class GenerationsMixin:
         why it cannot; bad input that only the ranks can tell is kept in `input_error`."""
         if not self.gens and self.backend is None:
             self.backend = semantics_of(requested)
+        if not 0 <= rank < size:  # before a generation is made: one with no member would wait for good
+            return f"rank {rank} is out of range for world_size={size}", None
         gen = joining(self.gens, rank)
         if gen is None:
             prev = latest(self.gens, rank)
@@ -162,8 +164,6 @@ class GenerationsMixin:
             return self.input_error, None
         if size != gen.world_size:
             return f"rank {rank} initialised with world_size={size}, other ranks with {gen.world_size}", None
-        if not 0 <= rank < size:
-            return f"rank {rank} is out of range for world_size={size}", None
         return None, gen
 
     def _new_generation(self, size: int) -> Generation:

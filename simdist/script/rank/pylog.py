@@ -102,12 +102,15 @@ def dump() -> list[dict[str, Any]]:
     return out
 
 
-def progress() -> tuple[int, int, set[str]]:
+def progress(generation: int = 1) -> tuple[int, int, set[str]]:
     """How many p2p operations were issued and how many completed, and torch's names of the
-    groups of those that have not (`rank.stall`, ten times a second: Gloo's Flight Recorder
-    counts no p2p). Operations before the first unfinished one are not looked at again."""
+    groups of those of `generation` that have not (`rank.stall`, ten times a second: Gloo's
+    Flight Recorder counts no p2p; one of an earlier generation's groups, destroyed, is no
+    wait: it never finishes, and its group's name is a current group's again). Operations
+    before the first unfinished one are not looked at again."""
     ops = _ops[:]
     while _done_before[0] < len(ops) and ops[_done_before[0]]["work"].is_completed():
         _done_before[0] += 1
     open_ops = [o for o in ops[_done_before[0]:] if not o["work"].is_completed()]
-    return len(ops), len(ops) - len(open_ops), {o["raw_pg"] for o in open_ops}
+    return len(ops), len(ops) - len(open_ops), {o["raw_pg"] for o in open_ops
+                                                if env.generation_of(o["pg"]) == generation}

@@ -59,9 +59,9 @@ OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one co
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
+_OURS = os.path.join(os.path.dirname(_HERE), "")  # simdist's rank side (`devices` wraps every thread's start)
 _STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = os.path.join(_STDLIB, "site-packages", "")
-_RANK_LAYER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")  # simdist/script/rank/
 
 # per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
 # timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
@@ -154,13 +154,13 @@ def _untimed_private_futex(tid: int) -> bool:
 
 
 def _stdlib_only(frame: Any) -> bool:
-    """Every frame of the stack is the standard library's (no site-packages, no script):
-    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue. The rank
-    layer's own wrappers count as plumbing too (every thread starts inside `devices`'
-    `_bootstrap_inner`, which gives it its CUDA-to-CPU mode)."""
+    """Every frame of the stack is the standard library's (no site-packages, no script), or
+    simdist's own rank side (`devices` runs every thread of the script inside a wrapper of
+    `Thread._bootstrap_inner`: that frame kept a DataLoader's feeder thread from counting):
+    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
+        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_OURS)
                 or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
             return False
         frame = frame.f_back
@@ -196,13 +196,23 @@ def _others_waiting(main_ident: int | None) -> bool:
     return True
 
 
-def _groups() -> tuple[list[tuple[str, int, int]], set[str]]:
-    """Per group: (name, last enqueued, last completed) from the Flight Recorder's counters
-    (no entries: microseconds), and the names of groups with an unfinished collective."""
-    status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(includeCollectives=False)).get("pg_status") or {}
+def _groups(c: client.Client) -> tuple[list[tuple[str, int, int]], set[str]]:
+    """Per group: (id, last enqueued, last completed) from the Flight Recorder's counters
+    (no entries: microseconds), and torch's names of the groups of this generation with an
+    unfinished collective. The counters are keyed by the backend's process-wide id, not by
+    torch's group name: the two part once a rank is left out of a group (no backend is made
+    for it) or the process initialises again (names restart, ids go on), and the counters
+    of an earlier generation's groups stay, never to finish. So the unfinished collectives'
+    own entries (no stacks: cheap) name their groups, those of this generation only."""
+    dump = torch._C._distributed_c10d._dump_fr_trace
+    status = pickle.loads(dump(includeCollectives=False)).get("pg_status") or {}
     rows = sorted((str(g), int(s.get("last_enqueued_collective", -1)), int(s.get("last_completed_collective", -1)))
                   for g, s in status.items())
-    return rows, {g for g, enq, done in rows if enq > done}
+    if not any(enq > done for _g, enq, done in rows):
+        return rows, set()
+    active = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=True)).get("entries") or []
+    return rows, {str((e.get("process_group") or (e.get("pg_id"),))[0]) for e in active
+                  if not e.get("is_p2p") and c.generation_at(int(e.get("time_created_ns") or 0)) == c.generation}
 
 
 def _timeout_of(names: set[str]) -> float | None:
@@ -225,11 +235,11 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     frame = sys._current_frames().get(main.ident or 0)
     waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
                and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)) and _others_waiting(main.ident))
-    rows, pending_groups = _groups() if dist.is_initialized() else ([], set())
-    issued, done, p2p_groups = pylog.progress()
+    rows, pending_groups = _groups(c) if dist.is_initialized() else ([], set())
+    issued, done, p2p_groups = pylog.progress(c.generation)
     timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
     limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed) if x is not None]
-    return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups) or done < issued,
+    return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups or p2p_groups),
                        min(limits, default=None), main_cpu, others_cpu)
 
 
