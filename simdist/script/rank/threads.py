@@ -27,6 +27,9 @@ from typing import Any
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = os.path.join(_STDLIB, "site-packages", "")
+# simdist's rank layer: its wrappers around the standard library (`devices` wraps every thread's
+# bootstrap) are not the script's code
+_RANK_LAYER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 OWN_PREFIX = "simdist-"  # simdist's own threads' names
 
 # (ident, kernel thread id, innermost frame) -> whether that thread waits in the backend
@@ -62,11 +65,12 @@ def untimed_private_futex(tid: int) -> bool:
 
 
 def stdlib_only(frame: Any) -> bool:
-    """Every frame of the stack is the standard library's (no site-packages, no script):
-    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
+    """Every frame of the stack is the standard library's (no site-packages, no script; simdist's
+    rank layer wraps some of it): plumbing such as the feeder thread of a DataLoader's
+    `multiprocessing` queue."""
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ")
+        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
                 or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
             return False
         frame = frame.f_back
