@@ -6,8 +6,10 @@ number, the backend's rules on mismatches, exact result values) and answers with
 bytes when the operation completes.
 
 Hang detection needs no timer: when every live rank is blocked in operations that have not
-completed (a visible `wait()`, or idle on futures torch waits for in C++; see `rank.client`),
-no message can arrive that would let one complete, so the run hangs. On Gloo, `settle_absent`
+completed (a visible `wait()`, or idle on futures torch waits for in C++; see `rank.client`)
+and none has a thread that could still post (the rank's claim, `ranks.Claim`: a thread that
+sleeps or computes may post later without a message meanwhile), no message can arrive that
+would let one complete, so the run hangs. On Gloo, `settle_absent`
 first completes what Gloo completes without an absent member, and a group's own timeout, where
 the script set one, ends the waits due first (`simdist.script.deadlines`); only a run with
 none left hangs.
