@@ -67,18 +67,33 @@ def test_a_peer_busy_longer_than_the_settle_period_is_not_a_hang(script_zygote, 
 @pytest.mark.parametrize("how", ["sleep", "timer"])
 def test_a_thread_that_posts_after_sleeping_keeps_the_rank_from_being_stalled(script_zygote, how):
     """Both main threads wait in a recv (stalled, by the main threads' account) while a
-    thread of rank 1 (its own, or a `threading.Timer`, all standard library) sleeps 1.5 s, five times the settle period, before it sends what rank 0
-    waits for: a thread that sleeps uses no CPU yet may post an operation, so on real Gloo
-    the run is no hang and completes. (Real side only: the simulator calls this run hung,
-    as it does not see the sleeping thread either: a model bug left open.)"""
-    run_id = new_run_id()
-    real = run_script(SCRIPTS / "thread_sends_later.py", [how, "1.5"], nproc_per_node=2, backend="gloo", mode="gloo",
-                      timeout_s=300, hang_after_s=0.3, run_id=run_id, measure_compute=False,
-                      zygote=script_zygote("gloo"))
-    assert tagged_processes(run_id) == [] and descendants(script_zygote("gloo").pid) == []
-    assert [r.status for r in real.ranks] == ["completed", "completed"], real.notes
-    assert [r.output for r in real.ranks] == [["0 done [1.0, 1.0]"], ["1 done [2.0, 2.0]"]]
-    assert real.timings["wall_s"] >= 1.5 and not any("hang found early" in n for n in real.notes)
+    thread of rank 1 (its own, or a `threading.Timer`, all standard library) sleeps 1.5 s,
+    five times the settle period, before it sends what rank 0 waits for: a thread that
+    sleeps uses no CPU yet may post an operation, so the run is no hang and completes, on
+    real Gloo (the stall rule) and in the simulator (the rank's claim, `rank.threads`)."""
+    sim, real = _compare(script_zygote, "thread_sends_later.py", [how, "1.5"], hang_after_s=0.3)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed", "completed"], (rep.source, rep.notes)
+        assert [r.output for r in rep.ranks] == [["0 done [1.0, 1.0]"], ["1 done [2.0, 2.0]"]], rep.source
+        assert rep.timings["wall_s"] >= 1.5 and not any("hang" in n for n in rep.notes), (rep.source, rep.notes)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+
+
+def test_a_hang_is_found_once_the_thread_that_could_post_ends(script_zygote):
+    """As above, but rank 1's thread ends after 1 s without sending: from then on no thread
+    can post, and both sides call the run hung (the simulator as soon as the rank says its
+    thread ended, real Gloo after the settle period), with both main threads in their recv."""
+    sim, real = _compare(script_zygote, "thread_sends_later.py", ["quits", "1.0"], hang_after_s=0.3)
+    script = SCRIPTS / "thread_sends_later.py"
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang", "hang"], (rep.source, rep.notes)
+        assert [(r.blocked_in.op, r.location.line) for r in rep.ranks] == [
+            ("recv", line_of(script, "dist.recv(t, src=1)")), ("recv", line_of(script, "dist.recv(t, src=0)"))]
+        assert 1.0 <= rep.timings["wall_s"] < 60, rep.timings  # not before the thread ended; not the watchdog
+    assert sim.timings["hang_detect_s"] < 1.0, sim.timings  # from the thread's end: the rank's next claim
+    c = compare_reports(sim, real)
+    assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
 
 
 def test_a_side_threads_wait_with_a_timeout_bounds_the_stall(script_zygote):

@@ -170,7 +170,7 @@ def test_an_op_issued_from_a_callback_is_sent_before_its_runner_hands_the_queue_
         def new_op(self, work, track=True):
             return len(sent) + 1
 
-        def send(self, header, bufs=()):
+        def send(self, header, bufs=(), claim=False):
             sent.append((header["op"], runners._active is threading.current_thread()))
 
     monkeypatch.setattr(client, "CLIENT", Client())
@@ -285,3 +285,52 @@ def test_a_forked_rank_forgets_its_parents_thread_waits():
         assert os.waitpid(pid, 0)[1] == 0
     finally:
         stall._wait_limits.pop(threading.get_ident() + 1, None)
+
+
+def test_which_threads_could_still_post():
+    """`rank.threads`, the one rule of both sides: a thread asleep in `time.sleep` or in a
+    `threading.Timer` (a timed wait) could post when it wakes; the standard library's plumbing
+    in an untimed wait (a queue's feeder) and a thread the caller says waits in the backend
+    cannot; simdist's own threads are not the script's unless named."""
+    import time
+
+    from simdist.script.rank import threads
+
+    stop = threading.Event()
+    sleeper = threading.Thread(target=time.sleep, args=(30,), daemon=True)  # standard library too, not a futex
+    timer = threading.Timer(30, lambda: None)
+    plumbing = threading.Thread(target=stop.wait, daemon=True)  # all standard library, untimed
+    waiter = threading.Thread(target=lambda: stop.wait(), daemon=True)  # the caller's "backend wait"
+    own = threading.Thread(target=lambda: stop.wait(30), name="simdist-test", daemon=True)
+    for t in (sleeper, timer, plumbing, waiter, own):
+        t.start()
+    try:
+        time.sleep(0.2)  # every thread in its wait
+        me = threading.get_ident()
+        mine = {t.ident for t in (sleeper, timer, plumbing, waiter, own)}  # other tests may leave threads
+        running = mine & set(threads.running(lambda ident, _tid, _frame: ident == waiter.ident, skip=[me]))
+        if threads.FUTEX_NR is not None and threads.syscall(plumbing.native_id) is not None:
+            assert running == {sleeper.ident, timer.ident}
+        else:  # no way to see a futex wait here: the plumbing counts as running (the watchdog decides)
+            assert running == {sleeper.ident, timer.ident, plumbing.ident}
+        assert own.ident in set(threads.running(lambda *_: False, skip=[me], own=[own.ident]))
+    finally:
+        timer.cancel()
+        stop.set()
+
+
+def test_a_claim_holds_only_once_the_rank_saw_every_completion_sent():
+    """The coordinator's side of a rank's claim (`ranks.Claim`): a rank is quiet only when no
+    thread could post, by a claim taken after it handled every completion sent to it (a
+    completion sent since may have woken a thread the claim counts as waiting)."""
+    from simdist.script.ranks import Claim
+
+    c = Claim()
+    c.told([1, 0], 1.0)
+    assert not c.quiet()  # a thread could post
+    c.told([0, 0], 2.0)
+    assert c.quiet()
+    c.sent += 1  # a completion went out: the claim may be stale
+    assert not c.quiet()
+    c.told([0, 1], 3.0)
+    assert c.quiet() and c.at == 3.0

@@ -6,8 +6,10 @@ number, the backend's rules on mismatches, exact result values) and answers with
 bytes when the operation completes.
 
 Hang detection needs no timer: when every live rank is blocked in operations that have not
-completed (a visible `wait()`, or idle on futures torch waits for in C++; see `rank.client`),
-no message can arrive that would let one complete, so the run hangs. On Gloo, `settle_absent`
+completed (a visible `wait()`, or idle on futures torch waits for in C++; see `rank.client`)
+and none has a thread that could still post (the rank's claim, `ranks.Claim`: a thread that
+sleeps or computes may post later without a message meanwhile), no message can arrive that
+would let one complete, so the run hangs. On Gloo, `settle_absent`
 first completes what Gloo completes without an absent member, and a group's own timeout, where
 the script set one, ends the waits due first (`simdist.script.deadlines`); only a run with
 none left hangs.
@@ -171,7 +173,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         progress = False
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
-            progress = progress or header["t"] not in ("out", "sleep", "stall")  # a rank sleeping in a loop spins
+            # a rank sleeping in a loop spins; a claim says only which of its threads could post
+            progress = progress or header["t"] not in ("out", "sleep", "stall", "busy")
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -180,7 +183,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         try:
             wire.send(conn.sock, header, buffers)
         except OSError:
-            pass  # the process is gone; its connection's end is seen by the reader
+            return  # the process is gone; its connection's end is seen by the reader
+        if header["t"] in ("done", "waited"):  # may wake a thread: the rank's claim must count it
+            conn.claim.sent += 1
 
     def _pump(self) -> None:
         """Let the engines finish everything they can (completions call back into `_completed`)."""
@@ -198,6 +203,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
     # ------------------------------------------------------------------ messages
     def _handle(self, conn: RankConn, h: dict[str, Any], buffers: list[bytearray]) -> None:
         kind = h["t"]
+        if "busy" in h:  # the rank's claim: which of its threads could still post (`rank.client`)
+            conn.claim.told(h["busy"], time.time())
         if kind == "op":
             self._op(conn, h, buffers[0] if buffers else None)
         elif kind == "wait":
@@ -391,7 +398,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
     def _last_event(self) -> float:
         """When the hang became certain: the last rank blocking or (NCCL) announcing its exit."""
         live = self._live()
-        times = [c.block.since for c in live if c.block is not None]
+        times = [max(c.block.since, c.claim.at) for c in live if c.block is not None]
         times += [c.exit_at for c in self.members() if c not in live and c.exit_at is not None]
         times += [c.ended_at for c in self.members() if c.ended_at is not None]
         return max(times)

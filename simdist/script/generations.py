@@ -185,7 +185,7 @@ class GenerationsMixin:
         """A process initialises its default group again: the membership it had ends as a
         normal destroy (if the destroy was not reported, as it ends at an exit), and a new one
         carries on its connection, clock and compute measure."""
-        new = RankConn(old.sock, old.decoder, clock=old.clock, cpu_mark=old.cpu_mark)
+        new = RankConn(old.sock, old.decoder, clock=old.clock, cpu_mark=old.cpu_mark, claim=old.claim)
         if not old.destroyed:
             self._destroyed(old, {})
         if old.exit is None:

@@ -53,6 +53,26 @@ class Block:
 
 
 @dataclass
+class Claim:
+    """What a rank process last said of its threads (`rank.client`): how many of the script's
+    threads could still post (`rank.threads`), once it had handled `handled` of its completions;
+    and how many completions the coordinator has sent it. A claim taken before the rank saw
+    every completion sent may count a thread that has woken since as waiting: it holds no more."""
+
+    running: int = 0
+    handled: int = 0
+    sent: int = 0
+    at: float = 0.0  # wall time it came
+
+    def told(self, busy: list[int], at: float) -> None:
+        self.running, self.handled, self.at = int(busy[0]), int(busy[1]), at
+
+    def quiet(self) -> bool:
+        """No thread of the rank can post: every one waits in simdist or is idle plumbing."""
+        return self.running == 0 and self.handled == self.sent
+
+
+@dataclass
 class RankConn:
     """One connection from a process of the script (a rank once it calls init)."""
 
@@ -85,14 +105,17 @@ class RankConn:
     gen: Any = None  # the Generation it belongs to
     destroyed: bool = False  # its default group was destroyed: it left its generation, the process lives on
     destroy_frames: list[Any] = field(default_factory=list)  # raw frames of that destroy_process_group call
+    claim: Claim = field(default_factory=Claim)  # of its process, whichever membership (`Claim`)
 
     def active(self) -> bool:
         """A member of its generation still: its process is there and has not destroyed the group."""
         return self.connected and not self.destroyed
 
     def blocked(self) -> bool:
-        """Blocked in operations none of which has completed."""
-        return self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
+        """Blocked in operations none of which has completed, with no thread that could still
+        post (one sleeping, computing or in a `threading.Timer` may post what its peers wait for)."""
+        return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
+                and self.claim.quiet())
 
     def advance(self, cpu: float | None, measure: bool) -> None:
         """At a message: catch up with completed waits, then add the compute since the last one."""

@@ -2,7 +2,8 @@
 a recv from rank 1 that a thread of rank 1 sends after SECONDS (HOW: `sleep`, a thread that
 sleeps first, as an async checkpoint's or a heartbeat's does; `timer`, a `threading.Timer`).
 For that time both main threads are asleep in torch's waits with no CPU used; the run
-completes."""
+completes. With HOW `quits` the thread sleeps and ends without sending: a hang from then on,
+both main threads in their recv."""
 import sys
 import threading
 import time
@@ -20,7 +21,8 @@ if rank == 1:
 
     def later():
         time.sleep(seconds)
-        send()
+        if how != "quits":
+            send()
 
     helper = threading.Timer(seconds, send) if how == "timer" else threading.Thread(target=later)
     helper.start()

@@ -38,6 +38,14 @@ class Runners:
         self._active: threading.Thread | None = None
         self._busy_since: float | None = None  # when the active runner began its current job
         self._watching = False
+        self._in_job: set[int] = set()  # idents of runners running a job (the script's callbacks may post)
+
+    def pending(self) -> tuple[frozenset[int], bool]:
+        """The runners running a job now, and whether jobs wait in the queue: for a rank's
+        count of threads that could still post (`client.Client.claim`), a job is the script's
+        code (a callback may issue an operation), queued or running."""
+        with self._lock:
+            return frozenset(self._in_job), bool(self._queue)
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run `job` (complete a future, running its callbacks) after the ones submitted before."""
@@ -95,6 +103,7 @@ class Runners:
                 if self._active is not me:  # parked: another runner serves the queue
                     return
                 job = self._queue.popleft()
+                self._in_job.add(me.ident or 0)
                 self._busy_since = time.monotonic()
                 self._ensure_watch()
             try:
@@ -103,6 +112,7 @@ class Runners:
                 traceback.print_exc()
             finally:
                 with self._lock:
+                    self._in_job.discard(me.ident or 0)
                     if self._active is me:
                         self._busy_since = None
 

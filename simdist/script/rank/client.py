@@ -10,6 +10,13 @@ futures of its bucket all-reduces inside autograd, where no Python code runs; a 
 main thread holds requested, unfinished futures and has stopped using CPU (for
 `IDLE_CONFIRM_S`) while standing in a C++ call reports itself blocked on them.
 
+A rank is blocked only while none of its script's threads could still post (`rank.threads`):
+every message that may leave the rank blocked carries its *claim* (`busy`: how many threads
+could still post, and how many completions the reader had handled), and a changed claim is
+sent while some thread waits (`report`). A thread waits in simdist from when it announces a
+wait until the reader handles that op's completion, so a claim never counts a woken thread as
+waiting; the coordinator takes a claim only once it has seen every completion it sent.
+
 On real Gloo the reader thread also answers the launcher's request for the rank's record
 when a run hangs (`answer_dumps`): the main thread is then blocked in a C++ wait, where a
 Python signal handler would never run.
@@ -28,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from simdist.script import wire
-from simdist.script.rank import stack
+from simdist.script.rank import callbacks, stack, threads
 
 IDLE_POLL_S = 0.04
 IDLE_CONFIRM_S = 0.12
@@ -62,12 +69,60 @@ class Client:
         self._replies: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
         self.main_waits = 0  # visible waits in progress on the main thread
         self.sleeping = 0  # time.sleep in progress on the main thread (busy, not blocked)
+        self._waits: dict[int, frozenset[int]] = {}  # thread ident -> the ops it waits for in simdist
+        self._handled = 0  # "done" and "waited" messages the reader has handled
+        self._claim: list[int] | None = None  # the last claim sent: [threads that could post, handled]
 
     # ------------------------------------------------------------------ sending
-    def send(self, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
+    def send(self, header: dict[str, Any], buffers: list[Any] | tuple = (), claim: bool = False) -> None:
+        """`claim`: the message may leave the rank blocked, so it carries the rank's claim,
+        taken under the send lock so that claims reach the coordinator in the order taken."""
         try:
             with self._send_lock:
+                if claim:
+                    header["busy"] = self._claim = self.claim()
                 wire.send(self.sock, header, buffers)
+        except OSError:
+            coordinator_gone()
+
+    # ------------------------------------------------------------------ threads that could post
+    def waiting(self, ids: list[int] | frozenset[int], ident: int | None = None) -> frozenset[int] | None:
+        """Thread `ident` (this one) waits in simdist for these ops, those not completed yet;
+        the registration (None: nothing left to wait for) is what `wait_over` ends."""
+        with self._state:
+            pending = frozenset(i for i in ids if i in self._works)
+            if not pending:
+                return None
+            self._waits[ident or threading.get_ident()] = pending
+            return pending
+
+    def wait_over(self, registered: frozenset[int] | None, ident: int | None = None) -> None:
+        """Thread `ident` (this one) no longer waits as `registered` (if it still did)."""
+        with self._state:
+            ident = ident or threading.get_ident()
+            if registered is not None and self._waits.get(ident) is registered:
+                del self._waits[ident]
+
+    def claim(self) -> list[int]:
+        """[how many of the script's threads could still post (`rank.threads`: not waiting in
+        simdist, nor idle plumbing; a callback queued or running counts), completions handled]."""
+        with self._state:
+            waits, handled = set(self._waits), self._handled
+        in_job, queued = callbacks.RUNNERS.pending()
+        n = sum(1 for _ in threads.running(lambda ident, _tid, _frame: ident in waits, own=in_job))
+        return [n + int(queued), handled]
+
+    def report(self) -> None:
+        """While some thread waits in simdist: tell the coordinator a claim that changed."""
+        with self._state:
+            if not self._waits:
+                return
+        try:
+            with self._send_lock:
+                now = self.claim()
+                if now != self._claim:
+                    self._claim = now
+                    wire.send(self.sock, {"t": "busy", "busy": now})
         except OSError:
             coordinator_gone()
 
@@ -125,16 +180,20 @@ class Client:
                 with self._state:
                     work = self._works.pop(header["id"], None)
                     self._futures.discard(header["id"])
+                    self._woke(header["id"])
                 if work is not None:
                     try:
                         work.complete(buffers[0] if buffers else None, header.get("error"), header.get("src"))
                     except Exception as e:  # noqa: BLE001 - the reader must live on, the op must end
                         work.complete(None, f"simdist: could not deliver the result of this operation: {e}")
+                self._handled_one()
             elif kind == "waited":  # a wait(timeout=) ran out; the op goes on
                 with self._state:
                     work = self._works.get(header["id"])
+                    self._woke(header["id"])
                 if work is not None:
                     work.give_up(header["error"])
+                self._handled_one()
             elif kind == "reply":
                 with self._state:
                     ev, box = self._replies.pop(header["req"])
@@ -144,6 +203,17 @@ class Client:
                 _abort(header.get("detail", ""))
             elif kind == "dump":  # answered here: the main thread may be blocked in a C++ wait for good
                 self.send({"t": "record", **_record()})
+
+    def _woke(self, op_id: int) -> None:
+        """Under `_state`, before the op's waiters can wake: they could post from now on."""
+        for ident in [i for i, ids in self._waits.items() if op_id in ids]:
+            del self._waits[ident]
+
+    def _handled_one(self) -> None:
+        """After a completion is delivered (its callbacks queued): claims count it from now."""
+        with self._state:
+            self._handled += 1
+        self.report()
 
     # ------------------------------------------------------------------ idle watcher
     def _watch_idle(self) -> None:
@@ -155,6 +225,7 @@ class Client:
         last = time.clock_gettime(clock)
         idle_since: float | None = None
         reported: frozenset[int] | None = None
+        registered: frozenset[int] | None = None  # main's registration as waiting in simdist (`waiting`)
         while main.is_alive():
             time.sleep(IDLE_POLL_S)
             now, cpu = time.time(), time.clock_gettime(clock)
@@ -162,6 +233,9 @@ class Client:
                 waiting = frozenset(self._futures)
             idle = (waiting and cpu - last < IDLE_CPU_EPS_S and not self.main_waits and not self.sleeping)
             last = cpu
+            if not idle:
+                self.wait_over(registered, main.ident)
+            self.report()  # a thread that could post may have exited or begun to wait meanwhile
             if not idle:
                 idle_since, reported = None, None
                 continue
@@ -171,8 +245,11 @@ class Client:
             frame = sys._current_frames().get(main.ident or 0)
             if frame is None or not _in_native_call(frame):
                 continue  # waiting on something else (a queue, a socket, input): busy for us
+            self.wait_over(registered, main.ident)
             reported = waiting
-            self.send({"t": "idle", "ids": sorted(waiting), "since": idle_since, "frames": stack.capture(frame)})
+            registered = self.waiting(waiting, main.ident)
+            self.send({"t": "idle", "ids": sorted(waiting), "since": idle_since, "frames": stack.capture(frame)},
+                      claim=True)
 
 
 def _in_native_call(frame: Any) -> bool:

@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import platform
 import sys
-import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -50,18 +48,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simdist.script.rank import client, pylog
+from simdist.script.rank import client, pylog, threads
+from simdist.script.rank.threads import FUTEX_NR, syscall
 
 POLL_S = 0.1
 MAIN_CPU_EPS_S = 0.0005  # the main thread's CPU per poll that still counts as none
 OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one core, that counts as idle
-# the futex syscall's number (asm/unistd.h); elsewhere the rule never applies (the watchdog does)
-FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
-_OURS = os.path.join(os.path.dirname(_HERE), "")  # simdist's rank side (`devices` wraps every thread's start)
-_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
-_SITE = os.path.join(_STDLIB, "site-packages", "")
 
 # per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
 # timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
@@ -125,48 +119,6 @@ class Observation:
     others_cpu: float
 
 
-def _syscall_args(tid: int) -> list[str] | None:
-    """The thread's syscall number and arguments as the kernel shows them (None: no /proc)."""
-    try:
-        with open(f"/proc/self/task/{tid}/syscall", encoding="ascii") as f:
-            return f.read().split()
-    except OSError:
-        return None
-
-
-def _syscall(tid: int) -> int | None:
-    fields = _syscall_args(tid)
-    if fields is None:
-        return None
-    return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
-
-
-def _untimed_private_futex(tid: int) -> bool:
-    """futex(uaddr, op, val, timeout, ...) with FUTEX_PRIVATE_FLAG and no timeout: a wait
-    that only another thread of this process can end (a `threading` lock or condition
-    without a timeout; a multiprocessing semaphore is shared with other processes)."""
-    fields = _syscall_args(tid)
-    try:
-        return (fields is not None and len(fields) > 4 and int(fields[0]) == FUTEX_NR
-                and int(fields[2], 16) & 128 != 0 and int(fields[4], 16) == 0)
-    except ValueError:
-        return False
-
-
-def _stdlib_only(frame: Any) -> bool:
-    """Every frame of the stack is the standard library's (no site-packages, no script), or
-    simdist's own rank side (`devices` runs every thread of the script inside a wrapper of
-    `Thread._bootstrap_inner`: that frame kept a DataLoader's feeder thread from counting):
-    plumbing such as the feeder thread of a DataLoader's `multiprocessing` queue."""
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_OURS)
-                or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
-            return False
-        frame = frame.f_back
-    return True
-
-
 def _in_torch_wait(frame: Any) -> bool:
     if frame is None:
         return False
@@ -174,26 +126,18 @@ def _in_torch_wait(frame: Any) -> bool:
     return filename.startswith(_TORCH_DIR) or filename == _HERE
 
 
+def _in_torch_futex(_ident: int, tid: int, frame: Any) -> bool:
+    """Real Gloo's wait in the backend: asleep in a futex wait in torch's code."""
+    return syscall(tid) == FUTEX_NR and _in_torch_wait(frame)
+
+
 def _others_waiting(main_ident: int | None) -> bool:
-    """Every other Python thread of the script (simdist's own, named `simdist-...`, aside) is
-    itself asleep in a futex wait in torch's code, or is the standard library's plumbing
-    asleep until another thread of the process wakes it (`_stdlib_only`,
-    `_untimed_private_futex`: a DataLoader's queue feeder). A thread that runs, sleeps, or
-    waits on anything else (an async checkpoint's or a heartbeat's thread, a
-    `threading.Timer`, tqdm's monitor) may yet post the operation the ranks wait for, with no
-    CPU used meanwhile: the rank is then not stalled."""
-    threads = {t.ident: t for t in threading.enumerate()}
-    for ident, frame in sys._current_frames().items():
-        t = threads.get(ident)
-        if ident == main_ident or (t is not None and t.name.startswith("simdist-")):
-            continue
-        tid = None if t is None else t.native_id
-        if tid is None:
-            return False
-        if not ((_syscall(tid) == FUTEX_NR and _in_torch_wait(frame))
-                or (_stdlib_only(frame) and _untimed_private_futex(tid))):
-            return False
-    return True
+    """Every other Python thread of the script is itself asleep in a futex wait in torch's
+    code, or is the standard library's idle plumbing (`rank.threads`, the one definition the
+    simulator uses too): a thread that runs, sleeps, or waits on anything else (an async
+    checkpoint's or a heartbeat's thread, a `threading.Timer`, tqdm's monitor) may yet post
+    the operation the ranks wait for, with no CPU used meanwhile: the rank is then not stalled."""
+    return next(threads.running(_in_torch_futex, skip=() if main_ident is None else (main_ident,)), None) is None
 
 
 def _groups(c: client.Client) -> tuple[list[tuple[str, int, int]], set[str]]:
@@ -233,7 +177,7 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     main_cpu = time.clock_gettime(cpu_clock)
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
-    waiting = (FUTEX_NR is not None and not c.sleeping and _syscall(tid) == FUTEX_NR
+    waiting = (FUTEX_NR is not None and not c.sleeping and syscall(tid) == FUTEX_NR
                and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)) and _others_waiting(main.ident))
     rows, pending_groups = _groups(c) if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress(c.generation)
@@ -253,7 +197,7 @@ def watch(c: client.Client) -> None:
     """The watcher thread's loop: tell the coordinator when a stall begins and ends."""
     main = threading.main_thread()
     tid = _main_tid[0] if _main_tid else main.native_id or 0
-    if FUTEX_NR is None or _syscall(tid) is None:
+    if FUTEX_NR is None or syscall(tid) is None:
         return  # no way to see the main thread's wait here: only the watchdog decides
     last: Observation | None = None
     last_at = time.monotonic()

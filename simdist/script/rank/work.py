@@ -84,6 +84,7 @@ class SimWork(dist._Work):
             if on_main:
                 c.main_waits += 1
             callbacks.RUNNERS.park()  # a callback waiting: later completions must not wait for it
+            registered = c.waiting([self.id])  # this thread can no longer post, until the op completes
             try:
                 if self.announced:
                     self.announced = False
@@ -93,13 +94,14 @@ class SimWork(dist._Work):
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "to": self.wait_limit_s})
                 else:
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack(),
-                            "to": self.wait_limit_s, "wt": limit if limit > 0 else None})
+                            "to": self.wait_limit_s, "wt": limit if limit > 0 else None}, claim=True)
                 while not self._done.wait(None if limit <= 0 else 0.02) and not self._gave_up.is_set():
                     pass
                 if self._gave_up.is_set():  # before the op's own end, if both came (they come in order)
                     self._gave_up.clear()
                     raise RuntimeError(self._gave_up_error)
             finally:
+                c.wait_over(registered)
                 if on_main:
                     c.main_waits -= 1
         if self._error is not None:
