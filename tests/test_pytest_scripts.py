@@ -99,7 +99,7 @@ def test_a_users_suite_reads_as_simdist_explains(pytester, script_zygote, tmp_pa
     # the hang's explanation: which rank waits in which collective, at which line, and why
     assert all(text in out for text in EXPLANATION), out
     # the search's counterexample, shrunk, with the commands that replay it
-    assert "hang/hang: 2 ranks, batches 1,2" in out and "replay in the simulator: simdist run" in out, out
+    assert "hang/hang: 2 ranks, batches per rank 1,2" in out and "replay in the simulator: simdist run" in out, out
     # the failure points at the user's line; simdist's own frames are hidden
     assert ">       simdist_script.check(NO_JOIN" in out and "pytest_scripts.py:" not in out, out
     cases = {c.get("name"): c.find("failure") for c in ET.parse(xml).getroot().iter("testcase")}
@@ -183,7 +183,7 @@ def test_the_watchdog_ends_a_run_that_waits_for_a_rank_and_its_ranks(script_zygo
     servers = SessionForkServers(script_zygote, tmp_path).servers
     report = ScriptRunner(servers, tmp_path).run(tmp_path / "train.py", [str(tmp_path / "up")], nproc_per_node=2,
                                                  timeout_s=1)
-    assert report.outcome == "hang" and report.notes[0] == "rank 0 is still running"
+    assert report.outcome == "hang" and report.notes[0].startswith("rank 0 is still running at train.py:"), report.notes
     assert report.ranks[1].blocked_in.op == "barrier"
     assert descendants(servers.get("sim", 8).pid) == []
 
