@@ -193,18 +193,10 @@ def _checked(script: str | os.PathLike, batches: Batches, nproc_per_node: int | 
 
 def _space(path: Path, args: Sequence[str], worlds: tuple[int, int] | None, batches: tuple[int, int],
            backend: str | None, timeout_s: float) -> Space:
-    """The fuzzer's `Space`; bad ranges raise ScriptError naming the argument (as the CLI's)."""
-    from simdist.errors import ScriptError
-    from simdist.fuzz.scripts import Space
-    from simdist.limits import LOCAL_RANKS
-    from simdist.script.api import BACKENDS, check_script
+    """The fuzzer's `Space`; bad ranges raise ScriptError naming the argument
+    (`fuzz.scripts.checked_space`, the CLI's checks)."""
+    from simdist.fuzz.scripts import checked_space
+    from simdist.script.api import check_script
 
     check_script(path)
-    for name, rng, low in (("nproc_per_node_range", worlds, 1), ("batches_range", batches, 0)):
-        if rng is not None and (len(rng) != 2 or not low <= rng[0] <= rng[1]):
-            raise ScriptError(f"{name}: expected (LO, HI) with {low} <= LO <= HI, got {rng!r}")
-    if worlds is not None:
-        LOCAL_RANKS.check(worlds[1], "nproc_per_node_range", f"{worlds[1]:,} rank processes")
-    if backend is not None and backend not in BACKENDS:
-        raise ScriptError(f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    return Space(str(path), tuple(_args(args)), tuple(worlds) if worlds else None, tuple(batches), backend, timeout_s)
+    return checked_space(path, tuple(_args(args)), worlds, batches, backend, timeout_s)

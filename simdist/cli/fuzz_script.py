@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from simdist.cli.console import ExitCode, bad_input, check_output_folder, err, exit_on, exit_with, say
 from simdist.errors import ScriptError
-from simdist.limits import LOCAL_RANKS
 
 NprocRangeOpt = Annotated[str | None, typer.Option(
     "--nproc-per-node-range", help="script: world sizes to explore, LO:HI, torchrun-style (default: the script "
@@ -45,8 +44,8 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
                         json_: bool, quiet: bool, nproc: int | None, nproc_range: str | None, batches_range: str,
                         backend: str | None, timeout: float | None) -> NoReturn:
     """Fuzz the script `paths[0]` (the rest: its own arguments, after --) and exit."""
-    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Space, Tick, fuzz_script
-    from simdist.script.api import BACKENDS, check_script
+    from simdist.fuzz.scripts import ScriptFuzzInterrupted, Tick, checked_space, fuzz_script
+    from simdist.script.api import check_script
 
     script, args = paths[0], tuple(str(p) for p in paths[1:])
     with bad_input():
@@ -56,13 +55,10 @@ def fuzz_script_command(paths: list[Path], *, budget: int | None, seed: int, out
             raise ScriptError("--nproc-per-node, --nproc-per-node-range: give one or the other")
         worlds = (nproc, nproc) if nproc is not None else parse_range(nproc_range, "--nproc-per-node-range", 1) \
             if nproc_range is not None else None
-        if worlds is not None:
-            LOCAL_RANKS.check(worlds[1], "--nproc-per-node-range" if nproc is None else "--nproc-per-node",
-                               f"{worlds[1]:,} rank processes")
-        if backend is not None and backend not in BACKENDS:
-            raise ScriptError(f"--backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        space = Space(str(script), args, worlds, parse_range(batches_range, "--batches-range", 0), backend,
-                      timeout or DEFAULT_TIMEOUT_S)
+        space = checked_space(script, args, worlds, parse_range(batches_range, "--batches-range", 0), backend,
+                              timeout or DEFAULT_TIMEOUT_S,
+                              ("--nproc-per-node-range" if nproc is None else "--nproc-per-node", "--batches-range",
+                               "--backend"))
     n = budget or 200
     show = not (quiet or json_) and err.is_terminal
     # the bar: schedules checked of --budget (shrinking checks more, beyond the budget); the text:

@@ -41,7 +41,8 @@ from simdist.check.classify import judge
 from simdist.errors import ScriptError
 from simdist.fuzz.script_replay import Schedule, command, write_replay
 from simdist.fuzz.search import FuzzFailure, failure_class
-from simdist.script.api import DEFAULT_GPUS, execute
+from simdist.limits import LOCAL_RANKS
+from simdist.script.api import BACKENDS, DEFAULT_GPUS, execute
 from simdist.script.env import SIM
 from simdist.script.zygote import Zygote
 
@@ -62,6 +63,23 @@ class Space:
     @property
     def torchrun(self) -> bool:
         return self.worlds is not None
+
+
+def checked_space(script: str | Path, args: tuple[str, ...], worlds: tuple[int, int] | None,
+                  batches: tuple[int, int], backend: str | None, timeout_s: float,
+                  names: tuple[str, str, str] = ("nproc_per_node_range", "batches_range", "backend")) -> Space:
+    """A `Space` whose ranges and backend are checked, for every front door (the CLI, the
+    pytest fixture) in one place: bad input raises ScriptError naming the field as that door
+    spells it (`names`: the world-size range, the caps range, the backend)."""
+    for name, rng, low in ((names[0], worlds, 1), (names[1], batches, 0)):
+        if rng is not None and (len(rng) != 2 or not low <= rng[0] <= rng[1]):
+            raise ScriptError(f"{name}: expected (LO, HI) with {low} <= LO <= HI, got {rng!r}")
+    if worlds is not None:
+        LOCAL_RANKS.check(worlds[1], names[0], f"{worlds[1]:,} rank processes")
+    if backend is not None and backend not in BACKENDS:
+        raise ScriptError(f"{names[2]}: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return Space(str(script), tuple(args), tuple(worlds) if worlds else None, tuple(batches), backend,  # type: ignore[arg-type]
+                 timeout_s)
 
 
 @dataclass
