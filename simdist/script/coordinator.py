@@ -412,6 +412,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         live = self._live()
         if not live or not all(c.blocked() for c in live):
             return False
+        if any(c.abort_sent for c in live):
+            return False  # told to abort (Gloo's I/O thread threw): it ends by SIGABRT, reported as it ends
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
             return False
