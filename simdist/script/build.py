@@ -15,7 +15,7 @@ from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
-from simdist.frames import Frame, phase_of, resolve_frames, script_origin
+from simdist.frames import Frame, phase_of, script_origin
 from simdist.report import (
     SHUTDOWN_ABORT,
     CodeLocation,
@@ -31,7 +31,7 @@ from simdist.report import (
 from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
-from simdist.script.ranks import RankConn
+from simdist.script.ranks import RankConn, raw_frames
 from simdist.script.stalls import WATCHDOG
 
 
@@ -75,7 +75,7 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
     t0 = min([e["t"] for e in entries] + [o["t"] for o in p2p], default=0)
     out = []
     for e in entries:
-        frames, user = _frames(e["frames"])
+        frames, user = raw_frames(e["frames"])
         op, dtype, size = fr_op_name(e["op"]), fr_dtype(e["dtypes"]), len(groups.get(e["pg"], []))
         if op == "barrier":  # no tensor: FR records none, both sides' traces give it the same dtype
             numel, dtype = 0, env.BARRIER_DTYPE
@@ -88,17 +88,13 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
                               origin=script_origin(frames, user, dtype), reduce_op=red, root=root, phase=phase_of(frames),
                               t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
     for o in p2p:
-        frames, user = _frames(o["frames"])
+        frames, user = raw_frames(o["frames"])
         out.append(TraceEntry(seq=o["seq"], op=o["op"], numel=o["n"], dtype=o["dt"], group=o["pg"],
                               group_size=len(groups.get(o["pg"], [])), origin=script_origin(frames, user, o["dt"]),
                               peer=o["peer"], async_op=False, phase=phase_of(frames), t_issue=(o["t"] - t0) / 1e9,
                               completed=o["done"]))
     out.sort(key=lambda e: e.t_issue)
     return out
-
-
-def _frames(raw: list[Any]) -> tuple[list[Frame], list[bool]]:
-    return resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw]), [bool(f[3]) for f in raw]
 
 
 def _how(conn: RankConn, returncode: int | None) -> str:

@@ -37,12 +37,12 @@ import numpy as np
 
 from simdist.engine.core import RankRaised
 from simdist.engine.values import Splits
-from simdist.frames import Frame, phase_of, resolve_frames, script_origin
+from simdist.frames import Frame, phase_of, script_origin
 from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
-from simdist.script.ranks import Block, OpRecord, RankConn
+from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.stalls import StallRule
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
@@ -60,8 +60,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
     """Frames and origin of a call site (raw frames: file, line, function, user's?). The same
     sites recur every iteration and, in a fuzzer's search, every run of the script: cached for
     the process, as the source files' parses behind them are (`simdist.frames`). Read only."""
-    frames = resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw])
-    user = [bool(f[3]) for f in raw]
+    frames, user = raw_frames(list(raw))
     return frames, user, script_origin(frames, user, dtype)
 
 
@@ -80,7 +79,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None):
         self.listener = listener
         self.cost_factory = cost_factory
-        self.forced_backend = backend
         self.backend: str | None = backend
         self.measure_compute = measure_compute
         self.gens: list[Generation] = []  # the default group's lives, oldest first (`generations`)
@@ -404,27 +402,26 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         return max(times)
 
     def _hung(self) -> bool:
-        """Every generation has all its ranks (a missing one may still come), no process that
-        destroyed its group is still running (`_lingering`), and every live membership is
-        blocked in operations that have not completed: no message can come."""
+        """Every generation has all its ranks (a missing one may still come), no process is
+        on its way out (`_lingering`), and every live membership is blocked in operations
+        that have not completed: no message can come."""
         if not self.gens or not all(g.complete() for g in self.gens) or self._lingering():
             return False
         live = self._live()
         if not live or not all(c.blocked() for c in live):
             return False
-        if any(c.abort_sent for c in live):
-            return False  # told to abort (Gloo's I/O thread threw): it ends by SIGABRT, reported as it ends
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
             return False
         return True
 
     def _lingering(self) -> bool:
-        """A process that destroyed its default group lives on, in no generation (it has not
-        initialised again) and without announcing its exit: it may yet print, write files or
-        exit with an error, and it is not blocked, so the run is not over (on real Gloo it is
-        not stalled either: `simdist.script.stalls`)."""
-        return any(c.destroyed and c.connected and c.exit is None for c in self.members())
+        """A process whose end is still to come and is reported as it comes, so the run is not
+        over: one that destroyed its default group and lives on, in no generation and without
+        announcing its exit (it may yet print, write files or exit with an error; on real Gloo
+        it is not stalled either: `simdist.script.stalls`), or one told to abort (Gloo's I/O
+        thread threw: it ends by SIGABRT; a hang proven before that reported it "hang")."""
+        return any(c.connected and c.exit is None and (c.destroyed or c.abort_sent) for c in self.members())
 
     def _stalled(self) -> Ending | None:
         """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest

@@ -19,10 +19,15 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from simdist.frames import Frame
+from simdist.frames import Frame, resolve_frames
 from simdist.report import Span, TraceEntry
 from simdist.script.wire import Decoder
 
+
+def raw_frames(raw: list[Any]) -> tuple[list[Frame], list[bool]]:
+    """The rank side's call-site frames (`rank.stack`: file, line, function, the user's?) as
+    resolved frames and which are the user's."""
+    return resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw]), [bool(f[3]) for f in raw]
 
 @dataclass
 class OpRecord:
