@@ -4,13 +4,14 @@ busy thread has a core, and stretch as derived there when ranks outnumber cores.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from simdist.collectives.gloo import allgather, alltoall, broadcast, ring_allreduce, ring_segments
 from simdist.network.cost import CostModel
-from simdist.network.gloo_time import GLOO_TIMED_OPS, HostRun, gloo_op_time, rank_program
+from simdist.network.gloo_time import GLOO_TIMED_OPS, HostRun, gloo_op_time, rank_program, turn_time
 from simdist.network.host import HostProfile
 from simdist.network.profile import Profile, load_profile
 
@@ -57,9 +58,11 @@ def phase(m: int, b: float, a: float = ALPHA) -> float:
     """docs/timing.md: m messages of b seconds of bytes each, one at a time on a pair's
     socket, two in flight: the receive is announced a latency after it is posted, and a
     message is delivered a latency after its bytes; the pair alternates between waiting for
-    the announcement (latency-bound, 2a + b per two messages) and back-to-back bytes."""
+    the announcement (latency-bound, 2a + b per two messages) and back-to-back bytes. When
+    b < a the phase's last message reaches its receiver while the wake-up for the one
+    before runs, which delivers it too: the last b is not paid."""
     j = (m + 1) // 2 - 1
-    return 2 * a + (m - 2 * j) * b + j * max(2 * a + b, 2 * b)
+    return 2 * a + (m - 2 * j) * b + j * max(2 * a + b, 2 * b) - (b if m % 2 == 0 and b < a else 0.0)
 
 
 def closed_form(op: str, n: int, p: int, beta: float) -> float:
@@ -136,18 +139,74 @@ def test_deliveries_share_cores(p):
 @pytest.mark.parametrize("cores", [1, 2, 3, 4, 64])
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 6])
 def test_latency_bound_ring_takes_turns_as_derived(cores, p):
-    """docs/timing.md, more ranks than cores, small sizes: a ring phase of 2(p - 1) messages
-    per pair goes in p - 1 rounds of two in flight; a round is the notice (a wait, no core)
-    and then the 2p deliveries of all pairs, alpha of one core each, on `cores` cores:
-    alpha + alpha*max(1, 2p/cores). all_gather is one phase, all_reduce (2p segments below
-    2p MiB) two. With cores >= 2p it is the closed form, 2(p - 1) alpha per phase."""
+    """docs/timing.md, small sizes: a ring phase of 2(p - 1) messages per pair goes in p - 1
+    rounds of two in flight; a round is the notice (a wait, no core) and then the wake-ups.
+    While every rank has a core (p <= cores) one wake-up of alpha delivers both of a rank's
+    messages: 2 alpha a round. With more ranks than cores every message is a turn of its own
+    and the 2p turns share the cores; without a measured ring step a turn is alpha:
+    alpha + alpha*2p/cores. all_gather is one phase, all_reduce (2p segments below 2p MiB) two."""
     h = host(cores=cores, call=0.0, beta=0.0)
     n = 4096 * p
-    per_round = ALPHA + ALPHA * max(1.0, 2 * p / cores)
+    per_round = 2 * ALPHA if p <= cores else ALPHA + ALPHA * 2 * p / cores
     assert gloo_op_time(h, "all_gather", n, p, iterations=1) == pytest.approx((p - 1) * per_round, rel=1e-9)
     assert gloo_op_time(h, "all_reduce", n, p, iterations=1) == pytest.approx(2 * (p - 1) * per_round, rel=1e-9)
-    if cores >= 2 * p:
-        assert per_round == pytest.approx(2 * ALPHA)
+
+
+RING = {"3": 200e-6, "4": 320e-6}  # a measured p2p ring step at 3 and 4 ranks on 2 cores
+
+
+def ring_step(h: HostProfile, p: int, steps: int = 5) -> float:
+    """The calibration's ring step run on the model: each rank posts a receive from the
+    previous and a send of the smallest message to the next, waits for both, again."""
+    def one(r: int) -> list[tuple]:
+        return [("recv", "out", (r - 1) % p, "p2p", 0, 0), ("send", "out", (r + 1) % p, "p2p", 0, 0),
+                ("wait_recv", "out"), ("wait_send", "out"), ("mark",)]
+
+    progs = [one(r) * steps for r in range(p)]
+    marks = HostRun(h, progs).run()
+    return (max(m[-1] for m in marks) - max(m[0] for m in marks)) / (steps - 1)
+
+
+@pytest.mark.parametrize("p", [3, 4])
+def test_ring_step_calibrates_the_turn_and_the_model_reproduces_it(p):
+    """docs/timing.md, ranks taking turns: the model runs the measured ring step as a notice
+    and p turns on the cores, R(p) = alpha + p*turn/cores, so turn = (R(p) - alpha)*cores/p;
+    run on the model, the ring step then takes exactly the measured R(p)."""
+    h = dataclasses.replace(host(cores=2, call=0.0, beta=0.0), ring_s=dict(RING))
+    turn = (RING[str(p)] - ALPHA) * 2 / p
+    assert turn_time(h, p) == pytest.approx(turn, rel=1e-12)
+    assert ring_step(h, p) == pytest.approx(RING[str(p)], rel=1e-9)
+    assert turn_time(h, 2) == ALPHA and turn_time(host(cores=2), p) == ALPHA  # a core each; nothing measured
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 6])
+def test_more_ranks_than_cores_take_turns_priced_from_the_ring_step(p):
+    """docs/timing.md: with more ranks than cores a round of the ring (two in flight, each
+    message its own turn) is the notice and 2p turns on the cores, alpha + 2p*turn/cores =
+    2R(p) - alpha: two measured ring steps less one notice. all_gather = (p - 1) rounds,
+    all_reduce = 2(p - 1), all_to_all the notice and p(p - 1) turns. Above the largest
+    measured world size the turn stays the largest one's, so the time still grows as p/cores."""
+    h = dataclasses.replace(host(cores=2, call=0.0, beta=0.0), ring_s=dict(RING))
+    turn = (RING[str(min(p, 4))] - ALPHA) * 2 / min(p, 4)
+    assert turn_time(h, p) == pytest.approx(turn, rel=1e-12)
+    per_round = ALPHA + 2 * p * turn / 2
+    if p <= 4:
+        assert per_round == pytest.approx(2 * RING[str(p)] - ALPHA, rel=1e-12)
+    n = 4096 * p
+    assert gloo_op_time(h, "all_gather", n, p, iterations=1) == pytest.approx((p - 1) * per_round, rel=1e-9)
+    assert gloo_op_time(h, "all_reduce", n, p, iterations=1) == pytest.approx(2 * (p - 1) * per_round, rel=1e-9)
+    assert gloo_op_time(h, "all_to_all", n, p, iterations=1) == pytest.approx(ALPHA + turn * p * (p - 1) / 2, rel=1e-9)
+    assert ring_step(h, p) == pytest.approx(ALPHA + p * turn / 2, rel=1e-9)
+
+
+def test_a_turn_is_never_shorter_than_a_wake_up_and_fills_gaps_linearly():
+    """A ring step measured faster than the model's notice and wake-ups (R < alpha(1 + p/C))
+    gives turns of alpha (the model without turns); a world size between measured ones is
+    interpolated linearly in p from (cores, alpha)."""
+    fast = dataclasses.replace(host(cores=2), ring_s={"3": ALPHA})
+    assert turn_time(fast, 3) == ALPHA and turn_time(fast, 4) == ALPHA
+    gap = dataclasses.replace(host(cores=2), ring_s={"4": 320e-6})
+    assert turn_time(gap, 3) == pytest.approx((ALPHA + (320e-6 - ALPHA) / 2) / 2, rel=1e-12)
 
 
 def test_two_ranks_on_two_cores_exchange_as_measured():

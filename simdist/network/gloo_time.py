@@ -22,7 +22,15 @@ clone and full all_reduce, all_gather's copy out). Costs come from a `HostProfil
     and C available, everything that is running advances at min(1, C/D) of its own speed
     (processor sharing, as the kernel's fair scheduler shares cores between runnable
     threads). A rank blocked in a wait wants no core. This is the term that makes 4
-    ranks on 2 cores slower than the same messages on 4 cores; nothing is fitted to it.
+    ranks on 2 cores slower than the same messages on 4 cores; nothing is fitted to it;
+  * **a wake-up** (a message delivered: the receiver woken, its wait returning) is work on
+    one core. While every rank has a core (p <= cores) it takes the latency and serves
+    every message that reaches the rank while it runs (Gloo's loop thread reads what is
+    waiting in one wake-up; a worker whose receive already completed does not sleep).
+    When ranks outnumber cores they take turns: each message is a turn of its own that
+    holds a core for `turn_time(host, p)`, the turn that makes the model's own p2p ring
+    step take the measured one (`HostProfile.ring_s`), as the two-in-flight time prices
+    the bytes' cores (`HostProfile.demand`).
 
 A benchmark times calls back to back, so a rank that finishes early starts its next
 call; `gloo_op_time` runs `ITERATIONS` calls and returns the steady period, which is
@@ -33,6 +41,7 @@ time, no reduction) are derived in docs/timing.md and checked by tests/test_gloo
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -82,6 +91,26 @@ def gloo_op_time(host: HostProfile, op: str, nbytes: int, p: int, iterations: in
     return (ends[-1] - ends[0]) / (iterations - 1)
 
 
+def turn_time(host: HostProfile, p: int) -> float:
+    """Seconds of one core that a wake-up holds on `p` ranks (docs/timing.md, "Ranks taking
+    turns"): the latency while every rank has a core; above, the turn the measured p2p ring
+    step implies. In that step (`HostProfile.ring_s`) every rank sends one message to the
+    next and receives one, so the model runs it as a notice (the latency, a wait) and then p
+    wake-ups sharing the cores: R(p) = latency + p*turn/cores, i.e. turn = (R(p) - latency) *
+    cores / p, and never less than the latency (a turn is at least a wake-up). World sizes
+    between the measured ones are interpolated linearly in p from (cores, latency); above the
+    largest measured, its turn (the ring step keeps growing as p/cores); a calibration
+    without `ring_s` gives the latency (the model before ring steps were measured)."""
+    a, c = host.latency, host.cores
+    if p <= c:
+        return a
+    pts = [(c, a)] + sorted((int(k), max(a, (r - a) * c / int(k))) for k, r in host.ring_s.items() if int(k) > c)
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if p <= x1:
+            return y0 + (y1 - y0) * (p - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
 def buffers(op: str, nbytes: int, p: int) -> dict[str, int]:
     """Bytes of each buffer a call's messages are read from or written into (see
     `HostProfile.byte_time`): the tensor ("out"; all_gather's p*n flat output), all_to_all's
@@ -124,6 +153,12 @@ class HostRun:
         self.waits: list[tuple] = []  # heap of (time, seq, what, args)
         self.seq = 0
         self.marks: list[list[float]] = [[] for _ in range(self.p)]
+        # while every rank has a core, a wake-up serves every message that reaches its rank
+        # while it runs (rank -> the buffers it delivers); with more ranks than cores each
+        # message is a turn of its own (`turn_time`)
+        self.share = self.p <= host.cores
+        self.turn = turn_time(host, self.p)
+        self.waking: dict[int, list[str]] = {}
 
     def run(self) -> list[list[float]]:
         """Every rank's call-return times, in order."""
@@ -212,15 +247,25 @@ class HostRun:
 
     def _sent(self, pair: tuple[int, int], sbuf: str, rbuf: str) -> None:
         """The bytes are through the socket: the send is complete and the socket free; the
-        delivery (the receiver woken, its wait returning) is a latency of work on one core,
-        which overlaps the pair's next message."""
+        delivery (the receiver woken, its wait returning) is a wake-up, work on one core
+        (`turn`), which overlaps the pair's next message. While every rank has a core, a
+        message whose bytes end while a wake-up of its receiver runs is delivered by it."""
         src, dst = pair
         self.done[(src, "send", sbuf)] += 1
         self.moving.discard(pair)
-        self.work.append(_Work(self.host.latency, 1.0, self._received, (dst, rbuf)))
+        if self.share and dst in self.waking:
+            self.waking[dst].append(rbuf)
+        else:
+            bufs = [rbuf]
+            if self.share:
+                self.waking[dst] = bufs
+            self.work.append(_Work(self.turn, 1.0, self._received, (dst, bufs)))
         self._start(pair)
         self._advance(src)
 
-    def _received(self, dst: int, rbuf: str) -> None:
-        self.done[(dst, "recv", rbuf)] += 1
+    def _received(self, dst: int, bufs: list[str]) -> None:
+        if self.waking.get(dst) is bufs:
+            del self.waking[dst]
+        for rbuf in bufs:
+            self.done[(dst, "recv", rbuf)] += 1
         self._advance(dst)
