@@ -45,7 +45,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from simdist.network.cost import CostModel
-from simdist.network.gloo_time import gloo_op_time
+from simdist.network.gloo_time import gloo_op_time, turn_time
 from simdist.network.host import HostProfile, median_host
 from simdist.network.profile import Profile, load_profile
 from simdist.report import Report
@@ -121,9 +121,10 @@ def describe_host(h: HostProfile) -> str:
 
 
 def _ring(h: HostProfile) -> str:
-    """The p2p ring step where ranks outnumber cores (`ring_s`), in microseconds per world size."""
-    return ", ".join(f"p={p} {v * 1e6:.0f} us" for p, v in sorted(h.ring_s.items(), key=lambda kv: int(kv[0]))) \
-        or "not recorded"
+    """The p2p ring step where ranks outnumber cores (`ring_s`), in microseconds per world size,
+    with the turn a wake-up takes there that the model derives from it (`turn_time`)."""
+    return ", ".join(f"p={p} {v * 1e6:.0f} us (turn {turn_time(h, int(p)) * 1e6:.0f} us)"
+                     for p, v in sorted(h.ring_s.items(), key=lambda kv: int(kv[0]))) or "not recorded"
 
 
 def _cpu(h: HostProfile) -> str:

@@ -54,8 +54,9 @@ class HostProfile:
     # per world size p (a string, as JSON keys are) from cores+1 to 2*cores: one step of a p2p
     # ring on p ranks (each sends the smallest message to the next and receives one from the
     # previous, back to back), the slowest rank's 25th percentile; where ranks outnumber cores
-    # and take turns (docs/timing.md, third session); recorded since 2026-11-24 third session,
-    # not used by the model yet
+    # and take turns; recorded since 2026-11-24 third session. The Gloo model prices a wake-up
+    # on more ranks than cores from it (`gloo_time.turn_time`, docs/timing.md "Ranks taking
+    # turns"); without it a wake-up is the latency
     ring_s: dict[str, float] = field(default_factory=dict)
 
     def message_time(self, nbytes: float) -> float:
