@@ -158,6 +158,10 @@ def test_ring_steps_are_recorded_with_their_cpu_and_combined_per_world_size():
     c = dataclasses.replace(_host(), ring_s={"3": 900e-6})
     assert median_host([a, b, c]).ring_s == {"3": 300e-6, "4": 500e-6}
     assert median_host([old, a]).ring_s == {"3": 200e-6, "4": 400e-6}
+    # it prices the model's turns, so the noise report compares it between calibrations too:
+    # the median over world sizes of (max - min) / median, (900 - 200)/300 and (600 - 400)/500
+    assert median_host([a, b, c]).spread["between_ring_s"] == pytest.approx((7 / 3 + 0.4) / 2)
+    assert median_host([old, old]).spread["between_ring_s"] == 0.0
     with pytest.raises(ValueError, match="ring_s"):
         HostProfile.from_dict({**old.to_dict(), "ring_s": {"four": 1e-4}})
     with pytest.raises(ValueError, match="finite"):

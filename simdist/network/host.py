@@ -134,8 +134,9 @@ class HostProfile:
         return h
 
 
-#: Primitives `median_host` compares between calibrations (lists: the largest over sizes).
-BETWEEN = ("call_s", "one_way_s", "reverse_s", "exchange_s", "gamma", "copy_s", "fresh_s")
+#: Primitives `median_host` compares between calibrations (tables: the median over sizes or
+#: world sizes). `ring_s` is one since it prices the Gloo model's turns (`gloo_time.turn_time`).
+BETWEEN = ("call_s", "one_way_s", "reverse_s", "exchange_s", "gamma", "copy_s", "fresh_s", "ring_s")
 
 
 def median_host(hosts: list[HostProfile]) -> HostProfile:
@@ -167,9 +168,12 @@ def median_host(hosts: list[HostProfile]) -> HostProfile:
     spread = {k: max(h.spread.get(k, 0.0) for h in hosts) for k in sorted({k for h in hosts for k in h.spread})
               if not k.startswith("between_")}
     for k in BETWEEN:
-        cols = zip(*[getattr(h, k) for h in hosts], strict=True) if isinstance(out[k], list) else [
-            [getattr(h, k) for h in hosts]]
-        spread[f"between_{k}"] = statistics.median([_range(c) for c in cols]) if out[k] != [] else 0.0
+        vals = [getattr(h, k) for h in hosts]
+        if isinstance(out[k], dict):  # per world size, over the calibrations that recorded it
+            cols = [[v[key] for v in vals if key in v] for key in out[k]]
+        else:
+            cols = list(zip(*vals, strict=True)) if isinstance(out[k], list) else [vals]
+        spread[f"between_{k}"] = statistics.median([_range(c) for c in cols]) if cols else 0.0
     out["spread"] = spread
     return HostProfile(**out)
 
