@@ -147,9 +147,10 @@ def test_ring_steps_are_recorded_with_their_cpu_and_combined_per_world_size():
     keyed by anything but a world size is refused naming the field."""
     rows = _rows(lambda n: 80e-6 + n * 3e-10, lambda n: 170e-6 + n * 6e-10, 230e-6, 14e-6)
     rows["ring3"] = {"ring_s": {"all": 250e-6, "blocks": [250e-6] * 5, "cpu": 90e-6}}
-    rows["ring4"] = {"ring_s": {"all": 380e-6, "blocks": [380e-6] * 5, "cpu": 120e-6}}
+    rows["ring4"] = {"ring_s": {"all": 380e-6, "blocks": [380e-6, 380e-6, 400e-6, 400e-6, 500e-6], "cpu": 120e-6}}
     h = host_from_blocks(rows, SIZES)
     assert h.ring_s == {"3": 250e-6, "4": 380e-6}
+    assert h.spread["ring_s"] == pytest.approx(20 / 400)  # the noisier world size's (p75 - p25)/median
     assert h.cpu_s["ring_s/3"] == 90e-6 and h.cpu_s["ring_s/4"] == 120e-6
     assert HostProfile.from_dict(h.to_dict()) == h
     old = _host()
