@@ -67,8 +67,9 @@ class HostProfile:
     @property
     def latency(self) -> float:
         """The part of a message that does not grow with its size: the smallest message's
-        time. It is waiting (a wake-up on the far side), not work: it holds no socket and
-        no core, so messages in flight overlap their latencies."""
+        time. The Gloo model spends it as the receiver's notice reaching the sender (a wait:
+        no socket, no core) and as the delivery's wake-up (one core, not the socket), so
+        messages in flight overlap their latencies."""
         return self.message_time(self.sizes[0])
 
     def byte_time(self, nbytes: float, footprint: float = 0.0) -> float:
