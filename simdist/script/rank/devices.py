@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import types
 from typing import Any
 
 import torch
@@ -203,6 +204,10 @@ class _Stream:
 
 
 _CURRENT_STREAM = _Stream()
+# `torch.cuda.get_device_properties` (and `get_device_capability`, which reads it): a compute
+# capability 8.0 device, one that has bfloat16, with no memory to report
+_PROPERTIES = types.SimpleNamespace(name="simdist simulated GPU (CPU)", major=8, minor=0, total_memory=0,
+                                    multi_processor_count=1, is_integrated=False)
 
 
 def _install_cuda_shims(gpus: int) -> None:
@@ -217,6 +222,9 @@ def _install_cuda_shims(gpus: int) -> None:
         "synchronize": lambda device=None: None,
         "empty_cache": lambda: None,
         "get_device_name": lambda device=None: "simdist simulated GPU (CPU)",
+        # what a script asks before choosing bfloat16 (nanoGPT's default dtype): the CPU does it
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "get_device_properties": lambda device=None: _PROPERTIES,
         "memory_allocated": lambda device=None: 0,
         "max_memory_allocated": lambda device=None: 0,
         "reset_peak_memory_stats": lambda device=None: None,
