@@ -140,8 +140,11 @@ def test_check_and_run_pass_on_the_join_tutorial_and_real_judges_the_real_report
     (HEAD + "dist.all_reduce(torch.ones(2, dtype=torch.uint16))\n",
      "script: a tensor of dtype uint16 is not supported by the simulated backend (rank 0 at train.py:6 in "
      "<module>: dist.all_reduce(", True),
+    ("import os\nimport torch.distributed.rpc as rpc\nrpc.init_rpc('w' + os.environ['RANK'], world_size=2)\n",
+     "script: torch.distributed.rpc.init_rpc (RPC) is not supported by the simulated backend (worker 'w0' at "
+     "train.py:3 in <module>: rpc.init_rpc(", True),  # no rank: the process tells the coordinator itself
 ], ids=["missing", "does-not-parse", "no-process-group", "raises-before-init", "os-exit-before-init",
-        "cannot-model"])
+        "cannot-model", "rpc"])
 def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, text, alone):
     p = tmp_path / "train.py" if body is None else _script(tmp_path, body)
     res, _ = _cli("run", str(p), "--nproc-per-node", "2")

@@ -113,6 +113,21 @@ def test_an_operation_the_backend_cannot_model_is_named(tmp_path, run):
         run(p)
 
 
+@pytest.mark.parametrize("args", [[], ["--after-group"]], ids=["no-group", "after-group"])
+def test_rpc_is_refused_naming_init_rpc_and_the_lowest_rank(args, run):
+    """`init_rpc` would rendezvous for real over TCP and run remote calls outside the
+    simulation: refused as bad input, from a process that is no rank as from one that
+    all-reduced first, naming the RPC worker of the lowest rank (each process says so; the
+    first to tell must not decide, or two runs would differ)."""
+    p = ROOT / "tests" / "scripts" / "rpc_refused.py"
+    line = _line(p, "rpc.init_rpc(")
+    with pytest.raises(ScriptError) as e:
+        run(p, args=args)
+    assert str(e.value) == ("script: torch.distributed.rpc.init_rpc (RPC) is not supported by the simulated backend "
+                            f"(worker 'worker0' at rpc_refused.py:{line} in <module>: "
+                            'rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world))')
+
+
 def test_a_rank_spinning_without_communicating_is_caught_by_the_watchdog(tmp_path, run):
     p = _script(tmp_path, """
         if rank == 0:

@@ -203,6 +203,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         coord.close()
         listener.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if coord.refused:  # the lowest rank's, whichever process told first
+        raise ScriptError(min(coord.refused)[1])
     if coord.input_error is not None:
         raise ScriptError(coord.input_error)
     if not coord.gens:

@@ -88,6 +88,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
+        self.refused: list[tuple[int, str]] = []  # (its rank, the error) of each `refused` (`rank.patches`)
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
@@ -227,6 +228,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
+        elif kind == "refused":  # an API the simulator cannot model, called outside any group (RPC)
+            self.refused.append((int(h["rank"]), str(h["error"])))
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
         elif kind == "stall":  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)

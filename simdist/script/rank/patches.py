@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import sys
 import time
@@ -161,6 +162,36 @@ def _patch_get_backend() -> None:
     _rebind_imported(orig, get_backend)
 
 
+def _refuse_rpc() -> None:
+    """`torch.distributed.rpc.init_rpc` is refused as an API the simulated backend cannot model
+    (RPC, RRefs, distributed autograd and optimizers run over TensorPipe, not a process group).
+    Left alone, it would rendezvous for real over TCP at the script's MASTER_ADDR/PORT and run
+    its remote calls outside the simulation, and a process that only calls it never becomes a
+    rank, so its error would be no rank's: the process tells the coordinator itself (`refused`,
+    connecting if it is no rank yet), which makes the run bad input, then raises."""
+    from torch.distributed import rpc
+
+    if not rpc.is_available():  # a torch built without RPC has no init_rpc to refuse
+        return
+    orig = rpc.init_rpc
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def init_rpc(*args: Any, **kwargs: Any) -> None:
+        what = "torch.distributed.rpc.init_rpc (RPC)"
+        bound = sig.bind_partial(*args, **kwargs).arguments
+        caller = stack.where(stack.innermost_user(sys._getframe(1)))
+        at = "" if caller is None else (f" at {os.path.basename(caller[0])}:{caller[1]} in {caller[2]}: "
+                                        f"{linecache.getline(caller[0], caller[1]).strip()}")
+        error = f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (worker {bound.get('name')!r}{at})"
+        rank = bound.get("rank", -1)
+        rank = int(os.environ.get("RANK", -1)) if rank is None or rank < 0 else rank
+        client.connect(os.environ[env.SOCKET]).send({"t": "refused", "rank": rank, "error": error})
+        raise pg.UnsupportedOperation(what)
+
+    rpc.init_rpc = init_rpc
+
+
 def install(mode: str) -> None:
     """`mode` "sim": every group is simulated; "gloo": every group is a real Gloo one."""
     # when a run is ended (a hang; the watchdog, a rank spinning or waiting outside any
@@ -179,6 +210,7 @@ def install(mode: str) -> None:
         exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         return
     pg.register()
+    _refuse_rpc()
     _patch_init(pg.BACKEND_NAME)
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
