@@ -18,10 +18,16 @@ what those scripts found, whether or not the third-party files are there.
 from __future__ import annotations
 
 import os
+import pickle
+import re
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from simdist.errors import ScriptError
+from simdist.script import run_script
 from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import EXAMPLES, ROOT, descendants
@@ -83,6 +89,8 @@ SLOW = [
     ("multigpu.py", None, ["1", "1", "--batch_size", "256"], None, ["completed"] * 8),  # 8 simulated GPUs
     ("sequence_parallel_example.py", 4, [], None, ["completed"] * 4),
     ("fsdp_mnist.py", None, ["--epochs", "1"], None, ["completed"] * 2),
+    ("fsdp2/example.py", 2, [], None, ["completed"] * 2),  # FSDP2 (fully_shard): 705 collectives a rank
+    ("fsdp2/example.py", 2, ["--explicit-prefetching", "--mixed-precision", "--dcp-api"], None, ["completed"] * 2),
 ]
 
 
@@ -131,3 +139,53 @@ def test_the_ddp_tutorials_two_mp_spawns_agree_generation_by_generation(script_z
             assert [op for op, _ in second].count("barrier") == 2 and [s for _, s in second] == list(
                 range(1, len(second) + 1)), rep.source
             assert len(r.trace) - len(second) == 4, rep.source  # demo_basic: DDP's start-up and one bucket
+
+
+# karpathy/nanoGPT's train.py as its README runs it on CPUs, on a model and data set small
+# enough for a test (the data prep, here a few random tokens, is the user's: nanoGPT's own
+# prepare.py downloads its corpus). Three ranks, so gradient accumulation (3 micro-steps, the
+# first two with `require_backward_grad_sync` off) and DDP's buckets meet an odd world.
+NANOGPT = ["--dataset=tiny", "--backend=gloo", "--device=cpu", "--compile=False", "--dtype=float32", "--n_layer=1",
+           "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=2", "--max_iters=3", "--eval_iters=1",
+           "--eval_interval=2", "--gradient_accumulation_steps=3", "--out_dir=out"]
+_WALL_TIME = re.compile(r"time \d+\.\d+ms")  # nanoGPT prints each iteration's wall time: no two runs agree
+
+
+@pytest.mark.real
+def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_path):
+    """nanoGPT's DDP run (torchrun-style; it asks `torch.cuda.is_bf16_supported()` at import and
+    puts each rank on `cuda:{LOCAL_RANK}` whatever `--device` says): every collective, each
+    rank's outcome and rank 0's losses agree with real Gloo; only the wall time it prints
+    differs, as between two real runs. Rank 0 writes its checkpoint at the eval step."""
+    script = THIRD_PARTY / "nanogpt" / "train.py"
+    if script.is_file():
+        shutil.copy(script.parent / "configurator.py", tmp_path)  # exec'd from the working directory
+        (tmp_path / "data" / "tiny").mkdir(parents=True)
+        rng = np.random.default_rng(0)
+        for split, n in (("train", 4096), ("val", 1024)):
+            rng.integers(0, 65, n, dtype=np.uint16).tofile(tmp_path / "data" / "tiny" / f"{split}.bin")
+        (tmp_path / "data" / "tiny" / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
+    sim, real = _both(script, 3, NANOGPT, script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 3
+    for rep in (sim, real):
+        for r in rep.ranks:
+            r.output = [_WALL_TIME.sub("time _ms", line) for line in r.output]
+    assert differences(sim, real) == []
+    assert [line for line in sim.ranks[0].output if line.startswith("iter ")][-1] == \
+        "iter 3: loss 4.1720, time _ms, mfu -100.00%"
+    assert (tmp_path / "out" / "ckpt.pt").is_file()  # the real side's; the simulated side's was set aside
+    assert [e.op for e in sim.ranks[2].trace].count("all_reduce") >= 4  # one bucket at each of 4 iterations' last micro-step
+
+
+@pytest.mark.real
+def test_an_rpc_example_is_refused_as_bad_input(script_zygote):
+    """pytorch/examples' distributed/rpc/rnn (mp.spawn; RPC only, no process group): refused in
+    one line naming `init_rpc`, the lowest rank's worker and its line, before any TCP
+    rendezvous (it ran its RPC for real, then was "a script that never initialised a process
+    group")."""
+    script = THIRD_PARTY / "rpc_rnn" / "main.py"
+    if not script.is_file():
+        pytest.skip(f"{script} is not here: third-party code, not in the repository (docs/script-backend.md)")
+    with pytest.raises(ScriptError, match=r"^script: torch.distributed.rpc.init_rpc \(RPC\) is not supported by the "
+                                          r"simulated backend \(worker 'ps' at main.py:\d+ in run_worker: "):
+        run_script(script, backend="gloo", timeout_s=120, run_id=new_run_id(), zygote=script_zygote("sim"))
