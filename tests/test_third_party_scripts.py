@@ -76,6 +76,18 @@ def test_tensor_parallel_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote, tmp
     assert sum("loss" in line for line in sim.ranks[1].output) == 2
 
 
+@pytest.mark.real
+def test_fsdp_of_a_gpu_module_agrees_with_real_gloo(script_zygote, tmp_path):
+    """FSDP (v1) of a module moved to `cuda:{rank}`, with no `device_id` or a CUDA one, runs on
+    the CPU the simulated GPUs stand for (the DCP recipe; before: "FSDP needs a non-CPU
+    accelerator device" on both sides); losses and parameters as on real Gloo."""
+    sim, real = _both(SCRIPTS / "fsdp_gpu_defaults.py", 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert [line.split(":")[0] for line in sim.ranks[1].output] == ["[1] plain", "[1] device_id"]
+    assert {"all_gather", "all_reduce"} <= {e.op for e in sim.ranks[0].trace}  # unshard; gradients on Gloo
+
+
 FAST = [  # (script, nproc, script args, --batches, verdict per rank)
     ("multinode.py", 2, ["2", "1", "--batch_size", "256"], None, ["completed"] * 2),
     ("multinode.py", 2, ["2", "1", "--batch_size", "128"], "3,4", ["completed", "error:peer_lost"]),

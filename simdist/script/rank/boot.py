@@ -66,6 +66,16 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
     batches.install()
+    _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
+
+
+def _after_import(name: str, callback: Callable[[Any], None]) -> None:
+    """`callback(module)` now if `name` is imported (a fork server preloads modules), else
+    once it is."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
 def _patch_sleep() -> None:

@@ -271,6 +271,28 @@ def _patch_ddp() -> None:
     DDP.__init__ = __init__  # type: ignore[method-assign]
 
 
+def place_fsdp_on_cpu(fsdp_module: Any) -> None:
+    """FSDP (`FullyShardedDataParallel`) of a GPU script's module, given no `device_id` or a
+    CUDA one, runs on the CPU the simulated GPUs stand for: the module is on the CPU (its
+    `.to(rank)` remapped), and FSDP, finding no parameter off the CPU, asked torch for a
+    non-CPU accelerator and raised "FSDP needs a non-CPU accelerator device" on both sides
+    (the DCP recipe, the FSDP tutorial unedited). Given `torch.distributed.fsdp.
+    fully_sharded_data_parallel` once the script imports it (importing FSDP costs ~1 s)."""
+    cls = fsdp_module.FullyShardedDataParallel
+    orig = cls.__init__
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        device_id = bound.arguments.get("device_id")
+        if device_id is None or is_accelerator(device_id):
+            bound.arguments["device_id"] = _CPU
+        orig(*bound.args, **bound.kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
 _MODE: CudaToCpu | None = None
 
 
