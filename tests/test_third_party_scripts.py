@@ -4,7 +4,8 @@ Our own examples and the generated sweep are scripts we thought of; these are pu
 ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.py`,
 `multinode.py`), the "Getting Started with DDP" tutorial's code (`ddp_tutorial.py`), tensor
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
-the FSDP tutorial (`fsdp_mnist.py`). They are other people's code and not in this
+the FSDP tutorial (`fsdp_mnist.py`); then nanoGPT, the FSDP2 example, pytorch/tutorials' ZeRO and
+DCP recipes, and an RPC example (refused as not modelled). They are other people's code and not in this
 repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
@@ -103,6 +104,11 @@ SLOW = [
     ("fsdp_mnist.py", None, ["--epochs", "1"], None, ["completed"] * 2),
     ("fsdp2/example.py", 2, [], None, ["completed"] * 2),  # FSDP2 (fully_shard): 705 collectives a rank
     ("fsdp2/example.py", 2, ["--explicit-prefetching", "--mixed-precision", "--dcp-api"], None, ["completed"] * 2),
+    # pytorch/tutorials' recipes (~1 min of CPU a side): ZeRO's two mp.spawns of a 80M-parameter
+    # model; DCP's save, FSDP on 8 simulated GPUs (its load, which asks for other keys than the
+    # save wrote, fails alike on both sides)
+    ("tutorials/zero_redundancy_optimizer.py", None, [], None, ["completed"] * 2),
+    ("tutorials/dcp_save.py", None, [], None, ["completed"] * 8),
 ]
 
 
