@@ -89,6 +89,20 @@ def test_fsdp_of_a_gpu_module_agrees_with_real_gloo(script_zygote, tmp_path):
     assert {"all_gather", "all_reduce"} <= {e.op for e in sim.ranks[0].trace}  # unshard; gradients on Gloo
 
 
+@pytest.mark.real
+def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path):
+    """`simdist run` of a script that asks for NCCL models NCCL, so `get_backend` says "nccl"
+    and torch's c10d logger, which every torch.distributed.checkpoint call goes through, asks
+    `torch.cuda.nccl.version()` (absent from a CPU build): the DCP recipe's save failed in the
+    simulator alone, where it runs on a GPU machine (`compare` uses Gloo on both sides)."""
+    run_id, z = new_run_id(), script_zygote("sim")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        rep = run_script(SCRIPTS / "fsdp_gpu_defaults.py", nproc_per_node=2, timeout_s=120, run_id=run_id, zygote=z)
+    assert rep.backend == "nccl" and _verdict(rep) == ["completed"] * 2
+    assert (tmp_path / "fsdp_gpu_defaults_ckpt" / ".metadata").is_file()
+
+
 FAST = [  # (script, nproc, script args, --batches, verdict per rank)
     ("multinode.py", 2, ["2", "1", "--batch_size", "256"], None, ["completed"] * 2),
     ("multinode.py", 2, ["2", "1", "--batch_size", "128"], "3,4", ["completed", "error:peer_lost"]),

@@ -4,6 +4,8 @@
 before, FSDP found no parameter off the CPU, asked torch for a non-CPU accelerator and raised
 "FSDP needs a non-CPU accelerator device" on both sides. (`sync_module_states=True` still
 fails on both sides: FSDP checks that no parameter is on the CPU, docs/script-backend.md.)
+Then a torch.distributed.checkpoint save, which under the NCCL semantics the script asks for
+(`simdist run`) asks `torch.cuda.nccl.version()`: it failed in the simulator alone.
 
 torchrun-style: `simdist compare fsdp_gpu_defaults.py --nproc-per-node 2`."""
 
@@ -12,6 +14,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
@@ -40,4 +43,5 @@ for name, wrap in (("plain", lambda m: FSDP(m)),
         total = sum(p.sum().item() for p in model.parameters())
     print(f"[{rank}] {name}: {type(model).__name__} on {next(model.parameters()).device}, "
           f"loss {loss.item():.6f}, params {total:.6f}")
+dcp.save({"loss": loss.detach()}, checkpoint_id="fsdp_gpu_defaults_ckpt")  # asks the NCCL version under NCCL
 dist.destroy_process_group()

@@ -237,6 +237,11 @@ def _install_cuda_shims(gpus: int) -> None:
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
+    # Under NCCL semantics `get_backend` says "nccl", and torch's c10d logger (every
+    # torch.distributed.checkpoint call, any c10d call that raises) then asks the NCCL version,
+    # which a CPU build lacks: dcp.save failed in the simulator alone. A fixed version stands in
+    # (the NCCL of the CUDA 13 wheels: 2.30.7); nothing is modelled on it.
+    tc.nccl.version = lambda: (2, 30, 7)
 
 
 def _patch_module_to() -> None:
