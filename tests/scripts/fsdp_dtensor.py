@@ -72,7 +72,8 @@ def main():
         train(parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()}), rank, args.steps, "tp",
               same_data=True)
     if not args.uneven:
-        try:  # torch refuses FSDP without a CPU device_id on a CPU-only run
+        try:  # torch refuses FSDP without a device_id on a CPU-only machine; on a GPU one (the
+            # simulated GPUs) it takes the GPU, which here is the CPU (`rank/devices.py`)
             FSDP(make_model())
             print(f"[fsdp1 rank{rank}] no device_id: accepted", flush=True)
         except RuntimeError as e:
