@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from simdist.engine.calls import P2PKey
 from simdist.frames import Frame, resolve_frames
 from simdist.report import Span, TraceEntry
 from simdist.script.wire import Decoder
@@ -163,9 +164,9 @@ class Timeline:
     def __init__(self, cost: Any):
         self.cost = cost
         self._collectives: dict[tuple[str, int], list[TraceEntry]] = defaultdict(list)
-        self._sends: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
-        self._recvs: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
-        self._any: dict[tuple[int, int], deque[TraceEntry]] = defaultdict(deque)  # recvs from any source
+        self._sends: dict[P2PKey, deque[TraceEntry]] = defaultdict(deque)  # as the engine pairs them
+        self._recvs: dict[P2PKey, deque[TraceEntry]] = defaultdict(deque)
+        self._any: dict[tuple[str, int, int], deque[TraceEntry]] = defaultdict(deque)  # recvs from any source
         self._p2p_start: dict[int, float] = {}  # id(entry) -> start of its transfer
 
     def issued(self, rank: int, entry: TraceEntry, tag: int) -> None:
@@ -173,13 +174,14 @@ class Timeline:
         names the source the engine paired it with, if any)."""
         if entry.op in ("send", "recv"):
             peer = entry.peer
+            g = entry.group
             if peer is None:  # a recv from any source with no message yet: the next send takes it
-                self._any[(rank, tag)].append(entry)
+                self._any[(g, rank, tag)].append(entry)
                 return
-            key = (rank, peer, tag) if entry.op == "send" else (peer, rank, tag)
+            key = (g, rank, peer, tag) if entry.op == "send" else (g, peer, rank, tag)
             mine, theirs = (self._sends, self._recvs) if entry.op == "send" else (self._recvs, self._sends)
-            if not theirs[key] and entry.op == "send" and self._any[(peer, tag)]:
-                theirs[key].append(self._any[(peer, tag)].popleft())
+            if not theirs[key] and entry.op == "send" and self._any[(g, peer, tag)]:
+                theirs[key].append(self._any[(g, peer, tag)].popleft())
             if theirs[key]:
                 other = theirs[key].popleft()
                 start = max(other.t_issue, entry.t_issue)
