@@ -112,6 +112,7 @@ class RankConn:
     destroyed: bool = False  # its default group was destroyed: it left its generation, the process lives on
     destroy_frames: list[Any] = field(default_factory=list)  # raw frames of that destroy_process_group call
     claim: Claim = field(default_factory=Claim)  # of its process, whichever membership (`Claim`)
+    init_wait: Any = None  # waiting in init_process_group for the world (`simdist.script.rendezvous.InitWait`)
 
     def active(self) -> bool:
         """A member of its generation still: its process is there and has not destroyed the group."""
@@ -120,6 +121,8 @@ class RankConn:
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed, with no thread that could still
         post (one sleeping, computing or in a `threading.Timer` may post what its peers wait for)."""
+        if self.init_wait is not None:  # its process has no group yet: nothing of it can post
+            return True
         return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
                 and self.claim.quiet())
 
