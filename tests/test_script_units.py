@@ -170,7 +170,7 @@ def test_an_op_issued_from_a_callback_is_sent_before_its_runner_hands_the_queue_
         def new_op(self, work, track=True):
             return len(sent) + 1
 
-        def send(self, header, bufs=(), claim=False):
+        def send(self, header, bufs=(), claim=False, register=None):
             sent.append((header["op"], runners._active is threading.current_thread()))
 
     monkeypatch.setattr(client, "CLIENT", Client())
