@@ -14,7 +14,7 @@ from simdist.engine.core import Engine
 from simdist.script.api import compare_script, run_script
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
-from simdist.script.ranks import RankConn, Timeline, ZeroCost
+from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
 from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin
 from simdist.testing.races import ConnectRace, exit_races
 from tests.conftest import ROOT, line_of
@@ -70,6 +70,23 @@ def test_ranks_that_never_come_end_the_timed_waits_only():
     assert rv._unjoinable(rv.gens[0]) and rv._init_expire()
     assert list(rv.answers) == [0] and rv.answers[0]["raise"][1].endswith("//cpu//0/1")
     assert rv.gens[0].by_rank[2].blocked() and not rv._init_expire()  # the other waits for good: a hang
+
+
+def test_a_rank_blocked_in_an_earlier_generation_cannot_come_to_the_next():
+    """Rank 0 initialises again (generation 2) while rank 1's process is blocked in
+    generation 1: rank 1 cannot come, so every live rank is blocked and the hang is proven
+    (before, the watchdog was off while a generation waited for ranks)."""
+    rv = _Rendezvous(2)
+    gen1 = rv.gens[0]
+    gen1.by_rank[1] = RankConn(None, rank=1, gen=gen1, block=Block([], 0.0, []))  # type: ignore[arg-type]
+    gen2 = Generation(2, 2, Engine(2, {"gen2/WORLD": [0, 1]}, ZeroCost()), Timeline(ZeroCost()))
+    rv.gens.append(gen2)
+    conn = RankConn(None, rank=0, gen=gen2)  # type: ignore[arg-type]
+    gen2.by_rank[0] = conn
+    rv._arrive(conn, gen2, {"req": 1})
+    assert rv.answers == {} and rv._unjoinable(gen2)
+    gen1.by_rank[1].block = None  # running: it may still destroy its group and come
+    assert not rv._unjoinable(gen2)
 
 
 def _compare(zygote, args: list[str], nproc: int = 3, script=INIT):

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simdist.script.generations import latest
 from simdist.script.ranks import RankConn
 
 INIT_WAIT = "waiting in init_process_group"  # how a rank that waits there for its world is reported
@@ -64,6 +65,12 @@ class InitWait:
 def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:
     """What a rank raises when its init's wait at the store for rank `missing` runs out."""
     return "DistStoreError", f"wait timeout after {round(limit_s * 1000)}ms, keys: {STORE_PREFIX}/0//cpu//0/{missing}"
+
+
+def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
+    """`rank`'s process is blocked in another generation (torchrun-style: one process a rank)."""
+    c = latest(gens, rank)
+    return c is not None and c.gen is not gen and c.active() and c.blocked()
 
 
 class RendezvousMixin:
@@ -113,9 +120,11 @@ class RendezvousMixin:
         self._answer(conn, gen, store_timeout(w.limit_s, missing))
 
     def _unjoinable(self, gen: Any) -> bool:
-        """`gen` lacks ranks that will never come: their launched processes ended."""
-        missing = {r for r in range(gen.world_size) if r not in gen.by_rank}
-        return bool(missing) and missing <= self.never_joins()
+        """`gen` lacks ranks that cannot come now: their launched processes ended, or the
+        process is blocked in an earlier generation (a hang there, if every rank is blocked)."""
+        missing = [r for r in range(gen.world_size) if r not in gen.by_rank]
+        gone = self.never_joins() if missing else set()
+        return bool(missing) and all(r in gone or _blocked_elsewhere(self.gens, r, gen) for r in missing)
 
     def _init_expire(self) -> bool:
         """Nothing else can progress: in a generation whose missing ranks will never come, the
