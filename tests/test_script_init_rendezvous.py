@@ -126,6 +126,8 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
         assert "wait timeout after 500ms, keys: " in rep.ranks[0].error.message
         assert rep.ranks[2].error.message.startswith(FULL_MESH) if mode == "sleeps2" else \
             rep.ranks[2].error.type == "ScriptError"
+        if mode != "sleeps2":  # where the rank that never came left, on both sides
+            assert rep.ranks[2].location.line == line_of(INIT, "sys.exit(0)" if mode == "exits" else "raise ")
     assert [r.time for r in sim.ranks[:2]] == [0.5, 0.5]
 
 
@@ -141,8 +143,12 @@ def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zy
     assert [r.status for r in rep.ranks] == ["hang", "hang", "error"]
     assert [(r.exit, r.location.line) for r in rep.ranks[:2]] == [(INIT_WAIT, at)] * 2
     assert "exit code 0 before calling init_process_group" in rep.ranks[2].error.message
+    # where the rank that never came left: its process tells the coordinator as it exits
+    assert (rep.ranks[2].exit, rep.ranks[2].location.line) == ("sys.exit(0) before init_process_group",
+                                                               line_of(INIT, "sys.exit(0)"))
     assert any("rank(s) [0, 1] wait in init_process_group for the whole world of 3" in n
-               and "rank(s) [2] ended before calling it" in n for n in rep.notes), rep.notes
+               and "rank(s) [2] ended before calling it; rank 2 sys.exit(0) before init_process_group at "
+               f"init_waits_for_world.py:{line_of(INIT, 'sys.exit(0)')}" in n for n in rep.notes), rep.notes
     assert rep.timings["wall_s"] < 30
 
 

@@ -32,7 +32,7 @@ from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, raw_frames
-from simdist.script.rendezvous import INIT_WAIT
+from simdist.script.rendezvous import INIT_WAIT, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
 
@@ -170,7 +170,9 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
             if returncode is not None else ""
         err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
-        return RankResult(rank=r, status="error", error=err, trace=trace)
+        x = coord.no_init.get(r) or {}  # how and where its process ended (`rendezvous`)
+        return RankResult(rank=r, status="error", error=err, trace=trace, exit=ended_without_init(x) if x else None,
+                          location=location(*x["where"][:3]) if x.get("where") else None)
     rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None

@@ -90,7 +90,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
         self.rendezvous = rendezvous  # simulated: init waits for the world here (real Gloo: at the store)
-        self.never_joins: Any = set  # -> ranks whose launched process ended (`serve`'s `ended`)
+        self.no_init: dict[int, dict[str, Any]] = {}  # rank -> how its process ended before its init (`rendezvous`)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ

@@ -125,11 +125,14 @@ class GenerationsMixin:
     cost_factory: Any
     rendezvous: bool
     _arrive: Any
+    _never_came: Any
     _send: Any
     _overdue: Any
     _pump: Any
 
     def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
+        if "never" in h:  # its process ends without an init: how (`rendezvous`)
+            return self._never_came(h)
         rank, size = int(h["rank"]), int(h["world_size"])
         conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
         fresh = conn.rank is None

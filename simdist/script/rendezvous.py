@@ -67,6 +67,16 @@ def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:
     return "DistStoreError", f"wait timeout after {round(limit_s * 1000)}ms, keys: {STORE_PREFIX}/0//cpu//0/{missing}"
 
 
+def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
+    """How a process that never called init ended (`rank.exits`' report), in words; `at`:
+    with the line."""
+    how = x.get("how")
+    said = f"raised {x['error']['type']}" if x.get("error") else f"{how}({x.get('code', '')})" if how in (
+        "sys.exit", "os._exit") else "returned"
+    where = x.get("where") if at else None
+    return f"{said} before init_process_group" + (f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else "")
+
+
 def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
     """`rank`'s process is blocked in another generation (torchrun-style: one process a rank)."""
     c = latest(gens, rank)
@@ -74,12 +84,17 @@ def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
 
 
 class RendezvousMixin:
-    """The coordinator's side of init's rendezvous. Needs `gens`, `_send`, `_pump`, and
+    """The coordinator's side of init's rendezvous. Needs `gens`, `_send`, `no_init`, and
     `never_joins` (ranks whose launched process ended: they will join no generation)."""
 
     gens: list[Any]
     _send: Any
-    never_joins: Callable[[], set[int]]
+    never_joins: Callable[[], set[int]] = set  # `serve`'s `ended`: ranks whose launched process ended
+    no_init: dict[int, dict[str, Any]]  # rank -> how its process ended without calling init
+
+    def _never_came(self, h: dict[str, Any]) -> None:
+        """A torchrun-style rank's process ends before it called init (`rank.exits`): how and where."""
+        self.no_init.setdefault(int(h["rank"]), dict(h["never"]))
 
     def _arrive(self, conn: RankConn, gen: Any, h: dict[str, Any]) -> None:
         """`conn` joined `gen` (its membership is made): it waits until the world is complete,
@@ -149,6 +164,8 @@ class RendezvousMixin:
                 gone = sorted(set(missing) & self.never_joins())
                 why = (f"rank(s) {gone} ended before calling it" if gone == missing else
                        f"rank(s) {missing} never called it" + (f" (of them {gone} ended)" if gone else ""))
+                why += "".join(f"; rank {r} {ended_without_init(self.no_init[r], at=True)}"
+                               for r in gone if r in self.no_init)
                 notes.append(f"init: rank(s) {waiting} wait in init_process_group for the whole world of "
                              f"{gen.world_size} (real Gloo's store rendezvous): {why}")
             for rank, late, limit_s, _frames in gen.failed:
