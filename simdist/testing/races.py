@@ -18,6 +18,15 @@ exit exits in turn) adds up. Same script, same machine: either outcome.
 So a rank is an exit race when the simulator has it lose a peer that exited, real Gloo has it
 time out, and its own deadline came at most `EXIT_RACE_S` after the simulated exit: on real
 Gloo the exit had not reached it yet.
+
+A second race, of the rendezvous (`simdist.script.rendezvous`): a rank that comes to
+`init_process_group` after its peers' init timed out and their processes left finds their
+addresses at the store and fails to connect the full mesh, after its own timeout, in one of
+two ways by which side of each Gloo pair opens the connection (decided by the pair's two
+listening addresses, ports the kernel picks at random): it connects to a listener that is
+gone ("... SO_ERROR: Connection refused") or it waits for a peer to connect to it
+("... Connect timeout [none]"); both measured with the same script, `tests/scripts/
+init_waits_for_world.py sleeps2 0.5`. The simulator says the first (`ConnectRace`).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from dataclasses import dataclass
 
 from simdist.compare import Comparison
 from simdist.report import Report
+from simdist.script.rendezvous import FULL_MESH
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -50,13 +60,35 @@ class ExitRace:
                 f"teardown had not closed its sockets yet and the timeout came first")
 
 
-def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace]:
-    """The exit races that make up every difference of `cmp`; empty when the runs agree or any
-    difference is something else (then all of it counts as a difference)."""
+@dataclass(frozen=True)
+class ConnectRace:
+    """Rank `rank` came to init after its peers' init timed out: refused in the simulator, a
+    connect timeout on real Gloo (which side of a pair connects is the ports' draw)."""
+
+    rank: int
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: connect race, not a model difference: it came to init_process_group after its "
+                f"peers' init timed out; whether Gloo's connect is refused or times out depends on which side of "
+                f"each pair connects, decided by the ports")
+
+
+def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace | ConnectRace]:
+    """The races (exit or connect) that make up every difference of `cmp`; empty when the runs
+    agree or any difference is something else (then all of it counts as a difference)."""
     if cmp.agree or any(d.field != "error" or d.rank is None for d in cmp.differences):
         return []
-    races = [exit_race(sim, real, d.rank) for d in cmp.differences if d.rank is not None]
+    races = [exit_race(sim, real, d.rank) or connect_race(sim, real, d.rank)
+             for d in cmp.differences if d.rank is not None]
     return [r for r in races if r is not None] if all(races) else []
+
+
+def connect_race(sim: Report, real: Report, rank: int) -> ConnectRace | None:
+    """Rank `rank`'s full-mesh connect at init was refused in `sim` and timed out in `real`."""
+    s, r = sim.ranks[rank].error, real.ranks[rank].error
+    if s is None or r is None or not (s.message.startswith(FULL_MESH) and r.message.startswith(FULL_MESH)):
+        return None
+    return ConnectRace(rank) if "Connection refused" in s.message and "Connect timeout" in r.message else None
 
 
 def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:

@@ -57,8 +57,13 @@ def _patch_init(backend: str) -> None:
         a = bound.arguments
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
         c = client.connect(os.environ[env.SOCKET])
+        limit = a.get("timeout")
+        # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
+        # reply comes once the whole world has joined, or with the store's error
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
-                           "backend": str(a.get("backend")), "cpu": time.thread_time()})
+                           "backend": str(a.get("backend")), "cpu": time.thread_time(),
+                           "to": limit.total_seconds() if limit is not None else None,
+                           "pre": client.pre_init_sleep(), "frames": stack.caller_stack(1)})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
@@ -66,6 +71,9 @@ def _patch_init(backend: str) -> None:
         c.semantics = reply.get("backend") or c.semantics
         exits.registered(sys._getframe(1))
         output.registered()
+        if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
+            kind, message = reply["raise"]
+            raise (dist.DistStoreError if kind == "DistStoreError" else RuntimeError)(message)
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
