@@ -34,15 +34,16 @@ def _ranks(report: Report) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("script", type=Path)
-    ap.add_argument("args", nargs="*", help="the script's own arguments (after --)")
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--n", type=int, default=20)
-    a = ap.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a, script_args = ap.parse_args(argv[:cut]), argv[cut + 1:]  # the script's own arguments: after --
     tally: collections.Counter[str] = collections.Counter()
     with (Zygote(None, mode="sim", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as zs,
           Zygote(None, mode="gloo", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as zg):
         def run(mode: str, z: Zygote) -> Report:
-            return run_script(a.script, a.args, nproc_per_node=a.nproc, backend="gloo", mode=mode,
+            return run_script(a.script, script_args, nproc_per_node=a.nproc, backend="gloo", mode=mode,
                               timeout_s=WATCHDOG_S, measure_compute=False, zygote=z)
 
         sim = run("sim", zs)

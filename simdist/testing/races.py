@@ -31,7 +31,8 @@ host gives). Measured with `tests/scripts/timed_out_root_fed.py` (`bench/race_ta
 1 real run in 235 on this 2-core host (1 of 60 beside the example tests' real runs, 0 of 80
 in a second such run, 0 of 60 beside other load, 0 of 30 with 4 CPU burners on the ranks'
 core, 0 of 5 quiet), the shape of its failure in a two-worker CI run; on raw Gloo with the
-slow rank stopped inside `new_group` (`bench/gloo_closed_pair_probe.py connect_race`).
+slow rank stopped inside `new_group` (SIGSTOP) until the fast one exited, 3 of 10 runs
+(`bench/gloo_closed_pair_probe.py connect_race`): where the process stops decides.
 """
 
 from __future__ import annotations
