@@ -10,6 +10,10 @@ order of a closure and the waits it ends can be read:
 * irecv_other: rank 0 irecvs from ranks 1 and 2; rank 1 exits at 0.2 s without sending.
 * bcast_fed: a broadcast from rank 0; rank 1 gets it and exits; rank 2 posts at 1 s.
 * bcast_unfed: the same, rank 1 exits at 0.2 s without posting.
+* send_in_flight: rank 0 sends 400 MB to rank 1, which had posted its receive and dies 30 ms
+  later, mid-transfer: the partly written send sits in the pair's transmit queue, which the
+  closure does not reach for an unbound buffer (`Pair::signalException` looks at `op.buf`
+  only), so rank 0's wait ends by its timeout (5 s), not with the peer gone.
 * connect_race: tests/scripts/timed_out_root_fed.py's program (root timeout 5 s here), with
   rank 2 stopped (SIGSTOP) as soon as it has published its address for `new_group` and let
   go on (SIGCONT) once rank 1 has exited: a rank descheduled while connecting the group.
@@ -86,6 +90,18 @@ def _broadcast(rank: int, case: str, g, t: torch.Tensor) -> None:
         os._exit(0)
 
 
+def _in_flight(rank: int, g) -> None:
+    t = torch.zeros(100_000_000)
+    if rank == 0:
+        dist.send(t, 1, group=g)
+        log(rank, "send done")
+    elif rank == 1:
+        work = dist.irecv(t, 0, group=g)
+        time.sleep(0.03)
+        log(rank, f"dies mid-transfer (received: {work.is_completed()})")
+        os._exit(0)
+
+
 def rank_main(rank: int, store_path: str, case: str) -> None:
     die_with_parent()
     store = dist.FileStore(store_path, 3)
@@ -95,7 +111,10 @@ def rank_main(rank: int, store_path: str, case: str) -> None:
         if case != "connect_race":
             dist.barrier(group=g)  # the group is connected on every rank before anyone leaves
         t = torch.full((4,), float(rank))
-        (_p2p if case.startswith(("isend", "irecv")) else _broadcast)(rank, case, g, t)
+        if case == "send_in_flight":
+            _in_flight(rank, g)
+        else:
+            (_p2p if case.startswith(("isend", "irecv")) else _broadcast)(rank, case, g, t)
     except RuntimeError as e:
         log(rank, how(e))
     time.sleep(2.0)  # stay up: the store's file and the others' view of this rank
@@ -138,7 +157,7 @@ def run_case(case: str) -> None:
                     p.join()
 
 
-CASES = ("isend_wait2", "isend_wait1", "irecv_other", "bcast_fed", "bcast_unfed", "connect_race")
+CASES = ("isend_wait2", "isend_wait1", "irecv_other", "bcast_fed", "bcast_unfed", "send_in_flight", "connect_race")
 
 
 def main() -> int:
