@@ -16,7 +16,7 @@ from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
 from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin
-from simdist.testing.races import ConnectRace, exit_races
+from simdist.testing.races import RendezvousRace, exit_races
 from tests.conftest import ROOT, line_of
 
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -116,7 +116,7 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
     sim, real = _compare(script_zygote, [mode, "0.5"])
     c = compare_reports(sim, real)
     # the late rank's connect: refused, or a connect timeout on real Gloo (the ports decide)
-    assert c.agree or [r.rank for r in exit_races(sim, real, c) if isinstance(r, ConnectRace)] == [2], \
+    assert c.agree or [r.rank for r in exit_races(sim, real, c) if isinstance(r, RendezvousRace)] == [2], \
         format_comparison(c)
     at = line_of(INIT, "dist.init_process_group(")
     for rep in (sim, real):
