@@ -123,7 +123,7 @@ _END_ITERATION = EndIteration()
 _WAIT_DEFERRED = WaitDeferred()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs a setattr call per field)
 class _Entry:
     """What a step of a section is, as far as it does not change between iterations: read
     once per rank (a pydantic attribute read per step and iteration, and `model_named`'s
@@ -143,7 +143,7 @@ def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
         fb = isinstance(step, (ForwardStep, BackwardStep))
         out.append(_Entry(k, step, isinstance(step, StopStep), (1 if isinstance(step, ForwardStep) else 2) if fb else 0,
                           s.model_named(step.model).name if fb else "",  # type: ignore[union-attr]
-                          not varies(getattr(step, "value", 0.0))))
+                          "value" not in type(step).model_fields or not varies(step.value)))  # type: ignore[union-attr]
     return tuple(out)
 
 
