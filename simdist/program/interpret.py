@@ -126,8 +126,8 @@ _WAIT_DEFERRED = WaitDeferred()
 @dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs a setattr call per field)
 class _Entry:
     """What a step of a section is, as far as it does not change between iterations: read
-    once per rank (a pydantic attribute read per step and iteration, and `model_named`'s
-    scan of the models, were a sixth of the interpreter's cost)."""
+    once per rank, not per step and iteration (a pydantic attribute miss for `value` and
+    `model_named`'s scan of the models were among the interpreter's costliest lines)."""
 
     k: int
     step: Step
