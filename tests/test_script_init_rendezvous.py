@@ -34,16 +34,17 @@ class _Rendezvous(RendezvousMixin):
     def _send(self, conn, h):
         self.answers[conn.rank] = h
 
-    def arrive(self, rank: int, pre: float = 0.0, to: float | None = None, clock: float = 0.0) -> None:
+    def arrive(self, rank: int, at: float = 0.0, to: float | None = None, clock: float = 0.0) -> None:
+        """`at`: when it entered init (wall time: a process's first init is judged on it)."""
         conn = RankConn(None, rank=rank, clock=clock)  # type: ignore[arg-type]
         self.gens[0].by_rank[rank] = conn
-        self._arrive(conn, self.gens[0], {"req": rank + 1, "pre": pre, "to": to})
+        self._arrive(conn, self.gens[0], {"req": rank + 1, "at": at, "to": to})
 
 
 def test_init_answers_once_the_world_has_joined_at_the_last_arrival():
     rv = _Rendezvous(3)
     rv.arrive(0, to=2.0)
-    rv.arrive(2, pre=1.5)  # within rank 0's timeout: no error
+    rv.arrive(2, at=1.5)  # within rank 0's timeout: no error
     assert rv.answers == {}
     rv.arrive(1, clock=0.25)  # (a later generation's clock)
     assert sorted(rv.answers) == [0, 1, 2] and all(h["raise"] is None for h in rv.answers.values())
@@ -51,13 +52,13 @@ def test_init_answers_once_the_world_has_joined_at_the_last_arrival():
 
 
 def test_a_rank_later_than_a_peers_timeout_fails_it_and_then_is_refused():
-    """Rank 0 waits 0.5 s (simulated) for rank 2, which comes 1 s late: rank 0's wait ran out
+    """Rank 0 waits 0.5 s for rank 2, which comes 1 s late: rank 0's wait ran out
     first (the lowest rank missing at its deadline is named); rank 1, without a timeout, and
     rank 2 then find a peer whose process left: Gloo's connect is refused."""
     rv = _Rendezvous(3)
     rv.arrive(0, to=0.5)
     rv.arrive(1)
-    rv.arrive(2, pre=1.0)
+    rv.arrive(2, at=1.0)
     assert rv.answers[0]["raise"] == ("DistStoreError", "wait timeout after 500ms, keys: /default_pg/0//cpu//0/2")
     assert [rv.answers[r]["raise"][1].startswith(REFUSED) for r in (1, 2)] == [True, True]
     assert rv.gens[0].by_rank[0].clock == 0.5
@@ -162,3 +163,24 @@ def test_new_group_waits_for_its_members_only(script_zygote):
     side = [r.trace[0] for r in sim.ranks[:2]]
     assert [e.op for e in side] == ["all_reduce", "all_reduce"] and all(e.t_done < 1.0 for e in side)
     assert all(r.trace[-1].op == "barrier" and r.trace[-1].t_done >= 1.0 for r in sim.ranks)
+
+
+def test_a_first_init_is_late_by_the_wall_clock_a_later_one_by_the_simulated_clock():
+    """Before a process's first init nothing is simulated: rank 1 entering init 1.5 s after
+    rank 0 (its sleeps, its compute or its poll for a file rank 0 writes alike) outlasts
+    rank 0's 1 s timeout; entering at the same wall time it does not, whatever it slept.
+    A later init (no wall time: a generation after destroy) is judged on the clocks."""
+    late = _Rendezvous(2)
+    late.arrive(0, at=100.0, to=1.0)
+    late.arrive(1, at=101.5)
+    assert late.answers[0]["raise"][0] == "DistStoreError" and late.gens[0].by_rank[0].clock == 1.0
+    together = _Rendezvous(2)
+    together.arrive(0, at=100.0, to=1.0)
+    together.arrive(1, at=100.2)
+    assert [together.answers[r]["raise"] for r in (0, 1)] == [None, None]
+    later = _Rendezvous(2)
+    for r, clock in ((0, 3.0), (1, 4.5)):
+        conn = RankConn(None, rank=r, clock=clock)  # type: ignore[arg-type]
+        later.gens[0].by_rank[r] = conn
+        later._arrive(conn, later.gens[0], {"req": r + 1, "at": None, "to": 1.0})
+    assert later.answers[0]["raise"][0] == "DistStoreError" and later.gens[0].by_rank[0].clock == 4.0

@@ -18,10 +18,13 @@ mesh, each rank waiting at the store for every peer's address. Measured on torch
 The simulated ranks have no store: the coordinator is the rendezvous. It answers a rank's
 init once the generation (`simdist.script.generations`) has all its ranks, and sets every
 member's clock to the latest one's (the world's last arrival; in the first generation every
-clock is 0 then, the convention that a rank's clock starts at its init). How late a rank
-comes is simulated time too: its `time.sleep` before init (`rank.client.pre_init_sleep`;
-compute before init, the imports, is not measured), so a rank that sleeps past its peers'
-timeout makes them time out as on Gloo, whenever its message arrives. A rank that never
+clock is 0 then, the convention that a rank's clock starts at its init). Whether a rank came
+too late for a peer's timeout is judged on the wall clock when both are their processes'
+first init: before it nothing is simulated, the ranks run the script's code for real, so
+when each entered init is the model (its sleeps, compute, I/O and waits for a file a peer
+writes alike; counting its sleeps alone made a rank that polls for a peer's file late by the
+peer's work: a timeout real Gloo does not have). Later inits (a generation after
+`destroy_process_group`) are judged on the simulated clocks. A rank that never
 comes: the launcher knows when the process it started for that rank (torchrun-style, one
 process per rank) ended without joining; then the waits with a timeout end with the error
 above and the others are a hang, explained by `notes`. For a script that starts its own
@@ -48,18 +51,25 @@ REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ER
 
 @dataclass
 class InitWait:
-    """A rank waiting in its init: the request to answer, when it came (wall time), its
-    arrival (simulated: its clock plus its sleep before init), its timeout and its call site."""
+    """A rank waiting in its init: the request to answer, when its message came (wall time),
+    when it entered init (wall time, its process's first init only: `came_after`), its
+    simulated clock then, its timeout and its call site."""
 
     req: int
     since: float
-    arrival: float
+    at: float | None
+    clock: float
     limit_s: float | None
     frames: list[Any]
 
-    @property
-    def deadline(self) -> float | None:
-        return None if self.limit_s is None else self.arrival + self.limit_s
+    def came_after(self, other: InitWait) -> bool:
+        """`other` entered init after this wait's timeout ran out: on the wall clock when both
+        are first inits (nothing is simulated before one), else on the simulated clocks."""
+        if self.limit_s is None:
+            return False
+        if self.at is not None and other.at is not None:
+            return other.at - self.at > self.limit_s
+        return other.clock - self.clock > self.limit_s
 
 
 def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:
@@ -99,11 +109,11 @@ class RendezvousMixin:
     def _arrive(self, conn: RankConn, gen: Any, h: dict[str, Any]) -> None:
         """`conn` joined `gen` (its membership is made): it waits until the world is complete,
         or answers at once the rank that comes after a peer's init timed out."""
-        conn.init_wait = InitWait(int(h["req"]), time.time(), conn.clock + float(h.get("pre") or 0.0),
-                                  None if h.get("to") is None else float(h["to"]), list(h.get("frames") or []))
-        for c in list(gen.by_rank.values()):  # those whose deadline passed before this arrival
-            w = c.init_wait
-            if w is not None and w.deadline is not None and w.deadline < conn.init_wait.arrival:
+        new = conn.init_wait = InitWait(int(h["req"]), time.time(), None if h.get("at") is None else float(h["at"]),
+                                        conn.clock, None if h.get("to") is None else float(h["to"]),
+                                        list(h.get("frames") or []))
+        for c in list(gen.by_rank.values()):  # those whose timeout ran out before this arrival
+            if c is not conn and c.init_wait is not None and c.init_wait.came_after(new):
                 self._init_failed(c, gen)
         if not gen.complete():
             return
@@ -127,10 +137,10 @@ class RendezvousMixin:
     def _init_failed(self, conn: RankConn, gen: Any) -> None:
         """`conn`'s init timed out at the store: the lowest rank not there by its deadline."""
         w = conn.init_wait
-        assert w is not None and w.limit_s is not None and w.deadline is not None
-        there = {r for r, c in gen.by_rank.items() if c.init_wait is None or c.init_wait.arrival <= w.deadline}
+        assert w is not None and w.limit_s is not None
+        there = {r for r, c in gen.by_rank.items() if c.init_wait is None or not w.came_after(c.init_wait)}
         missing = min(r for r in range(gen.world_size) if r not in there)
-        conn.clock = w.deadline
+        conn.clock = w.clock + w.limit_s
         gen.failed.append((conn.rank, missing, w.limit_s, w.frames))
         self._answer(conn, gen, store_timeout(w.limit_s, missing))
 

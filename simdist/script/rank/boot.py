@@ -74,8 +74,6 @@ def _patch_sleep() -> None:
 
     def sleep(seconds: float) -> None:
         c = client.CLIENT
-        if c is None and threading.current_thread() is main:  # before init: how late it comes to it
-            client.slept_before_init(seconds)
         if c is None or threading.current_thread() is not main:
             return orig(seconds)
         c.sleeping += 1

@@ -311,20 +311,6 @@ def _abort(detail: str) -> None:
 
 
 CLIENT: Client | None = None
-_PRE_INIT_SLEEP = [0.0]  # `time.sleep` on the main thread before the process's first init
-
-
-def slept_before_init(seconds: float) -> None:
-    """The main thread sleeps before any init: simulated time the rank arrives late at the
-    rendezvous (`simdist.script.rendezvous`; its compute before init is not measured: it
-    holds the imports, which differ between a plain launch and a forked one)."""
-    _PRE_INIT_SLEEP[0] += max(float(seconds), 0.0)
-
-
-def pre_init_sleep() -> float:
-    """The sleep before init, once (a later init's sleeps are on the rank's clock already)."""
-    s, _PRE_INIT_SLEEP[0] = _PRE_INIT_SLEEP[0], 0.0
-    return s
 
 
 def connect(path: str) -> Client:

@@ -56,6 +56,7 @@ def _patch_init(backend: str) -> None:
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
+        at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
         # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
@@ -63,7 +64,7 @@ def _patch_init(backend: str) -> None:
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
-                           "pre": client.pre_init_sleep(), "frames": stack.caller_stack(1)})
+                           "at": at, "frames": stack.caller_stack(1)})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
