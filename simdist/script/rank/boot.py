@@ -10,7 +10,9 @@ Every process of a script run, whether the launcher started it or the script did
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
   before the script does, so its environment settings still apply). In the "gloo" mode
-  the groups are real Gloo ones instead (the same script on real ranks, for comparison).
+  the groups are real Gloo ones instead (the same script on real ranks, for comparison);
+* keeps this layer out of `torch.compile`'s reach once torch._dynamo is imported
+  (`_on_dynamo`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from simdist.script.rank import callbacks, client, exits, output
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs `callback(module)` once the top-level module `name` has been executed."""
 
-    def __init__(self, name: str, callback: Callable[[Any], None]):
+    def __init__(self, name: str, callback: Callable[[Any], None]):  # name: dotted, "torch._dynamo" too
         self.name = name
         self.callback = callback
         self._busy = False
@@ -66,6 +68,20 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
     batches.install()
+    if "torch._dynamo" in sys.modules:  # a fork server preloads it
+        _on_dynamo(sys.modules["torch._dynamo"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch._dynamo", _on_dynamo))
+
+
+def _on_dynamo(_dynamo: Any) -> None:
+    """Dynamo skips this layer's frames, as it never sees a C++ backend's: a compiled DDP
+    model's forward runs with dynamo's frame hook set, and the reducer's bucket-rebuild
+    broadcast then entered the simulated group's Python `broadcast`, which dynamo tried to
+    trace and failed on ("Attempted to access unregistered member on an OpaqueObject")."""
+    from torch._dynamo import trace_rules
+
+    trace_rules.add("simdist")
 
 
 def _patch_sleep() -> None:

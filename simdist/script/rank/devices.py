@@ -20,7 +20,11 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
 * `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
   `device_count`, `set_device`, `current_device`, `synchronize`, streams and events that
-  have nothing to wait for, ...);
+  have nothing to wait for, ...), and `torch.accelerator`, the device-generic API current
+  scripts and tutorials use (`current_accelerator()` -> cuda, `device_count`,
+  `set_device_index`, `device_index`, `current_stream`, ...), reports the same devices:
+  left alone it said "no accelerator" while `torch.cuda` said 8 GPUs, so such a script took
+  its CPU path (or failed, "Cannot access accelerator device when none is available");
 * DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
 
 The mode is entered on the main thread, where scripts (and CPU autograd) run, and on every
@@ -36,6 +40,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -61,34 +66,96 @@ def _remap_args(args: tuple) -> tuple:
     return tuple(_CPU if is_accelerator(a) else a for a in args)
 
 
+# The CPU tensors that stand for GPU tensors: made by a factory with a CUDA `device=`, a move
+# to CUDA, or a module's move (its parameters and buffers). Why: on a GPU, moving a host
+# tensor to the device (`.to("cuda")`, `.cuda()`) makes a new tensor and `.cpu()` of a device
+# tensor does too, while a CPU tensor moved to the CPU is the tensor itself; a script that
+# normalises its batch in place on the device, or clips `.cpu().numpy()` predictions in
+# place, changed its host data here and nowhere on a GPU. A move copies unless the tensor is
+# known to be on the target already. The results of operations on such tensors are not
+# tracked (a mode would pay for every operation): moving one to CUDA again copies it where
+# a GPU would return it, which changes no value. Keyed by id, holding the tensor weakly
+# (a tensor's `__eq__` is elementwise, so a WeakKeyDictionary cannot hold tensors).
+_ON_GPU: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, ...) move as they always did
+
+
+def stands_for_gpu(t: Any) -> bool:
+    """Whether `t` is a CPU tensor that stands for a GPU tensor (see `_ON_GPU`)."""
+    return _ON_GPU.get(id(t)) is t
+
+
+def _mark(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        _ON_GPU[id(t)] = t
+    return t
+
+
 class CudaToCpu(TorchFunctionMode):
-    """Rewrites CUDA device arguments of torch calls to the CPU."""
+    """Rewrites CUDA device arguments of torch calls to the CPU (and marks what they make)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if kwargs:
             dev = kwargs.get("device")
             if dev is not None and is_accelerator(dev):
-                kwargs = {**kwargs, "device": _CPU}
-        else:
-            kwargs = {}
-        return func(*args, **kwargs)
+                return _mark(func(*args, **{**kwargs, "device": _CPU}))
+            return func(*args, **kwargs)
+        return func(*args)
+
+
+def _move_target(args: tuple, kwargs: dict) -> Any:
+    """The device a `Tensor.to`/`Module.to` call names (None: a dtype or tensor only)."""
+    if "device" in kwargs:
+        return kwargs["device"]
+    if args and isinstance(args[0], (str, int, torch.device)) and not isinstance(args[0], bool):
+        return args[0]
+    return None
+
+
+def _is_cpu(device: Any) -> bool:
+    return (isinstance(device, str) and device.startswith("cpu")) or (
+        isinstance(device, torch.device) and device.type == "cpu")
 
 
 def _patch_tensor_moves() -> None:
-    """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, `.pin_memory()` is the
-    tensor itself, wherever they are called from (see the module's docstring)."""
-    orig_to = torch.Tensor.to
+    """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, a copy where a GPU would
+    copy (`_ON_GPU`); `.cpu()` of a tensor that stands for a GPU one copies it;
+    `.pin_memory()` is the tensor itself; wherever they are called from (module docstring)."""
+    orig_to, orig_cpu = torch.Tensor.to, torch.Tensor.cpu
+
+    def plain_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        # the CudaToCpu mode hands a method back to `torch.Tensor.to`, this wrapper, which
+        # would take the remapped CPU device for a move to the host and copy a marked tensor
+        with torch._C.DisableTorchFunction():
+            return orig_to(self, *args, **kwargs)
 
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if "device" in kwargs and is_accelerator(kwargs["device"]):
+        target = _move_target(args, kwargs)
+        to_gpu = is_accelerator(target)
+        if to_gpu and "device" in kwargs:
             kwargs["device"] = _CPU
-        return orig_to(self, *_remap_args(args), **kwargs)
+        if type(self) not in _PLAIN:
+            return orig_to(self, *_remap_args(args), **kwargs)
+        if "copy" not in kwargs and len(args) < 4 and (
+                (to_gpu and not stands_for_gpu(self)) or (_is_cpu(target) and stands_for_gpu(self))):
+            kwargs["copy"] = True
+        out = plain_to(self, *_remap_args(args), **kwargs)
+        return _mark(out) if to_gpu else out
 
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
+        if type(self) not in _PLAIN:
+            return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
+        copy = not stands_for_gpu(self)
+        return _mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format, copy=copy))
+
+    @functools.wraps(orig_cpu)
+    def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        if type(self) in _PLAIN and stands_for_gpu(self):
+            return plain_to(self, _CPU, memory_format=memory_format, copy=True)
+        return orig_cpu(self, memory_format=memory_format)
 
     @functools.wraps(torch.Tensor.pin_memory)
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -96,6 +163,7 @@ def _patch_tensor_moves() -> None:
 
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.cpu = cpu  # type: ignore[method-assign]
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
@@ -155,16 +223,20 @@ def _index(device: Any) -> int:
 
 
 class _DeviceContext:
-    """`torch.cuda.device(n)`: selects nothing on the CPU."""
+    """`torch.cuda.device(n)`, `torch.accelerator.device_index(n)`: the current device is n
+    inside (None: unchanged), as on a GPU; nothing else is selected on the CPU."""
 
     def __init__(self, device: Any):
         self.device = device
+        self._before = _Gpus.current
 
     def __enter__(self) -> None:
-        return None
+        self._before = _Gpus.current
+        if self.device is not None and not isinstance(self.device, _Stream) and _index(self.device) >= 0:
+            _Gpus.current = _index(self.device)
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        _Gpus.current = self._before
 
 
 class _Stream:
@@ -182,6 +254,15 @@ class _Stream:
 
     def query(self) -> bool:
         return True
+
+    def is_capturing(self) -> bool:  # an optimizer's step asks (no CUDA graph is captured here)
+        return False
+
+    def __enter__(self) -> Any:  # `with stream:` (torch.Stream's own context manager)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
     def wait_stream(self, stream: Any) -> None:
         return None
@@ -229,18 +310,107 @@ def _install_cuda_shims(gpus: int) -> None:
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
+    _install_cuda_rng_shims()
+    _install_accelerator_shims()
+
+
+def _install_cuda_rng_shims() -> None:
+    """CUDA's generator state is the CPU generator's: a "cuda" tensor's random numbers are
+    drawn from the CPU generator here (the factory is remapped), so saving and restoring one
+    state replays them. torch.compile's frame conversion saves and restores the CUDA state
+    whenever `torch.cuda.is_available()` (every compiled call failed before with "Torch not
+    compiled with CUDA enabled"), and so do scripts that replay dropout."""
+    import torch.cuda as tc
+    import torch.cuda.random as tcr
+
+    shims: dict[str, Any] = {
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_Gpus.count)],
+        "set_rng_state_all": lambda new_states: [torch.set_rng_state(s) for s in new_states[:1]] and None,
+        "initial_seed": torch.initial_seed,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+        setattr(tcr, name, fn)
+
+
+def _install_accelerator_shims() -> None:
+    """`torch.accelerator` reports the simulated GPUs `torch.cuda` does (module docstring).
+    torch's own callers get the same answers (the DataLoader pins through a pin-memory
+    thread, as on a GPU; its pinning is the tensor itself, `_patch_tensor_moves`)."""
+    import torch.accelerator as ta
+
+    def set_index(device: Any) -> None:
+        _Gpus.current = _index(device)
+
+    shims: dict[str, Any] = {
+        "is_available": lambda: True,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "device_count": lambda: _Gpus.count,
+        "current_device_index": lambda: _Gpus.current,
+        "current_device_idx": lambda: _Gpus.current,
+        "set_device_index": set_index,
+        "set_device_idx": set_index,
+        "device_index": _DeviceContext,
+        "synchronize": lambda device=None: None,
+        "current_stream": lambda device=None: _CURRENT_STREAM,
+        "set_stream": lambda stream: None,
+        "empty_cache": lambda: None,
+        "memory_allocated": lambda device_index=None: 0,
+        "max_memory_allocated": lambda device_index=None: 0,
+        "memory_reserved": lambda device_index=None: 0,
+        "max_memory_reserved": lambda device_index=None: 0,
+        "reset_peak_memory_stats": lambda device_index=None: None,
+    }
+    for name, fn in shims.items():
+        setattr(ta, name, fn)
 
 
 def _patch_module_to() -> None:
-    orig = torch.nn.Module.to
+    """`Module.to(cuda)`/`.cuda()` leave the module on the CPU, its parameters and buffers
+    marked as standing for GPU tensors (`_ON_GPU`: moving one to CUDA again is a no-op, as
+    on a GPU); `.to("cpu")`/`.cpu()` copy the marked ones, as a GPU's device-to-host move
+    does, and unmark them."""
+    orig_to, orig_cpu = torch.nn.Module.to, torch.nn.Module.cpu
 
-    @functools.wraps(orig)
+    def tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+        return [*module.parameters(), *module.buffers()]
+
+    def to_gpu(module: torch.nn.Module) -> torch.nn.Module:
+        for t in tensors(module):
+            _ON_GPU.pop(id(t), None)  # already there: no copy (inner moves go to the CPU)
+        out = orig_to(module, _CPU)
+        for t in tensors(module):
+            _mark(t)
+        return out
+
+    def to_host(module: torch.nn.Module, out: torch.nn.Module) -> torch.nn.Module:
+        for t in tensors(module):
+            _ON_GPU.pop(id(t), None)
+        return out
+
+    @functools.wraps(orig_to)
     def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if "device" in kwargs and is_accelerator(kwargs["device"]):
-            kwargs["device"] = _CPU
-        return orig(self, *_remap_args(args), **kwargs)
+        target = _move_target(args, kwargs)
+        if is_accelerator(target):
+            rest = {k: v for k, v in kwargs.items() if k != "device"}
+            out = to_gpu(self)
+            return orig_to(out, *args[1:], **rest) if args[1:] or rest else out  # then a dtype, if any
+        out = orig_to(self, *args, **kwargs)
+        return to_host(self, out) if _is_cpu(target) else out
+
+    @functools.wraps(torch.nn.Module.cuda)
+    def cuda(self: torch.nn.Module, device: Any = None) -> Any:
+        return to_gpu(self)
+
+    @functools.wraps(orig_cpu)
+    def cpu(self: torch.nn.Module) -> Any:
+        return to_host(self, orig_cpu(self))
 
     torch.nn.Module.to = to  # type: ignore[method-assign]
+    torch.nn.Module.cuda = cuda  # type: ignore[method-assign]
+    torch.nn.Module.cpu = cpu  # type: ignore[method-assign]
 
 
 def _patch_ddp() -> None:
