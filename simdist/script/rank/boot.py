@@ -74,14 +74,25 @@ def _on_torch(_torch: Any) -> None:
         sys.meta_path.insert(0, _AfterImport("torch._dynamo", _on_dynamo))
 
 
+# The rank layer's modules that compiled code calls and dynamo must trace like torch's own
+# (a skipped function is a graph break): the remapped moves and the shims of torch.cuda.
+_TRACED = ("devices.py", "gpu_shims.py")
+
+
 def _on_dynamo(_dynamo: Any) -> None:
     """Dynamo skips this layer's frames, as it never sees a C++ backend's: a compiled DDP
     model's forward runs with dynamo's frame hook set, and the reducer's bucket-rebuild
     broadcast then entered the simulated group's Python `broadcast`, which dynamo tried to
-    trace and failed on ("Attempted to access unregistered member on an OpaqueObject")."""
+    trace and failed on ("Attempted to access unregistered member on an OpaqueObject").
+    Every file of the package is skipped but `_TRACED`: dynamo names skipped code by file."""
     from torch._dynamo import trace_rules
 
-    trace_rules.add("simdist")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # simdist/
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder, _dirs, files in os.walk(root):
+        trace_rules.SKIP_DIRS.extend(os.path.join(folder, f) for f in sorted(files)
+                                     if f.endswith(".py") and not (folder == here and f in _TRACED))
+    trace_rules._recompile_re()
 
 
 def _patch_sleep() -> None:

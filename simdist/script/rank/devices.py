@@ -97,7 +97,8 @@ class CudaToCpu(TorchFunctionMode):
         if kwargs:
             dev = kwargs.get("device")
             if dev is not None and is_accelerator(dev):
-                return _mark(func(*args, **{**kwargs, "device": _CPU}))
+                out = func(*args, **{**kwargs, "device": _CPU})
+                return out if torch.compiler.is_compiling() else _mark(out)
             return func(*args, **kwargs)
         return func(*args)
 
@@ -134,7 +135,7 @@ def _patch_tensor_moves() -> None:
         to_gpu = is_accelerator(target)
         if to_gpu and "device" in kwargs:
             kwargs["device"] = _CPU
-        if type(self) not in _PLAIN:
+        if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
             return orig_to(self, *_remap_args(args), **kwargs)
         if "copy" not in kwargs and len(args) < 4 and (
                 (to_gpu and not stands_for_gpu(self)) or (_is_cpu(target) and stands_for_gpu(self))):
@@ -145,14 +146,14 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        if type(self) not in _PLAIN:
+        if type(self) not in _PLAIN or torch.compiler.is_compiling():
             return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
         copy = not stands_for_gpu(self)
         return _mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format, copy=copy))
 
     @functools.wraps(orig_cpu)
     def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        if type(self) in _PLAIN and stands_for_gpu(self):
+        if type(self) in _PLAIN and not torch.compiler.is_compiling() and stands_for_gpu(self):
             return plain_to(self, _CPU, memory_format=memory_format, copy=True)
         return orig_cpu(self, memory_format=memory_format)
 
