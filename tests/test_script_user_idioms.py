@@ -126,3 +126,44 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     torch.cuda.set_rng_state(state)
     assert torch.equal(torch.rand(3), first)
     assert torch.cuda.initial_seed() == 7
+
+
+@pytest.mark.real
+def test_fsdp2_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
+    """tests/scripts/fsdp2_cuda_mesh.py: FSDP2 on init_device_mesh("cuda") with the model on
+    cuda asserted "Expects the parameter to already be moved to device cuda:0 but got cpu" on
+    both sides; its shards are now on the CPU (`devices.place_fsdp2_on_cpu`): bf16 mixed
+    precision, activation checkpointing, clip_grad_norm_ and a full state dict, bit for bit."""
+    sim, real = _both("fsdp2_cuda_mesh.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    out = sim.ranks[0].output
+    assert sum(line.startswith("[rank0] step ") for line in out) == 3
+    assert out[-1].startswith("[rank0] full state dict 14 tensors, head ")
+
+
+@pytest.mark.real
+def test_a_cuda_only_path_is_refused_and_named(script_zygote):
+    """FSDP2's meta-device initialisation on a cuda mesh reaches DTensor's random ops, which
+    need CUDA's generator: the run is bad input naming the CUDA-only operation, the rank and
+    the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
+    from simdist.errors import ScriptError
+    from simdist.script import run_script
+    from tests.conftest import ROOT
+
+    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(PyTorch is not "
+                                          r"linked with support for cuda devices\) is not supported by the simulated "
+                                          r"backend \(rank \d at fsdp2_cuda_mesh.py:\d+ in main: m.reset_parameters\(\)\)"):
+        run_script(ROOT / "tests" / "scripts" / "fsdp2_cuda_mesh.py", ["--meta"], nproc_per_node=2, backend="gloo",
+                   timeout_s=120, measure_compute=False, zygote=script_zygote("sim"))
+
+
+def test_cuda_only_errors_are_unsupported_operations():
+    """`env.unsupported_in`: torch's errors for a CUDA-only path are the simulated GPUs' gap."""
+    from simdist.script import env
+
+    assert env.unsupported_in("RuntimeError: Torch not compiled with CUDA enabled") == (
+        "a CUDA-only operation on the simulated GPUs (Torch not compiled with CUDA enabled)")
+    assert env.unsupported_in("PyTorch is not linked with support for cuda devices\n\nSharding propagation failed")
+    assert env.unsupported_in(env.UNSUPPORTED.format("a tensor of dtype uint16")) == "a tensor of dtype uint16"
+    assert env.unsupported_in("Connection closed by peer") is None

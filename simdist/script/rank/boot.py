@@ -68,10 +68,17 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
     batches.install()
-    if "torch._dynamo" in sys.modules:  # a fork server preloads it
-        _on_dynamo(sys.modules["torch._dynamo"])
+    _after_import("torch._dynamo", _on_dynamo)
+    _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
+
+
+def _after_import(name: str, callback: Callable[[Any], None]) -> None:
+    """`callback(module)` now if `name` is imported (a fork server preloads modules), else
+    once it is."""
+    if name in sys.modules:
+        callback(sys.modules[name])
     else:
-        sys.meta_path.insert(0, _AfterImport("torch._dynamo", _on_dynamo))
+        sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
 # The rank layer's modules that compiled code calls and dynamo must trace like torch's own
@@ -130,7 +137,4 @@ def install() -> None:
     output.install()
     exits.install()
     _patch_sleep()
-    if "torch" in sys.modules:
-        _on_torch(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _AfterImport("torch", _on_torch))
+    _after_import("torch", _on_torch)

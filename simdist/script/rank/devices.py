@@ -253,6 +253,21 @@ def _patch_module_to() -> None:
     torch.nn.Module.cpu = cpu  # type: ignore[method-assign]
 
 
+def place_fsdp2_on_cpu(fully_shard_module: Any) -> None:
+    """FSDP2 (`fully_shard`) on a "cuda" mesh places its shards on the CPU: it takes the mesh's
+    device as the one every parameter must be on and asserted "Expects the parameter to
+    already be moved to device cuda:0 but got cpu" (a GPU script's `init_device_mesh("cuda")`
+    with the model built or moved on cuda). Given `torch.distributed.fsdp._fully_shard.
+    _fully_shard`, which holds the function it asks."""
+    orig = fully_shard_module._get_device_from_mesh
+
+    @functools.wraps(orig)
+    def _get_device_from_mesh(mesh: Any) -> torch.device:
+        return _CPU if is_accelerator(mesh.device_type) else orig(mesh)
+
+    fully_shard_module._get_device_from_mesh = _get_device_from_mesh
+
+
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
