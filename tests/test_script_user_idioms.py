@@ -58,6 +58,7 @@ def test_host_device_copies_are_copies_on_both_sides(script_zygote):
         "[rank1] staged [1.0, 2.0, 3.0] same tensor False",
         "[rank1] preds on device after clipping a host copy [-1.0, 2.0, -3.0]",
         "[rank1] device->device move is a no-op True"]
+    assert sim.ranks[1].output[4].startswith("[rank1] device generator draws [")  # it failed: no CUDA generator
 
 
 def _keep(monkeypatch, *owners) -> None:
@@ -166,4 +167,20 @@ def test_cuda_only_errors_are_unsupported_operations():
         "a CUDA-only operation on the simulated GPUs (Torch not compiled with CUDA enabled)")
     assert env.unsupported_in("PyTorch is not linked with support for cuda devices\n\nSharding propagation failed")
     assert env.unsupported_in(env.UNSUPPORTED.format("a tensor of dtype uint16")) == "a tensor of dtype uint16"
+    assert env.unsupported_in("Cannot get CUDA generator without ATen_cuda library. PyTorch splits ...")
     assert env.unsupported_in("Connection closed by peer") is None
+
+
+def test_a_generator_made_on_cuda_is_a_cpu_generator(monkeypatch):
+    """`torch.Generator(device="cuda:1")` is a CPU generator (CUDA's failed), and every
+    generator, torch's default one too, is still an instance of `torch.Generator`."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(torch, "Generator", torch.Generator)
+    devices._patch_generator()
+    g = torch.Generator(device="cuda:1").manual_seed(3)
+    assert g.device == torch.device("cpu") and isinstance(g, torch.Generator)
+    assert isinstance(torch.default_generator, torch.Generator) and torch.Generator().device.type == "cpu"
+    assert torch.equal(torch.randperm(6, generator=g), torch.randperm(6, generator=torch.Generator().manual_seed(3)))

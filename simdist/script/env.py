@@ -43,7 +43,8 @@ def mode() -> str:
 # (`rank.devices`, `rank.gpu_shims`) do not provide (DTensor's random ops on a "cuda" mesh,
 # FSDP2's meta-device initialisation with reset_parameters): on a GPU the program runs, so
 # the failure is a gap of the simulator, not the program's error.
-_NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices")
+_NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
+                      r"|Cannot get CUDA generator without ATen_cuda library")
 
 
 def unsupported_in(message: str) -> str | None:

@@ -2,7 +2,8 @@
 kept on the host, sliced per batch (a view), moved to the GPU and normalised in place there;
 a reused host staging buffer; predictions moved back with .cpu() and clipped in place in
 NumPy. On a GPU each move is a new tensor and the host data stays as it was; the script
-prints what it sees of the original and an all-reduced checksum. Started torchrun-style."""
+prints what it sees of the original, a permutation drawn with a generator made on the
+device, and an all-reduced checksum. Started torchrun-style."""
 
 import os
 
@@ -37,6 +38,8 @@ def main():
     print(f"[rank{rank}] preds on device after clipping a host copy {preds.tolist()}", flush=True)
     moved_twice = preds.to(device)
     print(f"[rank{rank}] device->device move is a no-op {moved_twice is preds}", flush=True)
+    gen = torch.Generator(device=device).manual_seed(1)  # a sampler's generator, on the device
+    print(f"[rank{rank}] device generator draws {torch.randperm(5, generator=gen, device=device).tolist()}", flush=True)
     dist.all_reduce(total)
     print(f"[rank{rank}] checksum {total.item():.4f}", flush=True)
     dist.destroy_process_group()

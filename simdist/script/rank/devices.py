@@ -253,6 +253,29 @@ def _patch_module_to() -> None:
     torch.nn.Module.cpu = cpu  # type: ignore[method-assign]
 
 
+def _patch_generator() -> None:
+    """`torch.Generator(device="cuda")` (a GPU script's sampler or dropout generator) makes a
+    CPU generator: CUDA's failed with "Cannot get CUDA generator without ATen_cuda library".
+    `torch.Generator` stays a type every generator is an instance of (torch checks
+    `isinstance(g, torch.Generator)`); what it makes is torch's own generator."""
+    base = torch._C.Generator
+
+    class _Meta(type(base)):  # type: ignore[misc]
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return issubclass(sub, base)
+
+    class Generator(base, metaclass=_Meta):  # type: ignore[misc,valid-type]
+        __doc__ = base.__doc__
+
+        def __new__(cls, device: Any = "cpu") -> Any:
+            return base(_CPU if is_accelerator(device) else device)
+
+    torch.Generator = Generator  # type: ignore[misc]
+
+
 def place_fsdp2_on_cpu(fully_shard_module: Any) -> None:
     """FSDP2 (`fully_shard`) on a "cuda" mesh places its shards on the CPU: it takes the mesh's
     device as the one every parameter must be on and asserted "Expects the parameter to
@@ -302,6 +325,7 @@ def install(gpus: int) -> None:
     _patch_storage_moves()
     _patch_autocast()
     _patch_ddp()
+    _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()
     _MODE.__enter__()

@@ -5,6 +5,9 @@ tensor of them on the CPU).
 * `torch.cuda`: `is_available`, `device_count`, `set_device`, `current_device`,
   `synchronize`, streams and events that have nothing to wait for, ...;
 * its generator state is the CPU generator's (`_install_cuda_rng_shims`);
+* the device queries scripts make (`is_bf16_supported`, `get_device_capability`,
+  `get_device_properties`, `mem_get_info`, NVTX ranges) answer for one fixed device
+  (`DeviceProperties`);
 * `torch.accelerator`, the device-generic API of current scripts and tutorials
   (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
@@ -14,6 +17,8 @@ tensor of them on the CPU).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Any
 
 import torch
@@ -98,6 +103,47 @@ class _Stream:
 _CURRENT_STREAM = _Stream()
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What `torch.cuda.get_device_properties` tells a script of a simulated GPU: scripts log
+    its name and memory and decide features by its compute capability. One A100-80GB-like
+    answer, fixed so that what a script prints is a function of the program."""
+
+    name: str = "simdist simulated GPU (CPU)"
+    major: int = 8
+    minor: int = 0
+    total_memory: int = 80 * 2**30
+    multi_processor_count: int = 108
+    is_integrated: bool = False
+
+
+_PROPS = DeviceProperties()
+
+
+def _install_queries(tc: Any) -> None:
+    """The device queries scripts make to pick a dtype or a kernel, or to log, answered for
+    `_PROPS` (each raised "Torch not compiled with CUDA enabled"); NVTX ranges mark nothing."""
+    import types
+
+    shims: dict[str, Any] = {
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "get_device_capability": lambda device=None: (_PROPS.major, _PROPS.minor),
+        "get_device_properties": lambda device=None: _PROPS,
+        "mem_get_info": lambda device=None: (_PROPS.total_memory, _PROPS.total_memory),
+        "memory_reserved": lambda device=None: 0,
+        "max_memory_reserved": lambda device=None: 0,
+        "memory_summary": lambda device=None, abbreviated=False: "",
+        "ipc_collect": lambda: None,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+    nvtx = types.SimpleNamespace(range_push=lambda msg: 0, range_pop=lambda: 0, mark=lambda msg: None,
+                                 range_start=lambda msg: 0, range_end=lambda range_id: None,
+                                 range=lambda msg, *args, **kwargs: contextlib.nullcontext())
+    for name in vars(nvtx):
+        setattr(tc.nvtx, name, getattr(nvtx, name))
+
+
 def install(gpus: int) -> None:
     """`torch.cuda` and `torch.accelerator` report `gpus` devices, their streams and
     generator state work (module docstring)."""
@@ -124,6 +170,7 @@ def install(gpus: int) -> None:
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
+    _install_queries(tc)
     _install_cuda_rng_shims()
     _install_accelerator_shims()
 
