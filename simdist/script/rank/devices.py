@@ -235,8 +235,11 @@ def _patch_module_to() -> None:
         target = _move_target(args, kwargs)
         if is_accelerator(target):
             rest = {k: v for k, v in kwargs.items() if k != "device"}
+            rest_args = args if "device" in kwargs else args[1:]
             out = to_gpu(self)
-            return orig_to(out, *args[1:], **rest) if args[1:] or rest else out  # then a dtype, if any
+            if rest_args or "dtype" in rest or "memory_format" in rest:  # then a dtype or format
+                return orig_to(out, *rest_args, **rest)
+            return out
         out = orig_to(self, *args, **kwargs)
         return to_host(self, out) if _is_cpu(target) else out
 
