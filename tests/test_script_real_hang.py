@@ -37,9 +37,13 @@ def _compare(script_zygote, name: str, args: list[str], hang_after_s: float):
     ("ddp_step_vs_side_barrier.py", [("all_reduce", ".backward()"), ("barrier", "dist.barrier(group=side)")]),
     # a DataLoader's worker processes alive: the main process has its queues' feeder threads
     ("hang_with_dataloader_workers.py", [("recv", "dist.recv("), ("barrier", "dist.barrier()")]),
+    # ... and, with pin_memory=True on the simulated GPUs, its pin-memory thread, which waits
+    # for batches with a timeout (it was taken for a thread that could post: the watchdog)
+    ("hang_with_dataloader_workers.py --pin-memory", [("recv", "dist.recv("), ("barrier", "dist.barrier()")]),
 ])
 def test_a_real_hang_is_found_in_seconds_and_compare_agrees(script_zygote, name, blocked):
-    sim, real = _compare(script_zygote, name, [], hang_after_s=1.0)
+    name, *args = name.split()
+    sim, real = _compare(script_zygote, name, args, hang_after_s=1.0)
     assert real.timings["wall_s"] < 60, real.timings  # the watchdog alone: more than 300 s
     assert 1.0 <= real.timings["hang_detect_s"] < 30, real.timings
     assert any(n.startswith("hang found early (--hang-after 1 s, not the 300 s watchdog): ") for n in real.notes)

@@ -39,10 +39,22 @@ def mode() -> str:
     return os.environ.get(MODE, SIM)
 
 
+# What torch raises where a script's GPU path reaches a CUDA-only feature the simulated GPUs
+# (`rank.devices`, `rank.gpu_shims`) do not provide (DTensor's random ops on a "cuda" mesh,
+# FSDP2's meta-device initialisation with reset_parameters): on a GPU the program runs, so
+# the failure is a gap of the simulator, not the program's error.
+_NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
+                      r"|Cannot get CUDA generator without ATen_cuda library")
+
+
 def unsupported_in(message: str) -> str | None:
-    """The operation named in a rank's error, when it is the backend's "cannot model" error."""
+    """The operation named in a rank's error, when it is the backend's "cannot model" error
+    or a CUDA-only path the simulated GPUs lack."""
     m = _UNSUPPORTED.search(message)
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    c = _NO_CUDA.search(message)
+    return f"a CUDA-only operation on the simulated GPUs ({c.group(0)})" if c else None
 
 
 def group_name(torch_name: str, default: bool, generation: int = 1) -> str:
