@@ -34,6 +34,9 @@ same until then), and the rates those would give if the shared part, or all simu
 nothing; then the most each candidate way to 500/s could give (docs/fuzzing.md, "What would
 reach 500/s"): (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes,
 and their combinations; and the hits of a verdict memo up to a relabelling of ranks.
+--floor measures, alternating with full searches, the same search with every schedule's judging
+(planning, simulating, checking) replaced by "passed": what hypothesis, instantiating and
+validating cost by themselves, hence how many milliseconds 500/s leaves for judging a schedule.
 """
 
 from __future__ import annotations
@@ -92,13 +95,13 @@ def measure_one(budget: int, seed: int, jobs: int, compress: bool = True) -> dic
             "iterations_run": res.iterations_run, "iterations_full": res.iterations_full}
 
 
-def _spawn(budget: int, seed: int, jobs: int, code: str | None) -> dict[str, Any]:
+def _spawn(budget: int, seed: int, jobs: int, code: str | None, *extra: str) -> dict[str, Any]:
     """`measure_one` in a fresh process, on this checkout's simdist or on the one in `code`."""
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(Path(code).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", "--budget", str(budget), "--seed", str(seed),
-                          "--jobs", str(jobs)], env=env, check=True, capture_output=True, text=True).stdout
+                          "--jobs", str(jobs), *extra], env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -210,12 +213,34 @@ def sharing(budget: int, seed: int) -> None:
     _relabelling_memos(runs, cuts)
 
 
+def floor(budget: int, seed: int, reps: int) -> None:
+    """The search with judging stubbed out, alternating with full searches (fresh processes)."""
+    full, stub = [], []
+    for _ in range(reps):
+        full.append(_spawn(budget, seed, 1, None)["cpu"])
+        stub.append(_spawn(budget, seed, 1, None, "--stub")["cpu"])
+    n, f, s = budget, min(full), min(stub)
+    left = 1e3 / TARGET_RATE - s / n * 1e3
+    print(f"floor: full search {n / f:.1f} schedules/s CPU ({f / n * 1e3:.2f} ms a schedule; runs "
+          f"{', '.join(f'{x:.2f}' for x in full)} s); without judging {n / s:.1f}/s ({s / n * 1e3:.2f} ms; runs "
+          f"{', '.join(f'{x:.2f}' for x in stub)} s)")
+    print(f"floor: judging takes {(f - s) / n * 1e3:.2f} ms a schedule; {TARGET_RATE:.0f}/s leaves it {left:.2f} ms "
+          f"({(f - s) / n * 1e3 / max(left, 1e-9):.1f}x less than now)")
+
+
+def _stubbed_judge() -> None:
+    """Every schedule passes without being planned, simulated or checked (--floor's other side)."""
+    from simdist.fuzz import checker
+
+    checker.Checker._outcome = lambda self, d, s: checker.Outcome(False, "ok", "ok", "no failure")  # type: ignore
+
+
 def _setup_and_exit(simulate: Any, reps: int = 200) -> tuple[float, float]:
     """CPU seconds of a run's set-up (until the first rank enters Join's exit) and of the rest
     (Join's exit, the report), on the template with no inputs at all."""
     from simdist import simrank
     from simdist.fuzz.template import parse_template
-    from simdist.program.actions import EnterPhase
+    from simdist.program.actions import ExitJoin
     from simdist.scenario import parse_scenario
 
     s0 = parse_scenario(parse_template(TEMPLATE, source="bench").instantiate(_Zeros()), source="bench")
@@ -223,7 +248,7 @@ def _setup_and_exit(simulate: Any, reps: int = 200) -> tuple[float, float]:
     execute = simrank.SimRank.execute
 
     def marked(self: Any, a: Any) -> Any:
-        if not mark and type(a) is EnterPhase and a.phase == "join_exit":
+        if not mark and type(a) is ExitJoin:  # right after the rank enters the join_exit phase
             mark.append(time.process_time())
         return execute(self, a)
 
@@ -305,13 +330,21 @@ def main() -> None:
     ap.add_argument("--no-compress", action="store_true", help="also measure --jobs 1 without schedule compression")
     ap.add_argument("--sharing", action="store_true",
                     help="only measure how much a memo or shared prefixes could save on this stream, at most")
+    ap.add_argument("--floor", action="store_true",
+                    help="only measure the search without judging schedules, against the full search")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a measurement process
+    ap.add_argument("--stub", action="store_true", help=argparse.SUPPRESS)  # ... with judging stubbed out
     args = ap.parse_args()
+    if args.stub:
+        _stubbed_judge()
     if args.one:
         print(json.dumps(measure_one(args.budget, args.seed, args.jobs)))
         return
     if args.sharing:
         sharing(args.budget, args.seed)
+        return
+    if args.floor:
+        floor(args.budget, args.seed, args.reps)
         return
 
     print(f"template: 8 ranks, inputs 0-100 per rank, DDP (3 buckets) + ZeRO under Join; budget {args.budget}, "

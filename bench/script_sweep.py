@@ -7,10 +7,12 @@ simulated ranks and on real Gloo (each mode's ranks forked by one fork server fo
 sweep), and diffs them as `simdist compare SCRIPT.py` does (`simdist.compare`: outcome,
 status and error category per rank, the sequence of operations, where each rank ended, the
 printed lines). Prints agreement k/N and each difference; a script that differs is kept in
---out with a shell line that reruns the comparison. A case whose only differences are races
-of real processes' teardown (`simdist.testing.races`: a rank the simulator fails as a peer
-exits times out on real Gloo, its deadline within `EXIT_RACE_S` of that exit) is printed as
-RACE with the reason, kept, and counted apart: never as agreement.
+--out with a shell line that reruns the comparison. A case whose only differences are a race
+of real processes (`simdist.testing.races`: a peer's teardown, where a rank the simulator
+fails as a peer exits times out on real Gloo, its deadline within `EXIT_RACE_S` of that exit;
+or a group's connection, where a rank still connecting a group on a loaded host fails with
+the closure of a peer that ran ahead and exited) is printed as RACE with the reason, kept,
+and counted apart: never as agreement.
 
     python bench/script_sweep.py --seed 1 --n 15 [--world 2-4] [--out script-failures] [--index K]
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from simdist.compare import compare_reports, format_comparison
 from simdist.script import run_script
 from simdist.script.zygote import Zygote
-from simdist.testing.races import EXIT_RACE_S, exit_races
+from simdist.testing.races import EXIT_RACE_S, named_races
 from simdist.testing.scripts import GeneratedScript, random_script, sweep_script
 
 # Watchdog of both runs (seconds without communication): ends on real Gloo what hangs in a
@@ -82,7 +84,7 @@ def main() -> int:
             path.write_text(g.source)
             t = time.monotonic()
             sim, real, cmp = compare_script(path, g.world, {"sim": zs, "gloo": zg})
-            races = exit_races(sim, real, cmp)
+            races = named_races(sim, real, cmp)
             agree += cmp.agree
             raced += bool(races)
             verdict = "agree" if cmp.agree else "RACE" if races else "DIFFER"
@@ -96,8 +98,9 @@ def main() -> int:
             if not cmp.agree and not races:
                 print(format_comparison(cmp), flush=True)
     print(f"agreement: {agree}/{n} random scripts ({agree / max(n, 1):.0%}) in {time.monotonic() - t0:.0f} s, "
-          f"seed {a.seed}" + (f"; {raced} more differ only by exit races (RACE above: a peer's teardown against "
-                              f"a deadline {EXIT_RACE_S:g} s or less away), not counted" if raced else ""))
+          f"seed {a.seed}" + (f"; {raced} more differ only by races of real processes (RACE above: a peer's teardown "
+                              f"against a deadline {EXIT_RACE_S:g} s or less away, or a group's connection), not counted"
+                              if raced else ""))
     return 0 if agree + raced == n else 1
 
 

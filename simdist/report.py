@@ -291,7 +291,8 @@ def error_category(message: str, *, runtime_error: bool, timeout_error: bool = F
     if any(s in message for s in ("closed by peer", "reset by peer", "Broken pipe", "Connection refused")):
         return "peer_lost"
     # "Application timeout caused pair closure": what Gloo's timeout leaves of the rank's group
-    if "Timed out" in message or "timed out" in message or "Application timeout" in message or timeout_error:
+    if ("Timed out" in message or "timed out" in message or "Application timeout" in message
+            or "wait timeout" in message or timeout_error):  # (the last: the c10d store's, at init)
         return "timeout"
     return "model" if in_model else "other"
 

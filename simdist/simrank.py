@@ -77,8 +77,17 @@ class SimRank:
         self.deferred: list[tuple[Work, str | None]] = []  # waited at the end of the iteration
 
     def run(self) -> Generator[Any, Any, None]:
+        # The two kinds that never wait and come every iteration are done here, without a
+        # generator for each (a third of a loop's actions); every other kind by `execute`.
         for action in rank_actions(self.s, self.rank, self.latest):
-            yield from self.execute(action)
+            kind = type(action)
+            if kind is EnterPhase:
+                self.state.phase, self.state.iteration = action.phase, action.iteration
+                self.out.phases.append((self.engine.env.now, action.phase, action.iteration))
+            elif kind is EndIteration:
+                self.out.inputs_processed += 1
+            else:
+                yield from self.execute(action)
 
     def latest(self, name: str) -> Any:
         """The latest result observed under `name` (what a `flag` condition reads)."""
@@ -86,7 +95,7 @@ class SimRank:
         return values[-1] if values else None
 
     def execute(self, a: Action) -> Generator[Any, Any, None]:
-        """Do what `a` says, in simulated time."""
+        """Do what `a` says, in simulated time (`EnterPhase` and `EndIteration`: `run`)."""
         match a:  # the per-iteration kinds first: this is the simulator's inner loop
             case Forward(model=name, no_sync=no_sync):
                 yield from self.ddp[name].forward(no_sync)
@@ -99,15 +108,10 @@ class SimRank:
                     self.ddp[name].zero_grad()
             case Collective():
                 yield from self._collective(a)
-            case EnterPhase(phase=phase, iteration=iteration):
-                self.state.phase, self.state.iteration = phase, iteration
-                self.out.phases.append((self.engine.env.now, phase, iteration))
             case WaitDeferred():
                 deferred, self.deferred = self.deferred, []
                 for work, observe in deferred:
                     self._observe(observe, (yield from work.wait()))
-            case EndIteration():
-                self.out.inputs_processed += 1
             case CallJoinable(name=name, num_allreduces=n):
                 yield from self.custom[name].call(n)
             case P2P():

@@ -161,6 +161,17 @@ def _collector_left_as_found():
         pytest.fail(f"the test left the cycle collector {'off' if was else 'on'}")
 
 
+@pytest.fixture(autouse=True)
+def _scripts_run_away_from_the_checkout(request, tmp_path_factory, monkeypatch):
+    """A test that runs a script (on the session's fork servers: their ranks start in the
+    test's working directory) runs it from a fresh folder, not the checkout: `compare` sets
+    aside what changes in its working directory while the simulated side runs
+    (`simdist.script.workdir`), and from the checkout that was whatever a developer or another
+    process wrote there meanwhile; files a script writes land in the folder too."""
+    if "script_zygote" in request.fixturenames:
+        monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 FORK_SERVERS: set[int] = set()  # the session's fork servers (`real_zygote`, `script_zygote`): no run's leftover
 
 

@@ -237,6 +237,29 @@ def test_recv_from_any_source_takes_the_waiting_sender_or_the_next_one():
     assert (later.call.entry.peer, later.call.event.value.item()) == (2, 7.0)
 
 
+@pytest.mark.parametrize("side_first", [True, False])
+def test_p2p_never_pairs_across_groups(side_first):
+    # Each group is a Gloo context with its own pairs: rank 1's irecv on a side group [0, 1]
+    # stays pending while rank 0's WORLD send meets rank 1's WORLD recv, in whichever order
+    # rank 1's two receives were posted (tests/scripts/thread_wait_times_out.py: a thread's
+    # side-group irecv posted before the main thread's recv took the WORLD send, a 4-byte
+    # receive of 8 bytes, on some runs only)
+    eng = Engine(2, {"WORLD": [0, 1], "side": [0, 1]}, AlphaBeta(alpha=1.0, beta=0.0))
+    recv = {}
+    for g in ("side", "WORLD") if side_first else ("WORLD", "side"):
+        n = 1 if g == "side" else 2
+        recv[g] = eng.p2p(1, "recv", Payload.unknown(n, "float32"), 0, tag=0, origin="t", group=g)
+    any_side = eng.p2p(1, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t", group="side")
+    sent = eng.p2p(0, "send", Payload.full(2, "float32", 5), 1, tag=0, origin="t", group="WORLD")
+    eng.env.run()
+    assert eng.findings == []
+    assert sent.done and recv["WORLD"].done and recv["WORLD"].call.event.value.item() == 5.0
+    assert not recv["side"].done and not any_side.done and any_side.call.entry.peer is None
+    eng.p2p(0, "send", Payload.full(1, "float32", 3), 1, tag=0, origin="t", group="side")
+    eng.env.run()
+    assert recv["side"].done and recv["side"].call.event.value.item() == 3.0 and not any_side.done
+
+
 @pytest.mark.parametrize("op,dtype,name", [("all_reduce", "int64", "Long"), ("reduce", "int32", "Int"),
                                            ("reduce_scatter", "bool", "Bool")])
 def test_integer_avg_raises_gloos_error_on_every_rank(op, dtype, name):

@@ -25,6 +25,7 @@ import tomllib
 from simdist.errors import ScenarioError
 from simdist.fuzz.checker import Checker
 from simdist.fuzz.compress import apply, passes_compressed, plan, verdict_key
+from simdist.fuzz.strategies import Validator
 from simdist.fuzz.template import Template, parse_template
 from simdist.scenario import parse_scenario
 from tests.conftest import ROOT
@@ -115,3 +116,36 @@ def test_cached_verdicts_equal_fresh_ones(path: Path) -> None:
     assert judged == SCHEDULES
     # every bundled template's loop compresses, and its siblings meet in the cache
     assert shared.compressed > 0 and shared.reused > 0, (shared.compressed, shared.reused)
+
+
+def _parsed(validate: Validator | None, d: dict) -> tuple:
+    """("ok", the scenario's JSON) or ("error", the message), by `validate` or by `parse_scenario`."""
+    try:
+        s = validate(d) if validate is not None else parse_scenario(d, source="t")
+    except ScenarioError as e:
+        return "error", str(e)
+    return "ok", s.model_dump_json()
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_validator_equals_parse_scenario(path: Path) -> None:
+    """The strategies' `Validator` (the schema run once per everything-but-the-inputs) gives what
+    `parse_scenario` gives, scenario or error, for a template's instances and for inputs the
+    schema or the cross-checks refuse (too few counts, a negative or non-integer count, a
+    `below` condition past the counts, `base` and `counts` together)."""
+    t = widened(path)
+    rng = random.Random(f"validator/{path.stem}")
+    validate = Validator("t")
+    fast = 0
+    for _ in range(40):
+        d = t.instantiate(RandomChooser(rng))
+        counts = d["inputs"]["counts"]
+        bad = [{"counts": counts[:-1]}, {"counts": [-1, *counts[1:]]}, {"counts": [1.5, *counts[1:]]},
+               {"counts": counts, "base": 1}, {"base": 2, "offset": 1}, {}]
+        for inputs in [d["inputs"], rng.choice(bad)]:
+            x = {**d, "inputs": inputs}
+            before = len(validate.valid)
+            got = _parsed(validate, x)
+            fast += got[0] == "ok" and len(validate.valid) == before
+            assert got == _parsed(None, x), x
+    assert fast > 0  # the memo was used, so the comparison is not vacuous

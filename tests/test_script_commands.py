@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, line_of
+from tests.conftest import EXAMPLES, ROOT, line_of
 from tests.conftest import run_cli_tagged as _cli
 
 
@@ -59,8 +59,8 @@ def test_script_options_and_bad_usage_are_one_line_and_exit_2(args, text):
 
 # ---------------------------------------------------------------- the four commands
 @pytest.mark.real
-def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo():
-    res, _ = _cli("compare", "examples/join_tutorial_counter.py", "--json")
+def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo(tmp_path):
+    res, _ = _cli("compare", str(EXAMPLES / "join_tutorial_counter.py"), "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     d = json.loads(res.stdout)
     assert d["agree"] and d["sim"]["source"] == "sim" and d["real"]["source"] == "real"
@@ -70,10 +70,10 @@ def test_compare_finds_the_counter_tutorial_in_agreement_with_real_gloo():
 
 
 @pytest.mark.real
-def test_compare_of_a_script_that_hangs_on_real_gloo_takes_seconds_and_says_which_rule_ended_it():
+def test_compare_of_a_script_that_hangs_on_real_gloo_takes_seconds_and_says_which_rule_ended_it(tmp_path):
     """The default watchdog is 300 s; the stall rule ends the real side after --hang-after."""
-    res, _ = _cli("compare", "tests/scripts/recv_nobody_sends.py", "--nproc-per-node", "2", "--hang-after", "1",
-                  timeout=200)
+    res, _ = _cli("compare", str(ROOT / "tests" / "scripts" / "recv_nobody_sends.py"), "--nproc-per-node", "2",
+                  "--hang-after", "1", timeout=200, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "\nrecv_nobody_sends.py: sim and real agree (outcome hang)\n" in res.stdout, res.stdout  # after its lines
     assert "real side: hang found early (--hang-after 1 s, not the 300 s watchdog): " in res.stdout, res.stdout

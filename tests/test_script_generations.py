@@ -237,15 +237,17 @@ def test_refused_inits_name_why_and_make_no_generation():
         coord._send = lambda conn, header, buffers=(): replies.append(header)  # type: ignore[method-assign]
 
         def init(rank: int, size: int) -> str | None:
+            before = len(replies)
             coord._init(RankConn(None), {"t": "init", "rank": rank, "world_size": size, "req": 1,  # type: ignore[arg-type]
                                          "backend": "gloo"})
-            return replies[-1]["error"]
+            return replies[-1]["error"] if len(replies) > before else "waits"
 
-        assert init(0, 2) is None
+        assert init(0, 2) == "waits"  # for the rest of its world (`simdist.script.rendezvous`)
         assert init(0, 2) == "two processes initialised as rank 0"
         assert init(1, 3) == "rank 1 initialised with world_size=3, other ranks with 2"
         assert init(7, 2) == "rank 7 is out of range for world_size=2"
         assert init(3, 3) == "rank 3 is out of range for world_size=3"
         assert len(coord.gens) == 1 and init(1, 2) is None and coord.gens[0].complete()
+        assert [r["error"] for r in replies[-2:]] == [None, None]  # both answered once the world is there
         assert coord.protocol_errors == [r["error"] for r in replies if r["error"]] and len(coord.protocol_errors) == 4
         coord.sel.close()

@@ -170,7 +170,7 @@ def test_an_op_issued_from_a_callback_is_sent_before_its_runner_hands_the_queue_
         def new_op(self, work, track=True):
             return len(sent) + 1
 
-        def send(self, header, bufs=(), claim=False):
+        def send(self, header, bufs=(), claim=False, register=None):
             sent.append((header["op"], runners._active is threading.current_thread()))
 
     monkeypatch.setattr(client, "CLIENT", Client())
@@ -334,3 +334,30 @@ def test_a_claim_holds_only_once_the_rank_saw_every_completion_sent():
     assert not c.quiet()
     c.told([0, 1], 3.0)
     assert c.quiet() and c.at == 3.0
+
+
+def test_a_threads_wait_counts_in_claims_only_once_its_message_has_gone(tmp_path):
+    """The registration that makes a thread's wait count as "cannot post" in the rank's claims
+    happens under the send lock with the message that says what it waits for (and its
+    `Work.wait(timeout=)`). Before, it came first: another thread's claim taken in between
+    reached the coordinator saying no thread could post, before the timed wait was known, and
+    the coordinator proved a hang (tests/scripts/thread_wait_times_out.py, 1 run in ~15)."""
+    from simdist.script.rank.client import Client
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "c.sock"))
+    server.listen(1)
+    c = Client(str(tmp_path / "c.sock"))
+    peer, _ = server.accept()
+    op = c.new_op(object())  # type: ignore[arg-type]
+    got: list = []
+    with c._send_lock:  # the message cannot go yet (another thread is sending)
+        t = threading.Thread(target=lambda: got.append(c.send({"t": "wait", "id": op}, claim=True, register=[op])))
+        t.start()
+        t.join(0.2)
+        assert t.is_alive() and t.ident not in c._waits  # not counted as waiting before its message
+    t.join(5)
+    header, _ = wire.recv(peer)
+    assert header["t"] == "wait" and got == [frozenset({op})] and c._waits.get(t.ident) == frozenset({op})
+    for s in (c.sock, peer, server):
+        s.close()

@@ -142,3 +142,23 @@ def test_the_file_simdists_output_goes_to_is_left_alone(tmp_path):
         os.close(saved)
     assert [c.path for c in moved.changes] == ["ckpt"]
     assert log.read_text() == "a rank's line\nthe report\n"
+
+
+def test_an_edit_to_a_source_and_tool_caches_are_left_alone(tmp_path):
+    """While the simulated side runs, the user edits train.py (a pre-existing source) and a test
+    runner writes its cache: neither is the run's output, so neither moves nor is put back
+    (before, the edit was moved to .simdist/compare/ and the old train.py restored)."""
+    (tmp_path / "train.py").write_text("old\n")
+    (tmp_path / "lib.py").write_text("x = 1\n")
+    (tmp_path / "log.txt").write_text("old\n")
+    rec = workdir.record(tmp_path)
+    (tmp_path / "train.py").write_text("the user's edit\n")
+    (tmp_path / "lib.py").unlink()
+    (tmp_path / ".pytest_cache").mkdir()
+    (tmp_path / ".pytest_cache" / "v").write_text("cache")
+    (tmp_path / "gen.py").write_text("made by the run\n")  # created: the run's, moved as before
+    (tmp_path / "log.txt").write_text("appended by the run\n")  # not a source: put back as before
+    moved = workdir.set_aside(rec, stamp="s")
+    assert [(c.path, c.change) for c in moved.changes] == [("gen.py", workdir.CREATED), ("log.txt", workdir.MODIFIED)]
+    assert (tmp_path / "train.py").read_text() == "the user's edit\n" and not (tmp_path / "lib.py").exists()
+    assert (tmp_path / ".pytest_cache" / "v").exists() and (tmp_path / "log.txt").read_text() == "old\n"

@@ -17,6 +17,12 @@ import simpy
 from simdist.engine.values import Payload
 from simdist.report import RankError, TraceEntry
 
+# Where a send or receive waits for its match: (group, src, dst, tag). Each process group
+# is a Gloo context of its own with its own pairs, so a send in one group never meets a
+# receive posted in another, whatever the ranks and tag (a WORLD send paired with a side
+# group's pending `irecv` was a simulator-only p2p size mismatch: tests/test_engine.py).
+P2PKey = tuple[str, int, int, int]
+
 
 @dataclass(slots=True)
 class Call:

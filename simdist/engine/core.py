@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import simpy
 
 from simdist.engine import gloo_bridge
-from simdist.engine.calls import Call, Instance, RankState, Work
+from simdist.engine.calls import Call, Instance, P2PKey, RankState, Work
 from simdist.engine.exits import GlooExits
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_exchanges_nothing, gloo_local_error
 from simdist.engine.timeouts import GlooTimeouts
@@ -72,9 +72,10 @@ class Engine(GlooExits, GlooTimeouts):
         self._instances: dict[tuple[str, int], Instance] = {}
         self._open: dict[str, dict[int, Instance]] = defaultdict(dict)  # unfinished, per group
         self._p2p_seq: dict[tuple[str, int], int] = defaultdict(int)
-        self._sends: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
-        self._recvs: dict[tuple[int, int, int], deque[Call]] = defaultdict(deque)
-        self._any_recvs: dict[tuple[int, int], deque[Call]] = defaultdict(deque)  # recv from any source
+        self._sends: dict[P2PKey, deque[Call]] = defaultdict(deque)
+        self._recvs: dict[P2PKey, deque[Call]] = defaultdict(deque)
+        # recvs from any source, per (group, dst, tag)
+        self._any_recvs: dict[tuple[str, int, int], deque[Call]] = defaultdict(deque)
         self.findings: list[Finding] = []
         # A backstop for `program.budget`'s bound: the trace entries all ranks may record.
         self._entries_left = OPS.value()
@@ -179,7 +180,8 @@ class Engine(GlooExits, GlooTimeouts):
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
             group: str = "WORLD") -> Work:
-        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (src, dst, tag).
+        """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (group,
+        src, dst, tag) (`calls.P2PKey`: never across groups).
         A recv with `peer=None` takes a message from any source (`any_sender`); its trace
         entry names the source once matched."""
         rs = self.ranks[rank]
@@ -202,13 +204,13 @@ class Engine(GlooExits, GlooTimeouts):
         rs.trace.append(entry)
         call = Call(rank, op, payload, None, None, entry, self.env)
         if peer is None:
-            peer = self.any_sender(rank, tag, self._sends)
+            peer = self.any_sender(group, rank, tag, self._sends)
             if peer is None:
-                self._any_recvs[(rank, tag)].append(call)
+                self._any_recvs[(group, rank, tag)].append(call)
                 return Work(self.ranks[rank], call)
             entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
-        k = (src, dst, tag)
+        k = (group, src, dst, tag)
         if self._closed and (shut := self.closed_error(call, group, [peer])) is not None:
             self._fail(call, *shut)
             return Work(self.ranks[rank], call)
@@ -216,8 +218,8 @@ class Engine(GlooExits, GlooTimeouts):
             self._fail_call(call, peer)
             return Work(self.ranks[rank], call)
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
-        if not theirs[k] and op == "send" and self._any_recvs[(dst, tag)]:
-            theirs[k].append(self._any_recvs[(dst, tag)].popleft())
+        if not theirs[k] and op == "send" and self._any_recvs[(group, dst, tag)]:
+            theirs[k].append(self._any_recvs[(group, dst, tag)].popleft())
             theirs[k][-1].entry.peer = rank
         if theirs[k]:
             other = theirs[k].popleft()
@@ -228,10 +230,11 @@ class Engine(GlooExits, GlooTimeouts):
         return Work(self.ranks[rank], call)
 
     @staticmethod
-    def any_sender(dst: int, tag: int, sends: dict[tuple[int, int, int], deque]) -> int | None:
+    def any_sender(group: str, dst: int, tag: int, sends: dict[P2PKey, deque]) -> int | None:
         """The source a receive from any source takes: of the ranks with a message waiting
-        for `dst` on `tag`, the lowest (gloo looks through its pairs in rank order)."""
-        return min((src for (src, d, t), q in sends.items() if d == dst and t == tag and q), default=None)
+        for `dst` on `tag` in `group`, the lowest (gloo looks through its pairs in rank order)."""
+        return min((src for (g, src, d, t), q in sends.items() if g == group and d == dst and t == tag and q),
+                   default=None)
 
     def _record_one(self) -> None:
         self._entries_left -= 1
@@ -404,7 +407,7 @@ class Engine(GlooExits, GlooTimeouts):
                     continue
                 self._fail_instance(inst, rank)
         for queues in (self._sends, self._recvs):
-            for (src, dst, _tag), q in queues.items():
+            for (_group, src, dst, _tag), q in queues.items():
                 if rank in (src, dst):
                     for c in list(q):
                         if c.rank != rank:

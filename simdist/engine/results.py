@@ -6,8 +6,6 @@ reductions, in-place partial sums on a reduce's non-roots, uneven all_to_all spl
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from simdist.engine import gloo_bridge, gloo_rules
@@ -131,7 +129,7 @@ def _result_for(c: Call, calls: list[Call], ranks: list[int], gloo: bool) -> Pay
         return reduce_payloads(parts, red, dtype, c.payload.numel)
     if op == "broadcast":
         src = next((x for x in calls if x.rank == c.root), c)
-        res = dataclasses.replace(src.payload)  # the root's tensor, meta (e.g. bucket layout) included
+        res = src.payload  # the root's tensor, meta (e.g. bucket layout) included: payloads are never mutated
         return res.reinterpret(dtype) if res.dtype != dtype else res
     if op == "all_gather":
         return concat_payloads(parts, dtype)

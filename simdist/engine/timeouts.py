@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from simdist.engine.calls import Call, Instance
+from simdist.engine.calls import Call, Instance, P2PKey
 
 PAIR_CLOSURE = "Application timeout caused pair closure"
 
@@ -37,9 +37,9 @@ class GlooTimeouts:
 
     groups: dict[str, list[int]]
     _open: dict[str, dict[int, Instance]]
-    _sends: dict[tuple[int, int, int], deque[Call]]
-    _recvs: dict[tuple[int, int, int], deque[Call]]
-    _any_recvs: dict[tuple[int, int], deque[Call]]
+    _sends: dict[P2PKey, deque[Call]]
+    _recvs: dict[P2PKey, deque[Call]]
+    _any_recvs: dict[tuple[str, int, int], deque[Call]]
     _closed: defaultdict[str, set[int]]  # group -> ranks whose context Gloo's timeout closed
 
     def time_out(self, expired: list[tuple[Call, str]]) -> None:

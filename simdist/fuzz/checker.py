@@ -72,9 +72,9 @@ class Checker:
         v = check_run(simulate(s, self.cost(s)), s, invariants=self.template.invariants)
         return Outcome(v.failed, f"{v.kind}/{v.outcome}" if v.failed else "ok", v.signature, v.summary)
 
-    def check(self, d: dict[str, Any], s: Scenario | None = None) -> Outcome | None:
-        """None when `d` is not a valid scenario."""
-        k = canonical(d)
+    def check(self, d: dict[str, Any], s: Scenario | None = None, key: str | None = None) -> Outcome | None:
+        """None when `d` is not a valid scenario. `key`: ``canonical(d)``, when the caller has it."""
+        k = canonical(d) if key is None else key
         hit = self.cache.get(k)
         if hit is not None:
             return hit

@@ -201,7 +201,7 @@ class _Search:
             self.res.generated += 1
         k = canonical(d)
         new = k not in self.checker.cache
-        o = self.checker.check(d, s)
+        o = self.checker.check(d, s, k)
         assert o is not None
         if o.failed:
             res = self.res

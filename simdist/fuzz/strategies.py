@@ -11,10 +11,13 @@ from typing import Any
 
 from hypothesis import assume
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from simdist.errors import ScenarioError
+from simdist.fuzz.counterexample import canonical
 from simdist.fuzz.template import Template
-from simdist.scenario import Scenario, parse_scenario
+from simdist.scenario import Inputs, Scenario, parse_scenario
+from simdist.userfiles import check_data
 
 
 class DrawChooser:
@@ -60,18 +63,53 @@ class DrawChooser:
         return self.draw(self._strategy(("subset", *items)))
 
 
+class Validator:
+    """`parse_scenario(d)` for the dicts of one template, the schema run once per distinct
+    everything-but-the-inputs (most templates vary the input counts only).
+
+    A dict whose other keys were validated before is that scenario with its inputs replaced
+    by the validated ``d["inputs"]``, then cross-checked (`Scenario._cross_check`, the one
+    validator that looks across fields, and the only one that reads the inputs) and its data
+    checked (`check_data`: depth, sizes, scalars): every field of ``parse_scenario(d)`` is the
+    validated value of ``d``'s own key, so that is ``parse_scenario(d)``. Anything refused on
+    that path is parsed in full, which raises the problems in the usual words
+    (tests/test_fuzz_verdicts.py compares the two on every bundled template)."""
+
+    KEEP = 256  # distinct everything-but-the-inputs kept (a template drawing other fields too must not grow it without bound)
+
+    def __init__(self, source: str):
+        self.source = source
+        self.valid: dict[str, Scenario] = {}  # canonical dict without "inputs" -> a scenario of it
+
+    def __call__(self, d: dict[str, Any]) -> Scenario:
+        key = canonical({k: v for k, v in d.items() if k != "inputs"})
+        base = self.valid.get(key)
+        if base is not None and isinstance(d.get("inputs"), dict):
+            try:
+                check_data(d, self.source)
+                s = base.model_copy(update={"inputs": Inputs.model_validate(d["inputs"])})
+                return s._cross_check()
+            except (ScenarioError, ValidationError, ValueError):
+                pass  # parsed in full below: its error names the field
+        s = parse_scenario(d, source=self.source)
+        if len(self.valid) < self.KEEP:
+            self.valid.setdefault(key, s)
+        return s
+
+
 def template_scenarios(template: Template) -> st.SearchStrategy[tuple[dict[str, Any], Scenario]]:
     """Valid (dict, Scenario) pairs drawn from `template`; instances the schema rejects are
     discarded. Public (`simdist.template_scenarios`): use it in your own ``@given`` tests to
     check a property of your loop over a template's schedules (docs/fuzzing.md)."""
 
     made: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
+    validate = Validator(template.source)
 
     @st.composite
     def draw_valid(draw: Any) -> tuple[dict[str, Any], Scenario]:
         d = template.instantiate(DrawChooser(draw, made))
         try:
-            s = parse_scenario(d, source=template.source)
+            s = validate(d)
         except ScenarioError:
             assume(False)
             raise  # unreachable

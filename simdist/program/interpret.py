@@ -105,9 +105,10 @@ def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
     if s.join is not None and joined:  # (joined is empty without [join])
         yield EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
     made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
+    loop = _entries(s, "loop")
     for i in range(s.counts()[rank]):
         yield EnterPhase("loop", i)
-        stopped = yield from _section(s, rank, "loop", i, made, held, latest)
+        stopped = yield from _section(s, rank, "loop", i, made, held, latest, loop)
         if stopped:
             break
         yield _END_ITERATION
@@ -115,32 +116,58 @@ def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
         yield EnterPhase("join_exit")
         yield ExitJoin()
     yield EnterPhase("after")
-    yield from _section(s, rank, "after", None, {}, held, latest)
+    yield from _section(s, rank, "after", None, {}, held, latest, _entries(s, "after"))
 
 
 _END_ITERATION = EndIteration()
 _WAIT_DEFERRED = WaitDeferred()
 
 
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs a setattr call per field)
+class _Entry:
+    """What a step of a section is, as far as it does not change between iterations: read
+    once per rank, not per step and iteration (a pydantic attribute miss for `value` and
+    `model_named`'s scan of the models were among the interpreter's costliest lines)."""
+
+    k: int
+    step: Step
+    stop: bool
+    pass_: int  # 0: neither, 1: a forward, 2: a backward (of model `model`)
+    model: str
+    const: bool  # the step's action is the same in every iteration (kept in `made`)
+
+
+def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
+    out = []
+    for k, step in enumerate(s.loop if section == "loop" else s.after):
+        fb = isinstance(step, (ForwardStep, BackwardStep))
+        out.append(_Entry(k, step, isinstance(step, StopStep), (1 if isinstance(step, ForwardStep) else 2) if fb else 0,
+                          s.model_named(step.model).name if fb else "",  # type: ignore[union-attr]
+                          "value" not in type(step).model_fields or not varies(step.value)))  # type: ignore[union-attr]
+    return tuple(out)
+
+
 def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int, Action | None], held: _Held,
-             latest: Latest) -> Generator[Action, None, bool]:
+             latest: Latest, entries: tuple[_Entry, ...]) -> Generator[Action, None, bool]:
     """One pass over `loop` (iteration i) or `after` (i None), then the deferred waits;
-    returns True when a `stop` step ended the pass (the loop is left).
+    returns True when a `stop` step ended the pass (the loop is left). `entries`: the
+    section's `_entries`.
 
     A loss lives from a model's forward to the backward that consumes it, within one pass:
     it is never carried into the next iteration (the real script drops it there)."""
     losses: set[str] = set()
-    for k, step in enumerate(s.loop if section == "loop" else s.after):
+    for e in entries:
+        step, k = e.step, e.k
         if not holds(step, rank, i, latest):
             continue
-        if isinstance(step, StopStep):
+        if e.stop:
             yield _WAIT_DEFERRED  # the iteration's deferred work is still waited (docs/scenarios.md)
             return True
-        if isinstance(step, (ForwardStep, BackwardStep)):
-            name = s.model_named(step.model).name
+        if e.pass_:
+            name = e.model
             if name not in held.names:
                 continue
-            if isinstance(step, ForwardStep):
+            if e.pass_ == 1:
                 losses.add(name)
             elif name not in losses:
                 # no loss to backward: torch would refuse a graph the last backward freed
@@ -152,7 +179,7 @@ def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int
             action = made[k]
         else:
             action = _step(s, rank, step, f"{section}[{k}]", i, held, latest)
-            if not varies(getattr(step, "value", 0.0)):
+            if e.const:
                 made[k] = action
         if action is not None:
             yield action

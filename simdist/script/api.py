@@ -184,7 +184,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     listener.listen(256)
     listener.setblocking(False)
     coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps,
-                        stalls=stalls)
+                        stalls=stalls, rendezvous=mode == env.SIM)
     run: launch.Launch | None = None
     t0 = time.time()
     try:
@@ -192,7 +192,10 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
-        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote)
+        started = run  # torchrun-style: process r is rank r, so one that ended will never join (`rendezvous`)
+        ended = None if nproc_per_node is None else (
+            lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
+        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote, ended=ended)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind == "hang"):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them
@@ -202,9 +205,10 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             launch.end(run)
         coord.close()
         listener.close()
+        refused = env.refusal(tmp)  # every process has ended (`launch.end`)
         shutil.rmtree(tmp, ignore_errors=True)
-    if coord.refused:  # the lowest rank's, whichever process told first
-        raise ScriptError(min(coord.refused)[1])
+    if refused is not None:
+        raise ScriptError(refused)
     if coord.input_error is not None:
         raise ScriptError(coord.input_error)
     if not coord.gens:

@@ -32,6 +32,7 @@ from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, raw_frames
+from simdist.script.rendezvous import INIT_WAIT, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
 
@@ -166,8 +167,12 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     trace = _trace(members, r, real)
     conn = members[-1] if members else None
     if conn is None:
-        err = RankError("ScriptError", "no process initialised this rank's process group", "other")
-        return RankResult(rank=r, status="error", error=err, trace=trace)
+        ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
+            if returncode is not None else ""
+        err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
+        x = coord.no_init.get(r) or {}  # how and where its process ended (`rendezvous`)
+        return RankResult(rank=r, status="error", error=err, trace=trace, exit=ended_without_init(x) if x else None,
+                          location=location(*x["where"][:3]) if x.get("where") else None)
     rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None
@@ -181,8 +186,10 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
             where = _user_location(conn.block.frames)
         elif conn.record is not None and conn.record.get("where"):
             where = location(*conn.record["where"][:3])
+        elif conn.init_wait is not None:  # for the rest of its world (`simdist.script.rendezvous`)
+            where = _user_location(conn.init_wait.frames)
         blocked = pending[0] if pending else waiting
-        how = "still running" if ending.kind == "timeout" else "blocked"
+        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind == "timeout" else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
         x = conn.exit or {}
@@ -208,7 +215,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         elif r.status == "hang" and report.source == "real" and r.blocked_in is not None:
             notes.append(f"rank {r.rank} is blocked (its oldest unfinished operation: {r.blocked_in.short()}){at}")
         elif r.status == "hang":
-            notes.append(f"rank {r.rank} is still running{at}")
+            notes.append(f"rank {r.rank} is {r.exit if r.exit == INIT_WAIT else 'still running'}{at}")
         elif r.exit is not None:
             said = r.error.message.splitlines()[0] if r.error and r.error.message else ""
             # the exit names the exception ("raised ValueError") or the call ("os._exit(3)") already
@@ -217,6 +224,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             last = next((e for e in reversed(r.trace)), None)
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
+    notes.extend(coord.init_notes())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]
@@ -235,7 +243,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     if ending.kind == "hang":
         wf = build_waitfor(report, Groups(merged_groups(coord.gens)))  # type: ignore[arg-type]
         gone = [r.rank for r in report.ranks if r.status != "hang"]
-        line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {wf.blocked}"
+        blocked = wf.blocked or [r.rank for r in report.ranks if r.status == "hang"]  # (in init: no operation)
+        line = f"hang: every live rank is blocked in an operation that can no longer complete; blocked ranks {blocked}"
         if wf.culprits or gone:
             line += f", waiting on ranks {wf.culprits or gone}"
         notes.append(line)

@@ -43,6 +43,7 @@ from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
+from simdist.script.rendezvous import RendezvousMixin
 from simdist.script.stalls import StallRule
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
@@ -74,9 +75,10 @@ class Ending:
     early: str | None = None  # real Gloo, a hang the stall rule found (`simdist.script.stalls`): what was seen
 
 
-class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
-                 measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None):
+                 measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
+                 rendezvous: bool = True):
         self.listener = listener
         self.cost_factory = cost_factory
         self.backend: str | None = backend
@@ -87,8 +89,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         self.protocol_errors: list[str] = []
         self.batches = batches or []  # --batches caps: one per rank, or one for every rank
         self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
+        self.rendezvous = rendezvous  # simulated: init waits for the world here (real Gloo: at the store)
+        self.no_init: dict[int, dict[str, Any]] = {}  # rank -> how its process ended before its init (`rendezvous`)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
-        self.refused: list[tuple[int, str]] = []  # (its rank, the error) of each `refused` (`rank.patches`)
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
@@ -114,17 +117,19 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         return not self.gens or not self.gens[-1].complete()
 
     # ------------------------------------------------------------------ loop
-    def serve(self, launched_done: Any, dog: Watchdog, exits: Any = None) -> Ending:
+    def serve(self, launched_done: Any, dog: Watchdog, exits: Any = None, ended: Any = None) -> Ending:
         """Serve until the processes are done, a hang is proven, or the watchdog fires.
         `launched_done()` says whether every process the launcher started has exited;
         `exits`: the fork server that forked the processes, if one did: its reports of their
         exits wake the loop (`ForkServer.fileno`, read with `pump`); else `launched_done` is
         polled every `POLL_S`, and the run's end waits that long after its last connection.
+        `ended()`: the ranks whose launched process has ended (torchrun-style; `rendezvous`).
 
         Progress for the watchdog is any message of a rank but its printed lines (a rank
         that prints in a loop without communicating is spinning); until every rank has
         said who it is the run is starting (importing torch on a busy host takes long)."""
         exits = exits if exits is not None and exits.fileno() >= 0 else None  # (a server that is gone: polled)
+        self.never_joins = ended or set
         if exits is not None:
             self.sel.register(exits, selectors.EVENT_READ, exits)
         try:
@@ -146,7 +151,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
             self._pump()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung() and not self._expire():
+            if self._hung() and not (self._init_expire() or self._expire()):
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled()) is not None:
                 return stalled
@@ -228,8 +233,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
-        elif kind == "refused":  # an API the simulator cannot model, called outside any group (RPC)
-            self.refused.append((int(h["rank"]), str(h["error"])))
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
         elif kind == "stall":  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
@@ -268,7 +271,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
-        frames, user, origin = self._classify(raw, h["dt"])
+        frames, user, origin = _site(h["dt"], tuple(tuple(f) for f in raw))
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
         if h.get("splits"):
             payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
@@ -301,9 +304,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
             conn.block = Block([rec.id], time.time(), raw)
         if rec.deadline is not None:  # a peer may be past it already
             self._overdue()
-
-    def _classify(self, raw: list[Any], dtype: str) -> tuple[list[Frame], list[bool], str]:
-        return _site(dtype, tuple(tuple(f) for f in raw))
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
         conn.advance(h.get("cpu"), self.measure_compute)
@@ -400,15 +400,16 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin):
         """When the hang became certain: the last rank blocking or (NCCL) announcing its exit."""
         live = self._live()
         times = [max(c.block.since, c.claim.at) for c in live if c.block is not None]
+        times += [c.init_wait.since for c in live if c.init_wait is not None]
         times += [c.exit_at for c in self.members() if c not in live and c.exit_at is not None]
         times += [c.ended_at for c in self.members() if c.ended_at is not None]
         return max(times)
 
     def _hung(self) -> bool:
-        """Every generation has all its ranks (a missing one may still come), no process is
-        on its way out (`_lingering`), and every live membership is blocked in operations
-        that have not completed: no message can come."""
-        if not self.gens or not all(g.complete() for g in self.gens) or self._lingering():
+        """Every generation has all its ranks or lacks only ranks that will never come (a missing
+        one may still come), no process is on its way out (`_lingering`), and every live
+        membership is blocked in operations that have not completed (or in init): no message can come."""
+        if not self.gens or not all(g.complete() or self._unjoinable(g) for g in self.gens) or self._lingering():
             return False
         live = self._live()
         if not live or not all(c.blocked() for c in live):

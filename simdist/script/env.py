@@ -8,6 +8,7 @@ layer finds the coordinator without the user's code passing anything along.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -39,10 +40,41 @@ def mode() -> str:
     return os.environ.get(MODE, SIM)
 
 
+# What torch raises where a script's GPU path reaches a CUDA-only feature the simulated GPUs
+# (`rank.devices`, `rank.gpu_shims`) do not provide (DTensor's random ops on a "cuda" mesh,
+# FSDP2's meta-device initialisation with reset_parameters): on a GPU the program runs, so
+# the failure is a gap of the simulator, not the program's error.
+_NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
+                      r"|Cannot get CUDA generator without ATen_cuda library")
+
+
+# A process that calls an API the simulator cannot model outside any group (`init_rpc`; it may
+# never become a rank, so its error is no rank's) writes the error beside the coordinator's
+# socket, in the run's own folder, before it raises (`rank.patches`); `refusal` reads them.
+_REFUSED = "refused-{}.json"
+
+
+def refuse(rank: int, error: str) -> None:
+    path = os.path.join(os.path.dirname(os.environ[SOCKET]), _REFUSED.format(os.getpid()))
+    Path(path + ".tmp").write_text(json.dumps({"rank": rank, "error": error}))
+    os.replace(path + ".tmp", path)  # whole or absent, even if the process is killed meanwhile
+
+
+def refusal(folder: str) -> str | None:
+    """The lowest rank's refusal in the run's folder (each refusing process wrote one, in any
+    order: the first to write must not decide, or two runs would differ)."""
+    found = [json.loads(p.read_text()) for p in Path(folder).glob(_REFUSED.format("*"))]
+    return min(((f["rank"], f["error"]) for f in found), default=(0, None))[1]
+
+
 def unsupported_in(message: str) -> str | None:
-    """The operation named in a rank's error, when it is the backend's "cannot model" error."""
+    """The operation named in a rank's error, when it is the backend's "cannot model" error
+    or a CUDA-only path the simulated GPUs lack."""
     m = _UNSUPPORTED.search(message)
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    c = _NO_CUDA.search(message)
+    return f"a CUDA-only operation on the simulated GPUs ({c.group(0)})" if c else None
 
 
 def group_name(torch_name: str, default: bool, generation: int = 1) -> str:

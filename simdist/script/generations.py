@@ -42,6 +42,8 @@ class Generation:
     engine: Engine
     timeline: Timeline
     by_rank: dict[int, RankConn] = field(default_factory=dict)
+    # inits that timed out at the rendezvous (`rendezvous`): (rank, the rank it waited for, timeout, frames)
+    failed: list[tuple[int, int, float, list[Any]]] = field(default_factory=list)
 
     def complete(self) -> bool:
         """Every rank of its world has joined (before that, a missing rank may still come)."""
@@ -108,7 +110,8 @@ class GenerationsMixin:
     initialises again carries on in a new membership. A mixin, as `expiry`'s, because each
     step reads and moves the coordinator's connections, engines and bad-input state.
     Needs: `gens`, `conns`, `sel`, `backend`, `batches`, `input_error`, `protocol_errors`,
-    `requested`, `measure_compute`, `cost_factory`, `_send`, `_overdue`, `_pump`."""
+    `requested`, `measure_compute`, `cost_factory`, `rendezvous` (the simulated init waits for
+    the world: `simdist.script.rendezvous`), `_arrive`, `_send`, `_overdue`, `_pump`."""
 
     gens: list[Generation]
     conns: list[RankConn]
@@ -120,11 +123,16 @@ class GenerationsMixin:
     requested: list[str]
     measure_compute: bool
     cost_factory: Any
+    rendezvous: bool
+    _arrive: Any
+    _never_came: Any
     _send: Any
     _overdue: Any
     _pump: Any
 
     def _init(self, conn: RankConn, h: dict[str, Any]) -> None:
+        if "never" in h:  # its process ends without an init: how (`rendezvous`)
+            return self._never_came(h)
         rank, size = int(h["rank"]), int(h["world_size"])
         conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
         fresh = conn.rank is None
@@ -140,6 +148,9 @@ class GenerationsMixin:
             self.requested.append(str(h.get("backend")))
         else:
             self.protocol_errors.append(error)
+        if error is None and self.rendezvous:  # answered once the whole world has joined (`rendezvous`)
+            self._arrive(conn, gen, h)
+            return
         self._send(conn, {"t": "reply", "req": h["req"], "error": error, "backend": self.backend,
                           "gen": gen.index if gen is not None else None})
 

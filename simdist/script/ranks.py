@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from simdist.engine.calls import P2PKey
 from simdist.frames import Frame, resolve_frames
 from simdist.report import Span, TraceEntry
 from simdist.script.wire import Decoder
@@ -111,6 +112,7 @@ class RankConn:
     destroyed: bool = False  # its default group was destroyed: it left its generation, the process lives on
     destroy_frames: list[Any] = field(default_factory=list)  # raw frames of that destroy_process_group call
     claim: Claim = field(default_factory=Claim)  # of its process, whichever membership (`Claim`)
+    init_wait: Any = None  # waiting in init_process_group for the world (`simdist.script.rendezvous.InitWait`)
 
     def active(self) -> bool:
         """A member of its generation still: its process is there and has not destroyed the group."""
@@ -119,6 +121,8 @@ class RankConn:
     def blocked(self) -> bool:
         """Blocked in operations none of which has completed, with no thread that could still
         post (one sleeping, computing or in a `threading.Timer` may post what its peers wait for)."""
+        if self.init_wait is not None:  # its process has no group yet: nothing of it can post
+            return True
         return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
                 and self.claim.quiet())
 
@@ -163,9 +167,9 @@ class Timeline:
     def __init__(self, cost: Any):
         self.cost = cost
         self._collectives: dict[tuple[str, int], list[TraceEntry]] = defaultdict(list)
-        self._sends: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
-        self._recvs: dict[tuple[int, int, int], deque[TraceEntry]] = defaultdict(deque)
-        self._any: dict[tuple[int, int], deque[TraceEntry]] = defaultdict(deque)  # recvs from any source
+        self._sends: dict[P2PKey, deque[TraceEntry]] = defaultdict(deque)  # as the engine pairs them
+        self._recvs: dict[P2PKey, deque[TraceEntry]] = defaultdict(deque)
+        self._any: dict[tuple[str, int, int], deque[TraceEntry]] = defaultdict(deque)  # recvs from any source
         self._p2p_start: dict[int, float] = {}  # id(entry) -> start of its transfer
 
     def issued(self, rank: int, entry: TraceEntry, tag: int) -> None:
@@ -173,13 +177,14 @@ class Timeline:
         names the source the engine paired it with, if any)."""
         if entry.op in ("send", "recv"):
             peer = entry.peer
+            g = entry.group
             if peer is None:  # a recv from any source with no message yet: the next send takes it
-                self._any[(rank, tag)].append(entry)
+                self._any[(g, rank, tag)].append(entry)
                 return
-            key = (rank, peer, tag) if entry.op == "send" else (peer, rank, tag)
+            key = (g, rank, peer, tag) if entry.op == "send" else (g, peer, rank, tag)
             mine, theirs = (self._sends, self._recvs) if entry.op == "send" else (self._recvs, self._sends)
-            if not theirs[key] and entry.op == "send" and self._any[(peer, tag)]:
-                theirs[key].append(self._any[(peer, tag)].popleft())
+            if not theirs[key] and entry.op == "send" and self._any[(g, peer, tag)]:
+                theirs[key].append(self._any[(g, peer, tag)].popleft())
             if theirs[key]:
                 other = theirs[key].popleft()
                 start = max(other.t_issue, entry.t_issue)

@@ -7,9 +7,10 @@ without this the real side would start from what the simulated side wrote, and t
 comparison would report a difference of the files, not of the model.
 
 Before the first side, `record` lists the directory (breadth first, at most `MAX_ENTRIES`
-entries; not `.simdist/`, `.git/`, `__pycache__/` or a virtual environment, which a script's behaviour
-does not depend on, nor a file simdist's own output goes to) and copies its small regular files (`BACKUP_FILE_BYTES` each, `BACKUP_BYTES` in
-all) to a temporary folder. After it, `set_aside` compares the directory with that record:
+entries; not `.simdist/`, `.git/`, `__pycache__/`, tool caches (`SKIPPED`) or a virtual environment, which a
+script's behaviour does not depend on, nor a file simdist's own output goes to) and copies its small regular files
+(`BACKUP_FILE_BYTES` each, `BACKUP_BYTES` in all) to a temporary folder. After it, `set_aside` compares the
+directory with that record:
 
 * what the side created moves (a rename: no copy) to `.simdist/compare/<stamp>/sim/`,
   under the same relative path (a created folder moves whole);
@@ -18,6 +19,12 @@ all) to a temporary folder. After it, `set_aside` compares the directory with th
 * a modified or deleted file too large to have been backed up cannot come back: the side's
   version (if any) is copied there and the second side starts from it, a warning line
   naming the file says so.
+
+A change to a Python source that was there before (`SOURCES`: the script, its modules) is left
+alone: a training run does not rewrite its own code, so such a change is the user's edit made
+while the command ran (or a test's while the suite runs from a checkout), and putting the old
+version back would silently undo it in the working copy (measured: edits to a checkout's
+`simdist/*.py` were moved to `.simdist/compare/` by tests that ran compare from the checkout).
 
 Nothing either side wrote is lost: the first side's files are in the set-aside folder, the
 second side's stay where it wrote them (as after a real run). Nothing is created when the
@@ -41,7 +48,10 @@ MAX_ENTRIES = 20_000  # entries listed (breadth first); deeper ones are not trac
 BACKUP_FILE_BYTES = 4 << 20  # a pre-existing file up to this size is copied before the first side
 BACKUP_BYTES = 32 << 20  # ... while the copies total at most this
 BACKUP_FILES = 2_000  # ... and number at most this (smallest first)
-SKIPPED = frozenset({".simdist", ".git", "__pycache__"})  # not tracked: ours, VCS data, bytecode caches
+# not tracked: ours, VCS data, bytecode and tool caches (a test runner's, a linter's: written by
+# whatever else runs in the folder meanwhile, never read by a training script)
+SKIPPED = frozenset({".simdist", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"})
+SOURCES = frozenset({".py"})  # a pre-existing file of these suffixes that changed is the user's edit: left alone
 VENV_MARK = "pyvenv.cfg"  # a folder holding it is a virtual environment: not tracked either
 SET_ASIDE_DIR = Path(".simdist") / "compare"
 
@@ -208,14 +218,21 @@ def _changes(rec: Record) -> list[tuple[str, str]]:
             was = rec.entries.get(p)
             if was is None:
                 out.append((p, CREATED))
+            elif _source(p, was):
+                continue
             elif was.kind != e.kind:
                 out.append((p, MODIFIED))
             elif e.kind != "dir" and e != was:
                 out.append((p, MODIFIED))
         for p, was in rec.entries.items():
-            if os.path.dirname(p) == rel and p not in now and (was.kind != "dir" or p in listed):
+            if os.path.dirname(p) == rel and p not in now and (was.kind != "dir" or p in listed) and not _source(p, was):
                 out.append((p, DELETED))
     return sorted(out)
+
+
+def _source(path: str, was: Entry) -> bool:
+    """`path` was a Python source before the first side: not the run's output (`SOURCES`)."""
+    return was.kind == "file" and os.path.splitext(path)[1] in SOURCES
 
 
 def set_aside(rec: Record, side: str = "sim", stamp: str | None = None) -> SetAside:

@@ -10,7 +10,9 @@ Every process of a script run, whether the launcher started it or the script did
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
   before the script does, so its environment settings still apply). In the "gloo" mode
-  the groups are real Gloo ones instead (the same script on real ranks, for comparison).
+  the groups are real Gloo ones instead (the same script on real ranks, for comparison);
+* keeps this layer out of `torch.compile`'s reach once torch._dynamo is imported
+  (`_on_dynamo`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from simdist.script.rank import callbacks, client, exits, output
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs `callback(module)` once the top-level module `name` has been executed."""
 
-    def __init__(self, name: str, callback: Callable[[Any], None]):
+    def __init__(self, name: str, callback: Callable[[Any], None]):  # name: dotted, "torch._dynamo" too
         self.name = name
         self.callback = callback
         self._busy = False
@@ -66,6 +68,8 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
     batches.install()
+    _after_import("torch._dynamo", _on_dynamo)
+    _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
 
 
@@ -76,6 +80,27 @@ def _after_import(name: str, callback: Callable[[Any], None]) -> None:
         callback(sys.modules[name])
     else:
         sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+# The rank layer's modules that compiled code calls and dynamo must trace like torch's own
+# (a skipped function is a graph break): the remapped moves and the shims of torch.cuda.
+_TRACED = ("devices.py", "gpu_shims.py")
+
+
+def _on_dynamo(_dynamo: Any) -> None:
+    """Dynamo skips this layer's frames, as it never sees a C++ backend's: a compiled DDP
+    model's forward runs with dynamo's frame hook set, and the reducer's bucket-rebuild
+    broadcast then entered the simulated group's Python `broadcast`, which dynamo tried to
+    trace and failed on ("Attempted to access unregistered member on an OpaqueObject").
+    Every file of the package is skipped but `_TRACED`: dynamo names skipped code by file."""
+    from torch._dynamo import trace_rules
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # simdist/
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder, _dirs, files in os.walk(root):
+        trace_rules.SKIP_DIRS.extend(os.path.join(folder, f) for f in sorted(files)
+                                     if f.endswith(".py") and not (folder == here and f in _TRACED))
+    trace_rules._recompile_re()
 
 
 def _patch_sleep() -> None:
@@ -113,7 +138,4 @@ def install() -> None:
     output.install()
     exits.install()
     _patch_sleep()
-    if "torch" in sys.modules:
-        _on_torch(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _AfterImport("torch", _on_torch))
+    _after_import("torch", _on_torch)

@@ -74,16 +74,29 @@ class Client:
         self._claim: list[int] | None = None  # the last claim sent: [threads that could post, handled]
 
     # ------------------------------------------------------------------ sending
-    def send(self, header: dict[str, Any], buffers: list[Any] | tuple = (), claim: bool = False) -> None:
+    def send(self, header: dict[str, Any], buffers: list[Any] | tuple = (), claim: bool = False,
+             register: list[int] | frozenset[int] | None = None, ident: int | None = None) -> frozenset[int] | None:
         """`claim`: the message may leave the rank blocked, so it carries the rank's claim,
-        taken under the send lock so that claims reach the coordinator in the order taken."""
+        taken under the send lock so that claims reach the coordinator in the order taken.
+        `register`: the ops thread `ident` (this one) waits for from now on (`waiting`; the
+        registration is returned for `wait_over`). Registered under the send lock, right
+        before this message goes: a claim another thread sends counts this thread as unable
+        to post only once the coordinator has the message that says what it waits for (and
+        its `Work.wait(timeout=)`). Registered before, the main thread's claim could reach
+        the coordinator between the registration and this message: every thread waiting, no
+        timeout known, a hang proven while the thread's timed wait was still to come
+        (tests/scripts/thread_wait_times_out.py, 1 run in ~15)."""
+        registered = None
         try:
             with self._send_lock:
+                if register is not None:
+                    registered = self.waiting(register, ident)
                 if claim:
                     header["busy"] = self._claim = self.claim()
                 wire.send(self.sock, header, buffers)
         except OSError:
             coordinator_gone()
+        return registered
 
     # ------------------------------------------------------------------ threads that could post
     def waiting(self, ids: list[int] | frozenset[int], ident: int | None = None) -> frozenset[int] | None:
@@ -247,9 +260,8 @@ class Client:
                 continue  # waiting on something else (a queue, a socket, input): busy for us
             self.wait_over(registered, main.ident)
             reported = waiting
-            registered = self.waiting(waiting, main.ident)
-            self.send({"t": "idle", "ids": sorted(waiting), "since": idle_since, "frames": stack.capture(frame)},
-                      claim=True)
+            registered = self.send({"t": "idle", "ids": sorted(waiting), "since": idle_since,
+                                    "frames": stack.capture(frame)}, claim=True, register=waiting, ident=main.ident)
 
 
 def _in_native_call(frame: Any) -> bool:

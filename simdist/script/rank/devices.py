@@ -10,17 +10,18 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
 * `Tensor.to`, `Tensor.cuda` and `Tensor.pin_memory` are replaced on the class itself: torch
   pops a mode while its `__torch_function__` runs, so code that runs *inside* a call the mode
   saw (autograd's backward, and in it DTensor's `from_local(...).to(mesh.device_type)`, a
-  `cuda` mesh's tensors) would not be remapped by the mode;
-* `Module.to` parses its device before any tensor call, so it is remapped directly;
+  `cuda` mesh's tensors) would not be remapped by the mode; a move copies where a GPU's
+  would (host to device, device to host: `_ON_GPU`), and `.cpu()` is replaced for that;
+* `Module.to`/`.cuda()`/`.cpu()` parse their device before any tensor call, so they are
+  remapped directly;
 * `torch.autocast("cuda")` (and `torch.cuda.amp.autocast`) autocasts on the CPU, to the dtype
   CUDA's would (float16 unless given): CUDA's would find no device ("Torch not compiled with
   CUDA enabled" once it asks whether the GPU does bfloat16);
 * storages move through `torch.storage._to`, which `torch.load` calls for every storage whose
   location (saved, or `map_location=`) is a CUDA device (`map_location=f"cuda:{rank}"`, a
   checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
-* `torch.cuda` reports `SIMDIST_SCRIPT_GPUS` simulated devices (`is_available`,
-  `device_count`, `set_device`, `current_device`, `synchronize`, streams and events that
-  have nothing to wait for, ...);
+* `torch.cuda` and `torch.accelerator` report `SIMDIST_SCRIPT_GPUS` simulated devices
+  (`simdist.script.rank.gpu_shims`);
 * DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
 
 The mode is entered on the main thread, where scripts (and CPU autograd) run, and on every
@@ -36,11 +37,13 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import types
+import weakref
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from simdist.script.rank import gpu_shims
 
 _CPU = torch.device("cpu")
 
@@ -62,34 +65,97 @@ def _remap_args(args: tuple) -> tuple:
     return tuple(_CPU if is_accelerator(a) else a for a in args)
 
 
+# The CPU tensors that stand for GPU tensors: made by a factory with a CUDA `device=`, a move
+# to CUDA, or a module's move (its parameters and buffers). Why: on a GPU, moving a host
+# tensor to the device (`.to("cuda")`, `.cuda()`) makes a new tensor and `.cpu()` of a device
+# tensor does too, while a CPU tensor moved to the CPU is the tensor itself; a script that
+# normalises its batch in place on the device, or clips `.cpu().numpy()` predictions in
+# place, changed its host data here and nowhere on a GPU. A move copies unless the tensor is
+# known to be on the target already. The results of operations on such tensors are not
+# tracked (a mode would pay for every operation): moving one to CUDA again copies it where
+# a GPU would return it, which changes no value. Keyed by id, holding the tensor weakly
+# (a tensor's `__eq__` is elementwise, so a WeakKeyDictionary cannot hold tensors).
+_ON_GPU: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, ...) move as they always did
+
+
+def stands_for_gpu(t: Any) -> bool:
+    """Whether `t` is a CPU tensor that stands for a GPU tensor (see `_ON_GPU`)."""
+    return _ON_GPU.get(id(t)) is t
+
+
+def _mark(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        _ON_GPU[id(t)] = t
+    return t
+
+
 class CudaToCpu(TorchFunctionMode):
-    """Rewrites CUDA device arguments of torch calls to the CPU."""
+    """Rewrites CUDA device arguments of torch calls to the CPU (and marks what they make)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if kwargs:
             dev = kwargs.get("device")
             if dev is not None and is_accelerator(dev):
-                kwargs = {**kwargs, "device": _CPU}
-        else:
-            kwargs = {}
-        return func(*args, **kwargs)
+                out = func(*args, **{**kwargs, "device": _CPU})
+                return out if torch.compiler.is_compiling() else _mark(out)
+            return func(*args, **kwargs)
+        return func(*args)
+
+
+def _move_target(args: tuple, kwargs: dict) -> Any:
+    """The device a `Tensor.to`/`Module.to` call names (None: a dtype or tensor only)."""
+    if "device" in kwargs:
+        return kwargs["device"]
+    if args and isinstance(args[0], (str, int, torch.device)) and not isinstance(args[0], bool):
+        return args[0]
+    return None
+
+
+def _is_cpu(device: Any) -> bool:
+    return (isinstance(device, str) and device.startswith("cpu")) or (
+        isinstance(device, torch.device) and device.type == "cpu")
 
 
 def _patch_tensor_moves() -> None:
-    """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, `.pin_memory()` is the
-    tensor itself, wherever they are called from (see the module's docstring)."""
-    orig_to = torch.Tensor.to
+    """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, a copy where a GPU would
+    copy (`_ON_GPU`); `.cpu()` of a tensor that stands for a GPU one copies it;
+    `.pin_memory()` is the tensor itself; wherever they are called from (module docstring)."""
+    orig_to, orig_cpu = torch.Tensor.to, torch.Tensor.cpu
+
+    def plain_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        # the CudaToCpu mode hands a method back to `torch.Tensor.to`, this wrapper, which
+        # would take the remapped CPU device for a move to the host and copy a marked tensor
+        with torch._C.DisableTorchFunction():
+            return orig_to(self, *args, **kwargs)
 
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if "device" in kwargs and is_accelerator(kwargs["device"]):
+        target = _move_target(args, kwargs)
+        to_gpu = is_accelerator(target)
+        if to_gpu and "device" in kwargs:
             kwargs["device"] = _CPU
-        return orig_to(self, *_remap_args(args), **kwargs)
+        if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
+            return orig_to(self, *_remap_args(args), **kwargs)
+        if "copy" not in kwargs and len(args) < 4 and (
+                (to_gpu and not stands_for_gpu(self)) or (_is_cpu(target) and stands_for_gpu(self))):
+            kwargs["copy"] = True
+        out = plain_to(self, *_remap_args(args), **kwargs)
+        return _mark(out) if to_gpu else out
 
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
+        if type(self) not in _PLAIN or torch.compiler.is_compiling():
+            return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
+        copy = not stands_for_gpu(self)
+        return _mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format, copy=copy))
+
+    @functools.wraps(orig_cpu)
+    def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        if type(self) in _PLAIN and not torch.compiler.is_compiling() and stands_for_gpu(self):
+            return plain_to(self, _CPU, memory_format=memory_format, copy=True)
+        return orig_cpu(self, memory_format=memory_format)
 
     @functools.wraps(torch.Tensor.pin_memory)
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -97,6 +163,7 @@ def _patch_tensor_moves() -> None:
 
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.cpu = cpu  # type: ignore[method-assign]
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
@@ -140,140 +207,91 @@ def _enter_in_new_threads() -> None:
     threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
 
 
-class _Gpus:
-    """What the `torch.cuda` shims report."""
-
-    count = 8
-    current = 0
-
-
-def _index(device: Any) -> int:
-    if isinstance(device, torch.device):
-        return device.index or 0
-    if isinstance(device, str):
-        return torch.device(device).index or 0
-    return int(device)
-
-
-class _DeviceContext:
-    """`torch.cuda.device(n)`: selects nothing on the CPU."""
-
-    def __init__(self, device: Any):
-        self.device = device
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-class _Stream:
-    """A CUDA stream or event on the CPU: work is done when it is issued, so there is nothing
-    to wait for (torch.distributed.checkpoint's writer overlaps copies on the current stream
-    once CUDA is available; scripts make side streams and events for overlap and timing)."""
-
-    device_type = "cuda"
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.device = torch.device("cuda", _Gpus.current)
-
-    def synchronize(self) -> None:
-        return None
-
-    def query(self) -> bool:
-        return True
-
-    def wait_stream(self, stream: Any) -> None:
-        return None
-
-    def wait_event(self, event: Any) -> None:
-        return None
-
-    def wait(self, stream: Any = None) -> None:
-        return None
-
-    def record(self, stream: Any = None) -> None:
-        return None
-
-    def record_event(self, event: Any = None) -> Any:
-        return event if event is not None else _Stream()
-
-    def elapsed_time(self, end: Any) -> float:
-        return 0.0
-
-
-_CURRENT_STREAM = _Stream()
-# `torch.cuda.get_device_properties` (and `get_device_capability`, which reads it): a compute
-# capability 8.0 device, one that has bfloat16, with no memory to report
-_PROPERTIES = types.SimpleNamespace(name="simdist simulated GPU (CPU)", major=8, minor=0, total_memory=0,
-                                    multi_processor_count=1, is_integrated=False)
-
-
-def _install_cuda_shims(gpus: int) -> None:
-    import torch.cuda as tc
-
-    _Gpus.count = gpus
-    shims: dict[str, Any] = {
-        "is_available": lambda: True,
-        "device_count": lambda: _Gpus.count,
-        "set_device": lambda device: setattr(_Gpus, "current", _index(device)),
-        "current_device": lambda: _Gpus.current,
-        "synchronize": lambda device=None: None,
-        "empty_cache": lambda: None,
-        "get_device_name": lambda device=None: "simdist simulated GPU (CPU)",
-        # what a script asks before choosing bfloat16 (nanoGPT's default dtype): the CPU does it
-        "is_bf16_supported": lambda including_emulation=True: True,
-        "get_device_properties": lambda device=None: _PROPERTIES,
-        "memory_allocated": lambda device=None: 0,
-        "max_memory_allocated": lambda device=None: 0,
-        "reset_peak_memory_stats": lambda device=None: None,
-        "device": _DeviceContext,
-        "Stream": _Stream,
-        "Event": _Stream,
-        "current_stream": lambda device=None: _CURRENT_STREAM,
-        "default_stream": lambda device=None: _CURRENT_STREAM,
-        "stream": _DeviceContext,
-    }
-    for name, fn in shims.items():
-        setattr(tc, name, fn)
-    # Under NCCL semantics `get_backend` says "nccl", and torch's c10d logger (every
-    # torch.distributed.checkpoint call, any c10d call that raises) then asks the NCCL version,
-    # which a CPU build lacks: dcp.save failed in the simulator alone. A fixed version stands in
-    # (the NCCL of the CUDA 13 wheels: 2.30.7); nothing is modelled on it.
-    tc.nccl.version = lambda: (2, 30, 7)
-
-
 def _patch_module_to() -> None:
-    orig = torch.nn.Module.to
+    """`Module.to(cuda)`/`.cuda()` leave the module on the CPU, its parameters and buffers
+    marked as standing for GPU tensors (`_ON_GPU`: moving one to CUDA again is a no-op, as
+    on a GPU); `.to("cpu")`/`.cpu()` copy the marked ones, as a GPU's device-to-host move
+    does, and unmark them."""
+    orig_to, orig_cpu = torch.nn.Module.to, torch.nn.Module.cpu
 
-    @functools.wraps(orig)
+    def tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+        return [*module.parameters(), *module.buffers()]
+
+    def to_gpu(module: torch.nn.Module) -> torch.nn.Module:
+        for t in tensors(module):
+            _ON_GPU.pop(id(t), None)  # already there: no copy (inner moves go to the CPU)
+        out = orig_to(module, _CPU)
+        for t in tensors(module):
+            _mark(t)
+        return out
+
+    def to_host(module: torch.nn.Module, out: torch.nn.Module) -> torch.nn.Module:
+        for t in tensors(module):
+            _ON_GPU.pop(id(t), None)
+        return out
+
+    @functools.wraps(orig_to)
     def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if "device" in kwargs and is_accelerator(kwargs["device"]):
-            kwargs["device"] = _CPU
-        return orig(self, *_remap_args(args), **kwargs)
+        target = _move_target(args, kwargs)
+        if is_accelerator(target):
+            rest = {k: v for k, v in kwargs.items() if k != "device"}
+            rest_args = args if "device" in kwargs else args[1:]
+            out = to_gpu(self)
+            if rest_args or "dtype" in rest or "memory_format" in rest:  # then a dtype or format
+                return orig_to(out, *rest_args, **rest)
+            return out
+        out = orig_to(self, *args, **kwargs)
+        return to_host(self, out) if _is_cpu(target) else out
+
+    @functools.wraps(torch.nn.Module.cuda)
+    def cuda(self: torch.nn.Module, device: Any = None) -> Any:
+        return to_gpu(self)
+
+    @functools.wraps(orig_cpu)
+    def cpu(self: torch.nn.Module) -> Any:
+        return to_host(self, orig_cpu(self))
 
     torch.nn.Module.to = to  # type: ignore[method-assign]
+    torch.nn.Module.cuda = cuda  # type: ignore[method-assign]
+    torch.nn.Module.cpu = cpu  # type: ignore[method-assign]
 
 
-def _patch_ddp() -> None:
-    from torch.nn.parallel import DistributedDataParallel as DDP
+def _patch_generator() -> None:
+    """`torch.Generator(device="cuda")` (a GPU script's sampler or dropout generator) makes a
+    CPU generator: CUDA's failed with "Cannot get CUDA generator without ATen_cuda library".
+    `torch.Generator` stays a type every generator is an instance of (torch checks
+    `isinstance(g, torch.Generator)`); what it makes is torch's own generator."""
+    base = torch._C.Generator
 
-    orig = DDP.__init__
-    sig = inspect.signature(orig)
+    class _Meta(type(base)):  # type: ignore[misc]
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return issubclass(sub, base)
+
+    class Generator(base, metaclass=_Meta):  # type: ignore[misc,valid-type]
+        __doc__ = base.__doc__
+
+        def __new__(cls, device: Any = "cpu") -> Any:
+            return base(_CPU if is_accelerator(device) else device)
+
+    torch.Generator = Generator  # type: ignore[misc]
+
+
+def place_fsdp2_on_cpu(fully_shard_module: Any) -> None:
+    """FSDP2 (`fully_shard`) on a "cuda" mesh places its shards on the CPU: it takes the mesh's
+    device as the one every parameter must be on and asserted "Expects the parameter to
+    already be moved to device cuda:0 but got cpu" (a GPU script's `init_device_mesh("cuda")`
+    with the model built or moved on cuda). Given `torch.distributed.fsdp._fully_shard.
+    _fully_shard`, which holds the function it asks."""
+    orig = fully_shard_module._get_device_from_mesh
 
     @functools.wraps(orig)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = sig.bind(self, *args, **kwargs)
-        module = bound.arguments.get("module")
-        on_cpu = module is not None and all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu:
-            for name in ("device_ids", "output_device"):
-                if name in bound.arguments:
-                    bound.arguments[name] = None
-        orig(*bound.args, **bound.kwargs)
+    def _get_device_from_mesh(mesh: Any) -> torch.device:
+        return _CPU if is_accelerator(mesh.device_type) else orig(mesh)
 
-    DDP.__init__ = __init__  # type: ignore[method-assign]
+    fully_shard_module._get_device_from_mesh = _get_device_from_mesh
 
 
 def place_fsdp_on_cpu(fsdp_module: Any) -> None:
@@ -298,6 +316,26 @@ def place_fsdp_on_cpu(fsdp_module: Any) -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _patch_ddp() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    orig = DDP.__init__
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        module = bound.arguments.get("module")
+        on_cpu = module is not None and all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu:
+            for name in ("device_ids", "output_device"):
+                if name in bound.arguments:
+                    bound.arguments[name] = None
+        orig(*bound.args, **bound.kwargs)
+
+    DDP.__init__ = __init__  # type: ignore[method-assign]
+
+
 _MODE: CudaToCpu | None = None
 
 
@@ -306,12 +344,13 @@ def install(gpus: int) -> None:
     global _MODE
     if _MODE is not None:
         return
-    _install_cuda_shims(gpus)
+    gpu_shims.install(gpus)
     _patch_tensor_moves()
     _patch_module_to()
     _patch_storage_moves()
     _patch_autocast()
     _patch_ddp()
+    _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()
     _MODE.__enter__()

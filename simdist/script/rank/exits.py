@@ -87,6 +87,11 @@ def _exit_code(code: Any) -> int:
 def send() -> None:
     """Tell the coordinator (once) how this rank ends, as soon as the process is leaving."""
     c = client.CLIENT
+    if c is None and not _info.get("sent") and _torchrun_rank():
+        _info["sent"] = True  # it never called init: its peers may wait there for it (`simdist.script.rendezvous`)
+        info = {k: v for k, v in _info.items() if k in ("how", "code", "where", "error")}
+        client.connect(os.environ[env.SOCKET]).send({"t": "init", "rank": int(os.environ["RANK"]), "never": info})
+        return
     if c is None or c.rank is None or _info.get("sent"):
         return
     output.flush()
@@ -103,6 +108,15 @@ def send() -> None:
         except Exception as e:  # noqa: BLE001 - the exit report must still go out
             _info.setdefault("warnings", []).append(f"{type(e).__name__}: {e}")
     c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
+
+
+def _torchrun_rank() -> bool:
+    """This process is a rank the launcher started torchrun-style (not a process the script
+    started: a DataLoader worker or an `mp.Process` has a multiprocessing parent)."""
+    import multiprocessing
+
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and env.SOCKET in os.environ \
+        and multiprocessing.parent_process() is None
 
 
 def snapshot() -> dict[str, Any]:

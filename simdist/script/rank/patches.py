@@ -58,9 +58,15 @@ def _patch_init(backend: str) -> None:
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
+        at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
+        limit = a.get("timeout")
+        # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
+        # reply comes once the whole world has joined, or with the store's error
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
-                           "backend": str(a.get("backend")), "cpu": time.thread_time()})
+                           "backend": str(a.get("backend")), "cpu": time.thread_time(),
+                           "to": limit.total_seconds() if limit is not None else None,
+                           "at": at, "frames": stack.caller_stack(1)})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
@@ -68,6 +74,9 @@ def _patch_init(backend: str) -> None:
         c.semantics = reply.get("backend") or c.semantics
         exits.registered(sys._getframe(1))
         output.registered()
+        if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
+            kind, message = reply["raise"]
+            raise (dist.DistStoreError if kind == "DistStoreError" else RuntimeError)(message)
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
@@ -168,8 +177,8 @@ def _refuse_rpc() -> None:
     (RPC, RRefs, distributed autograd and optimizers run over TensorPipe, not a process group).
     Left alone, it would rendezvous for real over TCP at the script's MASTER_ADDR/PORT and run
     its remote calls outside the simulation, and a process that only calls it never becomes a
-    rank, so its error would be no rank's: the process tells the coordinator itself (`refused`,
-    connecting if it is no rank yet), which makes the run bad input, then raises."""
+    rank, so its error would be no rank's: the process leaves the error where `execute` reads it
+    (`env.refuse`), which makes the run bad input, then raises."""
     from torch.distributed import rpc
 
     if not rpc.is_available():  # a torch built without RPC has no init_rpc to refuse
@@ -187,7 +196,7 @@ def _refuse_rpc() -> None:
         error = f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (worker {bound.get('name')!r}{at})"
         rank = bound.get("rank", -1)
         rank = int(os.environ.get("RANK", -1)) if rank is None or rank < 0 else rank
-        client.connect(os.environ[env.SOCKET]).send({"t": "refused", "rank": rank, "error": error})
+        env.refuse(rank, error)
         raise pg.UnsupportedOperation(what)
 
     rpc.init_rpc = init_rpc

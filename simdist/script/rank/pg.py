@@ -160,9 +160,9 @@ class SimProcessGroup(dist.ProcessGroup):
             header["to"] = limit_s
         if hidden:  # the torch call whose own message it is, below Python and the Flight Recorder
             header["hidden"] = hidden  # on Gloo (`monitored`): not in the trace
-        if work.announced and not local:
-            c.waiting([work.id])  # the caller waits at once: until the op completes (its `wait` ends it)
-        c.send(header, [_as_bytes(inputs)] if send and inputs else [], claim=work.announced)
+        # announced: the caller waits at once, until the op completes (its `wait` ends it)
+        c.send(header, [_as_bytes(inputs)] if send and inputs else [], claim=work.announced,
+               register=[work.id] if work.announced and not local else None)
         # issued from a callback, which may wait on it next: later completions go to a fresh
         # runner, only now that this op is sent (one of theirs must not reach the wire first)
         callbacks.RUNNERS.park()

@@ -64,22 +64,44 @@ def untimed_private_futex(tid: int) -> bool:
         return False
 
 
+def _stdlib_frame(frame: Any) -> bool:
+    filename = os.path.abspath(frame.f_code.co_filename)
+    return (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
+            or (filename.startswith(_STDLIB) and not filename.startswith(_SITE)))
+
+
 def stdlib_only(frame: Any) -> bool:
     """Every frame of the stack is the standard library's (no site-packages, no script; simdist's
     rank layer wraps some of it): plumbing such as the feeder thread of a DataLoader's
     `multiprocessing` queue."""
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
-                or (filename.startswith(_STDLIB) and not filename.startswith(_SITE))):
+        if not _stdlib_frame(frame):
             return False
         frame = frame.f_back
     return True
 
 
+# torch's DataLoader pin-memory thread (`pin_memory=True` where an accelerator is, as on the
+# simulated GPUs): it moves batches from the workers' queue to the main thread's and posts
+# nothing, but waits for them with a timeout (it checks for shutdown), so no futex rule says so
+_PIN_LOOP = ("_pin_memory_loop", os.path.join("torch", "utils", "data", "_utils", "pin_memory.py"))
+
+
+def pin_memory_waiting(frame: Any) -> bool:
+    """A DataLoader's pin-memory thread waiting for a batch in the standard library's queue."""
+    if frame is None or not _stdlib_frame(frame):
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == _PIN_LOOP[0] and frame.f_code.co_filename.endswith(_PIN_LOOP[1]):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def idle_plumbing(frame: Any, tid: int) -> bool:
-    """The standard library's plumbing asleep until another thread of the process wakes it."""
-    return stdlib_only(frame) and untimed_private_futex(tid)
+    """The standard library's plumbing asleep until another thread of the process wakes it,
+    or a DataLoader's pin-memory thread waiting for a batch (`pin_memory_waiting`)."""
+    return (stdlib_only(frame) and untimed_private_futex(tid)) or pin_memory_waiting(frame)
 
 
 def running(in_backend_wait: InBackendWait, skip: Collection[int] = (), own: Collection[int] = ()) -> Iterator[int]:

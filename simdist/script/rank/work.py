@@ -84,17 +84,20 @@ class SimWork(dist._Work):
             if on_main:
                 c.main_waits += 1
             callbacks.RUNNERS.park()  # a callback waiting: later completions must not wait for it
-            registered = c.waiting([self.id])  # this thread can no longer post, until the op completes
+            registered = None  # this thread can no longer post, until the op completes
             try:
-                if self.announced:
+                if self.announced:  # registered as its op message went (`pg`)
                     self.announced = False
+                    registered = c.waiting([self.id])
                 elif self._done.is_set():
                     # still told: the rank's simulated clock waits for the op whether or not
                     # its result happened to arrive first (reports must not depend on that race)
+                    registered = c.waiting([self.id])
                     c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "to": self.wait_limit_s})
-                else:
-                    c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(), "frames": stack.caller_stack(),
-                            "to": self.wait_limit_s, "wt": limit if limit > 0 else None}, claim=True)
+                else:  # registered with the message that says how long it waits (`Client.send`)
+                    registered = c.send({"t": "wait", "id": self.id, "cpu": time.thread_time(),
+                                         "frames": stack.caller_stack(), "to": self.wait_limit_s,
+                                         "wt": limit if limit > 0 else None}, claim=True, register=[self.id])
                 while not self._done.wait(None if limit <= 0 else 0.02) and not self._gave_up.is_set():
                     pass
                 if self._gave_up.is_set():  # before the op's own end, if both came (they come in order)

@@ -22,7 +22,15 @@ def _chain() -> None:
 
 
 if os.environ.get("SIMDIST_SCRIPT_SOCKET"):
-    from simdist.script.rank import boot
+    # the rank layer of the simdist this folder belongs to (the launcher's: they speak one
+    # protocol), not whichever one the environment installs (a venv's editable install of
+    # another checkout); its folder leaves sys.path again, the script's imports are its own
+    _root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    sys.path.insert(0, _root)
+    try:
+        from simdist.script.rank import boot
+    finally:
+        sys.path.remove(_root)
 
     boot.install()
 _chain()

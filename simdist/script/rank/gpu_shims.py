@@ -1,0 +1,233 @@
+"""The GPUs a script sees on a machine without one: `torch.cuda` and `torch.accelerator`
+report `SIMDIST_SCRIPT_GPUS` simulated devices (`simdist.script.rank.devices` places every
+tensor of them on the CPU).
+
+* `torch.cuda`: `is_available`, `device_count`, `set_device`, `current_device`,
+  `synchronize`, streams and events that have nothing to wait for, ...;
+* its generator state is the CPU generator's (`_install_cuda_rng_shims`);
+* the device queries scripts make (`is_bf16_supported`, `get_device_capability`,
+  `get_device_properties`, `mem_get_info`, NVTX ranges) answer for one fixed device
+  (`DeviceProperties`);
+* `torch.accelerator`, the device-generic API of current scripts and tutorials
+  (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
+  `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
+  while `torch.cuda` said 8 GPUs, so such a script took its CPU path, or failed ("Cannot
+  access accelerator device when none is available").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import torch
+
+
+class _Gpus:
+    """What the `torch.cuda` shims report."""
+
+    count = 8
+    current = 0
+
+
+def _index(device: Any) -> int:
+    if isinstance(device, torch.device):
+        return device.index or 0
+    if isinstance(device, str):
+        return torch.device(device).index or 0
+    return int(device)
+
+
+class _DeviceContext:
+    """`torch.cuda.device(n)`, `torch.accelerator.device_index(n)`: the current device is n
+    inside (None: unchanged), as on a GPU; nothing else is selected on the CPU."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self._before = _Gpus.current
+
+    def __enter__(self) -> None:
+        self._before = _Gpus.current
+        if self.device is not None and not isinstance(self.device, _Stream) and _index(self.device) >= 0:
+            _Gpus.current = _index(self.device)
+
+    def __exit__(self, *exc: Any) -> None:
+        _Gpus.current = self._before
+
+
+class _Stream:
+    """A CUDA stream or event on the CPU: work is done when it is issued, so there is nothing
+    to wait for (torch.distributed.checkpoint's writer overlaps copies on the current stream
+    once CUDA is available; scripts make side streams and events for overlap and timing)."""
+
+    device_type = "cuda"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.device = torch.device("cuda", _Gpus.current)
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def is_capturing(self) -> bool:  # an optimizer's step asks (no CUDA graph is captured here)
+        return False
+
+    def __enter__(self) -> Any:  # `with stream:` (torch.Stream's own context manager)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else _Stream()
+
+    def elapsed_time(self, end: Any) -> float:
+        return 0.0
+
+
+_CURRENT_STREAM = _Stream()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What `torch.cuda.get_device_properties` tells a script of a simulated GPU: scripts log
+    its name and memory and decide features by its compute capability. One A100-80GB-like
+    answer, fixed so that what a script prints is a function of the program."""
+
+    name: str = "simdist simulated GPU (CPU)"
+    major: int = 8
+    minor: int = 0
+    total_memory: int = 80 * 2**30
+    multi_processor_count: int = 108
+    is_integrated: bool = False
+
+
+_PROPS = DeviceProperties()
+
+
+def _install_queries(tc: Any) -> None:
+    """The device queries scripts make to pick a dtype or a kernel, or to log, answered for
+    `_PROPS` (each raised "Torch not compiled with CUDA enabled"); NVTX ranges mark nothing."""
+    import types
+
+    shims: dict[str, Any] = {
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "get_device_capability": lambda device=None: (_PROPS.major, _PROPS.minor),
+        "get_device_properties": lambda device=None: _PROPS,
+        "mem_get_info": lambda device=None: (_PROPS.total_memory, _PROPS.total_memory),
+        "memory_reserved": lambda device=None: 0,
+        "max_memory_reserved": lambda device=None: 0,
+        "memory_summary": lambda device=None, abbreviated=False: "",
+        "ipc_collect": lambda: None,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+    nvtx = types.SimpleNamespace(range_push=lambda msg: 0, range_pop=lambda: 0, mark=lambda msg: None,
+                                 range_start=lambda msg: 0, range_end=lambda range_id: None,
+                                 range=lambda msg, *args, **kwargs: contextlib.nullcontext())
+    for name in vars(nvtx):
+        setattr(tc.nvtx, name, getattr(nvtx, name))
+    # Under NCCL semantics `get_backend` says "nccl", and torch's c10d logger (every
+    # torch.distributed.checkpoint call, any c10d call that raises) then asks the NCCL version,
+    # which a CPU build lacks: dcp.save failed in the simulator alone. A fixed version stands in
+    # (the NCCL of the CUDA 13 wheels: 2.30.7); nothing is modelled on it.
+    tc.nccl.version = lambda: (2, 30, 7)
+
+
+def install(gpus: int) -> None:
+    """`torch.cuda` and `torch.accelerator` report `gpus` devices, their streams and
+    generator state work (module docstring)."""
+    import torch.cuda as tc
+
+    _Gpus.count = gpus
+    shims: dict[str, Any] = {
+        "is_available": lambda: True,
+        "device_count": lambda: _Gpus.count,
+        "set_device": lambda device: setattr(_Gpus, "current", _index(device)),
+        "current_device": lambda: _Gpus.current,
+        "synchronize": lambda device=None: None,
+        "empty_cache": lambda: None,
+        "get_device_name": lambda device=None: "simdist simulated GPU (CPU)",
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
+        "reset_peak_memory_stats": lambda device=None: None,
+        "device": _DeviceContext,
+        "Stream": _Stream,
+        "Event": _Stream,
+        "current_stream": lambda device=None: _CURRENT_STREAM,
+        "default_stream": lambda device=None: _CURRENT_STREAM,
+        "stream": _DeviceContext,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+    _install_queries(tc)
+    _install_cuda_rng_shims()
+    _install_accelerator_shims()
+
+
+def _install_cuda_rng_shims() -> None:
+    """CUDA's generator state is the CPU generator's: a "cuda" tensor's random numbers are
+    drawn from the CPU generator here (the factory is remapped), so saving and restoring one
+    state replays them. torch.compile's frame conversion saves and restores the CUDA state
+    whenever `torch.cuda.is_available()` (every compiled call failed before with "Torch not
+    compiled with CUDA enabled"), and so do scripts that replay dropout."""
+    import torch.cuda as tc
+    import torch.cuda.random as tcr
+
+    shims: dict[str, Any] = {
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_Gpus.count)],
+        "set_rng_state_all": lambda new_states: [torch.set_rng_state(s) for s in new_states[:1]] and None,
+        "initial_seed": torch.initial_seed,
+    }
+    for name, fn in shims.items():
+        setattr(tc, name, fn)
+        setattr(tcr, name, fn)
+
+
+def _install_accelerator_shims() -> None:
+    """`torch.accelerator` reports the simulated GPUs `torch.cuda` does (module docstring).
+    torch's own callers get the same answers (the DataLoader pins through a pin-memory
+    thread, as on a GPU; its pinning is the tensor itself, `_patch_tensor_moves`)."""
+    import torch.accelerator as ta
+
+    def set_index(device: Any) -> None:
+        _Gpus.current = _index(device)
+
+    shims: dict[str, Any] = {
+        "is_available": lambda: True,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "device_count": lambda: _Gpus.count,
+        "current_device_index": lambda: _Gpus.current,
+        "current_device_idx": lambda: _Gpus.current,
+        "set_device_index": set_index,
+        "set_device_idx": set_index,
+        "device_index": _DeviceContext,
+        "synchronize": lambda device=None: None,
+        "current_stream": lambda device=None: _CURRENT_STREAM,
+        "set_stream": lambda stream: None,
+        "empty_cache": lambda: None,
+        "memory_allocated": lambda device_index=None: 0,
+        "max_memory_allocated": lambda device_index=None: 0,
+        "memory_reserved": lambda device_index=None: 0,
+        "max_memory_reserved": lambda device_index=None: 0,
+        "reset_peak_memory_stats": lambda device_index=None: None,
+    }
+    for name, fn in shims.items():
+        setattr(ta, name, fn)

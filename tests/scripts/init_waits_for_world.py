@@ -1,0 +1,33 @@
+"""The last rank of a torchrun-style world is late for `init_process_group`: on real Gloo
+every rank's init returns only once the whole world has joined (the store rendezvous, then
+Gloo's full-mesh connect), and ends with the store's error after the init's `timeout=`.
+
+    python init_waits_for_world.py MODE [TIMEOUT_S]
+
+MODE: `exits` (the last rank exits before init), `raises` (it raises before init),
+`sleeps<S>` (it sleeps S seconds first, `sleeps1`), `joins` (no rank is late).
+TIMEOUT_S: init_process_group's timeout (default: torch's, 30 min for Gloo).
+"""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+mode = sys.argv[1]
+timeout = {"timeout": datetime.timedelta(seconds=float(sys.argv[2]))} if len(sys.argv) > 2 else {}
+rank, last = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]) - 1
+if rank == last:
+    if mode == "exits":
+        sys.exit(0)
+    if mode == "raises":
+        raise RuntimeError("the last rank fails before init")
+    if mode.startswith("sleeps"):
+        time.sleep(float(mode.removeprefix("sleeps")))
+dist.init_process_group("gloo", **timeout)
+t = torch.ones(1)
+dist.all_reduce(t)
+print(rank, "done", t.item(), flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,186 @@
+"""What users' own training scripts do beyond the collectives: functional collectives, the
+launcher's elastic environment, and the GPU idioms the rank layer models on a CPU machine
+(`torch.accelerator`, CUDA generator state, host/device copies, `torch.compile`).
+
+The scripts run once simulated and once on real Gloo and must agree as `simdist compare`
+judges them (tests/test_script_examples.py). The GPU idioms are modelled on both sides alike
+(real Gloo's ranks get the same remap), so a comparison cannot see them: what a GPU would do
+is asserted on the printed lines, and the patches are checked in-process too."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_script_examples import _verdict, differences
+from tests.test_script_modern_apis import _both
+
+
+@pytest.mark.real
+def test_functional_collectives_agree_with_real_gloo(script_zygote):
+    """tests/scripts/functional_collectives.py: all_reduce (a group as WORLD, a mesh, a list of
+    ranks), all_gather_tensor, reduce_scatter_tensor, all_to_all_single, broadcast and
+    all_reduce_coalesced of torch.distributed._functional_collectives, values bit for bit."""
+    sim, real = _both("functional_collectives.py", 3, script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    out = sim.ranks[1].output
+    assert out[0].startswith("[rank1] sum [3.0, 6.0, 9.0, 12.0] gathered [0.0, 1.0, 2.0, 3.0, 1.0,")
+    assert "rs [6.0, 6.0] max [4.0, 6.0, 8.0, 10.0] a2a [1.0, 11.0, 21.0] bcast [2.0, 3.0, 4.0, 5.0]" in out[0]
+    assert out[1] == "[rank1] coalesced [[3.0, 6.0, 9.0, 12.0], [9.0, 18.0, 27.0, 36.0]]"
+
+
+@pytest.mark.real
+def test_elastic_environment_and_backend_queries_agree_with_real_gloo(script_zygote):
+    """tests/scripts/elastic_env.py: LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, the elastic run
+    id, is_torchelastic_launched(), get_backend() of the world and of a node's subgroup (the
+    script asks for nccl: `compare` runs Gloo's semantics), init_process_group(device_id=int)."""
+    sim, real = _both("elastic_env.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output == [
+        "[rank1] local 1/2 group_rank 0 role_rank 1 node 0 backend gloo",
+        "[rank1] intra backend gloo size 2 rank-in-group 1 global-of-0 0",
+        "[rank1] node sum 1.0 device-type-of-result cpu"]
+
+
+@pytest.mark.real
+def test_host_device_copies_are_copies_on_both_sides(script_zygote):
+    """tests/scripts/cuda_copies.py: a batch sliced from host data and normalised in place
+    after `.to("cuda")`, a reused staging buffer, predictions clipped in place after
+    `.cpu().numpy()`: on a GPU each move is a new tensor, so the host data is unchanged; the
+    simulated GPUs print what a GPU run does (before: the host data changed, every staged
+    batch was the last one)."""
+    sim, real = _both("cuda_copies.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output[:4] == [
+        "[rank1] host data unchanged True",
+        "[rank1] staged [1.0, 2.0, 3.0] same tensor False",
+        "[rank1] preds on device after clipping a host copy [-1.0, 2.0, -3.0]",
+        "[rank1] device->device move is a no-op True"]
+    assert sim.ranks[1].output[4].startswith("[rank1] device generator draws [")  # it failed: no CUDA generator
+
+
+def _keep(monkeypatch, *owners) -> None:
+    """Restore every public attribute of `owners` after the test (the patches set them)."""
+    for owner in owners:
+        for name in [n for n in vars(owner) if not n.startswith("__")]:
+            monkeypatch.setattr(owner, name, getattr(owner, name))
+
+
+def test_moves_copy_where_a_gpu_copies(monkeypatch):
+    """`rank.devices`: a host tensor moved to CUDA is a new tensor (autograd sees a copy: not a
+    leaf), a tensor made on or moved to CUDA moves there again as itself, `.cpu()` of it is
+    a copy; a module moved to CUDA keeps its parameters (same objects, no copy) and they
+    move as themselves. In-process, restored."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    _keep(monkeypatch, torch.Tensor, torch.nn.Module)
+    devices._patch_tensor_moves()
+    devices._patch_module_to()
+    host = torch.arange(4.0)
+    dev = host.to("cuda:1")
+    assert dev is not host and dev.data_ptr() != host.data_ptr() and devices.stands_for_gpu(dev)
+    assert dev.to("cuda:1") is dev and dev.cuda() is dev and dev.to(device=1) is dev
+    assert host.cuda() is not host and host.to(torch.float64) is not host and host.to("cpu") is host
+    back = dev.cpu()
+    assert back is not dev and back.data_ptr() != dev.data_ptr() and not devices.stands_for_gpu(back)
+    assert dev.to("cpu") is not dev
+    leaf = torch.ones(2, requires_grad=True)
+    assert not leaf.to("cuda").is_leaf  # as on a GPU: the moved tensor has a grad_fn
+    made = torch.zeros(2)
+    assert made.to("cuda") is not made
+    lin = torch.nn.Linear(2, 2)
+    weight, ptr = lin.weight, lin.weight.data_ptr()
+    lin.to("cuda")
+    assert lin.weight is weight and lin.weight.data_ptr() == ptr and lin.weight.to("cuda") is lin.weight
+    lin.cpu()
+    assert lin.weight is weight and lin.weight.data_ptr() != ptr and not devices.stands_for_gpu(lin.weight)
+
+
+def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
+    """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
+    accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU
+    generator's (torch.compile saves and restores it whenever CUDA is available; it raised
+    "Torch not compiled with CUDA enabled"). In-process, restored."""
+    import torch
+    import torch.accelerator
+    import torch.cuda.random
+
+    from simdist.script.rank import gpu_shims
+
+    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.accelerator, gpu_shims._Gpus)
+    gpu_shims.install(4)
+    acc = torch.accelerator
+    assert acc.is_available() and acc.current_accelerator() == torch.device("cuda") and acc.device_count() == 4
+    acc.set_device_index(2)
+    assert acc.current_device_index() == torch.cuda.current_device() == 2
+    with acc.device_index(3):
+        assert acc.current_device_index() == 3
+    assert acc.current_device_index() == 2
+    assert not acc.current_stream().is_capturing()  # an optimizer's step asks
+    torch.manual_seed(7)
+    state = torch.cuda.get_rng_state()
+    first = torch.rand(3)
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(torch.rand(3), first)
+    assert torch.cuda.initial_seed() == 7
+
+
+@pytest.mark.real
+def test_fsdp2_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
+    """tests/scripts/fsdp2_cuda_mesh.py: FSDP2 on init_device_mesh("cuda") with the model on
+    cuda asserted "Expects the parameter to already be moved to device cuda:0 but got cpu" on
+    both sides; its shards are now on the CPU (`devices.place_fsdp2_on_cpu`): bf16 mixed
+    precision, activation checkpointing, clip_grad_norm_ and a full state dict, bit for bit."""
+    sim, real = _both("fsdp2_cuda_mesh.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    out = sim.ranks[0].output
+    assert sum(line.startswith("[rank0] step ") for line in out) == 3
+    assert out[-1].startswith("[rank0] full state dict 14 tensors, head ")
+
+
+@pytest.mark.real
+def test_a_cuda_only_path_is_refused_and_named(script_zygote):
+    """FSDP2's meta-device initialisation on a cuda mesh reaches DTensor's random ops, which
+    need CUDA's generator: the run is bad input naming the CUDA-only operation, the rank and
+    the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
+    from simdist.errors import ScriptError
+    from simdist.script import run_script
+    from tests.conftest import ROOT
+
+    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(PyTorch is not "
+                                          r"linked with support for cuda devices\) is not supported by the simulated "
+                                          r"backend \(rank \d at fsdp2_cuda_mesh.py:\d+ in main: m.reset_parameters\(\)\)"):
+        run_script(ROOT / "tests" / "scripts" / "fsdp2_cuda_mesh.py", ["--meta"], nproc_per_node=2, backend="gloo",
+                   timeout_s=120, measure_compute=False, zygote=script_zygote("sim"))
+
+
+def test_cuda_only_errors_are_unsupported_operations():
+    """`env.unsupported_in`: torch's errors for a CUDA-only path are the simulated GPUs' gap."""
+    from simdist.script import env
+
+    assert env.unsupported_in("RuntimeError: Torch not compiled with CUDA enabled") == (
+        "a CUDA-only operation on the simulated GPUs (Torch not compiled with CUDA enabled)")
+    assert env.unsupported_in("PyTorch is not linked with support for cuda devices\n\nSharding propagation failed")
+    assert env.unsupported_in(env.UNSUPPORTED.format("a tensor of dtype uint16")) == "a tensor of dtype uint16"
+    assert env.unsupported_in("Cannot get CUDA generator without ATen_cuda library. PyTorch splits ...")
+    assert env.unsupported_in("Connection closed by peer") is None
+
+
+def test_a_generator_made_on_cuda_is_a_cpu_generator(monkeypatch):
+    """`torch.Generator(device="cuda:1")` is a CPU generator (CUDA's failed), and every
+    generator, torch's default one too, is still an instance of `torch.Generator`."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(torch, "Generator", torch.Generator)
+    devices._patch_generator()
+    g = torch.Generator(device="cuda:1").manual_seed(3)
+    assert g.device == torch.device("cpu") and isinstance(g, torch.Generator)
+    assert isinstance(torch.default_generator, torch.Generator) and torch.Generator().device.type == "cpu"
+    assert torch.equal(torch.randperm(6, generator=g), torch.randperm(6, generator=torch.Generator().manual_seed(3)))
