@@ -142,7 +142,7 @@ def test_check_and_run_pass_on_the_join_tutorial_and_real_judges_the_real_report
      "<module>: dist.all_reduce(", True),
     ("import os\nimport torch.distributed.rpc as rpc\nrpc.init_rpc('w' + os.environ['RANK'], world_size=2)\n",
      "script: torch.distributed.rpc.init_rpc (RPC) is not supported by the simulated backend (worker 'w0' at "
-     "train.py:3 in <module>: rpc.init_rpc(", True),  # no rank: the process tells the coordinator itself
+     "train.py:3 in <module>: rpc.init_rpc(", True),  # no rank: the process leaves its error itself
 ], ids=["missing", "does-not-parse", "no-process-group", "raises-before-init", "os-exit-before-init",
         "cannot-model", "rpc"])
 def test_bad_scripts_are_one_line_exit_2_and_leave_no_process(tmp_path, body, text, alone):
