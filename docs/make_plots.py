@@ -4,8 +4,8 @@ The model plots are computed here; the measured-vs-simulated plots (compare-gloo
 refit the measurements saved in bench/results/compare-gloo-p*.json with the current fitting
 code (`simdist compare-timing --load FILE --plot ...` does the same for one file; new
 measurements come from `python bench/timing_accuracy.py`). The predicted-from-primitives plots
-(gloo-predicted, iterations-predicted) read bench/results/timing_predict.json and
-timing_iterations.json (`python bench/timing_predict.py` measures them) and predict with the
+(gloo-predicted, iterations-predicted) read the run of record (`RECORD`, docs/timing.md
+"Results") and timing_iterations.json (`python bench/timing_predict.py` measures them) and predict with the
 calibration saved in each.
 """
 
@@ -28,6 +28,8 @@ from simdist.timing import experiments, plots  # noqa: E402
 from simdist.timing.sweeps import bus_factor  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+# the quiet run the predicted-from-primitives plot shows (docs/timing.md, "Runs of record")
+RECORD = "timing_predict_2026-11-24e.json"
 
 IMG = Path(__file__).resolve().parent / "img"
 ALPHA, BETA, GAMMA = 30e-6, 1 / 3e9, 1 / 2.5e9  # the loopback preset
@@ -108,7 +110,7 @@ def predicted_plot():
     from simdist.network.host import HostProfile
     from simdist.timing.experiments import row_stat
 
-    doc = json.loads((RESULTS / "timing_predict.json").read_text())
+    doc = json.loads((RESULTS / RECORD).read_text())
     host = HostProfile.from_dict(doc["host"])
     ops = list(dict.fromkeys(k.split("/")[0] for k in doc["sweeps"]))
     fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 4.2), sharey=True)
