@@ -132,12 +132,15 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
     assert [r.time for r in sim.ranks[:2]] == [0.5, 0.5]
 
 
-def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote):
+@pytest.mark.parametrize("mode", ["exits", "subexits"])
+def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote, mode):
     """No timeout (torch's 30 min default, not modelled): the simulator proves the hang at
     once, each waiting rank at its init line, and says which rank never came. (Real Gloo waits
-    for its store's timeout here: not run.)"""
+    for its store's timeout here: not run.) `subexits`: the rank first runs a child
+    interpreter, which inherits its environment (and so the rank layer) and exits first; the
+    report is still the rank's own exit, not the child's."""
     run_id = new_run_id()
-    rep = run_script(INIT, ["exits"], nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
+    rep = run_script(INIT, [mode], nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
                      timeout_s=60, zygote=script_zygote("sim"))
     assert tagged_processes(run_id) == []
     at = line_of(INIT, "dist.init_process_group(")

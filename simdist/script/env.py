@@ -15,6 +15,9 @@ from pathlib import Path
 
 SOCKET = "SIMDIST_SCRIPT_SOCKET"  # the coordinator's Unix socket; its presence switches the layer on
 RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds them by it)
+# the pid of the process started for a torchrun-style rank, set by that process (`rank.exits.claim`)
+# and inherited by its children: only that process speaks for its rank
+RANK_PID = "SIMDIST_SCRIPT_RANK_PID"
 GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"

@@ -91,6 +91,7 @@ def base_env(socket_path: str, run_id: str, gpus: int, mode: str, batches: str |
         env.MODE: mode,
     })
     e.pop(env.BATCHES, None)
+    e.pop(env.RANK_PID, None)  # (a run started from a rank of another run: its processes claim their own)
     if batches:
         e[env.BATCHES] = batches
     if mode == env.GLOO:

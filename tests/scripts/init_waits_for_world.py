@@ -4,12 +4,14 @@ Gloo's full-mesh connect), and ends with the store's error after the init's `tim
 
     python init_waits_for_world.py MODE [TIMEOUT_S]
 
-MODE: `exits` (the last rank exits before init), `raises` (it raises before init),
+MODE: `exits` (the last rank exits before init), `subexits` (it runs a child interpreter,
+which inherits its environment, then exits before init), `raises` (it raises before init),
 `sleeps<S>` (it sleeps S seconds first, `sleeps1`), `joins` (no rank is late).
 TIMEOUT_S: init_process_group's timeout (default: torch's, 30 min for Gloo).
 """
 import datetime
 import os
+import subprocess
 import sys
 import time
 
@@ -20,7 +22,9 @@ mode = sys.argv[1]
 timeout = {"timeout": datetime.timedelta(seconds=float(sys.argv[2]))} if len(sys.argv) > 2 else {}
 rank, last = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]) - 1
 if rank == last:
-    if mode == "exits":
+    if mode in ("exits", "subexits"):
+        if mode == "subexits":  # the child's own exit must not speak for this rank
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
         sys.exit(0)
     if mode == "raises":
         raise RuntimeError("the last rank fails before init")

@@ -110,13 +110,20 @@ def send() -> None:
     c.send({"t": "exit", **{k: v for k, v in _info.items() if k != "sent"}})
 
 
-def _torchrun_rank() -> bool:
-    """This process is a rank the launcher started torchrun-style (not a process the script
-    started: a DataLoader worker or an `mp.Process` has a multiprocessing parent)."""
-    import multiprocessing
+def claim() -> None:
+    """Note this process as the one started for its rank, unless a parent already is: its
+    children inherit the pid (`env.RANK_PID`). Called at the layer's install (a launched
+    process) and by a fork server's child once it has its request's environment."""
+    os.environ.setdefault(env.RANK_PID, str(os.getpid()))
 
+
+def _torchrun_rank() -> bool:
+    """This process is a rank the launcher started torchrun-style, not a process the script
+    started (a DataLoader worker, an `mp.Process`, a child interpreter of
+    `subprocess.run([sys.executable, ...])`): they inherit the rank's environment, but a
+    report of theirs would stand in for the rank's own (the coordinator keeps the first)."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and env.SOCKET in os.environ \
-        and multiprocessing.parent_process() is None
+        and os.environ.get(env.RANK_PID) == str(os.getpid())
 
 
 def snapshot() -> dict[str, Any]:
@@ -146,6 +153,7 @@ def _how(wanted: str) -> tuple[str, list | None]:
 
 
 def install() -> None:
+    claim()
     orig_exit, orig_os_exit, orig_hook = sys.exit, os._exit, sys.excepthook
 
     def sys_exit(code: Any = None) -> None:

@@ -79,9 +79,10 @@ def _child(request: dict[str, Any]) -> int:
     """In the forked child (already in the request's environment, `simdist.forkserver`):
     become `python SCRIPT ARGS`; the exit status."""
     sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
-    from simdist.script.rank import batches
+    from simdist.script.rank import batches, exits
 
     batches.configure()
+    exits.claim()  # the rank's own process (the server's claim went with its environment)
     return forkserver.run_program(lambda: _run_as_main(sys.argv[0]))
 
 
