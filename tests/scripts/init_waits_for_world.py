@@ -6,7 +6,8 @@ Gloo's full-mesh connect), and ends with the store's error after the init's `tim
 
 MODE: `exits` (the last rank exits before init), `subexits` (it runs a child interpreter,
 which inherits its environment, then exits before init), `raises` (it raises before init),
-`sleeps<S>` (it sleeps S seconds first, `sleeps1`), `joins` (no rank is late).
+`sleeps<S>` (it sleeps S seconds first, `sleeps1`), `computes<S>` (it computes S seconds
+first: busy, not asleep), `joins` (no rank is late).
 TIMEOUT_S: init_process_group's timeout (default: torch's, 30 min for Gloo).
 """
 import datetime
@@ -30,6 +31,10 @@ if rank == last:
         raise RuntimeError("the last rank fails before init")
     if mode.startswith("sleeps"):
         time.sleep(float(mode.removeprefix("sleeps")))
+    if mode.startswith("computes"):
+        end, x = time.monotonic() + float(mode.removeprefix("computes")), torch.ones(64, 64)
+        while time.monotonic() < end:
+            x = torch.tanh(x @ x)
 dist.init_process_group("gloo", **timeout)
 t = torch.ones(1)
 dist.all_reduce(t)
