@@ -132,6 +132,22 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
     assert [r.time for r in sim.ranks[:2]] == [0.5, 0.5]
 
 
+def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_zygote):
+    """Rank 1 computes 1.5 s (busy: no message reaches the coordinator meanwhile) before its
+    init; rank 0's init with `timeout=0.3` raises the store's error 0.3 s after it entered, as
+    real Gloo's store wait does, not once rank 1 comes (the simulator's wait used to end only at
+    that arrival: the rank's own printed line said so); rank 1 then fails to connect."""
+    sim, real = _compare(script_zygote, ["computes1.5", "0.3"], nproc=2)
+    c = compare_reports(sim, real)
+    assert c.agree or [r.rank for r in exit_races(sim, real, c) if isinstance(r, RendezvousRace)] == [1], \
+        format_comparison(c)
+    for rep in (sim, real):
+        assert (rep.ranks[0].error.type, rep.ranks[0].error.category) == ("DistStoreError", "timeout"), rep.source
+        assert rep.ranks[0].output == ["0 raised before the last rank came"], rep.source
+        assert rep.ranks[1].error.message.startswith(FULL_MESH), rep.source
+    assert sim.ranks[0].time == 0.3
+
+
 @pytest.mark.parametrize("mode", ["exits", "subexits"])
 def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote, mode):
     """No timeout (torch's 30 min default, not modelled): the simulator proves the hang at

@@ -111,11 +111,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
         """Every membership of every generation."""
         return [c for g in self.gens for c in g.by_rank.values()]
 
-    def _starting(self) -> bool:
-        """Start-up, which the watchdog does not count: no rank yet, or the latest generation
-        still waiting for ranks (importing torch on a busy host takes long)."""
-        return not self.gens or not self.gens[-1].complete()
-
     # ------------------------------------------------------------------ loop
     def serve(self, launched_done: Any, dog: Watchdog, exits: Any = None, ended: Any = None) -> Ending:
         """Serve until the processes are done, a hang is proven, or the watchdog fires.
@@ -149,6 +144,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
                 elif self._read(key.data):
                     dog.progressed()
             self._pump()
+            self._init_timeouts()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
             if self._hung() and not (self._init_expire() or self._expire()):

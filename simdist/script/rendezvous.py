@@ -23,7 +23,9 @@ too late for a peer's timeout is judged on the wall clock when both are their pr
 first init: before it nothing is simulated, the ranks run the script's code for real, so
 when each entered init is the model (its sleeps, compute, I/O and waits for a file a peer
 writes alike; counting its sleeps alone made a rank that polls for a peer's file late by the
-peer's work: a timeout real Gloo does not have). Later inits (a generation after
+peer's work: a timeout real Gloo does not have), and a first init's wait with a timeout
+ends at its entry + T on the wall clock, while its peers still compute or do other work
+(`_init_timeouts`), as the store's wait does. Later inits (a generation after
 `destroy_process_group`) are judged on the simulated clocks. A rank that never
 comes: the launcher knows when the process it started for that rank (torchrun-style, one
 process per rank) ended without joining; then the waits with a timeout end with the error
@@ -105,6 +107,24 @@ class RendezvousMixin:
     def _never_came(self, h: dict[str, Any]) -> None:
         """A torchrun-style rank's process ends before it called init (`rank.exits`): how and where."""
         self.no_init.setdefault(int(h["rank"]), dict(h["never"]))
+
+    def _starting(self) -> bool:
+        """Start-up, which the watchdog does not count: no rank yet, or the latest generation
+        still waiting for ranks (importing torch on a busy host takes long)."""
+        return not self.gens or not self.gens[-1].complete()
+
+    def _init_timeouts(self) -> None:
+        """First inits whose timeout ran out on the wall clock end with the store's error now,
+        whatever their peers do meanwhile (compute before their own init, poll for a file):
+        real Gloo's store wait raises at its entry + T. (Later inits, on the simulated clocks,
+        end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_expire`.)"""
+        now = time.time()
+        for gen in (g for g in self.gens if not g.complete()):
+            for c in sorted(gen.by_rank.values(), key=lambda c: c.rank):
+                w = c.init_wait
+                if w is not None and w.at is not None and w.limit_s is not None and now - w.at > w.limit_s \
+                        and c.active():
+                    self._init_failed(c, gen)
 
     def _arrive(self, conn: RankConn, gen: Any, h: dict[str, Any]) -> None:
         """`conn` joined `gen` (its membership is made): it waits until the world is complete,

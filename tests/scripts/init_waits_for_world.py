@@ -7,7 +7,8 @@ Gloo's full-mesh connect), and ends with the store's error after the init's `tim
 MODE: `exits` (the last rank exits before init), `subexits` (it runs a child interpreter,
 which inherits its environment, then exits before init), `raises` (it raises before init),
 `sleeps<S>` (it sleeps S seconds first, `sleeps1`), `computes<S>` (it computes S seconds
-first: busy, not asleep), `joins` (no rank is late).
+first: busy, not asleep; a rank whose init raises says whether that was well before the last
+rank came, at its own timeout, or only about when it came), `joins` (no rank is late).
 TIMEOUT_S: init_process_group's timeout (default: torch's, 30 min for Gloo).
 """
 import datetime
@@ -35,7 +36,14 @@ if rank == last:
         end, x = time.monotonic() + float(mode.removeprefix("computes")), torch.ones(64, 64)
         while time.monotonic() < end:
             x = torch.tanh(x @ x)
-dist.init_process_group("gloo", **timeout)
+entered = time.monotonic()
+try:
+    dist.init_process_group("gloo", **timeout)
+except Exception:
+    if mode.startswith("computes") and rank != last:  # (halfway between the timeout and the late arrival)
+        early = time.monotonic() - entered < (float(mode.removeprefix("computes")) + float(sys.argv[2])) / 2
+        print(rank, "raised", "before the last rank came" if early else "once the last rank came", flush=True)
+    raise
 t = torch.ones(1)
 dist.all_reduce(t)
 print(rank, "done", t.item(), flush=True)
