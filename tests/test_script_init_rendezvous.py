@@ -98,6 +98,7 @@ def _compare(zygote, args: list[str], nproc: int = 3, script=INIT):
     return both.sim.report, both.real.report
 
 
+@pytest.mark.real
 def test_a_late_rank_holds_up_the_others_init_on_both_sides(script_zygote):
     """The last rank sleeps 1 s before init: the others' init returns only when it comes (real
     Gloo: about 1 s of wall time); every simulated clock starts at that last arrival (0)."""
@@ -109,6 +110,7 @@ def test_a_late_rank_holds_up_the_others_init_on_both_sides(script_zygote):
     assert real.timings["wall_s"] >= 1.0
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("mode", ["exits", "raises", "sleeps2"])
 def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(script_zygote, mode):
     """With `timeout=0.5` in init, ranks 0 and 1 raise the store's DistStoreError (category
@@ -132,6 +134,7 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
     assert [r.time for r in sim.ranks[:2]] == [0.5, 0.5]
 
 
+@pytest.mark.real
 def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_zygote):
     """Rank 1 computes 1.5 s (busy: no message reaches the coordinator meanwhile) before its
     init; rank 0's init with `timeout=0.3` raises the store's error 0.3 s after it entered, as
@@ -148,6 +151,7 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
     assert sim.ranks[0].time == 0.3
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("mode", ["exits", "subexits"])
 def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote, mode):
     """No timeout (torch's 30 min default, not modelled): the simulator proves the hang at
@@ -172,6 +176,7 @@ def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zy
     assert rep.timings["wall_s"] < 30
 
 
+@pytest.mark.real
 def test_new_group_waits_for_its_members_only(script_zygote):
     """Without use_local_synchronization a rank outside the group need not call new_group:
     ranks 0 and 1 make it and all-reduce on it while the last rank sleeps 1 s (measured on
