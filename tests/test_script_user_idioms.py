@@ -61,11 +61,16 @@ def test_host_device_copies_are_copies_on_both_sides(script_zygote):
     assert sim.ranks[1].output[4].startswith("[rank1] device generator draws [")  # it failed: no CUDA generator
 
 
-def _keep(monkeypatch, *owners) -> None:
-    """Restore every public attribute of `owners` after the test (the patches set them)."""
+def _keep(monkeypatch, *owners, inherited: tuple[str, ...] = ()) -> None:
+    """Restore every public attribute of `owners` after the test (the patches set them), and
+    the `inherited` ones: a method a class inherits (`Tensor.to` is `TensorBase`'s) is not in
+    its `vars`, so a patch that sets it on the class must be deleted again, or every later
+    test of the worker runs with the rank layer's moves."""
     for owner in owners:
         for name in [n for n in vars(owner) if not n.startswith("__")]:
             monkeypatch.setattr(owner, name, getattr(owner, name))
+        for name in inherited:
+            monkeypatch.setattr(owner, name, getattr(owner, name))  # (undone: deleted from the class)
 
 
 def test_moves_copy_where_a_gpu_copies(monkeypatch):
@@ -77,7 +82,8 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
 
     from simdist.script.rank import devices
 
-    _keep(monkeypatch, torch.Tensor, torch.nn.Module)
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "pin_memory"))
+    _keep(monkeypatch, torch.nn.Module)
     devices._patch_tensor_moves()
     devices._patch_module_to()
     host = torch.arange(4.0)
@@ -111,7 +117,7 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
 
     from simdist.script.rank import gpu_shims
 
-    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.accelerator, gpu_shims._Gpus)
+    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus)
     gpu_shims.install(4)
     acc = torch.accelerator
     assert acc.is_available() and acc.current_accelerator() == torch.device("cuda") and acc.device_count() == 4
