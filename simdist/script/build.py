@@ -31,7 +31,7 @@ from simdist.report import (
 from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
-from simdist.script.ranks import RankConn, raw_frames
+from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames
 from simdist.script.rendezvous import INIT_WAIT, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
@@ -51,10 +51,8 @@ def location(file: str, line: int, function: str) -> CodeLocation:
 
 
 def _user_location(raw: list[Any]) -> CodeLocation | None:
-    for f in raw:
-        if f[3]:
-            return location(f[0], f[1], f[2])
-    return None
+    f = first_user(raw)
+    return location(*f) if f is not None else None
 
 
 def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
@@ -104,14 +102,7 @@ def _how(conn: RankConn, returncode: int | None) -> str:
         if returncode is not None and returncode < 0:
             return f"killed by signal {-returncode}"
         return "ended without a word (killed?)"
-    how, code = x.get("how"), x.get("code")
-    if how == "returned":
-        return "returned normally"
-    if how == "destroyed":  # it initialised again after this: its generation ended here
-        return "destroyed its process group"
-    if how == "exception":
-        return f"raised {x['error']['type']}"
-    return f"{how}({code if code is not None else ''})"
+    return exit_words(x)
 
 
 def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) -> tuple[str, RankError | None]:

@@ -29,7 +29,7 @@ from simdist.engine.core import Engine
 from simdist.errors import SimdistError
 from simdist.limits import LOCAL_RANKS
 from simdist.script import env
-from simdist.script.ranks import RankConn, Timeline, ZeroCost
+from simdist.script.ranks import RankConn, Timeline, ZeroCost, first_user
 
 
 @dataclass(eq=False)  # one identity each: keyed by (`expiry`), never compared by value
@@ -97,11 +97,6 @@ def summary(gens: list[Generation]) -> str | None:
 def semantics_of(requested: str) -> str:
     """The backend whose semantics a run gets from what the script asked for."""
     return "nccl" if "nccl" in requested.lower() else "gloo"
-
-
-def _first_user(raw: list[Any]) -> list[Any] | None:
-    """[file, line, function] of the innermost user frame of raw frames (`rank.stack`)."""
-    return next((list(f[:3]) for f in raw if f[3]), None)
 
 
 class GenerationsMixin:
@@ -200,7 +195,7 @@ class GenerationsMixin:
         if not old.destroyed:
             self._destroyed(old, {})
         if old.exit is None:
-            where = _first_user(old.destroy_frames)
+            where = first_user(old.destroy_frames)
             old.exit = {"how": "destroyed", "where": where}
         old.connected, old.ended_at = False, time.time()
         self.conns.append(new)

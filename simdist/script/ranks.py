@@ -30,6 +30,26 @@ def raw_frames(raw: list[Any]) -> tuple[list[Frame], list[bool]]:
     resolved frames and which are the user's."""
     return resolve_frames([{"filename": f[0], "line": f[1], "name": f[2]} for f in raw]), [bool(f[3]) for f in raw]
 
+
+def first_user(raw: list[Any]) -> list[Any] | None:
+    """[file, line, function] of the innermost user frame of raw frames (`rank.stack`)."""
+    return next((list(f[:3]) for f in raw if f[3]), None)
+
+
+def exit_words(x: dict[str, Any]) -> str:
+    """How a rank's process ended, in words, from what it told the coordinator (`rank.exits`:
+    `how`, `code`, `error`): the one wording of the report's `exit`, of a rank that left
+    before its init (`rendezvous`) as of one that left its group."""
+    how, code = x.get("how"), x.get("code")
+    if how == "exception" or x.get("error"):
+        return f"raised {x['error']['type']}"
+    if how == "destroyed":  # it initialised again after this: its generation ended here
+        return "destroyed its process group"
+    if how in (None, "returned"):
+        return "returned normally"
+    return f"{how}({code if code is not None else ''})"
+
+
 @dataclass
 class OpRecord:
     """One operation a rank issued."""

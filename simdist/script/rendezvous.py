@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.generations import latest
-from simdist.script.ranks import RankConn
+from simdist.script.ranks import RankConn, exit_words
 
 INIT_WAIT = "waiting in init_process_group"  # how a rank that waits there for its world is reported
 STORE_PREFIX = "/default_pg"  # the default group's store prefix under env:// and torchrun
@@ -82,11 +82,9 @@ def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:
 def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
     """How a process that never called init ended (`rank.exits`' report), in words; `at`:
     with the line."""
-    how = x.get("how")
-    said = f"raised {x['error']['type']}" if x.get("error") else f"{how}({x.get('code', '')})" if how in (
-        "sys.exit", "os._exit") else "returned"
     where = x.get("where") if at else None
-    return f"{said} before init_process_group" + (f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else "")
+    return f"{exit_words(x)} before init_process_group" + (
+        f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else "")
 
 
 def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
