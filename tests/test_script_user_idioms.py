@@ -106,6 +106,29 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     assert lin.weight is weight and lin.weight.data_ptr() != ptr and not devices.stands_for_gpu(lin.weight)
 
 
+def test_as_tensor_on_cuda_copies_host_data():
+    """`torch.as_tensor`/`torch.asarray(..., device="cuda")` of host data (a NumPy array, a host
+    tensor) is a copy on a GPU; placed on the CPU it was the host data itself (and the host
+    tensor was marked as standing for a GPU one), so an in-place edit of the "device" batch
+    changed the host array. Of a tensor that stands for a GPU one it is that tensor's memory,
+    as on a GPU. In-process, under the rank layer's mode."""
+    import numpy as np
+    import torch
+
+    from simdist.script.rank import devices
+
+    arr, host = np.zeros(3, dtype=np.float32), torch.zeros(3)
+    with devices.CudaToCpu():
+        a = torch.as_tensor(arr, device="cuda")
+        h = torch.asarray(host, device="cuda:0")
+        again = torch.as_tensor(h, device="cuda")
+        listed = torch.as_tensor([1.0, 2.0], device="cuda")
+    a.add_(1)
+    h.add_(1)
+    assert arr.tolist() == [0.0] * 3 and host.tolist() == [0.0] * 3 and not devices.stands_for_gpu(host)
+    assert devices.stands_for_gpu(h) and again.data_ptr() == h.data_ptr() and devices.stands_for_gpu(listed)
+
+
 def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
     accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU

@@ -90,6 +90,15 @@ def _mark(t: Any) -> Any:
     return t
 
 
+# Factories that return their input's memory when it is already where they place it: on a
+# GPU `torch.as_tensor(host_array_or_tensor, device="cuda")` is a copy on the device; placed on
+# the CPU it is the host data itself (a host tensor: the tensor itself, then marked as standing
+# for a GPU one), so a batch normalised in place after it changed the host array or tensor here
+# only. A copy is made unless the input stands for a GPU tensor (then a GPU returns it too).
+_MAY_ALIAS = (torch.as_tensor, torch.asarray)
+_FRESH = (list, tuple, int, float, complex, bool)  # inputs of which any result is a new tensor anyway
+
+
 class CudaToCpu(TorchFunctionMode):
     """Rewrites CUDA device arguments of torch calls to the CPU (and marks what they make)."""
 
@@ -98,7 +107,11 @@ class CudaToCpu(TorchFunctionMode):
             dev = kwargs.get("device")
             if dev is not None and is_accelerator(dev):
                 out = func(*args, **{**kwargs, "device": _CPU})
-                return out if torch.compiler.is_compiling() else _mark(out)
+                if torch.compiler.is_compiling():
+                    return out
+                if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and not stands_for_gpu(args[0]):
+                    out = out.clone()  # (`_MAY_ALIAS`)
+                return _mark(out)
             return func(*args, **kwargs)
         return func(*args)
 
