@@ -93,6 +93,13 @@ def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
     return c is not None and c.gen is not gen and c.active() and c.blocked()
 
 
+def _timed_waits(gen: Any) -> list[RankConn]:
+    """`gen`'s live ranks waiting in init with a timeout, in rank order (the order their
+    errors are given): the ranks whose wait a deadline can end."""
+    return [c for c in sorted(gen.by_rank.values(), key=lambda c: c.rank)
+            if c.init_wait is not None and c.init_wait.limit_s is not None and c.active()]
+
+
 class RendezvousMixin:
     """The coordinator's side of init's rendezvous. Needs `gens`, `_send`, `no_init`, and
     `never_joins` (ranks whose launched process ended: they will join no generation)."""
@@ -118,10 +125,9 @@ class RendezvousMixin:
         end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_expire`.)"""
         now = time.time()
         for gen in (g for g in self.gens if not g.complete()):
-            for c in sorted(gen.by_rank.values(), key=lambda c: c.rank):
+            for c in _timed_waits(gen):
                 w = c.init_wait
-                if w is not None and w.at is not None and w.limit_s is not None and now - w.at > w.limit_s \
-                        and c.active():
+                if w is not None and w.at is not None and now - w.at > (w.limit_s or 0.0):
                     self._init_failed(c, gen)
 
     def _arrive(self, conn: RankConn, gen: Any, h: dict[str, Any]) -> None:
@@ -176,10 +182,9 @@ class RendezvousMixin:
         for gen in self.gens:
             if gen.complete() or not self._unjoinable(gen):
                 continue
-            for c in sorted(gen.by_rank.values(), key=lambda c: c.rank):
-                if c.init_wait is not None and c.init_wait.limit_s is not None and c.active():
-                    self._init_failed(c, gen)
-                    fired = True
+            for c in _timed_waits(gen):
+                self._init_failed(c, gen)
+                fired = True
         return fired
 
     def init_notes(self) -> list[str]:
