@@ -25,6 +25,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import client, exits, output, pg, stack
+from simdist.script.stores import rank0_hosts
 
 
 def _from_url(init_method: str | None) -> dict[str, int]:
@@ -61,12 +62,13 @@ def _patch_init(backend: str) -> None:
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
+        host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
         # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
         # reply comes once the whole world has joined, or with the store's error
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
-                           "at": at, "frames": stack.caller_stack(1)})
+                           "at": at, "frames": stack.caller_stack(1), "host": host})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
@@ -76,14 +78,17 @@ def _patch_init(backend: str) -> None:
         output.registered()
         if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
             kind, message = reply["raise"]
-            raise (dist.DistStoreError if kind == "DistStoreError" else RuntimeError)(message)
+            raise getattr(dist, kind, RuntimeError)(message)  # DistStoreError, DistNetworkError
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
                 a["store"] = dist.HashStore()
-        else:  # real ranks meet at the launcher's loopback store, whatever address the script names
+        elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
+            a.update(backend=backend, rank=rank, world_size=world_size,
+                     init_method=f"tcp://{os.environ[env.HOST_PORT]}")
+        else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
                 a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation)
