@@ -163,9 +163,10 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
 @pytest.mark.real
 @pytest.mark.parametrize("mode", ["exits", "subexits"])
 def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote, mode):
-    """No timeout (torch's 30 min default, not modelled): the simulator proves the hang at
-    once, each waiting rank at its init line, and says which rank never came. (Real Gloo waits
-    for its store's timeout here: not run.) `subexits`: the rank first runs a child
+    """No timeout: the simulator proves the hang at once, each waiting rank at its init line,
+    says which rank never came, and how real torch ends each wait: at its default timeout, 30
+    min for Gloo, with the store's error (measured with torch's default patched to 1 s: the
+    same error as `timeout=` gives; 30 min is not run). `subexits`: the rank first runs a child
     interpreter, which inherits its environment (and so the rank layer) and exits first; the
     report is still the rank's own exit, not the child's."""
     run_id = new_run_id()
@@ -182,6 +183,10 @@ def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zy
     assert any("rank(s) [0, 1] wait in init_process_group for the whole world of 3" in n
                and "rank(s) [2] ended before calling it; rank 2 sys.exit(0) before init_process_group at "
                f"init_waits_for_world.py:{line_of(INIT, 'sys.exit(0)')}" in n for n in rep.notes), rep.notes
+    # how real torch ends the wait: its default timeout (30 min for Gloo) runs out in the store
+    for r in (0, 1):
+        assert f"init: on real torch rank {r}'s wait ends after its default timeout (30 min): DistStoreError: " \
+               "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/2" in rep.notes, rep.notes
     assert rep.timings["wall_s"] < 30
 
 
@@ -352,3 +357,20 @@ def test_mp_spawn_a_missing_rank_fails_the_other_as_real_gloo_does(script_zygote
             assert (e.type, e.message) == (
                 "DistStoreError", "Timed out after 1 seconds waiting for clients. 1/2 clients joined."), rep.source
     assert sim.ranks[r].time == 1.0  # 2 T for the connect, floor(T) + 1 for the wait for clients
+
+
+def test_a_first_init_without_timeout_ends_at_torchs_default_on_the_wall_clock():
+    """A script that starts its own ranks (mp.spawn) and a rank that never comes: nothing tells
+    the simulator that no process will still become that rank, so the others wait as real
+    torch's do, until its default timeout (30 min for Gloo) ends their wait on the wall clock
+    with the store's error, at simulated time 1800 s."""
+    import time
+
+    rv = _Rendezvous(2)
+    rv.arrive(1, at=time.time() - 1799.0)
+    rv._init_timeouts()
+    assert rv.answers == {}
+    rv.gens[0].entered[1].at -= 2.0
+    rv._init_timeouts()
+    assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0")
+    assert rv.gens[0].by_rank[1].clock == 1800.0

@@ -216,6 +216,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(coord.init_notes())
+    if report.source == "sim" and ending.kind == "hang":  # the hang's end on real torch (`rendezvous`)
+        notes.extend(coord.default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]

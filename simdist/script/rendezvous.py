@@ -45,6 +45,7 @@ from simdist.script.generations import latest
 from simdist.script.ranks import RankConn, exit_words
 from simdist.script.stores import (
     CONNECT_FACTOR,
+    DEFAULT_TIMEOUT_S,
     SERVER_GONE,
     Address,
     connect_timeout,
@@ -115,13 +116,15 @@ def _host_ends(gen: Any) -> float | None:
     return None if joined >= gen.world_size else wait
 
 
-def fate(gen: Any, rank: int) -> Failure | None:
+def fate(gen: Any, rank: int, default_s: float | None = None) -> Failure | None:
     """How `rank`'s init in `gen` ends if its world is not there in time, given the entries
-    known so far (a later entry cannot change an earlier deadline); None: it waits for good."""
+    known so far (a later entry cannot change an earlier deadline); None: it waits for good.
+    `default_s`: the timeout of an init that gave none (torch's default: `default_timeouts`);
+    without it such a wait has no deadline."""
     w = gen.entered[rank]
-    if w.limit_s is None:
+    t = w.limit_s if w.limit_s is not None else default_s
+    if t is None:
         return None
-    t = w.limit_s
     if w.host is None:  # the store was there before init: the wait for the peers' addresses
         missing = min((r for r in range(gen.world_size) if r not in gen.entered or gap(w, gen.entered[r]) > t),
                       default=None)
@@ -160,11 +163,12 @@ def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
     return c is not None and c.gen is not gen and c.active() and c.blocked()
 
 
-def _timed_waits(gen: Any) -> list[tuple[RankConn, Failure]]:
+def _timed_waits(gen: Any, default_s: float | None = None) -> list[tuple[RankConn, Failure]]:
     """`gen`'s live ranks waiting in init with a deadline, in rank order (the order their
-    errors are given), each with how its wait ends: the ranks whose wait a deadline can end."""
+    errors are given), each with how its wait ends: the ranks whose wait a deadline can end
+    (`default_s`: also those without a timeout, at torch's default)."""
     waits = [c for c in sorted(gen.by_rank.values(), key=lambda c: c.rank) if c.init_wait is not None and c.active()]
-    return [(c, f) for c in waits if (f := fate(gen, c.rank)) is not None]
+    return [(c, f) for c in waits if (f := fate(gen, c.rank, default_s)) is not None]
 
 
 class RendezvousMixin:
@@ -191,8 +195,8 @@ class RendezvousMixin:
         real Gloo's store wait raises at its entry + T. (Later inits, on the simulated clocks,
         end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_expire`.)"""
         now = time.time()
-        for gen in self.gens:
-            for c, f in _timed_waits(gen):
+        for gen in self.gens:  # (torch's default too: a script that starts its own ranks has nothing else end it)
+            for c, f in _timed_waits(gen, self._default_timeout_s()):
                 w = c.init_wait
                 if w is not None and w.at is not None and now - w.at > f.after:
                     self._init_failed(c, gen, f)
@@ -274,4 +278,25 @@ class RendezvousMixin:
                 notes.append(f"init: rank(s) {waiting} wait in init_process_group for the whole world of "
                              f"{gen.world_size} (real Gloo's store rendezvous): {why}")
             notes.extend(f"init: rank {f.rank}'s init_process_group {f.why}" for f in gen.failed)
+        return notes
+
+    def _default_timeout_s(self) -> float:
+        """torch's init timeout for the run's backend where the script gives none."""
+        return DEFAULT_TIMEOUT_S.get(getattr(self, "backend", None) or "gloo", DEFAULT_TIMEOUT_S["gloo"])
+
+    def default_timeouts(self) -> list[str]:
+        """What the inits left waiting without a timeout would raise on real torch at its
+        default deadline (30 min for Gloo, 10 min for NCCL): a run that ends as a hang there
+        is one for half an hour, then each rank raises the rendezvous' error. The simulator
+        keeps the hang (the program cannot progress) and says when and how it would end."""
+        default_s = self._default_timeout_s()
+        notes = []
+        for gen in self.gens:
+            for c in sorted(gen.by_rank.values(), key=lambda c: c.rank):
+                w = c.init_wait
+                f = fate(gen, c.rank, default_s) if w is not None and w.limit_s is None else None
+                if f is not None:
+                    kind, message = f.error
+                    notes.append(f"init: on real torch rank {c.rank}'s wait ends after its default timeout "
+                                 f"({default_s / 60:g} min): {kind}: {message}")
         return notes

@@ -40,6 +40,10 @@ import math
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
+# init's timeout when the script gives none (torch's `_get_default_timeout`: `default_pg_timeout`,
+# 30 min, for Gloo; 10 min for NCCL, documented in `init_process_group`); the store's waits
+# use it as they use `timeout=` (measured with the default patched to 1 s: the same errors at 1 s)
+DEFAULT_TIMEOUT_S = {"gloo": 1800.0, "nccl": 600.0}
 STORE_PREFIX = "/default_pg"  # the default group's prefix in the store (env://, tcp://, torchrun)
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # "True": torchrun's agent hosts the store (its default)
 # a connect to a store nobody serves gives up after about twice its timeout (see above)
