@@ -145,6 +145,29 @@ def _patch_destroy() -> None:
     dist.destroy_process_group = destroy_process_group
 
 
+def _patch_store_barrier() -> None:
+    """TORCH_DIST_INIT_BARRIER=1 makes init and new_group end with a barrier at the store
+    (`c10d._store_based_barrier`): left alone, each simulated rank counts in its own HashStore
+    and waits for good. At init the coordinator's rendezvous is that barrier already (it
+    answers the whole world at once); a group's barrier over the whole world (new_group
+    without use_local_synchronization: non-members too) meets at the coordinator
+    (`rendezvous.RendezvousMixin._store_barrier`); one over the members only is what the
+    group's creation waited for."""
+
+    def _store_based_barrier(rank: int, store: Any, group_name: str, rendezvous_count: int, timeout: Any,
+                             *args: Any, **kwargs: Any) -> None:
+        c = client.CLIENT
+        pg_of = c10d._world.pg_names  # noqa: SLF001 (the default group's name: its init's barrier)
+        default = c10d.GroupMember.WORLD
+        if c is None or (default is not None and pg_of.get(default) == group_name):
+            return
+        if rendezvous_count >= dist.get_world_size():
+            c.request({"t": "barrier", "key": str(group_name), "count": int(rendezvous_count),
+                       "frames": stack.caller_stack(1)})
+
+    c10d._store_based_barrier = _store_based_barrier
+
+
 def _patch_group_helper(backend: str) -> None:
     orig = c10d._new_process_group_helper
     sig = inspect.signature(orig)
@@ -226,6 +249,7 @@ def install(mode: str) -> None:
         return
     pg.register()
     _refuse_rpc()
+    _patch_store_barrier()
     _patch_init(pg.BACKEND_NAME)
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
