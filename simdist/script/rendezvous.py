@@ -6,12 +6,12 @@ mesh, each rank waiting at the store for every peer's address. Measured on torch
 (`tests/scripts/init_waits_for_world.py`, 3 ranks, the last one late):
 
 * a rank that comes late holds up the others' init until it comes; then all go on;
-* with `init_process_group(timeout=T)` a waiting rank raises, T after it entered init,
-  `DistStoreError: wait timeout after <T ms>ms, keys: <prefix>/0//cpu//0/<r>`, r the lowest
-  rank whose address was not there (Gloo reads the peers' keys in rank order); the key's
-  prefix is the store's (`/default_pg` for env:// and torchrun, the launcher's own for
-  `simdist real`). Without `timeout=` torch's default is 30 min: not modelled, a wait for
-  a rank that never comes is reported as the hang it is;
+* with `init_process_group(timeout=T)` a waiting rank raises the store's error, at a deadline
+  and with a wording that depend on who hosts the store (`simdist.script.stores`: torchrun's
+  agent, or rank 0 under env:// and tcp://, the mp.spawn tutorials' shape); `fate` gives
+  each waiting rank's. Without `timeout=` torch's default (30 min for Gloo) is the deadline:
+  a hang proven here keeps its verdict and its notes say what real torch raises then
+  (`default_timeouts`); a first init, judged on the wall clock, ends there;
 * a rank that comes after its peers timed out and left fails to connect to them:
   `RuntimeError: Gloo connectFullMesh failed with ... Connection refused`.
 
@@ -31,7 +31,8 @@ comes: the launcher knows when the process it started for that rank (torchrun-st
 process per rank) ended without joining; then the waits with a timeout end with the error
 above and the others are a hang, explained by `notes`. For a script that starts its own
 ranks (`mp.spawn`) which process would have been which rank is unknown: the others wait, as
-on real Gloo, until the processes end or Ctrl-C.
+on real Gloo, until their deadlines (torch's default where the script gives none), or until
+the script's own mp.spawn ends them once a rank raised.
 """
 
 from __future__ import annotations

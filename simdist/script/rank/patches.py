@@ -5,7 +5,8 @@ run on `simdist`; no TCP rendezvous happens (MASTER_ADDR/PORT and `init_method` 
 supply the rank and world size, as `env://` and `tcp://...?rank=` URLs do), and the rank
 registers with the coordinator before torch builds the default group. Every later group
 (`new_group`, whatever backend it names) is made by the same creator. In the "gloo" mode the
-groups are real Gloo ones and the ranks meet at the launcher's loopback store. In the
+groups are real Gloo ones and the ranks meet at the launcher's loopback store (torchrun's
+agent store), or, under env:// and tcp://, at the store rank 0 hosts (`simdist.script.stores`). In the
 simulator, `torch.distributed.rpc.init_rpc` is refused as not modelled (`_refuse_rpc`).
 """
 
