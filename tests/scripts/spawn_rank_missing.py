@@ -4,8 +4,8 @@ and waits for every rank's client there. One rank is missing from init.
 
     python spawn_rank_missing.py MODE MISSING NPROC [TIMEOUT_S [START]]
 
-MODE: what rank MISSING does instead of coming: `exits` (exit code 0 before init),
-`sleeps<S>` (sleeps S seconds first), `joins` (nothing: every rank comes). TIMEOUT_S:
+MODE: what rank MISSING does instead of coming: `exits` (exit code 0 before init), `raises`
+(mp.spawn then ends every other rank at once, by SIGTERM), `sleeps<S>` (sleeps S seconds first), `joins` (nothing: every rank comes). TIMEOUT_S:
 init_process_group's timeout (default: torch's, 30 min for Gloo). START: `spawn` (default:
 `mp.spawn`, a fresh interpreter a rank) or `fork` (`mp.start_processes` with fork: the same
 process context, which ends the others once one fails, without a torch import a rank).
@@ -24,6 +24,8 @@ def main(rank, mode, missing, world, timeout):
     if rank == missing:
         if mode == "exits":
             sys.exit(0)
+        if mode == "raises":
+            raise RuntimeError("this rank fails before init")
         if mode.startswith("sleeps"):
             time.sleep(float(mode.removeprefix("sleeps")))
     kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
