@@ -143,7 +143,8 @@ def host_port() -> int:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    for port in random.sample(range(20000, max(20001, min(low, 32768))), 200):
+    ports = range(max(1024, min(low, 32768) - 12768), max(1025, min(low, 32768)))
+    for port in random.sample(ports, min(200, len(ports))):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((LOOPBACK, port))
