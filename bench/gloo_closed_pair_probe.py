@@ -21,7 +21,7 @@ order of a closure and the waits it ends can be read:
   root with rank 2's (what a loaded host did once in CI), or nothing happens, or the others
   wait in `new_group` for rank 2 until a timeout.
 
-    python bench/gloo_closed_pair_probe.py [CASE ...] [--repeat N]
+    python bench/gloo_closed_pair_probe.py [CASE ...] [--repeat N] [--elems N] [--dies-after S]
 
 Every rank dies with the probe (PR_SET_PDEATHSIG); a case's ranks are killed after 30 s.
 """
@@ -90,14 +90,18 @@ def _broadcast(rank: int, case: str, g, t: torch.Tensor) -> None:
         os._exit(0)
 
 
+IN_FLIGHT_ELEMS = [100_000_000]  # send_in_flight's float32 elements (--elems)
+DIES_AFTER_S = [0.03]  # when send_in_flight's receiver dies after posting its receive (--dies-after)
+
+
 def _in_flight(rank: int, g) -> None:
-    t = torch.zeros(100_000_000)
+    t = torch.zeros(IN_FLIGHT_ELEMS[0])
     if rank == 0:
         dist.send(t, 1, group=g)
         log(rank, "send done")
     elif rank == 1:
         work = dist.irecv(t, 0, group=g)
-        time.sleep(0.03)
+        time.sleep(DIES_AFTER_S[0])
         log(rank, f"dies mid-transfer (received: {work.is_completed()})")
         os._exit(0)
 
@@ -164,7 +168,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="*", help=f"of {', '.join(CASES)} (default: all)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--elems", type=int, default=IN_FLIGHT_ELEMS[0], help="send_in_flight: float32 elements sent")
+    ap.add_argument("--dies-after", type=float, default=DIES_AFTER_S[0],
+                    help="send_in_flight: seconds between the receiver's irecv and its death")
     a = ap.parse_args()
+    IN_FLIGHT_ELEMS[0], DIES_AFTER_S[0] = a.elems, a.dies_after
     if unknown := [c for c in a.cases if c not in CASES]:
         ap.error(f"unknown case {unknown[0]!r}: expected one of {', '.join(CASES)}")
     for case in a.cases or CASES:

@@ -15,7 +15,8 @@ from simdist.script.api import compare_script, run_script
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
-from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin
+from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin, _timed_waits
+from simdist.script.stores import SERVER_GONE, rank0_hosts
 from simdist.testing.races import RendezvousRace, exit_races
 from tests.conftest import ROOT, line_of
 
@@ -34,11 +35,19 @@ class _Rendezvous(RendezvousMixin):
     def _send(self, conn, h):
         self.answers[conn.rank] = h
 
-    def arrive(self, rank: int, at: float = 0.0, to: float | None = None, clock: float = 0.0) -> None:
-        """`at`: when it entered init (wall time: a process's first init is judged on it)."""
+    def arrive(self, rank: int, at: float = 0.0, to: float | None = None, clock: float = 0.0,
+               host: tuple[str, int] | None = None) -> None:
+        """`at`: when it entered init (wall time: a process's first init is judged on it);
+        `host`: rank 0 hosts the store there (env://, mp.spawn), else the store was there."""
         conn = RankConn(None, rank=rank, clock=clock)  # type: ignore[arg-type]
         self.gens[0].by_rank[rank] = conn
-        self._arrive(conn, self.gens[0], {"req": rank + 1, "at": at, "to": to})
+        self._arrive(conn, self.gens[0], {"req": rank + 1, "at": at, "to": to, "host": host})
+
+    def due(self, now: float) -> None:
+        """The wall clock reads `now`: the first inits whose deadline passed end (`_init_timeouts`)."""
+        for c, f in _timed_waits(self.gens[0]):
+            if now - c.init_wait.at > f.after:
+                self._init_failed(c, self.gens[0], f)
 
 
 def test_init_answers_once_the_world_has_joined_at_the_last_arrival():
@@ -154,9 +163,10 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
 @pytest.mark.real
 @pytest.mark.parametrize("mode", ["exits", "subexits"])
 def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zygote, mode):
-    """No timeout (torch's 30 min default, not modelled): the simulator proves the hang at
-    once, each waiting rank at its init line, and says which rank never came. (Real Gloo waits
-    for its store's timeout here: not run.) `subexits`: the rank first runs a child
+    """No timeout: the simulator proves the hang at once, each waiting rank at its init line,
+    says which rank never came, and how real torch ends each wait: at its default timeout, 30
+    min for Gloo, with the store's error (measured with torch's default patched to 1 s: the
+    same error as `timeout=` gives; 30 min is not run). `subexits`: the rank first runs a child
     interpreter, which inherits its environment (and so the rank layer) and exits first; the
     report is still the rank's own exit, not the child's."""
     run_id = new_run_id()
@@ -173,6 +183,10 @@ def test_a_rank_that_exits_before_init_leaves_the_others_waiting_there(script_zy
     assert any("rank(s) [0, 1] wait in init_process_group for the whole world of 3" in n
                and "rank(s) [2] ended before calling it; rank 2 sys.exit(0) before init_process_group at "
                f"init_waits_for_world.py:{line_of(INIT, 'sys.exit(0)')}" in n for n in rep.notes), rep.notes
+    # how real torch ends the wait: its default timeout (30 min for Gloo) runs out in the store
+    for r in (0, 1):
+        assert f"init: on real torch rank {r}'s wait ends after its default timeout (30 min): DistStoreError: " \
+               "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/2" in rep.notes, rep.notes
     assert rep.timings["wall_s"] < 30
 
 
@@ -208,3 +222,155 @@ def test_a_first_init_is_late_by_the_wall_clock_a_later_one_by_the_simulated_clo
         later.gens[0].by_rank[r] = conn
         later._arrive(conn, later.gens[0], {"req": r + 1, "at": None, "to": 1.0})
     assert later.answers[0]["raise"][0] == "DistStoreError" and later.gens[0].by_rank[0].clock == 4.0
+
+
+HOST = ("localhost", 12355)  # where the script's env:// says rank 0 hosts the store
+SPAWN = SCRIPTS / "spawn_rank_missing.py"
+
+
+def test_which_store_an_init_makes():
+    """Rank 0 hosts the store for env:// and tcp:// unless torchrun's agent hosts it (its
+    default) or the script hands init a store; file:// needs no host."""
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": "12355"}
+    assert rank0_hosts(None, False, env) == HOST
+    assert rank0_hosts("env://", False, env) == HOST
+    assert rank0_hosts("tcp://10.0.0.1:23456", False, {}) == ("10.0.0.1", 23456)
+    assert rank0_hosts(None, False, {**env, "TORCHELASTIC_USE_AGENT_STORE": "True"}) is None
+    assert rank0_hosts(None, True, env) is None
+    assert rank0_hosts("file:///tmp/x", False, env) is None
+
+
+def test_rank0_hosting_waits_for_every_client_in_whole_seconds():
+    """Rank 1 never comes: rank 0's store server gives up floor(T) + 1 s after it entered
+    (measured 1 s for T = 0.5, 2 s for 1 and 1.5, 4 s for 3), counting itself as joined."""
+    for t, waited in ((0.5, 1.0), (1.5, 2.0), (3.0, 4.0)):
+        rv = _Rendezvous(2)
+        rv.arrive(0, at=100.0, to=t, host=HOST)
+        rv.due(100.0 + waited - 0.01)
+        assert rv.answers == {}
+        rv.due(100.0 + waited + 0.01)
+        assert rv.answers[0]["raise"] == ("DistStoreError", f"Timed out after {int(waited)} seconds waiting for "
+                                                            "clients. 1/2 clients joined.")
+        assert rv.gens[0].by_rank[0].clock == waited
+
+
+def test_a_client_waits_for_rank_0s_address_while_rank_0_waits_for_clients():
+    """Rank 2 never comes: rank 1 connected, so it waits in Gloo's connect for rank 0's
+    address (not there while rank 0 waits for its clients) and raises T after it entered
+    naming rank 0; rank 3, whose timeout outlasts rank 0's wait, loses the store when rank
+    0's server closes."""
+    rv = _Rendezvous(4)
+    rv.arrive(0, at=100.0, to=1.0, host=HOST)
+    rv.arrive(1, at=100.2, to=1.0, host=HOST)
+    rv.arrive(3, at=100.2, to=5.0, host=HOST)
+    rv.due(101.3)
+    assert list(rv.answers) == [1]
+    assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1000ms, keys: /default_pg/0//cpu//0/0")
+    rv.due(102.1)
+    assert rv.answers[0]["raise"][1].endswith("3/4 clients joined.")  # rank 1 had joined: it counts
+    assert rv.answers[3]["raise"] == SERVER_GONE and rv.gens[0].by_rank[3].clock == pytest.approx(1.8)
+
+
+def test_without_rank_0_the_others_find_no_store_and_a_late_rank_finds_it_closed():
+    rv = _Rendezvous(3)
+    rv.arrive(1, at=100.0, to=1.0, host=HOST)
+    rv.due(101.9)
+    assert rv.answers == {}  # the connect retries: about 2 T (measured 1.6 to 2.7 s for T = 1 s)
+    rv.due(102.1)
+    assert rv.answers[1]["raise"] == ("DistNetworkError", "The client socket has timed out after 1000ms while "
+                                                          "trying to connect to (localhost, 12355).")
+    late = _Rendezvous(2)
+    late.arrive(0, at=100.0, to=0.5, host=HOST)
+    late.due(101.1)
+    late.arrive(1, at=101.5, to=0.5, host=HOST)  # rank 0's server closed at 101.0
+    assert list(late.answers) == [0]  # not refused at once: its own connect gives up
+    late.due(102.6)
+    assert late.answers[1]["raise"][0] == "DistNetworkError"
+
+
+def test_rank0_hosting_answers_everyone_once_the_world_came_in_time():
+    rv = _Rendezvous(3)
+    rv.arrive(1, at=100.0, to=1.0, host=HOST)  # before rank 0: its connect retries until the server is up
+    rv.arrive(0, at=100.5, to=1.0, host=HOST)
+    rv.arrive(2, at=101.2, to=1.0, host=HOST)  # within rank 0's 2 s wait and rank 1's key wait (100.5 + 1)
+    assert [rv.answers[r]["raise"] for r in range(3)] == [None] * 3
+
+
+def _spawned(zygote, args: list[str]):
+    run_id = new_run_id()
+    both = compare_script(SPAWN, args, nproc_per_node=None, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=60, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    return both.sim.report, both.real.report
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("start", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_mp_spawn_rank_0_waits_for_clients_and_a_client_for_rank_0_on_both_sides(script_zygote, start):
+    """mp.spawn, env:// (rank 0 hosts the store), rank 2 of 3 exits before init, T = 0.5 s:
+    rank 1 raises the store's error naming rank 0 (whose address is not there while rank 0
+    waits for its clients), then mp.spawn SIGTERMs rank 0 in its init; before, the simulator
+    had ranks 0 and 1 both name rank 2, as torchrun's agent store would. `fork`: the same
+    process context as mp.spawn's, without a torch import a rank (40 s of a loaded CI less).
+    `spawn` (T = 1 s): a rank's interpreter start and torch import take seconds on a loaded
+    host, and rank 0's own deadline, floor(T) + 1 after it entered, comes first when rank 1
+    entered more than 1 s after it: on either side rank 0 then raises its wait for clients
+    instead of dying of mp.spawn's SIGTERM (the order is the starts', not the program's)."""
+    sim, real = _spawned(script_zygote, ["exits", "2", "3", "0.5" if start == "fork" else "1", start])
+    c = compare_reports(sim, real)
+    raced = start == "spawn" and {d.rank for d in c.differences} == {0} and \
+        {rep.ranks[0].error.type for rep in (sim, real)} <= {"DistStoreError", "Killed"}
+    assert c.agree or raced, format_comparison(c)
+    at = line_of(SPAWN, "dist.init_process_group(")
+    for rep in (sim, real):
+        r1 = rep.ranks[1]
+        assert (r1.status, r1.error.type, r1.location.line) == ("error", "DistStoreError", at), rep.source
+        assert r1.error.message.startswith("wait timeout after "), rep.source
+        assert r1.error.message.endswith("ms, keys: /default_pg/0//cpu//0/0"), rep.source
+        if rep.ranks[0].error.type == "DistStoreError":  # its own deadline first (`spawn`, see above)
+            assert rep.ranks[0].error.message.endswith("waiting for clients. 2/3 clients joined."), rep.source
+        else:  # killed by mp.spawn once rank 1 raised
+            assert start == "spawn" or rep.ranks[0].error.category == "killed", rep.source
+    assert sim.ranks[1].time >= 0.5
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("case", [pytest.param(["exits", "0", "2", "0.5", "fork"], id="host-missing"),
+                                  pytest.param(["exits", "1", "2", "0.5", "fork"], id="client-missing",
+                                               marks=pytest.mark.slow)])
+def test_mp_spawn_a_missing_rank_fails_the_other_as_real_gloo_does(script_zygote, case):
+    """host-missing: rank 0 never hosts the store, rank 1's connect gives up
+    (DistNetworkError naming the address); client-missing: rank 0's store server gives up
+    waiting for clients after floor(T) + 1 = 1 s. The real side's rank 0 hosts at a port the
+    launcher picked (not the script's hard-coded 12355), the simulator names the script's."""
+    sim, real = _spawned(script_zygote, case)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    r = 1 if case[1] == "0" else 0
+    for rep in (sim, real):
+        e = rep.ranks[r].error
+        assert e is not None, rep.source
+        if r == 1:
+            assert (e.type, e.message.split(" while")[0]) == (
+                "DistNetworkError", "The client socket has timed out after 500ms"), rep.source
+        else:
+            assert (e.type, e.message) == (
+                "DistStoreError", "Timed out after 1 seconds waiting for clients. 1/2 clients joined."), rep.source
+    assert sim.ranks[r].time == 1.0  # 2 T for the connect, floor(T) + 1 for the wait for clients
+
+
+def test_a_first_init_without_timeout_ends_at_torchs_default_on_the_wall_clock():
+    """A script that starts its own ranks (mp.spawn) and a rank that never comes: nothing tells
+    the simulator that no process will still become that rank, so the others wait as real
+    torch's do, until its default timeout (30 min for Gloo) ends their wait on the wall clock
+    with the store's error, at simulated time 1800 s."""
+    import time
+
+    rv = _Rendezvous(2)
+    rv.arrive(1, at=time.time() - 1799.0)
+    rv._init_timeouts()
+    assert rv.answers == {}
+    rv.gens[0].entered[1].at -= 2.0
+    rv._init_timeouts()
+    assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0")
+    assert rv.gens[0].by_rank[1].clock == 1800.0

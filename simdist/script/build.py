@@ -32,7 +32,7 @@ from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames
-from simdist.script.rendezvous import INIT_WAIT, ended_without_init
+from simdist.script.rendezvous import INIT_WAIT, STORE_BARRIER, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
 
@@ -172,15 +172,16 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         status, error = "hang", None
         pending = [e for e in trace if conn.active() and not e.completed and e.t_done is None  # in its own generation
                    and env.generation_of(e.group) == conn.gen.index]
-        if conn.block is not None:
-            waiting = conn.ops[conn.block.ids[0]].entry
+        if conn.block is not None:  # (no op: TORCH_DIST_INIT_BARRIER's store barrier, `rendezvous`)
+            waiting = conn.ops[conn.block.ids[0]].entry if conn.block.ids else None
             where = _user_location(conn.block.frames)
         elif conn.record is not None and conn.record.get("where"):
             where = location(*conn.record["where"][:3])
         elif conn.init_wait is not None:  # for the rest of its world (`simdist.script.rendezvous`)
             where = _user_location(conn.init_wait.frames)
         blocked = pending[0] if pending else waiting
-        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind == "timeout" else "blocked"
+        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind == "timeout" else \
+            STORE_BARRIER if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
         x = conn.exit or {}
@@ -206,7 +207,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         elif r.status == "hang" and report.source == "real" and r.blocked_in is not None:
             notes.append(f"rank {r.rank} is blocked (its oldest unfinished operation: {r.blocked_in.short()}){at}")
         elif r.status == "hang":
-            notes.append(f"rank {r.rank} is {r.exit if r.exit == INIT_WAIT else 'still running'}{at}")
+            notes.append(f"rank {r.rank} is {r.exit if r.exit in (INIT_WAIT, STORE_BARRIER) else 'still running'}{at}")
         elif r.exit is not None:
             said = r.error.message.splitlines()[0] if r.error and r.error.message else ""
             # the exit names the exception ("raised ValueError") or the call ("os._exit(3)") already
@@ -216,6 +217,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(coord.init_notes())
+    if report.source == "sim" and ending.kind == "hang":  # the hang's end on real torch (`rendezvous`)
+        notes.extend(coord.default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]

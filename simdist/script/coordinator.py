@@ -224,6 +224,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
             self._destroyed(conn, h)
         elif kind == "group":
             self._group(conn, h)
+        elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`rendezvous`)
+            self._store_barrier(conn, h)
         elif kind == "exit":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.exit = h

@@ -22,6 +22,7 @@ GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
 STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
+HOST_PORT = "SIMDIST_SCRIPT_HOST_PORT"  # gloo mode: 127.0.0.1:port, where rank 0 hosts an env:// or tcp:// store
 # A barrier carries no tensor; both sides' traces give it this dtype (the engine needs one; real
 # Gloo's Flight Recorder records none), as a scenario's barrier keeps its step's dtype.
 BARRIER_DTYPE = "float32"

@@ -42,8 +42,12 @@ class Generation:
     engine: Engine
     timeline: Timeline
     by_rank: dict[int, RankConn] = field(default_factory=dict)
-    # inits that timed out at the rendezvous (`rendezvous`): (rank, the rank it waited for, timeout, frames)
-    failed: list[tuple[int, int, float, list[Any]]] = field(default_factory=list)
+    # each rank's entry to init (`rendezvous.InitWait`), kept after it was answered: its peers' deadlines use it
+    entered: dict[int, Any] = field(default_factory=dict)
+    # inits that ended with the rendezvous' error (`rendezvous.Failure`)
+    failed: list[Any] = field(default_factory=list)
+    # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> (membership, request)
+    barriers: dict[str, dict[int, Any]] = field(default_factory=dict)
 
     def complete(self) -> bool:
         """Every rank of its world has joined (before that, a missing rank may still come)."""

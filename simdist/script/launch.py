@@ -16,16 +16,21 @@ found and killed too. Each process dies with its parent (`procs.die_with_parent`
 the rank-side bootstrap), which covers SIGKILL of simdist itself.
 
 Rendezvous: simulated ranks need none (no TCP at all; MASTER_PORT is only what torchrun
-would show, in both modes, so a script that prints it prints the same). On real Gloo the launcher hosts the c10d store itself, on 127.0.0.1 only
-(`procs.loopback_store`), and every rank's `init_process_group` uses it whatever address the
-script names (`rank.patches`): nothing listens beyond this host, and two runs of a script
-with a hard-coded MASTER_PORT do not collide.
+would show, in both modes, so a script that prints it prints the same). On real Gloo the
+stores are torch's own, on 127.0.0.1 only, whatever address the script names (`rank.patches`):
+torchrun-style ranks meet at the store the launcher hosts, as torchrun's agent hosts one
+(`procs.loopback_store`); a script that starts its own ranks with `env://` or `tcp://` has
+its rank 0 host the store as torch's rendezvous does (`simdist.script.stores`), at a port the
+launcher picks for the run (`host_port`), not the script's MASTER_PORT: nothing listens beyond
+this host, and two runs of a script with a hard-coded MASTER_PORT do not collide.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -55,7 +60,7 @@ def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, 
     e.update({
         "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc), "ROLE_NAME": "default",
         "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_USE_AGENT_STORE": "True" if env.STORE in base else "False",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # torchrun's default (c10d rendezvous): the agent hosts the store
     })
     return e
 
@@ -115,6 +120,7 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         if mode == env.GLOO:  # the ranks reach it by env.STORE (`rank.patches`), not MASTER_PORT:
             run.store = loopback_store(nproc_per_node)  # both modes show the script torchrun's port
             common[env.STORE] = f"{LOOPBACK}:{int(run.store.port)}"
+            common[env.HOST_PORT] = f"{LOOPBACK}:{host_port()}"
         cmd = [sys.executable, str(script), *args]
         envs = [common] if nproc_per_node is None else [
             torchrun_env(r, nproc_per_node, run.run_id, TORCHRUN_PORT, common) for r in range(nproc_per_node)]
@@ -127,6 +133,25 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         end(run)
         raise
     return run
+
+
+def host_port() -> int:
+    """A free port on 127.0.0.1 for a run's rank-0-hosted store (`env.HOST_PORT`), below the
+    kernel's ephemeral range: the kernel never hands such a port to an outgoing connection,
+    so between this check and rank 0's bind only a process that binds it by number can take it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = range(max(1024, min(low, 32768) - 12768), max(1025, min(low, 32768)))
+    for port in random.sample(ports, min(200, len(ports))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+                return port
+            except OSError:
+                continue
+    raise OSError("no free port on 127.0.0.1 for the run's store")
 
 
 def tagged_processes(run_id: str) -> list[int]:

@@ -6,12 +6,12 @@ mesh, each rank waiting at the store for every peer's address. Measured on torch
 (`tests/scripts/init_waits_for_world.py`, 3 ranks, the last one late):
 
 * a rank that comes late holds up the others' init until it comes; then all go on;
-* with `init_process_group(timeout=T)` a waiting rank raises, T after it entered init,
-  `DistStoreError: wait timeout after <T ms>ms, keys: <prefix>/0//cpu//0/<r>`, r the lowest
-  rank whose address was not there (Gloo reads the peers' keys in rank order); the key's
-  prefix is the store's (`/default_pg` for env:// and torchrun, the launcher's own for
-  `simdist real`). Without `timeout=` torch's default is 30 min: not modelled, a wait for
-  a rank that never comes is reported as the hang it is;
+* with `init_process_group(timeout=T)` a waiting rank raises the store's error, at a deadline
+  and with a wording that depend on who hosts the store (`simdist.script.stores`: torchrun's
+  agent, or rank 0 under env:// and tcp://, the mp.spawn tutorials' shape); `fate` gives
+  each waiting rank's. Without `timeout=` torch's default (30 min for Gloo) is the deadline:
+  a hang proven here keeps its verdict and its notes say what real torch raises then
+  (`default_timeouts`); a first init, judged on the wall clock, ends there;
 * a rank that comes after its peers timed out and left fails to connect to them:
   `RuntimeError: Gloo connectFullMesh failed with ... Connection refused`.
 
@@ -31,7 +31,8 @@ comes: the launcher knows when the process it started for that rank (torchrun-st
 process per rank) ended without joining; then the waits with a timeout end with the error
 above and the others are a hang, explained by `notes`. For a script that starts its own
 ranks (`mp.spawn`) which process would have been which rank is unknown: the others wait, as
-on real Gloo, until the processes end or Ctrl-C.
+on real Gloo, until their deadlines (torch's default where the script gives none), or until
+the script's own mp.spawn ends them once a rank raised.
 """
 
 from __future__ import annotations
@@ -42,10 +43,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.generations import latest
-from simdist.script.ranks import RankConn, exit_words
+from simdist.script.ranks import Block, RankConn, exit_words
+from simdist.script.stores import (
+    CONNECT_FACTOR,
+    DEFAULT_TIMEOUT_S,
+    SERVER_GONE,
+    Address,
+    connect_timeout,
+    host_timeout,
+    host_wait_s,
+    store_timeout,
+)
 
 INIT_WAIT = "waiting in init_process_group"  # how a rank that waits there for its world is reported
-STORE_PREFIX = "/default_pg"  # the default group's store prefix under env:// and torchrun
+STORE_BARRIER = "waiting in the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"  # `_store_barrier`
 FULL_MESH = "Gloo connectFullMesh failed with"  # what a failed connect at init starts with
 # the simulator's one wording of a late rank's failed connect (a race of real Gloo: `simdist.testing.races`)
 REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ERROR: Connection refused"
@@ -54,8 +65,9 @@ REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ER
 @dataclass
 class InitWait:
     """A rank waiting in its init: the request to answer, when its message came (wall time),
-    when it entered init (wall time, its process's first init only: `came_after`), its
-    simulated clock then, its timeout and its call site."""
+    when it entered init (wall time, its process's first init only: `gap`), its simulated
+    clock then, its timeout, its call site, and the address where rank 0 hosts the store
+    (`stores.rank0_hosts`; None: the store exists before init)."""
 
     req: int
     since: float
@@ -63,20 +75,80 @@ class InitWait:
     clock: float
     limit_s: float | None
     frames: list[Any]
-
-    def came_after(self, other: InitWait) -> bool:
-        """`other` entered init after this wait's timeout ran out: on the wall clock when both
-        are first inits (nothing is simulated before one), else on the simulated clocks."""
-        if self.limit_s is None:
-            return False
-        if self.at is not None and other.at is not None:
-            return other.at - self.at > self.limit_s
-        return other.clock - self.clock > self.limit_s
+    host: Address | None = None
 
 
-def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:
-    """What a rank raises when its init's wait at the store for rank `missing` runs out."""
-    return "DistStoreError", f"wait timeout after {round(limit_s * 1000)}ms, keys: {STORE_PREFIX}/0//cpu//0/{missing}"
+def gap(a: InitWait, b: InitWait) -> float:
+    """How long after `a` entered init `b` did (negative: before): on the wall clock when both
+    are first inits (nothing is simulated before one), else on the simulated clocks."""
+    if a.at is not None and b.at is not None:
+        return b.at - a.at
+    return b.clock - a.clock
+
+
+@dataclass
+class Failure:
+    """How a rank's init ends at the rendezvous: `after` seconds after it entered, with
+    `error`; `why` for the notes; `posted`: its Gloo address was in the store when it left
+    (its peers' connect to it is then refused once the world is there)."""
+
+    after: float
+    error: tuple[str, str]
+    why: str
+    posted: bool = True
+    rank: int = -1
+    frames: list[Any] | None = None
+
+
+def _connects(w0: InitWait, w: InitWait, host_ends: float | None) -> bool:
+    """Rank 0's store server answers `w`'s connect: it came before `w` gave up, and `w`
+    came before the server closed (`host_ends`, after rank 0's entry)."""
+    in_time = w.limit_s is None or gap(w, w0) <= CONNECT_FACTOR * w.limit_s
+    return in_time and (host_ends is None or gap(w0, w) <= host_ends)
+
+
+def _host_ends(gen: Any) -> float | None:
+    """When (after its entry) rank 0's store server gives up waiting for clients and closes,
+    or None if it does not (no timeout, or every rank's client joined in time)."""
+    w0 = gen.entered.get(0)
+    if w0 is None or w0.limit_s is None:
+        return None
+    wait = host_wait_s(w0.limit_s)
+    joined = sum(1 for e in gen.entered.values() if gap(w0, e) <= wait and _connects(w0, e, None))
+    return None if joined >= gen.world_size else wait
+
+
+def fate(gen: Any, rank: int, default_s: float | None = None) -> Failure | None:
+    """How `rank`'s init in `gen` ends if its world is not there in time, given the entries
+    known so far (a later entry cannot change an earlier deadline); None: it waits for good.
+    `default_s`: the timeout of an init that gave none (torch's default: `default_timeouts`);
+    without it such a wait has no deadline."""
+    w = gen.entered[rank]
+    t = w.limit_s if w.limit_s is not None else default_s
+    if t is None:
+        return None
+    if w.host is None:  # the store was there before init: the wait for the peers' addresses
+        missing = min((r for r in range(gen.world_size) if r not in gen.entered or gap(w, gen.entered[r]) > t),
+                      default=None)
+        return None if missing is None else Failure(t, store_timeout(t, missing), f"timed out after its {t:g} s timeout waiting for rank {missing}")
+    ends = _host_ends(gen)
+    if rank == 0:
+        wait = host_wait_s(t)
+        joined = [r for r, e in sorted(gen.entered.items()) if gap(w, e) <= wait and _connects(w, e, None)]
+        return None if len(joined) >= gen.world_size else Failure(wait, host_timeout(t, len(joined), gen.world_size),
+                       f"hosting the store, timed out after {wait:g} s waiting for clients (joined: ranks {joined})",
+                       posted=False)
+    w0 = gen.entered.get(0)
+    if w0 is None or not _connects(w0, w, ends):
+        return Failure(CONNECT_FACTOR * t, connect_timeout(t, w.host),
+                       f"found no store at rank 0's address in its {t:g} s timeout", posted=False)
+    key = max(gap(w, w0), 0.0) + t  # connected: it waits for rank 0's address, posted once every client joined
+    joins = [gap(w, e) for e in gen.entered.values() if _connects(w0, e, ends)]
+    if ends is None and len(joins) >= gen.world_size and max(joins) <= key:
+        return None
+    if ends is not None and gap(w, w0) + ends < key:
+        return Failure(gap(w, w0) + ends, SERVER_GONE, "lost the store when rank 0's server closed")
+    return Failure(key, store_timeout(t, 0), f"timed out after its {t:g} s timeout waiting for rank 0")
 
 
 def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
@@ -93,11 +165,12 @@ def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
     return c is not None and c.gen is not gen and c.active() and c.blocked()
 
 
-def _timed_waits(gen: Any) -> list[RankConn]:
-    """`gen`'s live ranks waiting in init with a timeout, in rank order (the order their
-    errors are given): the ranks whose wait a deadline can end."""
-    return [c for c in sorted(gen.by_rank.values(), key=lambda c: c.rank)
-            if c.init_wait is not None and c.init_wait.limit_s is not None and c.active()]
+def _timed_waits(gen: Any, default_s: float | None = None) -> list[tuple[RankConn, Failure]]:
+    """`gen`'s live ranks waiting in init with a deadline, in rank order (the order their
+    errors are given), each with how its wait ends: the ranks whose wait a deadline can end
+    (`default_s`: also those without a timeout, at torch's default)."""
+    waits = [c for c in sorted(gen.by_rank.values(), key=lambda c: c.rank) if c.init_wait is not None and c.active()]
+    return [(c, f) for c in waits if (f := fate(gen, c.rank, default_s)) is not None]
 
 
 class RendezvousMixin:
@@ -119,33 +192,38 @@ class RendezvousMixin:
         return not self.gens or not self.gens[-1].complete()
 
     def _init_timeouts(self) -> None:
-        """First inits whose timeout ran out on the wall clock end with the store's error now,
+        """First inits whose deadline passed on the wall clock end with the store's error now,
         whatever their peers do meanwhile (compute before their own init, poll for a file):
         real Gloo's store wait raises at its entry + T. (Later inits, on the simulated clocks,
         end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_expire`.)"""
         now = time.time()
-        for gen in (g for g in self.gens if not g.complete()):
-            for c in _timed_waits(gen):
+        for gen in self.gens:  # (torch's default too: a script that starts its own ranks has nothing else end it)
+            for c, f in _timed_waits(gen, self._default_timeout_s()):
                 w = c.init_wait
-                if w is not None and w.at is not None and now - w.at > (w.limit_s or 0.0):
-                    self._init_failed(c, gen)
+                if w is not None and w.at is not None and now - w.at > f.after:
+                    self._init_failed(c, gen, f)
 
     def _arrive(self, conn: RankConn, gen: Any, h: dict[str, Any]) -> None:
         """`conn` joined `gen` (its membership is made): it waits until the world is complete,
         or answers at once the rank that comes after a peer's init timed out."""
+        host = h.get("host")
         new = conn.init_wait = InitWait(int(h["req"]), time.time(), None if h.get("at") is None else float(h["at"]),
                                         conn.clock, None if h.get("to") is None else float(h["to"]),
-                                        list(h.get("frames") or []))
-        for c in list(gen.by_rank.values()):  # those whose timeout ran out before this arrival
-            if c is not conn and c.init_wait is not None and c.init_wait.came_after(new):
-                self._init_failed(c, gen)
+                                        list(h.get("frames") or []), None if host is None else (str(host[0]), int(host[1])))
+        gen.entered[conn.rank] = new
+        for c, f in _timed_waits(gen):  # those whose deadline passed before this arrival
+            if c is not conn and c.init_wait is not None and f.after < gap(c.init_wait, new):
+                self._init_failed(c, gen, f)
         if not gen.complete():
             return
         waiting = [c for c in gen.by_rank.values() if c.init_wait is not None]
-        if gen.failed:  # every address is there, but a peer's is that of a process that left
-            gone = gen.failed[0][0]
+        if gen.failed and all(f.posted for f in gen.failed):
+            # every address is there, but a peer's is that of a process that left
+            gone = gen.failed[0].rank
             for c in waiting:
                 self._answer(c, gen, ("RuntimeError", f"{REFUSED} (rank {gone} timed out in init_process_group)"))
+            return
+        if gen.failed:  # rank 0's store lacks a client that gave up (or is gone): the waits end by their deadlines
             return
         start = max(c.clock for c in gen.by_rank.values())
         for c in waiting:
@@ -158,15 +236,14 @@ class RendezvousMixin:
         self._send(conn, {"t": "reply", "req": w.req, "error": None, "backend": getattr(self, "backend", None),
                           "gen": gen.index, "raise": failure})
 
-    def _init_failed(self, conn: RankConn, gen: Any) -> None:
-        """`conn`'s init timed out at the store: the lowest rank not there by its deadline."""
+    def _init_failed(self, conn: RankConn, gen: Any, f: Failure) -> None:
+        """`conn`'s init ends with the rendezvous' error `f` (`fate`) at its deadline."""
         w = conn.init_wait
-        assert w is not None and w.limit_s is not None
-        there = {r for r, c in gen.by_rank.items() if c.init_wait is None or not w.came_after(c.init_wait)}
-        missing = min(r for r in range(gen.world_size) if r not in there)
-        conn.clock = w.clock + w.limit_s
-        gen.failed.append((conn.rank, missing, w.limit_s, w.frames))
-        self._answer(conn, gen, store_timeout(w.limit_s, missing))
+        assert w is not None
+        conn.clock = w.clock + f.after
+        f.rank, f.frames = int(conn.rank), w.frames  # type: ignore[arg-type]
+        gen.failed.append(f)
+        self._answer(conn, gen, f.error)
 
     def _unjoinable(self, gen: Any) -> bool:
         """`gen` lacks ranks that cannot come now: their launched processes ended, or the
@@ -176,14 +253,15 @@ class RendezvousMixin:
         return bool(missing) and all(r in gone or _blocked_elsewhere(self.gens, r, gen) for r in missing)
 
     def _init_expire(self) -> bool:
-        """Nothing else can progress: in a generation whose missing ranks will never come, the
-        inits with a timeout end with the store's error (the rest wait: a hang). Whether one did."""
+        """Nothing else can progress: in a generation whose missing ranks will never come (or
+        whose store lost a rank that timed out), the inits with a timeout end with the
+        rendezvous' error (the rest wait: a hang). Whether one did."""
         fired = False
         for gen in self.gens:
-            if gen.complete() or not self._unjoinable(gen):
+            if not ((gen.failed and gen.complete()) or self._unjoinable(gen)):
                 continue
-            for c in _timed_waits(gen):
-                self._init_failed(c, gen)
+            for c, f in _timed_waits(gen):
+                self._init_failed(c, gen, f)
                 fired = True
         return fired
 
@@ -201,7 +279,43 @@ class RendezvousMixin:
                                for r in gone if r in self.no_init)
                 notes.append(f"init: rank(s) {waiting} wait in init_process_group for the whole world of "
                              f"{gen.world_size} (real Gloo's store rendezvous): {why}")
-            for rank, late, limit_s, _frames in gen.failed:
-                notes.append(f"init: rank {rank}'s init_process_group timed out after its {limit_s:g} s timeout "
-                             f"waiting for rank {late}")
+            notes.extend(f"init: rank {f.rank}'s init_process_group {f.why}" for f in gen.failed)
+        return notes
+
+    def _store_barrier(self, conn: RankConn, h: dict[str, Any]) -> None:
+        """A rank entered torch's store-based barrier under `key` (a group's name: with
+        TORCH_DIST_INIT_BARRIER=1 new_group ends with one over the whole world, non-members
+        too): it returns once `count` ranks of its generation entered it, as the store's counter
+        says. Meanwhile the rank is blocked (a hang if the others never come: on real torch a
+        wait until the group's timeout, 30 min by default)."""
+        if conn.gen is None:
+            return
+        waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
+        waiting[conn.rank] = (conn, int(h["req"]))
+        conn.block = Block([], time.time(), list(h.get("frames") or []))
+        if len(waiting) >= int(h["count"]):
+            start = max(c.clock for c, _ in waiting.values())
+            for c, req in conn.gen.barriers.pop(str(h["key"])).values():
+                c.block, c.clock = None, max(c.clock, start)
+                self._send(c, {"t": "reply", "req": req})
+
+    def _default_timeout_s(self) -> float:
+        """torch's init timeout for the run's backend where the script gives none."""
+        return DEFAULT_TIMEOUT_S.get(getattr(self, "backend", None) or "gloo", DEFAULT_TIMEOUT_S["gloo"])
+
+    def default_timeouts(self) -> list[str]:
+        """What the inits left waiting without a timeout would raise on real torch at its
+        default deadline (30 min for Gloo, 10 min for NCCL): a run that ends as a hang there
+        is one for half an hour, then each rank raises the rendezvous' error. The simulator
+        keeps the hang (the program cannot progress) and says when and how it would end."""
+        default_s = self._default_timeout_s()
+        notes = []
+        for gen in self.gens:
+            for c in sorted(gen.by_rank.values(), key=lambda c: c.rank):
+                w = c.init_wait
+                f = fate(gen, c.rank, default_s) if w is not None and w.limit_s is None else None
+                if f is not None:
+                    kind, message = f.error
+                    notes.append(f"init: on real torch rank {c.rank}'s wait ends after its default timeout "
+                                 f"({default_s / 60:g} min): {kind}: {message}")
         return notes

@@ -5,7 +5,8 @@ run on `simdist`; no TCP rendezvous happens (MASTER_ADDR/PORT and `init_method` 
 supply the rank and world size, as `env://` and `tcp://...?rank=` URLs do), and the rank
 registers with the coordinator before torch builds the default group. Every later group
 (`new_group`, whatever backend it names) is made by the same creator. In the "gloo" mode the
-groups are real Gloo ones and the ranks meet at the launcher's loopback store. In the
+groups are real Gloo ones and the ranks meet at the launcher's loopback store (torchrun's
+agent store), or, under env:// and tcp://, at the store rank 0 hosts (`simdist.script.stores`). In the
 simulator, `torch.distributed.rpc.init_rpc` is refused as not modelled (`_refuse_rpc`).
 """
 
@@ -25,6 +26,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import client, exits, output, pg, stack
+from simdist.script.stores import rank0_hosts
 
 
 def _from_url(init_method: str | None) -> dict[str, int]:
@@ -61,12 +63,13 @@ def _patch_init(backend: str) -> None:
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
+        host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
         # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
         # reply comes once the whole world has joined, or with the store's error
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
-                           "at": at, "frames": stack.caller_stack(1)})
+                           "at": at, "frames": stack.caller_stack(1), "host": host})
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
@@ -76,14 +79,17 @@ def _patch_init(backend: str) -> None:
         output.registered()
         if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
             kind, message = reply["raise"]
-            raise (dist.DistStoreError if kind == "DistStoreError" else RuntimeError)(message)
+            raise getattr(dist, kind, RuntimeError)(message)  # DistStoreError, DistNetworkError
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
                 a["store"] = dist.HashStore()
-        else:  # real ranks meet at the launcher's loopback store, whatever address the script names
+        elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
+            a.update(backend=backend, rank=rank, world_size=world_size,
+                     init_method=f"tcp://{os.environ[env.HOST_PORT]}")
+        else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
                 a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation)
@@ -138,6 +144,29 @@ def _patch_destroy() -> None:
 
     c10d.destroy_process_group = destroy_process_group
     dist.destroy_process_group = destroy_process_group
+
+
+def _patch_store_barrier() -> None:
+    """TORCH_DIST_INIT_BARRIER=1 makes init and new_group end with a barrier at the store
+    (`c10d._store_based_barrier`): left alone, each simulated rank counts in its own HashStore
+    and waits for good. At init the coordinator's rendezvous is that barrier already (it
+    answers the whole world at once); a group's barrier over the whole world (new_group
+    without use_local_synchronization: non-members too) meets at the coordinator
+    (`rendezvous.RendezvousMixin._store_barrier`); one over the members only is what the
+    group's creation waited for."""
+
+    def _store_based_barrier(rank: int, store: Any, group_name: str, rendezvous_count: int, timeout: Any,
+                             *args: Any, **kwargs: Any) -> None:
+        c = client.CLIENT
+        pg_of = c10d._world.pg_names  # noqa: SLF001 (the default group's name: its init's barrier)
+        default = c10d.GroupMember.WORLD
+        if c is None or (default is not None and pg_of.get(default) == group_name):
+            return
+        if rendezvous_count >= dist.get_world_size():
+            c.request({"t": "barrier", "key": str(group_name), "count": int(rendezvous_count),
+                       "frames": stack.caller_stack(1)})
+
+    c10d._store_based_barrier = _store_based_barrier
 
 
 def _patch_group_helper(backend: str) -> None:
@@ -221,6 +250,7 @@ def install(mode: str) -> None:
         return
     pg.register()
     _refuse_rpc()
+    _patch_store_barrier()
     _patch_init(pg.BACKEND_NAME)
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
