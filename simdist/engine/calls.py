@@ -86,6 +86,7 @@ class Instance:
     seq: int
     members: list[int]
     sig: tuple = ()  # the first call's (op, numel, dtype, root): a later call that differs makes it `mixed`
+    reduce_op: str | None = None  # the first call's: a later call of the same `sig` but another sets `reduce_differs`
     calls: dict[int, Call] = field(default_factory=dict)
     matched: bool = False
     finished: bool = False
@@ -95,6 +96,13 @@ class Instance:
     # posted calls differ in what their messages depend on: they may abort one another before
     # the other members post (`GlooExits._settle_gone`)
     mixed: bool = False
+    reduce_differs: bool = False
+
+    @property
+    def alike(self) -> bool:
+        """Every call posted has the same fingerprint (op, numel, dtype, reduce op, root): what
+        lets matching and results skip comparing the calls again, rank by rank."""
+        return not self.mixed and not self.reduce_differs
 
 
 class Work:
