@@ -134,6 +134,15 @@ class Work:
         return self.call.ok is not None
 
 
+def wait_all(works: list[Work]) -> Generator[Any, Any, None]:
+    """Wait on each of `works` in order, results dropped (`for w in works: yield from
+    w.wait()`): a work that has completed by then, as most async ones have, is passed without
+    a `wait` generator of its own (one per rank-collective otherwise)."""
+    for w in works:
+        if w.call.ok is not True:
+            yield from w.wait()
+
+
 @dataclass
 class RankState:
     rank: int

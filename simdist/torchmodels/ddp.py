@@ -24,7 +24,7 @@ import functools
 from collections.abc import Generator
 from typing import Any
 
-from simdist.engine.calls import Work
+from simdist.engine.calls import Work, wait_all
 from simdist.engine.core import RankRaised
 from simdist.engine.values import Payload
 from simdist.torchmodels.buckets import (
@@ -177,13 +177,11 @@ class DDPModel(Joinable):
         if not 0 <= root < len(self.members):  # a vote that met another collective's bytes
             raise RankRaised("RuntimeError", f"ProcessGroupGloo::broadcast: invalid root rank: {root}")
         buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
-        works = [
+        yield from wait_all([
             self._issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
                         root=root, async_op=True)
             for b in buckets
-        ]
-        for w in works:
-            yield from w.wait()
+        ])
 
     # ------------------------------------------------------------------ forward
     def forward(self, no_sync: bool = False) -> Generator[Any, Any, None]:
@@ -205,7 +203,8 @@ class DDPModel(Joinable):
     def _pre_forward(self) -> Generator[Any, Any, None]:
         work = yield from Join.notify_join_context(self)
         self.forward_work = work  # reducer._set_forward_pass_work_handle
-        yield from self._rebuild_buckets("ddp.pre_forward.rebuild_buckets")
+        if self.rebuilt_params:  # (else `_rebuild_buckets` returns at once: no generator for it)
+            yield from self._rebuild_buckets("ddp.pre_forward.rebuild_buckets")
         if self._check_sync_bufs_pre_fwd():
             yield from self._sync_buffers()
         if self._join_config.enable:
@@ -329,7 +328,8 @@ class DDPModel(Joinable):
                 else Payload.unknown(len(self.used), "int32")
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for b, w in works:
-            res = yield from w.wait()
+            # (a bucket that has completed, as most have by now, without a `wait` generator)
+            res = w.call.value if w.call.ok is True else (yield from w.wait())
             runs = res.run_values()
             per_param = _split_runs(tuple(runs), tuple(self.numels[i] for i in b)) if runs is not None else None
             for k, i in enumerate(b):
@@ -390,7 +390,8 @@ class _DDPJoinHook(JoinHook):
 
     def main_hook(self) -> Generator[Any, Any, None]:
         ddp = self.ddp
-        yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
+        if ddp.rebuilt_params:  # (as in `_pre_forward`)
+            yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
         # _check_and_sync_module_buffers
         if ddp._check_sync_bufs_pre_fwd():
             root = yield from ddp._find_common_rank(ddp.group_rank, False, "ddp.join_hook.find_common_rank")
@@ -402,13 +403,11 @@ class _DDPJoinHook(JoinHook):
         if not should_sync_backwards:
             return
         # _match_all_reduce_for_bwd_pass: zeros per bucket, all issued, then all waited
-        works = [
+        yield from wait_all([
             ddp._issue("all_reduce", Payload.full(sum(ddp.numels[i] for i in b), ddp.dtype, 0.0),
                        origin="ddp.join_hook.bucket_allreduce", async_op=True)
             for b in ddp.buckets
-        ]
-        for w in works:
-            yield from w.wait()
+        ])
         if ddp.find_unused_parameters:
             # _match_unused_params_allreduce: the local used map (zeros on a joined rank); not waited
             ddp._issue("all_reduce", Payload.full(len(ddp.numels), "int32", 0),
