@@ -121,17 +121,17 @@ def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
 
 
 def _result_for(c: Call, calls: list[Call], ranks: list[int], gloo: bool) -> Payload:
-    n = len(calls)
-    red = "sum" if gloo and gloo_avg_error(c) is not None else c.reduce_op or "sum"
     dtype = c.payload.dtype
-    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
     op = c.op
-    if op == "all_reduce":
-        return reduce_payloads(parts, red, dtype, c.payload.numel)
-    if op == "broadcast":
+    if op == "broadcast":  # first: the commonest, and it needs no one's input but the root's
         src = next((x for x in calls if x.rank == c.root), c)
         res = src.payload  # the root's tensor, meta (e.g. bucket layout) included: payloads are never mutated
         return res.reinterpret(dtype) if res.dtype != dtype else res
+    n = len(calls)
+    red = "sum" if gloo and gloo_avg_error(c) is not None else c.reduce_op or "sum"
+    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
+    if op == "all_reduce":
+        return reduce_payloads(parts, red, dtype, c.payload.numel)
     if op == "all_gather":
         return concat_payloads(parts, dtype)
     if op == "gather":

@@ -38,7 +38,7 @@ from simdist.program.actions import (
     Wait,
     WaitDeferred,
 )
-from simdist.program.conditions import Latest, fill_value, holds, no_results, varies
+from simdist.program.conditions import Latest, always, fill_value, holds, no_results, varies
 from simdist.scenario import Model, Scenario
 from simdist.schema import (
     BackwardStep,
@@ -135,6 +135,7 @@ class _Entry:
     pass_: int  # 0: neither, 1: a forward, 2: a backward (of model `model`)
     model: str
     const: bool  # the step's action is the same in every iteration (kept in `made`)
+    always: bool  # the step has no condition (`conditions.always`): `holds` need not be asked
 
 
 def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
@@ -143,7 +144,8 @@ def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
         fb = isinstance(step, (ForwardStep, BackwardStep))
         out.append(_Entry(k, step, isinstance(step, StopStep), (1 if isinstance(step, ForwardStep) else 2) if fb else 0,
                           s.model_named(step.model).name if fb else "",  # type: ignore[union-attr]
-                          "value" not in type(step).model_fields or not varies(step.value)))  # type: ignore[union-attr]
+                          "value" not in type(step).model_fields or not varies(step.value),  # type: ignore[union-attr]
+                          always(step)))
     return tuple(out)
 
 
@@ -158,7 +160,7 @@ def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int
     losses: set[str] = set()
     for e in entries:
         step, k = e.step, e.k
-        if not holds(step, rank, i, latest):
+        if not e.always and not holds(step, rank, i, latest):
             continue
         if e.stop:
             yield _WAIT_DEFERRED  # the iteration's deferred work is still waited (docs/scenarios.md)
