@@ -113,6 +113,7 @@ class DDPModel(Joinable):
         initial = compute_bucket_assignment_by_size(self.numels, [self.dtype] * len(self.numels), limits)
         self.buckets: list[list[int]] = list(reversed(initial))
         self._bucket_of = _bucket_index(self.buckets)
+        self._sizes = _bucket_sizes(self.buckets, self.numels)
         # the order autograd marks gradients ready (used ones last to first; with
         # find_unused_parameters the unused ones after, at the end of the backward): the same
         # every backward, so worked out once, like each backward's compute shares (`_shares`)
@@ -262,6 +263,7 @@ class DDPModel(Joinable):
         yield from self._run("broadcast", Payload.unknown(len(layout), "int32"), root=0, origin=origin)
         self.buckets = [list(b) for b in layout]
         self._bucket_of = _bucket_index(self.buckets)
+        self._sizes = _bucket_sizes(self.buckets, self.numels)
         self.has_rebuilt_bucket = True
         self.rebuilt_params = []
         return True
@@ -327,11 +329,11 @@ class DDPModel(Joinable):
             used_map = Payload.from_array([1 if u else 0 for u in self.used], "int32") if len(self.used) <= 64 \
                 else Payload.unknown(len(self.used), "int32")
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
-        for b, w in works:
+        for (b, w), sizes in zip(works, self._sizes, strict=True):
             # (a bucket that has completed, as most have by now, without a `wait` generator)
             res = w.call.value if w.call.ok is True else (yield from w.wait())
             runs = res.run_values()
-            per_param = _split_runs(tuple(runs), tuple(self.numels[i] for i in b)) if runs is not None else None
+            per_param = _split_runs(tuple(runs), sizes) if runs is not None else None
             for k, i in enumerate(b):
                 if self.used[i]:  # an unused parameter's .grad is left untouched (None)
                     self.grad[i] = per_param[k] if per_param is not None else None
@@ -361,6 +363,12 @@ class DDPModel(Joinable):
 def _bucket_index(buckets: list[list[int]]) -> dict[int, int]:
     """Parameter index -> the bucket it is in."""
     return {i: k for k, b in enumerate(buckets) for i in b}
+
+
+def _bucket_sizes(buckets: list[list[int]], numels: list[int]) -> list[tuple[int, ...]]:
+    """Each bucket's parameters' element counts (what `_split_runs` cuts a reduced bucket by),
+    worked out when the buckets are made, not per backward."""
+    return [tuple(numels[i] for i in b) for b in buckets]
 
 
 @functools.lru_cache(maxsize=1024)

@@ -70,7 +70,8 @@ class ZeroModel(Joinable):
         return self.group
 
     def step(self, origin: str = "zero.step.broadcast_shard") -> Generator[Any, Any, None]:
-        yield from Join.notify_join_context(self)  # the returned work is not waited
+        if self._join_config.is_first_joinable:  # (else it returns at once: no generator for it)
+            yield from Join.notify_join_context(self)  # the returned work is not waited
         issue, group = self.dist.issue, self.group
         yield from wait_all([issue("broadcast", payload, origin=origin, root=root, group=group, async_op=True)
                              for root, payload in self.broadcasts])
