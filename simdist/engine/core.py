@@ -328,10 +328,13 @@ class Engine(GlooExits, GlooTimeouts):
             if c.reduce_op == "avg" and gloo:  # Gloo's integer AVG may fail it (`_deliver`)
                 self._deliver(c, results[m])
                 continue
-            e = c.entry  # `_complete_call`, inline: once per rank-collective
+            e = c.entry  # `_complete_call` and `Call.settle`, inline: once per rank-collective
             e.t_done = now
             e.completed = True
-            c.settle(True, results[m])
+            if c.ok is None:
+                c.ok, c.value = True, results[m]
+                if c._event is not None:
+                    c._trigger(c._event)
         if len(ranks) == len(inst.members):
             inst.finished = True
             self._open[inst.group].pop(inst.seq, None)

@@ -306,6 +306,7 @@ class DDPModel(Joinable):
         left = [len(b) for b in self.buckets]  # parameters each bucket still waits for
         bucket_of = self._bucket_of
         works: list[tuple[list[int], Work]] = []
+        record_order = self._should_rebuild_buckets()  # (the same for the whole backward)
         for i in ready:
             if share[i] > 0:
                 yield from self.dist.compute(share[i])
@@ -314,7 +315,7 @@ class DDPModel(Joinable):
                 contrib[i] = self.grad[i] / div  # type: ignore[operator]
             else:
                 contrib[i] = 0.0
-            if self._should_rebuild_buckets():
+            if record_order:
                 self.rebuilt_params.append(i)
             left[bucket_of[i]] -= 1
             while len(works) < len(self.buckets) and left[len(works)] <= 0:

@@ -48,7 +48,7 @@ class Dist:
         root: int | None = None,
         async_op: bool = False,
     ) -> Work:
-        if root is not None and group == WORLD and not 0 <= root < self.world_size and self.engine.backend == "gloo":
+        if root is not None and group == WORLD and not 0 <= root < self.engine.world_size and self.engine.backend == "gloo":
             # ProcessGroupGloo checks the root before it enqueues anything (e.g. the tutorial
             # Counter's broadcast from find_common_rank's -1 when no rank was the last joiner)
             raise RankRaised("RuntimeError", f"ProcessGroupGloo::{op}: invalid root rank: {root}")
