@@ -70,6 +70,13 @@ class Call:
         if self._event is not None:
             self._trigger(self._event)
 
+    def complete(self, result: Any, now: float) -> None:
+        """Completed at `now` with `result`: its trace entry says so, then `settle`."""
+        e = self.entry
+        e.t_done = now
+        e.completed = True
+        self.settle(True, result)
+
     def _trigger(self, ev: simpy.Event) -> None:
         if self.ok:
             ev.succeed(self.value)

@@ -161,8 +161,7 @@ class Engine(GlooExits, GlooTimeouts):
         calls = inst.calls
         calls[rank] = call
         gloo = self.backend == "gloo"
-        # (gloo_local_error is None unless the reduce op is bitwise or the dtype has no kernel:
-        # the test first, inline, per rank-collective)
+        # (gloo_local_error is None unless the op is bitwise or the dtype has no kernel: tested first)
         if gloo and (reduce_op in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
                 and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
@@ -299,9 +298,7 @@ class Engine(GlooExits, GlooTimeouts):
         ev.callbacks.append(lambda _ev, inst=inst, ranks=ranks: self._finish(inst, ranks))
 
     def _complete_call(self, c: Call, result: Payload) -> None:
-        c.entry.t_done = self.env.now
-        c.entry.completed = True
-        c.settle(True, result)
+        c.complete(result, self.env.now)
 
     def _deliver(self, c: Call, result: Payload) -> None:
         """Complete a collective's call with its result, or fail it where the backend raises
@@ -327,14 +324,8 @@ class Engine(GlooExits, GlooTimeouts):
             c = calls[m]
             if c.reduce_op == "avg" and gloo:  # Gloo's integer AVG may fail it (`_deliver`)
                 self._deliver(c, results[m])
-                continue
-            e = c.entry  # `_complete_call` and `Call.settle`, inline: once per rank-collective
-            e.t_done = now
-            e.completed = True
-            if c.ok is None:
-                c.ok, c.value = True, results[m]
-                if c._event is not None:
-                    c._trigger(c._event)
+            else:
+                c.complete(results[m], now)  # (`_deliver`'s common case, one call per rank-collective)
         if len(ranks) == len(inst.members):
             inst.finished = True
             self._open[inst.group].pop(inst.seq, None)
