@@ -34,6 +34,9 @@ same until then), and the rates those would give if the shared part, or all simu
 nothing; then the most each candidate way to 500/s could give (docs/fuzzing.md, "What would
 reach 500/s"): (1) a fast-forward inside a run, (2) free generation, (3) free shared prefixes,
 and their combinations; and the hits of a verdict memo up to a relabelling of ranks.
+--pairs N (with --baseline) runs N pairs of --jobs 1 searches, this checkout's and the baseline's
+side by side, and prints each pair's CPU ratio and the median: the before/after figure that a
+loaded machine still resolves to a few percent.
 --floor measures, alternating with full searches, the same search with every schedule's judging
 (planning, simulating, checking) replaced by "passed": what hypothesis, instantiating and
 validating cost by themselves, hence how many milliseconds 500/s leaves for judging a schedule.
@@ -135,6 +138,28 @@ def _report(label: str, runs1: list[dict[str, Any]], runsn: list[dict[str, Any]]
         print(f"[{label}] --jobs {jobs}, CPU time: busiest worker {busiest['cpu_busiest']:.2f} s of shards, all "
               f"processes {rnc['cpu']:.2f} s ({rnc['cpu'] / r1c['cpu']:.2f}x the --jobs 1 CPU) -> speed-up on idle "
               f"cores {sc:.2f}x ({sc / TARGET_SPEEDUP:.2f}x of the target)")
+
+
+def pairs(budget: int, seed: int, n: int, baseline: str) -> None:
+    """`n` pairs of --jobs 1 searches, this checkout's then the baseline's, each a fresh process,
+    run back to back so both sides of a pair see the same load: the per-pair CPU ratios and
+    their median (on a loaded machine best-of-N of separately timed runs varies by more than a
+    few percent between repetitions; a pair's ratio does not)."""
+    ratios, this, base = [], [], []
+    for k in range(n):
+        a, b = _spawn(budget, seed, 1, None), _spawn(budget, seed, 1, baseline)
+        assert (a["schedules"], a["failures"], a["iterations_run"]) == (b["schedules"], b["failures"],
+                                                                         b["iterations_run"]), "different searches"
+        this.append(a["cpu"])
+        base.append(b["cpu"])
+        ratios.append(b["cpu"] / a["cpu"])
+        print(f"pair {k}: this {a['cpu']:.2f} s, baseline {b['cpu']:.2f} s CPU -> {ratios[-1]:.3f}x", flush=True)
+    ratios.sort()
+    med = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    best = budget / min(this)
+    print(f"pairs: this / baseline, --jobs 1 CPU time: median {med:.3f}x (range {ratios[0]:.3f}-{ratios[-1]:.3f}); "
+          f"best runs: this {best:.1f} schedules/s ({best / TARGET_RATE:.2f}x of the {TARGET_RATE:.0f}/s target), "
+          f"baseline {budget / min(base):.1f}/s; {_load()}")
 
 
 def _shared_prefix(counts: list[tuple[int, ...]]) -> tuple[int, int]:
@@ -332,6 +357,8 @@ def main() -> None:
                     help="only measure how much a memo or shared prefixes could save on this stream, at most")
     ap.add_argument("--floor", action="store_true",
                     help="only measure the search without judging schedules, against the full search")
+    ap.add_argument("--pairs", type=int, metavar="N",
+                    help="only run N pairs of --jobs 1 searches, this checkout and --baseline side by side")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a measurement process
     ap.add_argument("--stub", action="store_true", help=argparse.SUPPRESS)  # ... with judging stubbed out
     args = ap.parse_args()
@@ -345,6 +372,11 @@ def main() -> None:
         return
     if args.floor:
         floor(args.budget, args.seed, args.reps)
+        return
+    if args.pairs:
+        if not args.baseline:
+            ap.error("--pairs needs --baseline DIR")
+        pairs(args.budget, args.seed, args.pairs, args.baseline)
         return
 
     print(f"template: 8 ranks, inputs 0-100 per rank, DDP (3 buckets) + ZeRO under Join; budget {args.budget}, "

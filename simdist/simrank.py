@@ -77,8 +77,10 @@ class SimRank:
         self.deferred: list[tuple[Work, str | None]] = []  # waited at the end of the iteration
 
     def run(self) -> Generator[Any, Any, None]:
-        # The two kinds that never wait and come every iteration are done here, without a
-        # generator for each (a third of a loop's actions); every other kind by `execute`.
+        # The kinds that come every iteration are done here: the two that never wait without
+        # a generator for each (a third of a loop's actions), DDP's passes without `execute`'s
+        # generator around the model's (one level less for every collective they wait on);
+        # every other kind by `execute`.
         for action in rank_actions(self.s, self.rank, self.latest):
             kind = type(action)
             if kind is EnterPhase:
@@ -86,6 +88,10 @@ class SimRank:
                 self.out.phases.append((self.engine.env.now, action.phase, action.iteration))
             elif kind is EndIteration:
                 self.out.inputs_processed += 1
+            elif kind is Forward:
+                yield from self.ddp[action.model].forward(action.no_sync)
+            elif kind is Backward:
+                yield from self.ddp[action.model].backward(action.seconds)
             else:
                 yield from self.execute(action)
 
@@ -95,12 +101,9 @@ class SimRank:
         return values[-1] if values else None
 
     def execute(self, a: Action) -> Generator[Any, Any, None]:
-        """Do what `a` says, in simulated time (`EnterPhase` and `EndIteration`: `run`)."""
+        """Do what `a` says, in simulated time (`EnterPhase`, `EndIteration`, `Forward` and
+        `Backward`: `run`)."""
         match a:  # the per-iteration kinds first: this is the simulator's inner loop
-            case Forward(model=name, no_sync=no_sync):
-                yield from self.ddp[name].forward(no_sync)
-            case Backward(model=name, seconds=seconds):
-                yield from self.ddp[name].backward(seconds)
             case StepOptimizer():
                 if self.zero is not None:
                     yield from self.zero.step()

@@ -70,6 +70,13 @@ class Call:
         if self._event is not None:
             self._trigger(self._event)
 
+    def complete(self, result: Any, now: float) -> None:
+        """Completed at `now` with `result`: its trace entry says so, then `settle`."""
+        e = self.entry
+        e.t_done = now
+        e.completed = True
+        self.settle(True, result)
+
     def _trigger(self, ev: simpy.Event) -> None:
         if self.ok:
             ev.succeed(self.value)
@@ -86,6 +93,7 @@ class Instance:
     seq: int
     members: list[int]
     sig: tuple = ()  # the first call's (op, numel, dtype, root): a later call that differs makes it `mixed`
+    reduce_op: str | None = None  # the first call's: a later call of the same `sig` but another sets `reduce_differs`
     calls: dict[int, Call] = field(default_factory=dict)
     matched: bool = False
     finished: bool = False
@@ -95,6 +103,13 @@ class Instance:
     # posted calls differ in what their messages depend on: they may abort one another before
     # the other members post (`GlooExits._settle_gone`)
     mixed: bool = False
+    reduce_differs: bool = False
+
+    @property
+    def alike(self) -> bool:
+        """Every call posted has the same fingerprint (op, numel, dtype, reduce op, root): what
+        lets matching and results skip comparing the calls again, rank by rank."""
+        return not self.mixed and not self.reduce_differs
 
 
 class Work:
@@ -124,6 +139,15 @@ class Work:
     @property
     def done(self) -> bool:
         return self.call.ok is not None
+
+
+def wait_all(works: list[Work]) -> Generator[Any, Any, None]:
+    """Wait on each of `works` in order, results dropped (`for w in works: yield from
+    w.wait()`): a work that has completed by then, as most async ones have, is passed without
+    a `wait` generator of its own (one per rank-collective otherwise)."""
+    for w in works:
+        if w.call.ok is not True:
+            yield from w.wait()
 
 
 @dataclass

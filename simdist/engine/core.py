@@ -28,6 +28,7 @@ from simdist.engine.timeouts import GlooTimeouts
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
+from simdist.vocab import BITWISE_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES
 
 
 class RankRaised(Exception):
@@ -138,32 +139,36 @@ class Engine(GlooExits, GlooTimeouts):
                                    self.env))
         seqs = self._next_seq[group]
         seq = seqs[rank] = seqs[rank] + 1
-        now = self.env._now
         self._entries_left -= 1  # `_record_one`, inline
         if self._entries_left < 0:
             self._over_budget()
-        n = len(members)
+        numel, dtype = payload.numel, payload.dtype
         # positional: this is the engine's hottest line (see TraceEntry for the field order)
-        entry = TraceEntry(seq, op, payload.numel, payload.dtype, group, n, origin, reduce_op, root,
-                           None, async_op, rs.phase, rs.iteration, now)
+        entry = TraceEntry(seq, op, numel, dtype, group, len(members), origin, reduce_op, root,
+                           None, async_op, rs.phase, rs.iteration, self.env._now)
         rs.trace.append(entry)
         call = Call(rank, op, payload, reduce_op, root, entry, self.env)
         ikey = (group, seq)
         inst = self._instances.get(ikey)
-        sig = (op, entry.numel, entry.dtype, root)  # what the messages depend on (`Instance.mixed`)
+        sig = (op, numel, dtype, root)  # what the messages depend on (`Instance.mixed`)
         if inst is None:
-            inst = self._instances[ikey] = Instance(group, seq, members, sig)
+            inst = self._instances[ikey] = Instance(group, seq, members, sig, reduce_op)
             self._open[group][seq] = inst
         elif sig != inst.sig:
             inst.mixed = True
+        elif reduce_op != inst.reduce_op:
+            inst.reduce_differs = True
         calls = inst.calls
         calls[rank] = call
-        if self.backend == "gloo" and (local := gloo_local_error(call)) is not None:
+        gloo = self.backend == "gloo"
+        # (gloo_local_error is None unless the op is bitwise or the dtype has no kernel: tested first)
+        if gloo and (reduce_op in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
+                and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
             call.settle(False, RankRaised("RuntimeError", local, "other"))
             inst.stuck = True
-        elif not entry.numel and self.backend == "gloo" and gloo_exchanges_nothing(call):  # numel first: hot path
+        elif not numel and gloo and gloo_exchanges_nothing(call):  # numel first: hot path
             self._complete_call(call, payload)  # no wire: done at issue, peers as for a local error
             inst.stuck = True
         elif self._closed and (shut := self.closed_error(call, group, members)) is not None:
@@ -171,12 +176,12 @@ class Engine(GlooExits, GlooTimeouts):
             inst.stuck = True
         if self._dead and (dead := self._dead_member(group, calls, inst.finished)) is not None:
             self._fail_instance(inst, dead)
-        elif len(calls) == n:
+        elif len(calls) == len(members):
             del self._instances[ikey]  # complete: no late caller can look it up again
             self._match(inst)
-        elif (self._dead or inst.mixed) and self.backend == "gloo":
+        elif (self._dead or inst.mixed) and gloo:
             self._settle_gone(inst)
-        return Work(self.ranks[rank], call)
+        return Work(rs, call)
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
             group: str = "WORLD") -> Work:
@@ -256,7 +261,7 @@ class Engine(GlooExits, GlooTimeouts):
                 inst.finished = True
                 self._open[inst.group].pop(inst.seq, None)
             return
-        verdict = gloo_bridge.classify(calls, len(inst.members))
+        verdict = gloo_bridge.classify(calls, len(inst.members), inst.alike)
         if verdict.kind != "ok":
             self.findings.append(gloo_bridge.finding(inst.group, inst.seq, calls, verdict))
         if verdict.kind in ("ok", "silent"):
@@ -283,7 +288,7 @@ class Engine(GlooExits, GlooTimeouts):
             self._schedule_finish(inst, calls, done)
 
     def _schedule_finish(self, inst: Instance, calls: list[Call], ranks: list[int]) -> None:
-        nbytes = max(c.payload.nbytes for c in calls)
+        nbytes = calls[0].payload.nbytes if inst.alike else max(c.payload.nbytes for c in calls)
         dur = self.cost.collective_time(calls[0].op, nbytes, inst.members)
         if self._queued:  # after the group's earlier collectives: they share its sockets and worker threads
             start = max(self.env.now, self._group_free[inst.group])
@@ -293,9 +298,7 @@ class Engine(GlooExits, GlooTimeouts):
         ev.callbacks.append(lambda _ev, inst=inst, ranks=ranks: self._finish(inst, ranks))
 
     def _complete_call(self, c: Call, result: Payload) -> None:
-        c.entry.t_done = self.env.now
-        c.entry.completed = True
-        c.settle(True, result)
+        c.complete(result, self.env.now)
 
     def _deliver(self, c: Call, result: Payload) -> None:
         """Complete a collective's call with its result, or fail it where the backend raises
@@ -313,9 +316,16 @@ class Engine(GlooExits, GlooTimeouts):
     def _finish(self, inst: Instance, ranks: list[int]) -> None:
         if inst.finished:
             return
-        results = collective_results([inst.calls[m] for m in inst.members], self.backend == "gloo")
+        gloo = self.backend == "gloo"
+        calls = inst.calls
+        results = collective_results([calls[m] for m in inst.members], gloo, inst.alike)
+        now = self.env._now
         for m in ranks:
-            self._deliver(inst.calls[m], results[m])
+            c = calls[m]
+            if c.reduce_op == "avg" and gloo:  # Gloo's integer AVG may fail it (`_deliver`)
+                self._deliver(c, results[m])
+            else:
+                c.complete(results[m], now)  # (`_deliver`'s common case, one call per rank-collective)
         if len(ranks) == len(inst.members):
             inst.finished = True
             self._open[inst.group].pop(inst.seq, None)

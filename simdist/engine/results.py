@@ -72,18 +72,19 @@ def gloo_exchanges_nothing(c: Call) -> bool:
     return gloo_empty_is_local(c.op, c.payload.numel)
 
 
-def collective_results(calls: list[Call], gloo: bool = True) -> dict[int, Payload]:
+def collective_results(calls: list[Call], gloo: bool = True, alike: bool = False) -> dict[int, Payload]:
     """What each rank's output holds after a matched collective, computed from every rank's input.
 
     Each rank computes with its own view (its dtype, its reduce op, its root), which is
     how a backend that pairs mismatched calls mixes their values. A well-formed
     all_reduce/broadcast/all_gather gives every rank the same result, computed once.
-    `gloo`: a rank whose AVG Gloo cannot divide keeps the SUM (`gloo_avg_error`).
+    `gloo`: a rank whose AVG Gloo cannot divide keeps the SUM (`gloo_avg_error`). `alike`:
+    the caller knows the calls' fingerprints are all the same (`Instance.alike`).
     """
     ranks = [c.rank for c in calls]
     c0 = calls[0]
-    alike = all(c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op
-                and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
+    alike = alike or all(c.op == c0.op and c.payload.dtype == c0.payload.dtype and c.reduce_op == c0.reduce_op
+                         and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
     if c0.op in ("all_reduce", "broadcast", "all_gather") and alike:
         return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
     if gloo and any(c.payload.numel != c0.payload.numel for c in calls):  # else: reinterpreted below
@@ -120,17 +121,17 @@ def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
 
 
 def _result_for(c: Call, calls: list[Call], ranks: list[int], gloo: bool) -> Payload:
-    n = len(calls)
-    red = "sum" if gloo and gloo_avg_error(c) is not None else c.reduce_op or "sum"
     dtype = c.payload.dtype
-    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
     op = c.op
-    if op == "all_reduce":
-        return reduce_payloads(parts, red, dtype, c.payload.numel)
-    if op == "broadcast":
+    if op == "broadcast":  # first: the commonest, and it needs no one's input but the root's
         src = next((x for x in calls if x.rank == c.root), c)
         res = src.payload  # the root's tensor, meta (e.g. bucket layout) included: payloads are never mutated
         return res.reinterpret(dtype) if res.dtype != dtype else res
+    n = len(calls)
+    red = "sum" if gloo and gloo_avg_error(c) is not None else c.reduce_op or "sum"
+    parts = [x.payload.reinterpret(dtype) if x.payload.dtype != dtype else x.payload for x in calls]
+    if op == "all_reduce":
+        return reduce_payloads(parts, red, dtype, c.payload.numel)
     if op == "all_gather":
         return concat_payloads(parts, dtype)
     if op == "gather":

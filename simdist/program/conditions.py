@@ -44,6 +44,13 @@ def holds(c: When, rank: int, i: int | None, latest: Latest) -> bool:
     return c.any_ is None or any(holds(x, rank, i, latest) for x in c.any_)
 
 
+def always(c: When) -> bool:
+    """Whether `c` sets no condition at all, so `holds` is true on every rank and iteration
+    (most steps: the interpreter asks once per rank instead of once per step and iteration)."""
+    return (c.ranks is None and c.every is None and c.below is None and c.from_iteration is None and c.flag is None
+            and c.not_ is None and c.any_ is None)
+
+
 def nonzero(result: Any) -> bool:
     """A result as a flag: a nonzero number, or a list with a nonzero element (None: false)."""
     if isinstance(result, list):

@@ -12,6 +12,7 @@ an exception does nothing, in torch and in the model alike).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from simdist.program.actions import (
     Wait,
     WaitDeferred,
 )
-from simdist.program.conditions import Latest, fill_value, holds, no_results, varies
+from simdist.program.conditions import Latest, always, fill_value, holds, no_results, varies
 from simdist.scenario import Model, Scenario
 from simdist.schema import (
     BackwardStep,
@@ -106,11 +107,16 @@ def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
         yield EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
     made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
     loop = _entries(s, "loop")
-    for i in range(s.counts()[rank]):
-        yield EnterPhase("loop", i)
-        stopped = yield from _section(s, rank, "loop", i, made, held, latest, loop)
-        if stopped:
-            break
+    count = s.counts()[rank]
+    body = _same_every_iteration(s, rank, made, held, loop) if count else None
+    for i in range(count):
+        yield _enter_loop(i)
+        if body is not None:
+            yield from body
+        else:
+            stopped = yield from _section(s, rank, "loop", i, made, held, latest, loop)
+            if stopped:
+                break
         yield _END_ITERATION
     if joined:
         yield EnterPhase("join_exit")
@@ -121,6 +127,28 @@ def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
 
 _END_ITERATION = EndIteration()
 _WAIT_DEFERRED = WaitDeferred()
+
+
+@functools.lru_cache(maxsize=4096)
+def _enter_loop(i: int) -> EnterPhase:
+    """`EnterPhase("loop", i)`, made once (actions are frozen: every rank and run can share it)."""
+    return EnterPhase("loop", i)
+
+
+def _same_every_iteration(s: Scenario, rank: int, made: dict[int, Action | None], held: _Held,
+                          entries: tuple[_Entry, ...]) -> tuple[Action, ...] | None:
+    """The loop body's actions when they are the same in every iteration, else None.
+
+    They are when no step has a condition (`_Entry.always`: no iteration, rank or flag
+    test) and every step's action is the same in every iteration (`_Entry.const`), and no
+    step is a `stop`: then `_section` takes the same path each time (which forwards have a
+    loss to backward included), reads no result (`latest`), and yields the same actions. A
+    pass that fails (a `Fail`) is left to `_section`, which ends the program there. Worked
+    out once per rank: the body is then a tuple, not a pass over the steps every iteration."""
+    if not all(e.always and e.const and not e.stop for e in entries):
+        return None
+    actions = tuple(_section(s, rank, "loop", 0, made, held, no_results, entries))
+    return None if any(type(a) is Fail for a in actions) else actions
 
 
 @dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs a setattr call per field)
@@ -135,6 +163,7 @@ class _Entry:
     pass_: int  # 0: neither, 1: a forward, 2: a backward (of model `model`)
     model: str
     const: bool  # the step's action is the same in every iteration (kept in `made`)
+    always: bool  # the step has no condition (`conditions.always`): `holds` need not be asked
 
 
 def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
@@ -143,7 +172,8 @@ def _entries(s: Scenario, section: str) -> tuple[_Entry, ...]:
         fb = isinstance(step, (ForwardStep, BackwardStep))
         out.append(_Entry(k, step, isinstance(step, StopStep), (1 if isinstance(step, ForwardStep) else 2) if fb else 0,
                           s.model_named(step.model).name if fb else "",  # type: ignore[union-attr]
-                          "value" not in type(step).model_fields or not varies(step.value)))  # type: ignore[union-attr]
+                          "value" not in type(step).model_fields or not varies(step.value),  # type: ignore[union-attr]
+                          always(step)))
     return tuple(out)
 
 
@@ -158,7 +188,7 @@ def _section(s: Scenario, rank: int, section: str, i: int | None, made: dict[int
     losses: set[str] = set()
     for e in entries:
         step, k = e.step, e.k
-        if not holds(step, rank, i, latest):
+        if not e.always and not holds(step, rank, i, latest):
             continue
         if e.stop:
             yield _WAIT_DEFERRED  # the iteration's deferred work is still waited (docs/scenarios.md)

@@ -24,7 +24,7 @@ import functools
 from collections.abc import Generator
 from typing import Any
 
-from simdist.engine.calls import Work
+from simdist.engine.calls import Work, wait_all
 from simdist.engine.core import RankRaised
 from simdist.engine.values import Payload
 from simdist.torchmodels.buckets import (
@@ -113,6 +113,7 @@ class DDPModel(Joinable):
         initial = compute_bucket_assignment_by_size(self.numels, [self.dtype] * len(self.numels), limits)
         self.buckets: list[list[int]] = list(reversed(initial))
         self._bucket_of = _bucket_index(self.buckets)
+        self._sizes = _bucket_sizes(self.buckets, self.numels)
         # the order autograd marks gradients ready (used ones last to first; with
         # find_unused_parameters the unused ones after, at the end of the backward): the same
         # every backward, so worked out once, like each backward's compute shares (`_shares`)
@@ -177,13 +178,11 @@ class DDPModel(Joinable):
         if not 0 <= root < len(self.members):  # a vote that met another collective's bytes
             raise RankRaised("RuntimeError", f"ProcessGroupGloo::broadcast: invalid root rank: {root}")
         buckets = compute_bucket_assignment_by_size(numels, [self.dtype] * len(numels), [BROADCAST_BUCKET_SIZE])
-        works = [
+        yield from wait_all([
             self._issue("broadcast", Payload.unknown(sum(numels[i] for i in b), self.dtype), origin=origin,
                         root=root, async_op=True)
             for b in buckets
-        ]
-        for w in works:
-            yield from w.wait()
+        ])
 
     # ------------------------------------------------------------------ forward
     def forward(self, no_sync: bool = False) -> Generator[Any, Any, None]:
@@ -205,7 +204,8 @@ class DDPModel(Joinable):
     def _pre_forward(self) -> Generator[Any, Any, None]:
         work = yield from Join.notify_join_context(self)
         self.forward_work = work  # reducer._set_forward_pass_work_handle
-        yield from self._rebuild_buckets("ddp.pre_forward.rebuild_buckets")
+        if self.rebuilt_params:  # (else `_rebuild_buckets` returns at once: no generator for it)
+            yield from self._rebuild_buckets("ddp.pre_forward.rebuild_buckets")
         if self._check_sync_bufs_pre_fwd():
             yield from self._sync_buffers()
         if self._join_config.enable:
@@ -263,6 +263,7 @@ class DDPModel(Joinable):
         yield from self._run("broadcast", Payload.unknown(len(layout), "int32"), root=0, origin=origin)
         self.buckets = [list(b) for b in layout]
         self._bucket_of = _bucket_index(self.buckets)
+        self._sizes = _bucket_sizes(self.buckets, self.numels)
         self.has_rebuilt_bucket = True
         self.rebuilt_params = []
         return True
@@ -305,6 +306,7 @@ class DDPModel(Joinable):
         left = [len(b) for b in self.buckets]  # parameters each bucket still waits for
         bucket_of = self._bucket_of
         works: list[tuple[list[int], Work]] = []
+        record_order = self._should_rebuild_buckets()  # (the same for the whole backward)
         for i in ready:
             if share[i] > 0:
                 yield from self.dist.compute(share[i])
@@ -313,7 +315,7 @@ class DDPModel(Joinable):
                 contrib[i] = self.grad[i] / div  # type: ignore[operator]
             else:
                 contrib[i] = 0.0
-            if self._should_rebuild_buckets():
+            if record_order:
                 self.rebuilt_params.append(i)
             left[bucket_of[i]] -= 1
             while len(works) < len(self.buckets) and left[len(works)] <= 0:
@@ -328,10 +330,11 @@ class DDPModel(Joinable):
             used_map = Payload.from_array([1 if u else 0 for u in self.used], "int32") if len(self.used) <= 64 \
                 else Payload.unknown(len(self.used), "int32")
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
-        for b, w in works:
-            res = yield from w.wait()
+        for (b, w), sizes in zip(works, self._sizes, strict=True):
+            # (a bucket that has completed, as most have by now, without a `wait` generator)
+            res = w.call.value if w.call.ok is True else (yield from w.wait())
             runs = res.run_values()
-            per_param = _split_runs(tuple(runs), tuple(self.numels[i] for i in b)) if runs is not None else None
+            per_param = _split_runs(tuple(runs), sizes) if runs is not None else None
             for k, i in enumerate(b):
                 if self.used[i]:  # an unused parameter's .grad is left untouched (None)
                     self.grad[i] = per_param[k] if per_param is not None else None
@@ -363,6 +366,12 @@ def _bucket_index(buckets: list[list[int]]) -> dict[int, int]:
     return {i: k for k, b in enumerate(buckets) for i in b}
 
 
+def _bucket_sizes(buckets: list[list[int]], numels: list[int]) -> list[tuple[int, ...]]:
+    """Each bucket's parameters' element counts (what `_split_runs` cuts a reduced bucket by),
+    worked out when the buckets are made, not per backward."""
+    return [tuple(numels[i] for i in b) for b in buckets]
+
+
 @functools.lru_cache(maxsize=1024)
 def _split_runs(runs: tuple[tuple[int, float], ...], sizes: tuple[int, ...]) -> tuple[float | None, ...]:
     """Per-parameter values of a reduced bucket, when each parameter's slice is uniform.
@@ -390,7 +399,8 @@ class _DDPJoinHook(JoinHook):
 
     def main_hook(self) -> Generator[Any, Any, None]:
         ddp = self.ddp
-        yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
+        if ddp.rebuilt_params:  # (as in `_pre_forward`)
+            yield from ddp._rebuild_buckets("ddp.join_hook.rebuild_buckets")
         # _check_and_sync_module_buffers
         if ddp._check_sync_bufs_pre_fwd():
             root = yield from ddp._find_common_rank(ddp.group_rank, False, "ddp.join_hook.find_common_rank")
@@ -402,13 +412,11 @@ class _DDPJoinHook(JoinHook):
         if not should_sync_backwards:
             return
         # _match_all_reduce_for_bwd_pass: zeros per bucket, all issued, then all waited
-        works = [
+        yield from wait_all([
             ddp._issue("all_reduce", Payload.full(sum(ddp.numels[i] for i in b), ddp.dtype, 0.0),
                        origin="ddp.join_hook.bucket_allreduce", async_op=True)
             for b in ddp.buckets
-        ]
-        for w in works:
-            yield from w.wait()
+        ])
         if ddp.find_unused_parameters:
             # _match_unused_params_allreduce: the local used map (zeros on a joined rank); not waited
             ddp._issue("all_reduce", Payload.full(len(ddp.numels), "int32", 0),

@@ -15,6 +15,7 @@ from collections.abc import Generator
 from functools import lru_cache
 from typing import Any
 
+from simdist.engine.calls import wait_all
 from simdist.engine.values import Payload
 from simdist.torchmodels.dist import Dist
 from simdist.torchmodels.join import Join, Joinable, JoinHook
@@ -56,7 +57,9 @@ class ZeroModel(Joinable):
         self.dtypes = list(dtypes)
         self.group = group
         self.members = dist.members(group)
-        self.broadcasts = shard_broadcasts(tuple(self.numels), len(self.members))
+        # what `step` broadcasts, in issue order: (global root, payload), made once (payloads are never mutated)
+        self.broadcasts = [(self.members[r], Payload.unknown(self.numels[i], self.dtypes[i]))
+                           for r, i in shard_broadcasts(tuple(self.numels), len(self.members))]
 
     @property
     def join_dist(self) -> Dist:
@@ -67,14 +70,11 @@ class ZeroModel(Joinable):
         return self.group
 
     def step(self, origin: str = "zero.step.broadcast_shard") -> Generator[Any, Any, None]:
-        yield from Join.notify_join_context(self)  # the returned work is not waited
-        works = [
-            self.dist.issue("broadcast", Payload.unknown(self.numels[i], self.dtypes[i]), origin=origin,
-                            root=self.members[r], group=self.group, async_op=True)
-            for r, i in self.broadcasts
-        ]
-        for w in works:
-            yield from w.wait()
+        if self._join_config.is_first_joinable:  # (else it returns at once: no generator for it)
+            yield from Join.notify_join_context(self)  # the returned work is not waited
+        issue, group = self.dist.issue, self.group
+        yield from wait_all([issue("broadcast", payload, origin=origin, root=root, group=group, async_op=True)
+                             for root, payload in self.broadcasts])
 
     def join_hook(self, **kwargs: Any) -> JoinHook:
         return _ZeROJoinHook(self)
