@@ -8,7 +8,7 @@ sweep), and diffs them as `simdist compare SCRIPT.py` does (`simdist.compare`: o
 status and error category per rank, the sequence of operations, where each rank ended, the
 printed lines). Prints agreement k/N and each difference; a script that differs is kept in
 --out with a shell line that reruns the comparison. A case whose only differences are a race
-of real processes (`simdist.testing.races`: a peer's teardown, where a rank the simulator
+of real processes (`simdist.races`: a peer's teardown, where a rank the simulator
 fails as a peer exits times out on real Gloo, its deadline within `EXIT_RACE_S` of that exit;
 or a group's connection, where a rank still connecting a group on a loaded host fails with
 the closure of a peer that ran ahead and exited) is printed as RACE with the reason, kept,
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from simdist.compare import compare_reports, format_comparison
+from simdist.races import EXIT_RACE_S, named_races
 from simdist.script import run_script
 from simdist.script.zygote import Zygote
-from simdist.testing.races import EXIT_RACE_S, named_races
 from simdist.testing.scripts import GeneratedScript, random_script, sweep_script
 
 # Watchdog of both runs (seconds without communication): ends on real Gloo what hangs in a

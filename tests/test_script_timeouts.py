@@ -77,7 +77,7 @@ def _seen(report) -> list[tuple[str, str]]:
 # load). The simulator gives the outcome real Gloo gives when nothing wins that race; the real
 # side is run again (at most RACE_TRIES times) until a run shows it, and must show it once.
 # monitored_sub: rank 0 has nothing to do after init and exits at once; a loaded host may still
-# have rank 2 connecting init's full mesh then (`simdist.testing.races.ConnectRace`'s race, here in
+# have rank 2 connecting init's full mesh then (`simdist.races.ConnectRace`'s race, here in
 # init_process_group): rank 2 fails "connectFullMesh failed ... Connection closed by peer" and rank
 # 1 waits for it in new_group. Measured: 2 of 25 real runs beside 4 CPU burners, 1 in the final CI
 # run of 2026-11-24, 0 of 6 alone (`python bench/race_tally.py tests/scripts/pg_timeouts.py --nproc 3

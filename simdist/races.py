@@ -1,8 +1,13 @@
-"""Differences between a simulated run and real Gloo that are a race of real processes'
-teardown, not a fault of the model: the sweep (bench/script_sweep.py) names them as such
-and never counts them as agreement.
+"""Races of real processes that make a real Gloo run differ from the simulated one without
+a fault of the model: `named_races` names them, so that `simdist compare` says "agree up to a
+race of the real run" (exit code 4, `simdist.cli.console.ExitCode.RACE`) instead of a model
+difference, and the sweeps (bench/script_sweep.py, bench/race_tally.py) count them apart,
+never as agreement.
 
-The race. A rank whose script raises or exits closes its Gloo sockets only once its process
+Each race is named only when it explains every difference of the comparison; anything left
+over makes all of it a difference. The kinds, each with its measurements:
+
+A peer's teardown. A rank whose script raises or exits closes its Gloo sockets only once its process
 is gone; its peers blocked on a message with it fail then ("Connection closed by peer").
 The simulator, which models no teardown, has them fail at the instant it raised (with
 `--zero-compute`). On real Gloo the teardown is CPU work (the traceback, exit handlers, the
@@ -15,7 +20,7 @@ peer whose own Gloo timeout is due within that time of the exit times out on rea
 some runs and loses its peer in others; a chain of exits (a rank that failed because of one
 exit exits in turn) adds up. Same script, same machine: either outcome.
 
-So a rank is an exit race when the simulator has it lose a peer that exited, real Gloo has it
+So a rank is an exit race (`ExitRace`, `exit_races`) when the simulator has it lose a peer that exited, real Gloo has it
 time out, and its own deadline came at most `EXIT_RACE_S` after the simulated exit: on real
 Gloo the exit had not reached it yet.
 
@@ -41,16 +46,18 @@ two ways by which side of each Gloo pair opens the connection (decided by the pa
 listening addresses, ports the kernel picks at random): it connects to a listener that is
 gone ("... SO_ERROR: Connection refused") or it waits for a peer to connect to it
 ("... Connect timeout [none]"); both measured with the same script, `tests/scripts/
-init_waits_for_world.py sleeps2 0.5`. The simulator says the first (`RendezvousRace`).
+init_waits_for_world.py sleeps2 0.5`. The simulator says the first (`RendezvousRace`, `rendezvous_races`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from simdist.compare import Comparison
-from simdist.report import Report
+from simdist.report import RankResult, Report
 from simdist.script.rendezvous import FULL_MESH
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
@@ -61,6 +68,10 @@ _TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
 _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
 # what a partner of a rank that left early may show apart from the simulator: how it failed
 _CHAINED_FIELDS = frozenset({"status", "error", "output"})
+# what a partner that waited for a racer outside any operation may show apart from the simulator
+_STOPPED_FIELDS = _CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
+_WAITED_ERRORS = frozenset({"timeout", "peer_lost"})
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -91,14 +102,27 @@ class RendezvousRace:
                 f"each pair connects, decided by the ports")
 
 
-def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace | RendezvousRace]:
-    """The races (exit or rendezvous) that make up every difference of `cmp`; empty when the runs
-    agree or any difference is something else (then all of it counts as a difference)."""
+def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace]:
+    """The exit races that make up every difference of `cmp` (each an `error` of a rank, each
+    such rank an `exit_race`); empty when the runs agree or anything else differs."""
+    return _each_rank(sim, real, cmp, (exit_race,))
+
+
+def rendezvous_races(sim: Report, real: Report, cmp: Comparison) -> list[RendezvousRace]:
+    """The rendezvous races that make up every difference of `cmp` (each an `error` of a rank,
+    each such rank a `rendezvous_race`); empty when the runs agree or anything else differs."""
+    return _each_rank(sim, real, cmp, (rendezvous_race,))
+
+
+def _each_rank(sim: Report, real: Report, cmp: Comparison,
+               namers: tuple[Callable[[Report, Report, int], _R | None], ...]) -> list[_R]:
+    """One race per differing rank, by the first of `namers` that names it, when every
+    difference of `cmp` is a rank's error and each such rank is named; else empty."""
     if cmp.agree or any(d.field != "error" or d.rank is None for d in cmp.differences):
         return []
-    races = [exit_race(sim, real, d.rank) or rendezvous_race(sim, real, d.rank)
+    races = [next((r for r in (namer(sim, real, d.rank) for namer in namers) if r is not None), None)
              for d in cmp.differences if d.rank is not None]
-    return [r for r in races if r is not None] if all(races) else []
+    return [r for r in races if r is not None] if all(r is not None for r in races) else []
 
 
 def rendezvous_race(sim: Report, real: Report, rank: int) -> RendezvousRace | None:
@@ -138,43 +162,86 @@ def _failed_at(sim: Report, rank: int, seen: frozenset[int]) -> float:
 class ConnectRace:
     """Real Gloo's rank `rank` failed connecting a group (a peer that had connected its side
     ran ahead and exited); `lost` are the ranks that then lost it, with their operations
-    pending with it. The simulator connects the group at once."""
+    pending with it; `waited` those that waited for it outside any operation (in a group's
+    connection it never came to), until they hung or failed. The simulator connects the
+    group at once."""
 
     rank: int
     lost: tuple[int, ...]
+    waited: tuple[int, ...] = ()
 
     def describe(self) -> str:
         lost = f"; ranks {list(self.lost)} then lost it" if self.lost else ""
+        waited = (f"; ranks {list(self.waited)} waited for it outside any operation (a group's connection it "
+                  f"never came to) and hung or failed there") if self.waited else ""
         return (f"rank {self.rank}: group-connection race, not a model difference: on real Gloo its process was "
-                f"still connecting a group (new_group: connectFullMesh) when a peer that had connected its side "
-                f"ran on and exited, and it failed with that peer's closure{lost}; the simulator connects a group "
-                f"at once")
+                f"still connecting a group (init_process_group or new_group: Gloo's connectFullMesh) when a peer "
+                f"that had connected its side ran on and exited, and it failed with that peer's closure"
+                f"{lost}{waited}; the simulator connects a group at once")
 
 
 def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRace]:
     """The group-connection races that make up every difference of `cmp` (the module's
-    docstring): real ranks that failed in Gloo's connectFullMesh with a peer's closure, and
-    partners that, on real Gloo only, lost a peer (their status, error and printed lines
-    differ; their operations and where they ended do not). Empty when the runs agree or any
-    difference is something else: then all of it counts as a difference."""
-    if cmp.agree:
-        return []
+    docstring). Racers: real ranks that failed in Gloo's connectFullMesh with a peer's closure,
+    having done and printed only what the simulator has them do first. Their partners, each
+    on real Gloo only: lost a peer (`_lost_it`), or waited for a racer outside any operation
+    and hung or failed there (`_waited_for_it`). Empty when the runs agree or any difference
+    is something else: then all of it counts as a difference."""
+    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
     racers = [r.rank for r in real.ranks if r.error is not None and r.error.category == "peer_lost"
-              and _CONNECT_FAILED.search(r.error.message)]
-    lost: set[int] = set()
-    for d in cmp.differences if racers else ():
-        if d.rank is None:
-            if d.field != "outcome" or real.outcome != "error":
+              and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and _stopped_short(sims[r.rank], r)]
+    if cmp.agree or not racers:
+        return []
+    fields: dict[int, set[str]] = {}
+    for d in cmp.differences:
+        if d.rank is None and (d.field != "outcome" or real.outcome not in ("error", "hang")):
+            return []
+        if d.rank is not None:
+            if d.field == "ranks":
                 return []
-        elif d.rank not in racers:
-            err = real.ranks[d.rank].error
-            if d.field not in _CHAINED_FIELDS or err is None or err.category != "peer_lost":
-                return []
-            lost.add(d.rank)
-    return [ConnectRace(r, tuple(sorted(lost))) for r in racers]
+            fields.setdefault(d.rank, set()).add(d.field)
+    lost, waited = [], []
+    for rank, differ in sorted(fields.items()):
+        if rank in racers:
+            continue
+        if _lost_it(reals[rank], differ):
+            lost.append(rank)
+        elif _waited_for_it(sims[rank], reals[rank], differ):
+            waited.append(rank)
+        else:
+            return []
+    return [ConnectRace(r, tuple(lost), tuple(waited)) for r in racers]
 
 
-def named_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace | RendezvousRace] | list[ConnectRace]:
-    """The races of real processes that explain every difference of `cmp`, of one kind
-    (`exit_races`, `connect_races`); empty when the runs agree or something is left over."""
-    return exit_races(sim, real, cmp) or connect_races(sim, real, cmp)
+def _lost_it(real: RankResult, differ: set[str]) -> bool:
+    """A partner that lost a peer with an operation pending with it: the same operations, the
+    same end; only how it failed (status, error, printed lines) differs."""
+    return differ <= _CHAINED_FIELDS and real.error is not None and real.error.category == "peer_lost"
+
+
+def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
+    """A partner that, on real Gloo, stopped short where the simulator went on: it hung, or
+    failed by a timeout or a lost peer, with no operation of its trace pending (it waited
+    outside any collective: a group's connection that the racer, gone, never came to), having
+    done and printed only what the simulator has it do first. A partner that did or printed
+    anything else, or waited in an operation, is a difference."""
+    ended = real.status == "hang" and real.error is None or (
+        real.status == "error" and real.error is not None and real.error.category in _WAITED_ERRORS)
+    return (differ <= _STOPPED_FIELDS and ended and real.blocked_in is None
+            and all(e.completed for e in real.trace) and _stopped_short(sim, real))
+
+
+def _stopped_short(sim: RankResult, real: RankResult) -> bool:
+    """The real rank did and printed a beginning of what the simulated one did and printed."""
+    return ([e.key() for e in real.trace] == [e.key() for e in sim.trace[:len(real.trace)]]
+            and real.output == sim.output[:len(real.output)] and real.inputs_processed <= sim.inputs_processed)
+
+
+Race = ExitRace | RendezvousRace | ConnectRace
+
+
+def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
+    """The front door: the races of real processes that explain every difference of `cmp`
+    (ranks' errors that are each an exit or a rendezvous race, or a group-connection race);
+    empty when the runs agree or something is left over: then all of it is a difference."""
+    return _each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
