@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, TypeVar
 
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report
@@ -79,6 +79,8 @@ class ExitRace:
     """Rank `rank` lost peer `peer` in the simulator `gap_s` seconds before its own deadline,
     and timed out on real Gloo: the peer's teardown took longer than `gap_s` there."""
 
+    kind: ClassVar[str] = "exit"
+
     rank: int
     peer: int
     gap_s: float
@@ -93,6 +95,8 @@ class ExitRace:
 class RendezvousRace:
     """Rank `rank` came to init after its peers' init timed out: refused in the simulator, a
     connect timeout on real Gloo (which side of a pair connects is the ports' draw)."""
+
+    kind: ClassVar[str] = "rendezvous"
 
     rank: int
 
@@ -166,6 +170,7 @@ class ConnectRace:
     connection it never came to), until they hung or failed. The simulator connects the
     group at once."""
 
+    kind: ClassVar[str] = "connect"
     rank: int
     lost: tuple[int, ...]
     waited: tuple[int, ...] = ()
@@ -245,3 +250,8 @@ def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     (ranks' errors that are each an exit or a rendezvous race, or a group-connection race);
     empty when the runs agree or something is left over: then all of it is a difference."""
     return _each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
+
+
+def race_jsonable(race: Race) -> dict[str, Any]:
+    """A race as `simdist compare --json` writes it: its kind, its fields, its line."""
+    return {"kind": race.kind, **asdict(race), "describe": race.describe()}
