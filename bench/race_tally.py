@@ -1,7 +1,7 @@
 """How often does a script's real run differ from its simulated one, and how? A tally for
 races of real processes (`simdist.races`): one simulated run, then N real Gloo runs
 (each mode's ranks forked by one fork server), each compared as `simdist compare` does and
-named: agree, a named race (exit, group connection), or a difference. Every run that does
+named: agree, a named race (its kinds: exit, rendezvous, connect: `Race.kind`), or a difference. Every run that does
 not agree is printed with each rank's status, error and lines, so a rare outcome seen once
 can be read. Run it beside other load (a test suite) to see what a loaded host does.
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from simdist.compare import compare_reports, format_comparison
-from simdist.races import ConnectRace, named_races
+from simdist.races import named_races
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.zygote import Zygote
@@ -59,8 +59,8 @@ def main() -> int:
             real = run("gloo", zg)
             cmp = compare_reports(sim, real)
             races = named_races(sim, real, cmp)
-            kind = "agree" if cmp.agree else "DIFFER" if not races else \
-                "RACE (group connection)" if isinstance(races[0], ConnectRace) else "RACE (exit)"
+            kinds = sorted({r.kind for r in races})
+            kind = "agree" if cmp.agree else f"RACE ({', '.join(kinds)})" if races else "DIFFER"
             tally[kind] += 1
             print(f"run {k}: {kind}", flush=True)
             if not cmp.agree:
