@@ -24,7 +24,7 @@ So a rank is an exit race (`ExitRace`, `exit_races`) when the simulator has it l
 time out, and its own deadline came at most `EXIT_RACE_S` after the simulated exit: on real
 Gloo the exit had not reached it yet.
 
-A second race: a group's connection (`ConnectRace`). Gloo connects a group's pairs in
+A second race: a group's connection (`ConnectRace`, `connect_races`). Gloo connects a group's pairs in
 `new_group` / `init_process_group` (connectFullMesh); each rank returns once ITS side of
 each pair is connected, not its peers'. A rank whose process is descheduled in there (a
 loaded host) can still be connecting when a faster peer has returned, run its first
@@ -37,7 +37,14 @@ host gives). Measured with `tests/scripts/timed_out_root_fed.py` (`bench/race_ta
 in a second such run, 0 of 60 beside other load, 0 of 30 with 4 CPU burners on the ranks'
 core, 0 of 5 quiet), the shape of its failure in a two-worker CI run; on raw Gloo with the
 slow rank stopped inside `new_group` (SIGSTOP) until the fast one exited, 3 of 10 runs
-(`bench/gloo_closed_pair_probe.py connect_race`): where the process stops decides.
+(`bench/gloo_closed_pair_probe.py connect_race`): where the process stops decides. The same
+in `init_process_group`: `tests/scripts/pg_timeouts.py --case monitored_sub` (3 ranks; rank
+0 has nothing to do after init and returns at once) had rank 1 fail connecting init's full
+mesh with rank 0's closure in 2 of 25 real runs beside 4 CPU burners (0 of 25 in a second
+tally, once in a CI run), and rank 2, which never got to anything it does with rank 1, wait
+for it in `new_group([1, 2])` until the watchdog: a partner of a racer may also be one that
+waited outside any operation (its trace a beginning of the simulated rank's, none pending)
+and hung or failed there (`ConnectRace.waited`); kept as `tests/data/races/`.
 
 A third race, of the rendezvous (`simdist.script.rendezvous`): a rank that comes to
 `init_process_group` after its peers' init timed out and their processes left finds their
