@@ -206,7 +206,7 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
         return []
     fields: dict[int, set[str]] = {}
     for d in cmp.differences:
-        if d.rank is None and (d.field != "outcome" or real.outcome not in ("error", "hang")):
+        if d.rank is None and (d.field != "outcome" or real.outcome != "error"):  # a racer failed: "error"
             return []
         if d.rank is not None:
             if d.field == "ranks":
