@@ -58,7 +58,7 @@ def test_compare_says_the_runs_agree_up_to_a_race_and_exits_4(monkeypatch):
 def test_compare_json_carries_the_races():
     """`--json`'s head is `Compared.jsonable` (written as it is, with the workdir and both reports:
     typer's test runner has no stderr file for the script's own output to go to, so not run here)."""
-    doc = json.loads(json.dumps(Compared(*_reports()).jsonable(), default=str))
+    doc = json.loads(json.dumps(Compared.of(*_reports()).jsonable(), default=str))
     assert (doc["agree"], doc["verdict"]) == (False, "race")
     [race] = doc["races"]
     assert {k: race[k] for k in ("kind", "rank", "lost", "waited")} == {"kind": "connect", "rank": 1, "lost": [],
@@ -69,7 +69,7 @@ def test_compare_json_carries_the_races():
 def test_a_difference_beside_the_race_is_a_difference_exit_1(monkeypatch):
     sim, real = _reports()
     real.ranks[0].output = ["rank 0: a line the simulator did not print"]
-    assert (Compared(sim, real).verdict, Compared(sim, real).races) == ("differ", [])
+    assert (Compared.of(sim, real).verdict, Compared.of(sim, real).races) == ("differ", [])
     res = _compare(monkeypatch, sim, real)
     assert res.exit_code == 1 and "sim and real DIFFER" in res.output and "race:" not in res.output
     res = _compare(monkeypatch, sim, sim)

@@ -4,7 +4,7 @@ of input (scenario files and scripts): the per-rank table, outcome, findings, no
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from simdist.check.classify import Verdict
@@ -60,18 +60,23 @@ def say_judgement(j: Judgement, verdict: Verdict) -> None:
         say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
 
 
+@dataclass
 class Compared:
     """`compare`'s verdict on a simulated and a real run, the same for scenarios and scripts:
     the comparison, the races of the real run that explain all of it (`simdist.races`), and
     what the command says and exits with: agree (0), a race (4: not a model difference, not
     agreement either), or differ (1)."""
 
-    def __init__(self, sim: Report, real: Report) -> None:
+    cmp: Comparison
+    races: list[Race]
+
+    @classmethod
+    def of(cls, sim: Report, real: Report) -> Compared:
         from simdist.compare import compare_reports
         from simdist.races import named_races  # imports the engine: only for compare
 
-        self.cmp: Comparison = compare_reports(sim, real)
-        self.races: list[Race] = named_races(sim, real, self.cmp)
+        cmp = compare_reports(sim, real)
+        return cls(cmp, named_races(sim, real, cmp))
 
     @property
     def verdict(self) -> str:

@@ -323,7 +323,7 @@ def compare(
     with bad_input(scenario):
         sim_report = simulate(s)
     real_report = run_real_or_exit(s, timeout, json_)
-    compared = Compared(sim_report, real_report)
+    compared = Compared.of(sim_report, real_report)
     if json_:
         write_json({**compared.jsonable(), "sim": sim_report.to_jsonable(), "real": real_report.to_jsonable()},
                    sys.stdout, indent=None, default=str)

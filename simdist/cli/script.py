@@ -7,7 +7,8 @@ given one is bad input (`reject_for_scenario`). A script is judged by the same r
 scenario without `[expect]` (`simdist.expect.judge`): exit 0 when the checker finds nothing
 (the run completed, no mismatch, no rank failed), 1 when it fails; `compare` exits 0 when
 the simulator and real Gloo agree, 4 when they differ only by a race of the real run
-(`simdist.races`, each race said: not a model difference), 1 otherwise. Bad input is one line and exit 2, Ctrl-C exit 130.
+(`simdist.races`, each race said: not a model difference), 1 otherwise. Bad input is one
+line and exit 2, Ctrl-C exit 130.
 
 `real` and `compare` run the script on real Gloo (CPU) under the same launcher, so both
 sides run the same file unmodified; the simulated side of `compare` takes Gloo's semantics
@@ -164,7 +165,7 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
                               stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
                               topology=inp.topology, hang_after_s=inp.hang_after_s)
     sim, real = both.sim.report, both.real.report
-    compared = Compared(sim, real)
+    compared = Compared.of(sim, real)
     if json_:
         write_json({**compared.jsonable(), "workdir": both.workdir.to_jsonable(), "sim": sim.to_jsonable(),
                     "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
