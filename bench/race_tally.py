@@ -1,11 +1,15 @@
 """How often does a script's real run differ from its simulated one, and how? A tally for
-races of real processes (`simdist.testing.races`): one simulated run, then N real Gloo runs
+races of real processes (`simdist.races`): one simulated run, then N real Gloo runs
 (each mode's ranks forked by one fork server), each compared as `simdist compare` does and
-named: agree, a named race (exit, group connection), or a difference. Every run that does
+named: agree, a named race (its kinds: exit, rendezvous, connect: `Race.kind`), or a difference. Every run that does
 not agree is printed with each rank's status, error and lines, so a rare outcome seen once
 can be read. Run it beside other load (a test suite) to see what a loaded host does.
 
-    python bench/race_tally.py tests/scripts/timed_out_root_fed.py --nproc 3 --n 60 [-- ARGS]
+    python bench/race_tally.py tests/scripts/timed_out_root_fed.py --nproc 3 --n 60 [--keep DIR] [-- ARGS]
+
+--keep DIR writes the simulated Report (sim.json) and each real run that does not agree
+(real-K.json) as JSON (`Report.from_dict` reads them back): a rare shape seen once becomes a
+test fixture that needs no luck.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ import sys
 from pathlib import Path
 
 from simdist.compare import compare_reports, format_comparison
+from simdist.races import named_races
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.zygote import Zygote
-from simdist.testing.races import ConnectRace, named_races
 
 WATCHDOG_S = 60.0
 
@@ -36,6 +40,7 @@ def main() -> int:
     ap.add_argument("script", type=Path)
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--keep", type=Path, default=None, help="write sim.json and each differing real-K.json here")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a, script_args = ap.parse_args(argv[:cut]), argv[cut + 1:]  # the script's own arguments: after --
@@ -47,16 +52,21 @@ def main() -> int:
                               timeout_s=WATCHDOG_S, measure_compute=False, zygote=z)
 
         sim = run("sim", zs)
+        if a.keep is not None:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            (a.keep / "sim.json").write_text(sim.to_json())
         for k in range(a.n):
             real = run("gloo", zg)
             cmp = compare_reports(sim, real)
             races = named_races(sim, real, cmp)
-            kind = "agree" if cmp.agree else "DIFFER" if not races else \
-                "RACE (group connection)" if isinstance(races[0], ConnectRace) else "RACE (exit)"
+            kinds = sorted({r.kind for r in races})
+            kind = "agree" if cmp.agree else f"RACE ({', '.join(kinds)})" if races else "DIFFER"
             tally[kind] += 1
             print(f"run {k}: {kind}", flush=True)
             if not cmp.agree:
                 print(_ranks(real), flush=True)
+                if a.keep is not None:
+                    (a.keep / f"real-{k}.json").write_text(real.to_json())
                 for race in races:
                     print(f"  {race.describe()}", flush=True)
                 if not races:

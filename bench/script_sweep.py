@@ -8,9 +8,9 @@ sweep), and diffs them as `simdist compare SCRIPT.py` does (`simdist.compare`: o
 status and error category per rank, the sequence of operations, where each rank ended, the
 printed lines). Prints agreement k/N and each difference; a script that differs is kept in
 --out with a shell line that reruns the comparison. A case whose only differences are a race
-of real processes (`simdist.testing.races`: a peer's teardown, where a rank the simulator
+of real processes (`simdist.races`: a peer's teardown, where a rank the simulator
 fails as a peer exits times out on real Gloo, its deadline within `EXIT_RACE_S` of that exit;
-or a group's connection, where a rank still connecting a group on a loaded host fails with
+a late rank's rendezvous, refused or timed out by the ports' draw; or a group's connection, where a rank still connecting a group on a loaded host fails with
 the closure of a peer that ran ahead and exited) is printed as RACE with the reason, kept,
 and counted apart: never as agreement.
 
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from simdist.compare import compare_reports, format_comparison
+from simdist.races import EXIT_RACE_S, named_races
 from simdist.script import run_script
 from simdist.script.zygote import Zygote
-from simdist.testing.races import EXIT_RACE_S, named_races
 from simdist.testing.scripts import GeneratedScript, random_script, sweep_script
 
 # Watchdog of both runs (seconds without communication): ends on real Gloo what hangs in a
@@ -87,7 +87,8 @@ def main() -> int:
             races = named_races(sim, real, cmp)
             agree += cmp.agree
             raced += bool(races)
-            verdict = "agree" if cmp.agree else "RACE" if races else "DIFFER"
+            verdict = "agree" if cmp.agree else f"RACE ({', '.join(sorted({r.kind for r in races}))})" if races \
+                else "DIFFER"
             print(f"{g.name} ({g.world} ranks; {', '.join(sorted(g.features))}): "
                   f"{verdict} (sim {sim.outcome}, real {real.outcome}; {time.monotonic() - t:.1f} s)", flush=True)
             if not cmp.agree or a.index is not None:
@@ -99,7 +100,7 @@ def main() -> int:
                 print(format_comparison(cmp), flush=True)
     print(f"agreement: {agree}/{n} random scripts ({agree / max(n, 1):.0%}) in {time.monotonic() - t0:.0f} s, "
           f"seed {a.seed}" + (f"; {raced} more differ only by races of real processes (RACE above: a peer's teardown "
-                              f"against a deadline {EXIT_RACE_S:g} s or less away, or a group's connection), not counted"
+                              f"against a deadline {EXIT_RACE_S:g} s or less away, a rendezvous, or a group's connection), not counted"
                               if raced else ""))
     return 0 if agree + raced == n else 1
 

@@ -26,8 +26,11 @@ Real runs and comparison
         The same scenario on real torch.distributed processes of this host (Gloo on CPU).
         Imported from `real_backend.launch` only when first used: this lazy re-export and
         the CLI are the only places where `simdist` reaches `real_backend`.
-    compare_reports(sim, real) -> Comparison, format_comparison(comparison) -> str
+    compare_reports(sim, real) -> Comparison, format_comparison(comparison, races=()) -> str
         Where simulation and reality differ, rank by rank; the simulator's fidelity check.
+    named_races(sim, real, comparison) -> list[Race]
+        The races of real processes that explain every difference (empty: none, or something
+        else differs too); `simdist compare` says "agree up to a race of the real run", exit 4.
 Fuzzing
     load_template(path), parse_template(dict) -> Template
     fuzz_template(template, budget=..., seed=..., out_dir=...) -> FuzzResult
@@ -69,6 +72,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` loads
     from simdist.fuzz.template import Template as Template
     from simdist.fuzz.template import load_template as load_template
     from simdist.fuzz.template import parse_template as parse_template
+    from simdist.races import named_races as named_races
     from simdist.report import Finding as Finding
     from simdist.report import RankError as RankError
     from simdist.report import RankResult as RankResult
@@ -96,6 +100,7 @@ _EXPORTS: dict[str, str] = {
     "compare_reports": "simdist.compare",
     "format_comparison": "simdist.compare",
     "Comparison": "simdist.compare",
+    "named_races": "simdist.races",
     "load_template": "simdist.fuzz.template",
     "parse_template": "simdist.fuzz.template",
     "Template": "simdist.fuzz.template",

@@ -31,13 +31,16 @@ Plus the run-level outcome and world size. `Comparison.agree` is True when nothi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from simdist.report import RankError, RankResult, Report, TraceEntry, normalise_message
 
 REL_TOL = 1e-5
 ABS_TOL = 1e-6
+# What `simdist compare` says when every difference is a race of the real run (`simdist.races`)
+AGREE_UP_TO_A_RACE = "agree up to a race of the real run, not a model difference"
 # Error categories whose message comes from Python code (Join, DDP, ZeRO) and is compared.
 MESSAGE_CATEGORIES = frozenset({"join_early_termination", "model"})
 
@@ -348,14 +351,25 @@ def compare_reports(sim: Report, real: Report) -> Comparison:
     )
 
 
-def format_comparison(c: Comparison) -> str:
-    """Human-readable per-rank diff (one summary line when everything agrees)."""
-    head = (
-        f"{c.scenario}: sim and real agree (outcome {c.real_outcome})"
-        if c.agree
-        else f"{c.scenario}: sim and real DIFFER (outcome sim {c.sim_outcome}, real {c.real_outcome})"
-    )
-    lines = [head]
+class Explained(Protocol):
+    """What explains every difference of a comparison without a fault of the model: a race of
+    the real run (`simdist.races.named_races`), said in one line."""
+
+    def describe(self) -> str: ...
+
+
+def format_comparison(c: Comparison, races: Sequence[Explained] = ()) -> str:
+    """Human-readable per-rank diff (one summary line when everything agrees). With `races`
+    (which explain every difference: `simdist.races.named_races`) the head says the runs
+    agree up to them and each race's line follows; the differences they made are listed."""
+    if c.agree:
+        head = f"{c.scenario}: sim and real agree (outcome {c.real_outcome})"
+    elif races:
+        head = (f"{c.scenario}: sim and real {AGREE_UP_TO_A_RACE} (outcome sim {c.sim_outcome}, real "
+                f"{c.real_outcome}); what it changed is below")
+    else:
+        head = f"{c.scenario}: sim and real DIFFER (outcome sim {c.sim_outcome}, real {c.real_outcome})"
+    lines = [head] + [f"  race: {r.describe()}" for r in races if not c.agree]
     for d in c.differences:
         if d.rank is None:
             lines.append(f"  {d.detail}")

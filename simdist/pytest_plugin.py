@@ -150,18 +150,22 @@ class ScenarioRunner:
     def compare(self, source: str | Path | dict[str, Any] | Scenario, timeout_s: float | None = None,
                 **overrides: Any) -> Comparison:
         """Run it in the simulator and on real processes of this host: they must agree, and the
-        real run must meet the scenario's `[expect]`."""
+        real run must meet the scenario's `[expect]`. A race of the real run is no agreement,
+        but the failure says so (`simdist.races`), as `simdist compare` does."""
         import simdist
         from simdist.compare import compare_reports, format_comparison
         from simdist.expect import check_expectations
+        from simdist.races import named_races
 
         s = self.load(source, **overrides)
         workdir = self._tmp.mktemp("simdist-real") if self._tmp is not None else None
         real = simdist.run_real(s, timeout_s=timeout_s, workdir=workdir)
-        cmp = compare_reports(self.simulate(s), real)
+        sim = self.simulate(s)
+        cmp = compare_reports(sim, real)
         unmet = check_expectations(real, s.expect)
         if not cmp.agree or unmet:
-            raise ScenarioFailed("\n".join([format_comparison(cmp)] + [f"real: expectation not met: {u}" for u in unmet]))
+            said = format_comparison(cmp, named_races(sim, real, cmp))
+            raise ScenarioFailed("\n".join([said] + [f"real: expectation not met: {u}" for u in unmet]))
         return cmp
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from simdist.compare import compare_reports, format_comparison
 from simdist.engine.core import Engine
+from simdist.races import rendezvous_races
 from simdist.script.api import compare_script, run_script
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
 from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin, _timed_waits
 from simdist.script.stores import SERVER_GONE, rank0_hosts
-from simdist.testing.races import RendezvousRace, exit_races
 from tests.conftest import ROOT, line_of
 
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -128,7 +128,7 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
     sim, real = _compare(script_zygote, [mode, "0.5"])
     c = compare_reports(sim, real)
     # the late rank's connect: refused, or a connect timeout on real Gloo (the ports decide)
-    assert c.agree or [r.rank for r in exit_races(sim, real, c) if isinstance(r, RendezvousRace)] == [2], \
+    assert c.agree or [r.rank for r in rendezvous_races(sim, real, c)] == [2], \
         format_comparison(c)
     at = line_of(INIT, "dist.init_process_group(")
     for rep in (sim, real):
@@ -151,7 +151,7 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
     that arrival: the rank's own printed line said so); rank 1 then fails to connect."""
     sim, real = _compare(script_zygote, ["computes1.5", "0.3"], nproc=2)
     c = compare_reports(sim, real)
-    assert c.agree or [r.rank for r in exit_races(sim, real, c) if isinstance(r, RendezvousRace)] == [1], \
+    assert c.agree or [r.rank for r in rendezvous_races(sim, real, c)] == [1], \
         format_comparison(c)
     for rep in (sim, real):
         assert (rep.ranks[0].error.type, rep.ranks[0].error.category) == ("DistStoreError", "timeout"), rep.source

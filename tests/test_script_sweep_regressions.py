@@ -4,11 +4,14 @@ compare` does (`simdist.compare`): a fix in the model, checked against real Gloo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from simdist.compare import compare_reports
+from simdist.races import EXIT_RACE_S, ConnectRace, connect_races, exit_races, named_races
 from simdist.report import CodeLocation, RankError, RankResult, Report, TraceEntry
-from simdist.testing.races import EXIT_RACE_S, ConnectRace, connect_races, exit_races, named_races
+from tests.conftest import ROOT
 from tests.test_script_examples import RACE_TRIES, _run, _verdict, differences
 
 
@@ -167,7 +170,7 @@ def test_a_rank_the_root_fed_completes_though_the_root_times_out_on_a_sibling(sc
     root's send to the late rank 2 ran out: it completes with the root's tensor (the simulator
     had failed it with the root's pair closure); rank 2, later still, finds the root's pairs closed.
 
-    A race of real Gloo's group connection (`simdist.testing.races.ConnectRace`): under load
+    A race of real Gloo's group connection (`simdist.races.ConnectRace`): under load
     (1 run in 60 beside a test suite; once in a two-worker CI run) rank 2 is still connecting
     the group in `new_group` when rank 1, which had connected its side, has completed and
     exited: rank 2's `new_group` fails with rank 1's closure, and its exit fails the root's
@@ -241,3 +244,70 @@ def test_a_rank_still_connecting_a_group_when_a_peer_exits_is_named_a_race_not_a
     real.ranks[2].error = RankError("RuntimeError", "Connection closed by peer [127.0.0.1]:4001", "peer_lost")
     assert connect_races(sim, real, compare_reports(sim, real)) == []  # lost a peer, not in a group's connection
     assert connect_races(sim, sim, compare_reports(sim, sim)) == []
+    sim, real = _connect_race_reports()
+    real.ranks[2].output = ["[2] a line the simulator did not print"]  # the racer did more than the simulated rank
+    assert connect_races(sim, real, compare_reports(sim, real)) == []
+
+
+RACES = ROOT / "tests" / "data" / "races"
+
+
+def _monitored_sub_reports() -> tuple[Report, Report]:
+    """A real run of tests/scripts/pg_timeouts.py --case monitored_sub (3 ranks) beside 4 CPU
+    burners, kept by `bench/race_tally.py --keep` (2 of 25 runs, both this shape): rank 0, with
+    nothing to do after init, returned at once while rank 1 was still connecting init's full mesh;
+    rank 1 failed there with rank 0's closure, and rank 2 waited for it in `new_group([1, 2])`
+    until the watchdog (no operation pending). The simulated run of the same script beside it."""
+    return tuple(Report.from_dict(json.loads((RACES / f"monitored_sub_{name}.json").read_text()))
+                 for name in ("sim", "real_rank2_hangs"))
+
+
+def test_a_rank_waiting_in_new_group_for_a_rank_that_failed_connecting_init_is_named_with_the_race():
+    """The monitored_sub CI shape: a partner that, on real Gloo only, stopped short of what the
+    simulator has it do (hung or failed outside any operation, having done and printed only a
+    beginning of the simulated rank's work) waited for the racer in a group's connection, and is
+    named with the race (`ConnectRace.waited`); `simdist compare` says so."""
+    sim, real = _monitored_sub_reports()
+    cmp = compare_reports(sim, real)
+    assert {d.rank for d in cmp.differences} == {1, 2}
+    assert named_races(sim, real, cmp) == connect_races(sim, real, cmp) == [ConnectRace(1, (), (2,))]
+    assert "ranks [2] waited for it outside any operation" in named_races(sim, real, cmp)[0].describe()
+    for category in ("timeout", "peer_lost"):  # it may fail there instead of hanging (store timeout, closure)
+        sim, real = _monitored_sub_reports()
+        real.ranks[2].status, real.ranks[2].error = "error", RankError("RuntimeError", "Socket Timeout", category)
+        assert connect_races(sim, real, compare_reports(sim, real)) == [ConnectRace(1, (), (2,))]
+
+
+def _near_miss(change) -> list[ConnectRace]:
+    sim, real = _monitored_sub_reports()
+    change(sim.ranks[2], real.ranks[2])
+    return connect_races(sim, real, compare_reports(sim, real))
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda s, r: setattr(r, "output", ["rank 2: something else"]), id="printed_another_line"),
+    pytest.param(lambda s, r: setattr(r, "trace", [TraceEntry(1, "barrier", 1, "float32", "WORLD", 3, "user.x.py:9")]),
+                 id="did_an_operation_the_simulator_did_not"),
+    pytest.param(lambda s, r: setattr(r, "blocked_in", TraceEntry(1, "barrier", 1, "float32", "WORLD", 3, "user.x.py:9")),
+                 id="waited_in_an_operation"),
+    pytest.param(lambda s, r: (setattr(r, "status", "completed"), setattr(r, "location", s.location)),
+                 id="completed_with_no_line"),
+    pytest.param(lambda s, r: (setattr(r, "status", "error"), setattr(r, "error", RankError("ValueError", "bad", "other"))),
+                 id="failed_otherwise"),
+    pytest.param(lambda s, r: setattr(r, "observed", {"loss": 1.0}), id="observed_a_value"),
+])
+def test_a_partner_that_did_anything_but_stop_short_is_a_difference_not_the_race(change):
+    """Near misses of the waited-for partner: each one a model difference, never excused."""
+    assert _near_miss(change) == []
+
+
+def test_a_rank_stuck_in_new_group_with_no_rank_failing_to_connect_is_a_difference():
+    """Without a racer (a real rank that failed connecting with a peer's closure) a rank that
+    hangs in `new_group` on real Gloo only is a difference; so is a racer that printed a line the
+    simulated rank did not (it ran past where it could have been connecting)."""
+    sim, real = _monitored_sub_reports()
+    real.ranks[1].error = RankError("RuntimeError", "Timed out waiting 1000ms for recv operation to complete", "timeout")
+    assert named_races(sim, real, compare_reports(sim, real)) == []
+    sim, real = _monitored_sub_reports()
+    real.ranks[1].output = ["rank 1: a line"]
+    assert named_races(sim, real, compare_reports(sim, real)) == []

@@ -3,10 +3,12 @@ paths and size parsing.
 
 Exit codes hold for every command: 0 ok (the scenario passed -- see `simdist.expect.judge`;
 sim and real agree; the fuzzer's search ended as the template's `[fuzz].expect` says),
-1 a check failed (the thing checked did not hold), 2 bad input or usage (one line naming the
+1 a check failed (the thing checked did not hold; sim and real differ), 2 bad input or usage (one line naming the
 field or option, never a traceback; an output path that cannot be written is bad usage too),
-3 a bug in simdist, 130 interrupted (Ctrl-C), 141 the output pipe was closed. Several files
-in one command: the worst code of any.
+3 a bug in simdist, 4 (`compare`) sim and real differ only by a race of the real run
+(`simdist.races`: not a model difference, not agreement either; each race is said), 130
+interrupted (Ctrl-C), 141 the output pipe was closed. Several files in one command: the worst
+code of any (`SEVERITY`: a race is less than a failed check).
 
 Output is plain when stdout is not a terminal: no box drawing in tables, no wrapping at 80
 columns (`PlainWhenPiped`, `show`), so that piped output greps and diffs line by line.
@@ -41,9 +43,14 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     BAD_INPUT = 2
     INTERNAL = 3
+    RACE = 4  # compare: every difference is a race of the real run (`simdist.races`), none the model's
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
     PIPE_CLOSED = 141  # the reader of our output went away, as shells report SIGPIPE
 
+
+# worst first: which code a command over several files exits with (`worst`)
+SEVERITY = (ExitCode.PIPE_CLOSED, ExitCode.INTERRUPTED, ExitCode.INTERNAL, ExitCode.BAD_INPUT, ExitCode.CHECK_FAILED,
+            ExitCode.RACE, ExitCode.OK)
 
 PIPE_WIDTH = 100_000  # "no wrapping": wider than any line simdist prints
 
@@ -124,8 +131,8 @@ def fail_input(message: str) -> NoReturn:
 
 
 def worst(codes: list[int]) -> int:
-    """The exit code of a command over several files: the worst of theirs (0 when none)."""
-    return max(codes, default=int(ExitCode.OK))
+    """The exit code of a command over several files: the worst of theirs by `SEVERITY` (0 when none)."""
+    return min(codes, key=lambda c: SEVERITY.index(c) if c in SEVERITY else -1, default=int(ExitCode.OK))
 
 
 @contextlib.contextmanager

@@ -1,14 +1,21 @@
 """How a report and its judgement are printed, the same for every command and both kinds
-of input (scenario files and scripts): the per-rank table, outcome, findings, notes."""
+of input (scenario files and scripts): the per-rank table, outcome, findings, notes, and
+`compare`'s comparison with the races of the real run it names."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from simdist.check.classify import Verdict
-from simdist.cli.console import say, show, table
+from simdist.cli.console import ExitCode, say, show, table
 from simdist.expect import Judgement
+from simdist.jsonout import finite
 from simdist.report import Report
+
+if TYPE_CHECKING:
+    from simdist.compare import Comparison
+    from simdist.races import Race
 
 _OUTCOME_STYLE = {"completed": "green", "hang": "yellow", "error": "red"}
 
@@ -51,3 +58,42 @@ def say_judgement(j: Judgement, verdict: Verdict) -> None:
         say(("all expectations met", "green"))
     if j.by == "checker" and not j.passed:
         say(("check failed", "red"), f" (no [expect]: the checker's verdict decides) {verdict.summary}")
+
+
+@dataclass
+class Compared:
+    """`compare`'s verdict on a simulated and a real run, the same for scenarios and scripts:
+    the comparison, the races of the real run that explain all of it (`simdist.races`), and
+    what the command says and exits with: agree (0), a race (4: not a model difference, not
+    agreement either), or differ (1)."""
+
+    cmp: Comparison
+    races: list[Race]
+
+    @classmethod
+    def of(cls, sim: Report, real: Report) -> Compared:
+        from simdist.compare import compare_reports
+        from simdist.races import named_races  # imports the engine: only for compare
+
+        cmp = compare_reports(sim, real)
+        return cls(cmp, named_races(sim, real, cmp))
+
+    @property
+    def verdict(self) -> str:
+        return "agree" if self.cmp.agree else "race" if self.races else "differ"
+
+    @property
+    def code(self) -> ExitCode:
+        return {"agree": ExitCode.OK, "race": ExitCode.RACE, "differ": ExitCode.CHECK_FAILED}[self.verdict]
+
+    def jsonable(self) -> dict[str, Any]:
+        """The head of `compare --json`: agree, verdict, races (each its kind, fields and line), comparison."""
+        from simdist.races import race_jsonable
+
+        return {"agree": self.cmp.agree, "verdict": self.verdict, "races": [race_jsonable(r) for r in self.races],
+                "comparison": finite(asdict(self.cmp))}
+
+    def say(self) -> None:
+        from simdist.compare import format_comparison
+
+        say(format_comparison(self.cmp, self.races))

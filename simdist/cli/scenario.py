@@ -38,7 +38,7 @@ from simdist.cli.console import (
     write_output,
 )
 from simdist.cli.iteration_timing import compare_timing
-from simdist.cli.reports import print_report, say_judgement
+from simdist.cli.reports import Compared, print_report, say_judgement
 from simdist.errors import InputError, SimdistError
 from simdist.expect import Judgement, judge
 from simdist.jsonout import finite, write_json
@@ -296,12 +296,11 @@ def compare(
     max_error: Annotated[float, typer.Option("--max-error", help="with --timing: the median |error| allowed")] = 0.15,
 ) -> None:
     """Run SCENARIO (or SCRIPT.py) in the simulator and on real processes, and diff them rank
-    by rank: collectives, outcome, errors (and a script's printed lines). Exit 0: they agree.
+    by rank: collectives, outcome, errors (and a script's printed lines). Exit 0: they agree;
+    4: they differ only by a race of the real run (each race said: not a model difference, and
+    not agreement: rerun to see the real side take the simulator's outcome); 1: they differ.
     With --timing, compare each iteration's time instead (docs/timing.md).
     """
-    from dataclasses import asdict
-
-    from simdist.compare import compare_reports, format_comparison
     from simdist.sim import simulate
 
     _check_timeout(timeout)
@@ -324,14 +323,14 @@ def compare(
     with bad_input(scenario):
         sim_report = simulate(s)
     real_report = run_real_or_exit(s, timeout, json_)
-    cmp = compare_reports(sim_report, real_report)
+    compared = Compared.of(sim_report, real_report)
     if json_:
-        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "sim": sim_report.to_jsonable(),
-                    "real": real_report.to_jsonable()}, sys.stdout, indent=None, default=str)
+        write_json({**compared.jsonable(), "sim": sim_report.to_jsonable(), "real": real_report.to_jsonable()},
+                   sys.stdout, indent=None, default=str)
         sys.stdout.write("\n")
     else:
-        say(format_comparison(cmp))
-    exit_on(cmp.agree)
+        compared.say()
+    exit_with(compared.code)
 
 
 def check(

@@ -6,7 +6,9 @@ script over to the functions here. The options below apply to scripts only; a sc
 given one is bad input (`reject_for_scenario`). A script is judged by the same rule as a
 scenario without `[expect]` (`simdist.expect.judge`): exit 0 when the checker finds nothing
 (the run completed, no mismatch, no rank failed), 1 when it fails; `compare` exits 0 when
-the simulator and real Gloo agree. Bad input is one line and exit 2, Ctrl-C exit 130.
+the simulator and real Gloo agree, 4 when they differ only by a race of the real run
+(`simdist.races`, each race said: not a model difference), 1 otherwise. Bad input is one
+line and exit 2, Ctrl-C exit 130.
 
 `real` and `compare` run the script on real Gloo (CPU) under the same launcher, so both
 sides run the same file unmodified; the simulated side of `compare` takes Gloo's semantics
@@ -16,17 +18,17 @@ for ranks that exit, whatever backend the script names.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from simdist.cli.console import bad_input, check_output_file, exit_on, say, write_output
-from simdist.cli.reports import print_report, say_judgement
+from simdist.cli.console import bad_input, check_output_file, exit_on, exit_with, say, write_output
+from simdist.cli.reports import Compared, print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
-from simdist.jsonout import finite, write_json
+from simdist.jsonout import write_json
 from simdist.script.stalls import EARLY, HANG_AFTER_S, WATCHDOG, check_hang_after
 
 NprocOpt = Annotated[int | None, typer.Option(
@@ -153,7 +155,6 @@ def real_command(inp: ScriptInput, json_: bool) -> NoReturn:
 def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
     """`simdist compare SCRIPT.py`: simulated and real Gloo runs, diffed rank by rank, each
     from the same files (what the simulated side wrote is set aside first, and said where)."""
-    from simdist.compare import compare_reports, format_comparison
     from simdist.script.api import compare_script
     from simdist.script.env import GLOO
 
@@ -164,19 +165,19 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
                               stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
                               topology=inp.topology, hang_after_s=inp.hang_after_s)
     sim, real = both.sim.report, both.real.report
-    cmp = compare_reports(sim, real)
+    compared = Compared.of(sim, real)
     if json_:
-        write_json({"agree": cmp.agree, "comparison": finite(asdict(cmp)), "workdir": both.workdir.to_jsonable(),
-                    "sim": sim.to_jsonable(), "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
+        write_json({**compared.jsonable(), "workdir": both.workdir.to_jsonable(), "sim": sim.to_jsonable(),
+                    "real": real.to_jsonable()}, sys.stdout, indent=None, default=str)
         sys.stdout.write("\n")
     else:
-        say(format_comparison(cmp))
+        compared.say()
         for note in real.notes:  # a hung real side: which rule ended it, the early one or the watchdog
             if note.startswith((EARLY, WATCHDOG)):
                 say(f"real side: {note}")
         for line in both.workdir.lines():
             say(line)
-    exit_on(cmp.agree)
+    exit_with(compared.code)
 
 
 def check_command(inp: ScriptInput, json_: bool, graph: Path | None) -> NoReturn:

@@ -1,0 +1,264 @@
+"""Races of real processes that make a real Gloo run differ from the simulated one without
+a fault of the model: `named_races` names them, so that `simdist compare` says "agree up to a
+race of the real run" (exit code 4, `simdist.cli.console.ExitCode.RACE`) instead of a model
+difference, and the sweeps (bench/script_sweep.py, bench/race_tally.py) count them apart,
+never as agreement.
+
+Each race is named only when it explains every difference of the comparison; anything left
+over makes all of it a difference. The kinds, each with its measurements:
+
+A peer's teardown. A rank whose script raises or exits closes its Gloo sockets only once its process
+is gone; its peers blocked on a message with it fail then ("Connection closed by peer").
+The simulator, which models no teardown, has them fail at the instant it raised (with
+`--zero-compute`). On real Gloo the teardown is CPU work (the traceback, exit handlers, the
+launcher's flush of open files, freeing the process) whose wall time depends on the load:
+measured with `simdist real` on this 2-core host under load ~8 (one rank raises, its peer is
+blocked in a `recv` from it), the peer failed 0.69-1.51 s after the raise (6 runs) on the
+launcher as it was, 0.22-0.73 s once the exit's scan for open files was made cheap, and
+0.16-0.25 s once the fork server froze what it imported (`simdist.script.rank.zygote`). A
+peer whose own Gloo timeout is due within that time of the exit times out on real Gloo in
+some runs and loses its peer in others; a chain of exits (a rank that failed because of one
+exit exits in turn) adds up. Same script, same machine: either outcome.
+
+So a rank is an exit race (`ExitRace`, `exit_races`) when the simulator has it lose a peer that exited, real Gloo has it
+time out, and its own deadline came at most `EXIT_RACE_S` after the simulated exit: on real
+Gloo the exit had not reached it yet.
+
+A second race: a group's connection (`ConnectRace`, `connect_races`). Gloo connects a group's pairs in
+`new_group` / `init_process_group` (connectFullMesh); each rank returns once ITS side of
+each pair is connected, not its peers'. A rank whose process is descheduled in there (a
+loaded host) can still be connecting when a faster peer has returned, run its first
+collective and exited: that peer's closed socket fails the slow rank's `new_group` ("Gloo
+connectFullMesh failed with ... Connection closed by peer"), and the slow rank's exit in
+turn fails its partners' operations that had a message pending with it, before their own
+timeout or completion. The simulator connects a group at once (it gives what an unloaded
+host gives). Measured with `tests/scripts/timed_out_root_fed.py` (`bench/race_tally.py`):
+1 real run in 235 on this 2-core host (1 of 60 beside the example tests' real runs, 0 of 80
+in a second such run, 0 of 60 beside other load, 0 of 30 with 4 CPU burners on the ranks'
+core, 0 of 5 quiet), the shape of its failure in a two-worker CI run; on raw Gloo with the
+slow rank stopped inside `new_group` (SIGSTOP) until the fast one exited, 3 of 10 runs
+(`bench/gloo_closed_pair_probe.py connect_race`): where the process stops decides. The same
+in `init_process_group`: `tests/scripts/pg_timeouts.py --case monitored_sub` (3 ranks; rank
+0 has nothing to do after init and returns at once) had rank 1 fail connecting init's full
+mesh with rank 0's closure in 2 of 25 real runs beside 4 CPU burners (0 of 25 in a second
+tally, once in a CI run), and rank 2, which never got to anything it does with rank 1, wait
+for it in `new_group([1, 2])` until the watchdog: a partner of a racer may also be one that
+waited outside any operation (its trace a beginning of the simulated rank's, none pending)
+and hung or failed there (`ConnectRace.waited`); kept as `tests/data/races/`.
+
+A third race, of the rendezvous (`simdist.script.rendezvous`): a rank that comes to
+`init_process_group` after its peers' init timed out and their processes left finds their
+addresses at the store and fails to connect the full mesh, after its own timeout, in one of
+two ways by which side of each Gloo pair opens the connection (decided by the pair's two
+listening addresses, ports the kernel picks at random): it connects to a listener that is
+gone ("... SO_ERROR: Connection refused") or it waits for a peer to connect to it
+("... Connect timeout [none]"); both measured with the same script, `tests/scripts/
+init_waits_for_world.py sleeps2 0.5`. The simulator says the first (`RendezvousRace`, `rendezvous_races`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, TypeVar
+
+from simdist.compare import Comparison
+from simdist.report import RankResult, Report
+from simdist.script.rendezvous import FULL_MESH
+
+EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
+
+_PEER_EXITED = re.compile(r"Connection (?:closed|reset) by peer \(rank (\d+) has exited\)")
+_PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
+_TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
+_CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
+# what a partner of a rank that left early may show apart from the simulator: how it failed
+_CHAINED_FIELDS = frozenset({"status", "error", "output"})
+# what a partner that waited for a racer outside any operation may show apart from the simulator
+_STOPPED_FIELDS = _CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
+_WAITED_ERRORS = frozenset({"timeout", "peer_lost"})
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class ExitRace:
+    """Rank `rank` lost peer `peer` in the simulator `gap_s` seconds before its own deadline,
+    and timed out on real Gloo: the peer's teardown took longer than `gap_s` there."""
+
+    kind: ClassVar[str] = "exit"
+
+    rank: int
+    peer: int
+    gap_s: float
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: exit race, not a model difference: the simulator fails it as rank {self.peer} "
+                f"exits, {self.gap_s:.2f} s before its own Gloo timeout; on real Gloo rank {self.peer}'s "
+                f"teardown had not closed its sockets yet and the timeout came first")
+
+
+@dataclass(frozen=True)
+class RendezvousRace:
+    """Rank `rank` came to init after its peers' init timed out: refused in the simulator, a
+    connect timeout on real Gloo (which side of a pair connects is the ports' draw)."""
+
+    kind: ClassVar[str] = "rendezvous"
+
+    rank: int
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: rendezvous race, not a model difference: it came to init_process_group after its "
+                f"peers' init timed out; whether Gloo's connect is refused or times out depends on which side of "
+                f"each pair connects, decided by the ports")
+
+
+def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace]:
+    """The exit races that make up every difference of `cmp` (each an `error` of a rank, each
+    such rank an `exit_race`); empty when the runs agree or anything else differs."""
+    return _each_rank(sim, real, cmp, (exit_race,))
+
+
+def rendezvous_races(sim: Report, real: Report, cmp: Comparison) -> list[RendezvousRace]:
+    """The rendezvous races that make up every difference of `cmp` (each an `error` of a rank,
+    each such rank a `rendezvous_race`); empty when the runs agree or anything else differs."""
+    return _each_rank(sim, real, cmp, (rendezvous_race,))
+
+
+def _each_rank(sim: Report, real: Report, cmp: Comparison,
+               namers: tuple[Callable[[Report, Report, int], _R | None], ...]) -> list[_R]:
+    """One race per differing rank, by the first of `namers` that names it, when every
+    difference of `cmp` is a rank's error and each such rank is named; else empty."""
+    if cmp.agree or any(d.field != "error" or d.rank is None for d in cmp.differences):
+        return []
+    races = [next((r for r in (namer(sim, real, d.rank) for namer in namers) if r is not None), None)
+             for d in cmp.differences if d.rank is not None]
+    return [r for r in races if r is not None] if all(r is not None for r in races) else []
+
+
+def rendezvous_race(sim: Report, real: Report, rank: int) -> RendezvousRace | None:
+    """Rank `rank`'s full-mesh connect at init was refused in `sim` and timed out in `real`."""
+    s, r = sim.ranks[rank].error, real.ranks[rank].error
+    if s is None or r is None or not (s.message.startswith(FULL_MESH) and r.message.startswith(FULL_MESH)):
+        return None
+    return RendezvousRace(rank) if "Connection refused" in s.message and "Connect timeout" in r.message else None
+
+
+def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:
+    """Rank `rank` lost a peer that exited in `sim`, timed out in `real`, and its deadline
+    (the operation it failed in, issued at `t_issue`, plus the timeout real Gloo names) came
+    within `EXIT_RACE_S` of its simulated failure: the race; else None."""
+    s, r = sim.ranks[rank], real.ranks[rank]
+    if s.error is None or r.error is None or (s.error.category, r.error.category) != ("peer_lost", "timeout"):
+        return None
+    peer, waited = _PEER_EXITED.search(s.error.message), _TIMED_OUT.search(r.error.message)
+    failed_in = next((e for e in reversed(s.trace) if not e.completed), None)
+    if peer is None or waited is None or failed_in is None:
+        return None
+    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(sim, rank, frozenset())
+    return ExitRace(rank, int(peer.group(1)), gap) if 0 <= gap <= EXIT_RACE_S else None
+
+
+def _failed_at(sim: Report, rank: int, seen: frozenset[int]) -> float:
+    """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
+    exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
+    r = sim.ranks[rank]
+    cause = _PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
+    if cause is None or int(cause.group(1)) in seen:
+        return r.time
+    return max(r.time, _failed_at(sim, int(cause.group(1)), seen | {rank}))
+
+
+@dataclass(frozen=True)
+class ConnectRace:
+    """Real Gloo's rank `rank` failed connecting a group (a peer that had connected its side
+    ran ahead and exited); `lost` are the ranks that then lost it, with their operations
+    pending with it; `waited` those that waited for it outside any operation (in a group's
+    connection it never came to), until they hung or failed. The simulator connects the
+    group at once."""
+
+    kind: ClassVar[str] = "connect"
+    rank: int
+    lost: tuple[int, ...]
+    waited: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        lost = f"; ranks {list(self.lost)} then lost it" if self.lost else ""
+        waited = (f"; ranks {list(self.waited)} waited for it outside any operation (a group's connection it "
+                  f"never came to) and hung or failed there") if self.waited else ""
+        return (f"rank {self.rank}: group-connection race, not a model difference: on real Gloo its process was "
+                f"still connecting a group (init_process_group or new_group: Gloo's connectFullMesh) when a peer "
+                f"that had connected its side ran on and exited, and it failed with that peer's closure"
+                f"{lost}{waited}; the simulator connects a group at once")
+
+
+def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRace]:
+    """The group-connection races that make up every difference of `cmp` (the module's
+    docstring). Racers: real ranks that failed in Gloo's connectFullMesh with a peer's closure,
+    having done and printed only what the simulator has them do first. Their partners, each
+    on real Gloo only: lost a peer (`_lost_it`), or waited for a racer outside any operation
+    and hung or failed there (`_waited_for_it`). Empty when the runs agree or any difference
+    is something else: then all of it counts as a difference."""
+    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
+    racers = [r.rank for r in real.ranks if r.error is not None and r.error.category == "peer_lost"
+              and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and _stopped_short(sims[r.rank], r)]
+    if cmp.agree or not racers:
+        return []
+    fields: dict[int, set[str]] = {}
+    for d in cmp.differences:
+        if d.rank is None and (d.field != "outcome" or real.outcome != "error"):  # a racer failed: "error"
+            return []
+        if d.rank is not None:
+            if d.field == "ranks":
+                return []
+            fields.setdefault(d.rank, set()).add(d.field)
+    lost, waited = [], []
+    for rank, differ in sorted(fields.items()):
+        if rank in racers:
+            continue
+        if _lost_it(reals[rank], differ):
+            lost.append(rank)
+        elif _waited_for_it(sims[rank], reals[rank], differ):
+            waited.append(rank)
+        else:
+            return []
+    return [ConnectRace(r, tuple(lost), tuple(waited)) for r in racers]
+
+
+def _lost_it(real: RankResult, differ: set[str]) -> bool:
+    """A partner that lost a peer with an operation pending with it: the same operations, the
+    same end; only how it failed (status, error, printed lines) differs."""
+    return differ <= _CHAINED_FIELDS and real.error is not None and real.error.category == "peer_lost"
+
+
+def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
+    """A partner that, on real Gloo, stopped short where the simulator went on: it hung, or
+    failed by a timeout or a lost peer, with no operation of its trace pending (it waited
+    outside any collective: a group's connection that the racer, gone, never came to), having
+    done and printed only what the simulator has it do first. A partner that did or printed
+    anything else, or waited in an operation, is a difference."""
+    ended = real.status == "hang" and real.error is None or (
+        real.status == "error" and real.error is not None and real.error.category in _WAITED_ERRORS)
+    return (differ <= _STOPPED_FIELDS and ended and real.blocked_in is None
+            and all(e.completed for e in real.trace) and _stopped_short(sim, real))
+
+
+def _stopped_short(sim: RankResult, real: RankResult) -> bool:
+    """The real rank did and printed a beginning of what the simulated one did and printed."""
+    return ([e.key() for e in real.trace] == [e.key() for e in sim.trace[:len(real.trace)]]
+            and real.output == sim.output[:len(real.output)] and real.inputs_processed <= sim.inputs_processed)
+
+
+Race = ExitRace | RendezvousRace | ConnectRace
+
+
+def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
+    """The front door: the races of real processes that explain every difference of `cmp`
+    (ranks' errors that are each an exit or a rendezvous race, or a group-connection race);
+    empty when the runs agree or something is left over: then all of it is a difference."""
+    return _each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
+
+
+def race_jsonable(race: Race) -> dict[str, Any]:
+    """A race as `simdist compare --json` writes it: its kind, its fields, its line."""
+    return {"kind": race.kind, **asdict(race), "describe": race.describe()}
