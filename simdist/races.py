@@ -65,7 +65,7 @@ from typing import Any, ClassVar, TypeVar
 
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report
-from simdist.script.rendezvous import FULL_MESH
+from simdist.vocab import FULL_MESH
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 

@@ -217,6 +217,10 @@ JOIN_KWARGS: dict[str, type] = {
 # What AllReducer raises when no rank was the last joiner (torch's test: `assert common_rank >= 0`).
 NO_COMMON_RANK = "no last joiner: common rank is -1"
 
+# What Gloo's error starts with when connecting a group's full mesh fails (at init or
+# new_group): the simulator's refused connect and the races of real runs both read it.
+FULL_MESH = "Gloo connectFullMesh failed with"
+
 # --------------------------------------------------------------------------- origins
 # Every origin label either side may emit for a collective that torch components issue.
 # Labels of the user's own calls belong to the `user.` family: `user.<step name>` or

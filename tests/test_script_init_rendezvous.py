@@ -16,8 +16,9 @@ from simdist.script.api import compare_script, run_script
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
-from simdist.script.rendezvous import FULL_MESH, INIT_WAIT, REFUSED, RendezvousMixin, _timed_waits
+from simdist.script.rendezvous import INIT_WAIT, REFUSED, RendezvousMixin, _timed_waits
 from simdist.script.stores import SERVER_GONE, rank0_hosts
+from simdist.vocab import FULL_MESH
 from tests.conftest import ROOT, line_of
 
 SCRIPTS = ROOT / "tests" / "scripts"

@@ -54,10 +54,10 @@ from simdist.script.stores import (
     host_wait_s,
     store_timeout,
 )
+from simdist.vocab import FULL_MESH
 
 INIT_WAIT = "waiting in init_process_group"  # how a rank that waits there for its world is reported
 STORE_BARRIER = "waiting in the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"  # `_store_barrier`
-FULL_MESH = "Gloo connectFullMesh failed with"  # what a failed connect at init starts with
 # the simulator's one wording of a late rank's failed connect (a race of real Gloo: `simdist.races`)
 REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ERROR: Connection refused"
 
