@@ -12,7 +12,8 @@ tensor of them on the CPU).
   (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
   while `torch.cuda` said 8 GPUs, so such a script took its CPU path, or failed ("Cannot
-  access accelerator device when none is available").
+  access accelerator device when none is available"); and `torch._C._get_accelerator`, which
+  torch's own code asks (FSDP2's default mesh, `torch.get_device_module()`).
 """
 
 from __future__ import annotations
@@ -231,3 +232,7 @@ def _install_accelerator_shims() -> None:
     }
     for name, fn in shims.items():
         setattr(ta, name, fn)
+    # torch's own device pick (`torch.get_device_module()`, FSDP2's default mesh
+    # `_init_default_mesh`, `init_process_group()` with no backend, `barrier`) asks torch._C,
+    # not torch.accelerator: FSDP2 without a mesh built a CPU mesh where a GPU run's is "cuda"
+    torch._C._get_accelerator = lambda check_available=False: torch.device("cuda")
