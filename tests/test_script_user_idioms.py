@@ -75,25 +75,31 @@ def _keep(monkeypatch, *owners, inherited: tuple[str, ...] = ()) -> None:
 
 def test_moves_copy_where_a_gpu_copies(monkeypatch):
     """`rank.devices`: a host tensor moved to CUDA is a new tensor (autograd sees a copy: not a
-    leaf), a tensor made on or moved to CUDA moves there again as itself, `.cpu()` of it is
-    a copy; a module moved to CUDA keeps its parameters (same objects, no copy) and they
-    move as themselves. In-process, restored."""
+    leaf), a tensor made on or moved to a simulated GPU moves there again as itself and to
+    another GPU as a copy, `.cpu()` of it is a copy; a module moved to CUDA keeps its
+    parameters (same objects) with new memory on the GPU, as `Module._apply` gives them there,
+    and they move as themselves; `.numpy()` of a GPU tensor raises torch's error. In-process,
+    restored."""
     import torch
 
     from simdist.script.rank import devices
 
-    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "pin_memory"))
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
     _keep(monkeypatch, torch.nn.Module)
     devices._patch_tensor_moves()
     devices._patch_module_to()
     host = torch.arange(4.0)
     dev = host.to("cuda:1")
     assert dev is not host and dev.data_ptr() != host.data_ptr() and devices.stands_for_gpu(dev)
-    assert dev.to("cuda:1") is dev and dev.cuda() is dev and dev.to(device=1) is dev
+    assert dev.to("cuda:1") is dev and dev.cuda(1) is dev and dev.to(device=1) is dev
+    assert dev.cuda() is not dev and dev.to("cuda:0").data_ptr() != dev.data_ptr()  # current device 0: a copy
     assert host.cuda() is not host and host.to(torch.float64) is not host and host.to("cpu") is host
     back = dev.cpu()
     assert back is not dev and back.data_ptr() != dev.data_ptr() and not devices.stands_for_gpu(back)
-    assert dev.to("cpu") is not dev
+    assert dev.to("cpu") is not dev and dev.to("cpu", copy=False).data_ptr() != dev.data_ptr()
+    with pytest.raises(TypeError, match=r"can't convert cuda:1 device type tensor to numpy"):
+        dev.numpy()
+    assert dev.numpy(force=True).tolist() == host.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
     leaf = torch.ones(2, requires_grad=True)
     assert not leaf.to("cuda").is_leaf  # as on a GPU: the moved tensor has a grad_fn
     made = torch.zeros(2)
@@ -101,9 +107,12 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     lin = torch.nn.Linear(2, 2)
     weight, ptr = lin.weight, lin.weight.data_ptr()
     lin.to("cuda")
-    assert lin.weight is weight and lin.weight.data_ptr() == ptr and lin.weight.to("cuda") is lin.weight
+    assert lin.weight is weight and lin.weight.data_ptr() != ptr and lin.weight.to("cuda") is lin.weight
+    on_gpu = lin.weight.data_ptr()
+    lin.cuda(0)
+    assert lin.weight.data_ptr() == on_gpu
     lin.cpu()
-    assert lin.weight is weight and lin.weight.data_ptr() != ptr and not devices.stands_for_gpu(lin.weight)
+    assert lin.weight is weight and lin.weight.data_ptr() != on_gpu and not devices.stands_for_gpu(lin.weight)
 
 
 def test_as_tensor_on_cuda_copies_host_data():

@@ -179,9 +179,12 @@ def _patch_tensor_moves() -> None:
         placed, dest = _destination(self, target)
         if not placed:
             return plain_to(self, *args, **kwargs)
-        copy_at = 2 if isinstance(target, torch.Tensor) else 3  # a positional `copy`
-        if dest != gpu_memory.gpu_index(self) and "copy" not in kwargs and len(args) <= copy_at:
-            kwargs["copy"] = True  # the device changes: a GPU copies, whatever `copy=False` says
+        if dest != gpu_memory.gpu_index(self):  # the device changes: a GPU copies, whatever `copy=False` says
+            copy_at = 2 if isinstance(target, torch.Tensor) else 3  # where a positional `copy` is
+            if len(args) > copy_at:
+                args = (*args[:copy_at], True, *args[copy_at + 1:])
+            else:
+                kwargs["copy"] = True
         out = plain_to(self, *_remap_args(args), **kwargs)
         return out if dest is None else gpu_memory.mark(out, dest)
 

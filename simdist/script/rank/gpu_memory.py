@@ -103,6 +103,14 @@ def numpy_refused(t: torch.Tensor, force: bool) -> TypeError | None:
                      "tensor to host memory first.")
 
 
+def host_numpy(t: torch.Tensor) -> Any:
+    """`t`'s memory as a NumPy array, whichever device it stands for: the simulated process
+    group reads and writes a GPU tensor's memory as NCCL does, where a script's `.numpy()`
+    of it raises (the rank layer's `Tensor.numpy`)."""
+    with torch._C.DisableTorchFunction():
+        return torch._C.TensorBase.numpy(t)
+
+
 _PRINTING = threading.local()
 
 
