@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_script_examples import _verdict, differences
+from tests.test_script_examples import _run, _verdict, differences
 from tests.test_script_modern_apis import _both
 
 
@@ -222,3 +222,43 @@ def test_a_generator_made_on_cuda_is_a_cpu_generator(monkeypatch):
     assert g.device == torch.device("cpu") and isinstance(g, torch.Generator)
     assert isinstance(torch.default_generator, torch.Generator) and torch.Generator().device.type == "cpu"
     assert torch.equal(torch.randperm(6, generator=g), torch.randperm(6, generator=torch.Generator().manual_seed(3)))
+
+
+def _keyed(lines: list[str]) -> dict[str, str]:
+    """`[rankN] key: value` lines (tests/scripts/gpu_snapshots.py) by key."""
+    return dict(line.split("] ", 1)[1].split(": ", 1) for line in lines)
+
+
+@pytest.mark.real
+def test_weight_snapshots_of_a_gpu_model_are_snapshots(script_zygote):
+    """tests/scripts/gpu_snapshots.py on the simulated GPUs against the same program on the
+    CPU (`--device cpu`). torch's semantics: `.cpu()` of a CUDA tensor is a copy in host memory,
+    of a CPU tensor the tensor itself (torch/_tensor_docs.py "cpu"; `.numpy()` of a CUDA tensor
+    raises, torch/csrc/utils/tensor_numpy.cpp). So where they coincide (losses, weights,
+    `copy.deepcopy(model.state_dict())`, `p.data.clone()`, `to_empty(device="cuda")` then
+    `load_state_dict`, `.item()`, `.tolist()`, `copy_`) the lines are equal, and where they
+    differ the GPU run shows snapshots: `{k: v.cpu() for k, v in model.state_dict().items()}`
+    keeps the epoch-0 weights (on main it followed the training, as the CPU run's does), so
+    do `.cpu()` of a `to_empty` parameter and of a slice; `print` shows `device='cuda:N'`."""
+    sim, real = _both("gpu_snapshots.py", 2, script_zygote)
+    cpu = _run({"script": "../tests/scripts/gpu_snapshots.py", "nproc": 2, "args": ["--device", "cpu"]}, "sim",
+               script_zygote)
+    assert _verdict(sim) == _verdict(cpu) == ["completed"] * 2
+    assert differences(sim, real) == []
+    same = ("loss0", "final", "deepcopy", "clone", "restored", "to_empty_loaded", "item_tolist_copy")
+    for rank in (0, 1):
+        gpu, host = _keyed(sim.ranks[rank].output), _keyed(cpu.ranks[rank].output)
+        assert {k: gpu[k] for k in same} == {k: host[k] for k in same}
+        assert gpu["state_dict_cpu"] == gpu["deepcopy"] == gpu["restored"] != gpu["final"]
+        assert host["state_dict_cpu"] == host["final"] and host["moved_since_cpu_snapshot"] == "0.0000"
+        assert float(gpu["moved_since_cpu_snapshot"]) > 0
+        loaded = gpu["to_empty_loaded"].strip("[]").split(", ")
+        assert gpu["to_empty_cpu_after_update"] == "[" + ", ".join(loaded[:3]) + "]"
+        assert host["to_empty_cpu_after_update"] != gpu["to_empty_cpu_after_update"]
+        assert gpu["slice_cpu_after_update"] == "[2.0, 3.0, 4.0]" != host["slice_cpu_after_update"]
+        device = f", device='cuda:{rank}')"
+        assert gpu["printed"] == host["printed"][:-1] + device
+        assert gpu["loss_printed"] == host["loss_printed"][:-1] + device
+        assert gpu["numpy"] == (f"TypeError: can't convert cuda:{rank} device type tensor to numpy. Use "
+                                "Tensor.cpu() to copy the tensor to host memory first.")
+        assert host["numpy"].startswith("[0.0, ")
