@@ -115,12 +115,19 @@ class CudaToCpu(TorchFunctionMode):
             out = func(*args, **kwargs)
         else:
             out = func(*args)
-        if args and func not in _MOVES and not torch.compiler.is_compiling():
-            index = gpu_memory.input_index(args)
-            if index is not None:
-                gpu_memory.mark_outputs(out, index)
+        if not args or func in _MOVES:
+            return out
+        kind = type(out)  # a new tensor or several (an in-place op returns its input: nothing new)
+        if (kind in _PLAIN and out is not args[0]) or kind is list or (kind is not torch.Size
+                                                                         and isinstance(out, tuple)):
+            if not _compiling():
+                index = gpu_memory.input_index(args)
+                if index is not None:
+                    gpu_memory.mark_outputs(out, index)
         return out
 
+
+_compiling = torch.compiler.is_compiling
 
 # The calls that decide their result's device themselves (the patched moves below), or
 # whose result is host data: the mode does not propagate a device to their results.

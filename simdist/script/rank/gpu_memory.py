@@ -70,28 +70,33 @@ def input_index(args: tuple) -> int | None:
     """The simulated GPU of an operation's inputs, read off its first tensor argument: the
     first positional one, the first of a list (`torch.cat`), or the second (`torch.einsum`'s
     equation first). A valid GPU program mixes no host tensor into a device operation (but a
-    0-dim one), so the first tensor decides."""
+    0-dim one), so the first tensor decides. (Inlined: the mode runs it on every call.)"""
     first = args[0]
     kind = type(first)
-    if kind in PLAIN:
-        return gpu_index(first)
-    if (kind is list or kind is tuple) and first:
-        return gpu_index(first[0])
-    if len(args) > 1:
-        return gpu_index(args[1])
-    return None
+    if kind is list or kind is tuple:
+        if not first:
+            return None
+        first = first[0]
+        kind = type(first)
+    elif kind not in PLAIN and len(args) > 1:
+        first = args[1]
+        kind = type(first)
+    if kind not in PLAIN:
+        return None
+    try:
+        return getattr(first.untyped_storage(), _ATTR, None)
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def mark_outputs(out: Any, index: int) -> None:
-    """An operation's tensor results (one, or a tuple/list of them) are on GPU `index`."""
-    kind = type(out)
-    if kind in PLAIN:
-        if gpu_index(out) is None:
-            mark(out, index)
-    elif kind is tuple or kind is list or isinstance(out, tuple):  # namedtuples: max(dim=...)
+    """An operation's tensor results (one, or a tuple/list of them: `max(dim=...)`, `split`)
+    are on GPU `index` (views of its inputs are already)."""
+    if type(out) in PLAIN:
+        mark(out, index)
+    elif isinstance(out, (tuple, list)):
         for t in out:
-            if type(t) in PLAIN and gpu_index(t) is None:
-                mark(t, index)
+            mark(t, index)
 
 
 def numpy_refused(t: torch.Tensor, force: bool) -> TypeError | None:
