@@ -363,6 +363,25 @@ def place_fsdp_on_cpu(fsdp_module: Any) -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _patch_barrier_device() -> None:
+    """A barrier's device (`BarrierOptions.device`) is the CPU: torch picks it from
+    `barrier(device_ids=[r])` and the accelerator, which is "cuda" (`gpu_shims`), and a
+    process group then makes its barrier tensor there, which failed on real Gloo's ranks
+    ("Could not run 'aten::empty.memory_format' with arguments from the 'CUDA' backend")."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    orig = ProcessGroup.barrier
+
+    @functools.wraps(orig)
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts", args[0] if args else None)
+        if opts is not None and is_accelerator(getattr(opts, "device", None)):
+            opts.device = _CPU
+        return orig(self, *args, **kwargs)
+
+    ProcessGroup.barrier = barrier  # type: ignore[method-assign]
+
+
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -398,6 +417,7 @@ def install(gpus: int) -> None:
     _patch_storage_moves()
     _patch_autocast()
     _patch_ddp()
+    _patch_barrier_device()
     _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()
