@@ -182,18 +182,32 @@ def test_fsdp2_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
 
 
 @pytest.mark.real
+def test_fsdp2_meta_initialisation_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
+    """tests/scripts/fsdp2_cuda_mesh.py --meta: FSDP2 on a meta-device model, `to_empty(device=
+    "cuda")` then `reset_parameters()`, reaches DTensor's random ops on a "cuda" mesh: its
+    sharding propagation made fake CUDA tensors ("PyTorch is not linked with support for cuda
+    devices") and its RNG region wrote a Philox offset into the CPU generator's state; both run
+    on the CPU now (`gpu_shims.place_dtensor_meta_on_cpu`, `place_dtensor_rng_on_cpu`), and the
+    run agrees with real Gloo (before: refused as a CUDA-only operation)."""
+    sim, real = _both("fsdp2_cuda_mesh.py", 2, script_zygote, "--meta")
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sum(line.startswith("[rank0] step ") for line in sim.ranks[0].output) == 3
+
+
+@pytest.mark.real
 def test_a_cuda_only_path_is_refused_and_named(script_zygote):
-    """FSDP2's meta-device initialisation on a cuda mesh reaches DTensor's random ops, which
-    need CUDA's generator: the run is bad input naming the CUDA-only operation, the rank and
-    the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
+    """A CUDA-only call the simulated GPUs lack (tests/scripts/cuda_only_call.py: the legacy
+    `torch.cuda.FloatTensor(4)`): the run is bad input naming the CUDA-only operation, the rank
+    and the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
     from simdist.errors import ScriptError
     from simdist.script import run_script
     from tests.conftest import ROOT
 
-    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(PyTorch is not "
-                                          r"linked with support for cuda devices\) is not supported by the simulated "
-                                          r"backend \(rank \d at fsdp2_cuda_mesh.py:\d+ in main: m.reset_parameters\(\)\)"):
-        run_script(ROOT / "tests" / "scripts" / "fsdp2_cuda_mesh.py", ["--meta"], nproc_per_node=2, backend="gloo",
+    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(Torch not compiled "
+                                          r"with CUDA enabled\) is not supported by the simulated backend \(rank \d at "
+                                          r"cuda_only_call.py:\d+ in main: buf = torch.cuda.FloatTensor\(4\).zero_\(\)\)"):
+        run_script(ROOT / "tests" / "scripts" / "cuda_only_call.py", [], nproc_per_node=2, backend="gloo",
                    timeout_s=120, measure_compute=False, zygote=script_zygote("sim"))
 
 
