@@ -276,3 +276,40 @@ def test_weight_snapshots_of_a_gpu_model_are_snapshots(script_zygote):
         assert gpu["numpy"] == (f"TypeError: can't convert cuda:{rank} device type tensor to numpy. Use "
                                 "Tensor.cpu() to copy the tensor to host memory first.")
         assert host["numpy"].startswith("[0.0, ")
+
+
+def test_the_simulated_device_is_the_storages(monkeypatch):
+    """`rank.gpu_memory`: every alias of a GPU tensor's memory is on the GPU (`p.data`,
+    `detach()`, a `state_dict()` value, a slice), and so are the results of torch calls on
+    one (a model's output, `clone()`, `copy.deepcopy`, the gradient read as `p.grad`), while an
+    in-place op on a host tensor, a host factory and `.cpu()` stay on the host; `print` shows
+    the device as a GPU run does. In-process, under the rank layer's mode, restored."""
+    import copy
+
+    import torch
+    import torch._tensor_str
+
+    from simdist.script.rank import devices, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
+    _keep(monkeypatch, torch.nn.Module)
+    _keep(monkeypatch, torch._tensor_str)  # (its `_str_intern` and `_add_suffixes` too)
+    devices._patch_tensor_moves()
+    devices._patch_module_to()
+    gpu_memory.install_repr()
+    with devices.CudaToCpu():
+        lin = torch.nn.Linear(3, 2).to("cuda:1")
+        out = lin(torch.ones(4, 3).cuda(1))
+        out.sum().backward()
+        aliases = [lin.weight.data, lin.weight.detach(), lin.state_dict()["weight"], lin.weight[0, 1:]]
+        made = [out, lin.weight.clone(), copy.deepcopy(lin.state_dict())["bias"], lin.weight.grad]
+        host = torch.zeros(3)
+        host.add_(torch.ones(3, device="cuda:1")[0])
+        assert [gpu_memory.gpu_index(t) for t in aliases + made] == [1] * 8
+        assert not devices.stands_for_gpu(host) and not devices.stands_for_gpu(lin.weight.cpu())
+        snapshot = {k: v.cpu() for k, v in lin.state_dict().items()}
+        with torch.no_grad():
+            lin.weight.add_(1)
+        assert not torch.equal(snapshot["weight"], lin.weight.detach().cpu())
+        assert repr(torch.arange(2.0, device="cuda:1")) == "tensor([0., 1.], device='cuda:1')"
+        assert repr(torch.arange(2.0)) == "tensor([0., 1.])"
