@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_script_examples import _verdict, differences
+from tests.test_script_examples import _run, _verdict, differences
 from tests.test_script_modern_apis import _both
 
 
@@ -75,25 +75,31 @@ def _keep(monkeypatch, *owners, inherited: tuple[str, ...] = ()) -> None:
 
 def test_moves_copy_where_a_gpu_copies(monkeypatch):
     """`rank.devices`: a host tensor moved to CUDA is a new tensor (autograd sees a copy: not a
-    leaf), a tensor made on or moved to CUDA moves there again as itself, `.cpu()` of it is
-    a copy; a module moved to CUDA keeps its parameters (same objects, no copy) and they
-    move as themselves. In-process, restored."""
+    leaf), a tensor made on or moved to a simulated GPU moves there again as itself and to
+    another GPU as a copy, `.cpu()` of it is a copy; a module moved to CUDA keeps its
+    parameters (same objects) with new memory on the GPU, as `Module._apply` gives them there,
+    and they move as themselves; `.numpy()` of a GPU tensor raises torch's error. In-process,
+    restored."""
     import torch
 
     from simdist.script.rank import devices
 
-    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "pin_memory"))
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
     _keep(monkeypatch, torch.nn.Module)
     devices._patch_tensor_moves()
     devices._patch_module_to()
     host = torch.arange(4.0)
     dev = host.to("cuda:1")
     assert dev is not host and dev.data_ptr() != host.data_ptr() and devices.stands_for_gpu(dev)
-    assert dev.to("cuda:1") is dev and dev.cuda() is dev and dev.to(device=1) is dev
+    assert dev.to("cuda:1") is dev and dev.cuda(1) is dev and dev.to(device=1) is dev
+    assert dev.cuda() is not dev and dev.to("cuda:0").data_ptr() != dev.data_ptr()  # current device 0: a copy
     assert host.cuda() is not host and host.to(torch.float64) is not host and host.to("cpu") is host
     back = dev.cpu()
     assert back is not dev and back.data_ptr() != dev.data_ptr() and not devices.stands_for_gpu(back)
-    assert dev.to("cpu") is not dev
+    assert dev.to("cpu") is not dev and dev.to("cpu", copy=False).data_ptr() != dev.data_ptr()
+    with pytest.raises(TypeError, match=r"can't convert cuda:1 device type tensor to numpy"):
+        dev.numpy()
+    assert dev.numpy(force=True).tolist() == host.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
     leaf = torch.ones(2, requires_grad=True)
     assert not leaf.to("cuda").is_leaf  # as on a GPU: the moved tensor has a grad_fn
     made = torch.zeros(2)
@@ -101,9 +107,12 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     lin = torch.nn.Linear(2, 2)
     weight, ptr = lin.weight, lin.weight.data_ptr()
     lin.to("cuda")
-    assert lin.weight is weight and lin.weight.data_ptr() == ptr and lin.weight.to("cuda") is lin.weight
+    assert lin.weight is weight and lin.weight.data_ptr() != ptr and lin.weight.to("cuda") is lin.weight
+    on_gpu = lin.weight.data_ptr()
+    lin.cuda(0)
+    assert lin.weight.data_ptr() == on_gpu
     lin.cpu()
-    assert lin.weight is weight and lin.weight.data_ptr() != ptr and not devices.stands_for_gpu(lin.weight)
+    assert lin.weight is weight and lin.weight.data_ptr() != on_gpu and not devices.stands_for_gpu(lin.weight)
 
 
 def test_as_tensor_on_cuda_copies_host_data():
@@ -173,18 +182,32 @@ def test_fsdp2_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
 
 
 @pytest.mark.real
+def test_fsdp2_meta_initialisation_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
+    """tests/scripts/fsdp2_cuda_mesh.py --meta: FSDP2 on a meta-device model, `to_empty(device=
+    "cuda")` then `reset_parameters()`, reaches DTensor's random ops on a "cuda" mesh: its
+    sharding propagation made fake CUDA tensors ("PyTorch is not linked with support for cuda
+    devices") and its RNG region wrote a Philox offset into the CPU generator's state; both run
+    on the CPU now (`gpu_shims.place_dtensor_meta_on_cpu`, `place_dtensor_rng_on_cpu`), and the
+    run agrees with real Gloo (before: refused as a CUDA-only operation)."""
+    sim, real = _both("fsdp2_cuda_mesh.py", 2, script_zygote, "--meta")
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sum(line.startswith("[rank0] step ") for line in sim.ranks[0].output) == 3
+
+
+@pytest.mark.real
 def test_a_cuda_only_path_is_refused_and_named(script_zygote):
-    """FSDP2's meta-device initialisation on a cuda mesh reaches DTensor's random ops, which
-    need CUDA's generator: the run is bad input naming the CUDA-only operation, the rank and
-    the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
+    """A CUDA-only call the simulated GPUs lack (tests/scripts/cuda_only_call.py: the legacy
+    `torch.cuda.FloatTensor(4)`): the run is bad input naming the CUDA-only operation, the rank
+    and the user's line (the CLI: one line, exit 2, the rank prints no traceback: `rank.exits`)."""
     from simdist.errors import ScriptError
     from simdist.script import run_script
     from tests.conftest import ROOT
 
-    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(PyTorch is not "
-                                          r"linked with support for cuda devices\) is not supported by the simulated "
-                                          r"backend \(rank \d at fsdp2_cuda_mesh.py:\d+ in main: m.reset_parameters\(\)\)"):
-        run_script(ROOT / "tests" / "scripts" / "fsdp2_cuda_mesh.py", ["--meta"], nproc_per_node=2, backend="gloo",
+    with pytest.raises(ScriptError, match=r"script: a CUDA-only operation on the simulated GPUs \(Torch not compiled "
+                                          r"with CUDA enabled\) is not supported by the simulated backend \(rank \d at "
+                                          r"cuda_only_call.py:\d+ in main: buf = torch.cuda.FloatTensor\(4\).zero_\(\)\)"):
+        run_script(ROOT / "tests" / "scripts" / "cuda_only_call.py", [], nproc_per_node=2, backend="gloo",
                    timeout_s=120, measure_compute=False, zygote=script_zygote("sim"))
 
 
@@ -213,3 +236,80 @@ def test_a_generator_made_on_cuda_is_a_cpu_generator(monkeypatch):
     assert g.device == torch.device("cpu") and isinstance(g, torch.Generator)
     assert isinstance(torch.default_generator, torch.Generator) and torch.Generator().device.type == "cpu"
     assert torch.equal(torch.randperm(6, generator=g), torch.randperm(6, generator=torch.Generator().manual_seed(3)))
+
+
+def _keyed(lines: list[str]) -> dict[str, str]:
+    """`[rankN] key: value` lines (tests/scripts/gpu_snapshots.py) by key."""
+    return dict(line.split("] ", 1)[1].split(": ", 1) for line in lines)
+
+
+@pytest.mark.real
+def test_weight_snapshots_of_a_gpu_model_are_snapshots(script_zygote):
+    """tests/scripts/gpu_snapshots.py on the simulated GPUs against the same program on the
+    CPU (`--device cpu`). torch's semantics: `.cpu()` of a CUDA tensor is a copy in host memory,
+    of a CPU tensor the tensor itself (torch/_tensor_docs.py "cpu"; `.numpy()` of a CUDA tensor
+    raises, torch/csrc/utils/tensor_numpy.cpp). So where they coincide (losses, weights,
+    `copy.deepcopy(model.state_dict())`, `p.data.clone()`, `to_empty(device="cuda")` then
+    `load_state_dict`, `.item()`, `.tolist()`, `copy_`) the lines are equal, and where they
+    differ the GPU run shows snapshots: `{k: v.cpu() for k, v in model.state_dict().items()}`
+    keeps the epoch-0 weights (on main it followed the training, as the CPU run's does), so
+    do `.cpu()` of a `to_empty` parameter and of a slice; `print` shows `device='cuda:N'`."""
+    sim, real = _both("gpu_snapshots.py", 2, script_zygote)
+    cpu = _run({"script": "../tests/scripts/gpu_snapshots.py", "nproc": 2, "args": ["--device", "cpu"]}, "sim",
+               script_zygote)
+    assert _verdict(sim) == _verdict(cpu) == ["completed"] * 2
+    assert differences(sim, real) == []
+    same = ("loss0", "final", "deepcopy", "clone", "restored", "to_empty_loaded", "item_tolist_copy")
+    for rank in (0, 1):
+        gpu, host = _keyed(sim.ranks[rank].output), _keyed(cpu.ranks[rank].output)
+        assert {k: gpu[k] for k in same} == {k: host[k] for k in same}
+        assert gpu["state_dict_cpu"] == gpu["deepcopy"] == gpu["restored"] != gpu["final"]
+        assert host["state_dict_cpu"] == host["final"] and host["moved_since_cpu_snapshot"] == "0.0000"
+        assert float(gpu["moved_since_cpu_snapshot"]) > 0
+        loaded = gpu["to_empty_loaded"].strip("[]").split(", ")
+        assert gpu["to_empty_cpu_after_update"] == "[" + ", ".join(loaded[:3]) + "]"
+        assert host["to_empty_cpu_after_update"] != gpu["to_empty_cpu_after_update"]
+        assert gpu["slice_cpu_after_update"] == "[2.0, 3.0, 4.0]" != host["slice_cpu_after_update"]
+        device = f", device='cuda:{rank}')"
+        assert gpu["printed"] == host["printed"][:-1] + device
+        assert gpu["loss_printed"] == host["loss_printed"][:-1] + device
+        assert gpu["numpy"] == (f"TypeError: can't convert cuda:{rank} device type tensor to numpy. Use "
+                                "Tensor.cpu() to copy the tensor to host memory first.")
+        assert host["numpy"].startswith("[0.0, ")
+
+
+def test_the_simulated_device_is_the_storages(monkeypatch):
+    """`rank.gpu_memory`: every alias of a GPU tensor's memory is on the GPU (`p.data`,
+    `detach()`, a `state_dict()` value, a slice), and so are the results of torch calls on
+    one (a model's output, `clone()`, `copy.deepcopy`, the gradient read as `p.grad`), while an
+    in-place op on a host tensor, a host factory and `.cpu()` stay on the host; `print` shows
+    the device as a GPU run does. In-process, under the rank layer's mode, restored."""
+    import copy
+
+    import torch
+    import torch._tensor_str
+
+    from simdist.script.rank import devices, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
+    _keep(monkeypatch, torch.nn.Module)
+    _keep(monkeypatch, torch._tensor_str)  # (its `_str_intern` and `_add_suffixes` too)
+    devices._patch_tensor_moves()
+    devices._patch_module_to()
+    gpu_memory.install_repr()
+    with devices.CudaToCpu():
+        lin = torch.nn.Linear(3, 2).to("cuda:1")
+        out = lin(torch.ones(4, 3).cuda(1))
+        out.sum().backward()
+        aliases = [lin.weight.data, lin.weight.detach(), lin.state_dict()["weight"], lin.weight[0, 1:]]
+        made = [out, lin.weight.clone(), copy.deepcopy(lin.state_dict())["bias"], lin.weight.grad]
+        host = torch.zeros(3)
+        host.add_(torch.ones(3, device="cuda:1")[0])
+        assert [gpu_memory.gpu_index(t) for t in aliases + made] == [1] * 8
+        assert not devices.stands_for_gpu(host) and not devices.stands_for_gpu(lin.weight.cpu())
+        snapshot = {k: v.cpu() for k, v in lin.state_dict().items()}
+        with torch.no_grad():
+            lin.weight.add_(1)
+        assert not torch.equal(snapshot["weight"], lin.weight.detach().cpu())
+        assert repr(torch.arange(2.0, device="cuda:1")) == "tensor([0., 1.], device='cuda:1')"
+        assert repr(torch.arange(2.0)) == "tensor([0., 1.])"

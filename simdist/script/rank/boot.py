@@ -63,7 +63,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(_torch: Any) -> None:
-    from simdist.script.rank import batches, devices, patches
+    from simdist.script.rank import batches, devices, gpu_shims, patches
 
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
@@ -71,6 +71,8 @@ def _on_torch(_torch: Any) -> None:
     _after_import("torch._dynamo", _on_dynamo)
     _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
+    _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
+    _after_import("torch.distributed.tensor._op_schema", gpu_shims.place_dtensor_meta_on_cpu)
 
 
 def _after_import(name: str, callback: Callable[[Any], None]) -> None:
@@ -84,7 +86,7 @@ def _after_import(name: str, callback: Callable[[Any], None]) -> None:
 
 # The rank layer's modules that compiled code calls and dynamo must trace like torch's own
 # (a skipped function is a graph break): the remapped moves and the shims of torch.cuda.
-_TRACED = ("devices.py", "gpu_shims.py")
+_TRACED = ("devices.py", "gpu_memory.py", "gpu_shims.py")
 
 
 def _on_dynamo(_dynamo: Any) -> None:

@@ -11,9 +11,11 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   pops a mode while its `__torch_function__` runs, so code that runs *inside* a call the mode
   saw (autograd's backward, and in it DTensor's `from_local(...).to(mesh.device_type)`, a
   `cuda` mesh's tensors) would not be remapped by the mode; a move copies where a GPU's
-  would (host to device, device to host: `_ON_GPU`), and `.cpu()` is replaced for that;
-* `Module.to`/`.cuda()`/`.cpu()` parse their device before any tensor call, so they are
-  remapped directly;
+  would (whenever the simulated device changes: `simdist.script.rank.gpu_memory` says which
+  memory is a simulated GPU's, for every view and result of it), and `.cpu()` and `.numpy()`
+  are replaced for that;
+* `Module.to`/`.cuda()` parse their device before any tensor call, so they name `cuda:N`
+  to torch and move each tensor through the patched `Tensor.to`;
 * `torch.autocast("cuda")` (and `torch.cuda.amp.autocast`) autocasts on the CPU, to the dtype
   CUDA's would (float16 unless given): CUDA's would find no device ("Torch not compiled with
   CUDA enabled" once it asks whether the GPU does bfloat16);
@@ -37,13 +39,12 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import weakref
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import gpu_shims
+from simdist.script.rank import gpu_memory, gpu_shims
 
 _CPU = torch.device("cpu")
 
@@ -65,29 +66,22 @@ def _remap_args(args: tuple) -> tuple:
     return tuple(_CPU if is_accelerator(a) else a for a in args)
 
 
-# The CPU tensors that stand for GPU tensors: made by a factory with a CUDA `device=`, a move
-# to CUDA, or a module's move (its parameters and buffers). Why: on a GPU, moving a host
-# tensor to the device (`.to("cuda")`, `.cuda()`) makes a new tensor and `.cpu()` of a device
-# tensor does too, while a CPU tensor moved to the CPU is the tensor itself; a script that
-# normalises its batch in place on the device, or clips `.cpu().numpy()` predictions in
-# place, changed its host data here and nowhere on a GPU. A move copies unless the tensor is
-# known to be on the target already. The results of operations on such tensors are not
-# tracked (a mode would pay for every operation): moving one to CUDA again copies it where
-# a GPU would return it, which changes no value. Keyed by id, holding the tensor weakly
-# (a tensor's `__eq__` is elementwise, so a WeakKeyDictionary cannot hold tensors).
-_ON_GPU: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, ...) move as they always did
+_PLAIN = gpu_memory.PLAIN
 
 
 def stands_for_gpu(t: Any) -> bool:
-    """Whether `t` is a CPU tensor that stands for a GPU tensor (see `_ON_GPU`)."""
-    return _ON_GPU.get(id(t)) is t
+    """Whether `t` is a CPU tensor that stands for a GPU tensor (its storage is GPU memory:
+    `simdist.script.rank.gpu_memory`)."""
+    return gpu_memory.gpu_index(t) is not None
 
 
-def _mark(t: Any) -> Any:
-    if isinstance(t, torch.Tensor):
-        _ON_GPU[id(t)] = t
-    return t
+def _target_index(device: Any) -> int:
+    """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
+    if isinstance(device, torch.device):
+        return gpu_shims._Gpus.current if device.index is None else device.index
+    if isinstance(device, str):
+        return _target_index(torch.device(device))
+    return int(device)
 
 
 # Factories that return their input's memory when it is already where they place it: on a
@@ -100,27 +94,53 @@ _FRESH = (list, tuple, int, float, complex, bool)  # inputs of which any result 
 
 
 class CudaToCpu(TorchFunctionMode):
-    """Rewrites CUDA device arguments of torch calls to the CPU (and marks what they make)."""
+    """Rewrites CUDA device arguments of torch calls to the CPU and places what they make on
+    the simulated GPU; the tensor results of a call on a simulated GPU's tensors are on it
+    too (`gpu_memory`: the device is the storage's, as a GPU kernel's outputs are on its
+    inputs' device)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if kwargs:
             dev = kwargs.get("device")
-            if dev is not None and is_accelerator(dev):
+            if dev is not None:
+                if not is_accelerator(dev):
+                    return func(*args, **kwargs)  # placed on the host explicitly: not propagated
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
                 if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and not stands_for_gpu(args[0]):
                     out = out.clone()  # (`_MAY_ALIAS`)
-                return _mark(out)
-            return func(*args, **kwargs)
-        return func(*args)
+                gpu_memory.mark_outputs(out, _target_index(dev))
+                return out
+            out = func(*args, **kwargs)
+        else:
+            out = func(*args)
+        if not args or func in _MOVES:
+            return out
+        kind = type(out)  # a new tensor or several (an in-place op returns its input: nothing new)
+        if (kind in _PLAIN and out is not args[0]) or kind is list or (kind is not torch.Size
+                                                                         and isinstance(out, tuple)):
+            if not _compiling():
+                index = gpu_memory.input_index(args)
+                if index is not None:
+                    gpu_memory.mark_outputs(out, index)
+        return out
+
+
+_compiling = torch.compiler.is_compiling
+
+# The calls that decide their result's device themselves (the patched moves below), or
+# whose result is host data: the mode does not propagate a device to their results.
+_MOVES: set[Any] = set()
 
 
 def _move_target(args: tuple, kwargs: dict) -> Any:
-    """The device a `Tensor.to`/`Module.to` call names (None: a dtype or tensor only)."""
+    """The device (or tensor) a `Tensor.to`/`Module.to` call names (None: a dtype only)."""
     if "device" in kwargs:
         return kwargs["device"]
-    if args and isinstance(args[0], (str, int, torch.device)) and not isinstance(args[0], bool):
+    if "other" in kwargs:
+        return kwargs["other"]
+    if args and isinstance(args[0], (str, int, torch.device, torch.Tensor)) and not isinstance(args[0], bool):
         return args[0]
     return None
 
@@ -130,39 +150,60 @@ def _is_cpu(device: Any) -> bool:
         isinstance(device, torch.device) and device.type == "cpu")
 
 
+def _destination(self: torch.Tensor, target: Any) -> tuple[bool, int | None]:
+    """(whether torch places the result by `target` here, the simulated GPU it is on: None for
+    host memory) of `self.to(target)`; a device this layer does not model (meta) is not placed."""
+    if target is None:
+        return True, gpu_memory.gpu_index(self)
+    if isinstance(target, torch.Tensor):
+        return True, gpu_memory.gpu_index(target)
+    if is_accelerator(target):
+        return True, _target_index(target)
+    return _is_cpu(target), None
+
+
 def _patch_tensor_moves() -> None:
     """`Tensor.to(cuda)` / `.cuda()` place the tensor on the CPU, a copy where a GPU would
-    copy (`_ON_GPU`); `.cpu()` of a tensor that stands for a GPU one copies it;
-    `.pin_memory()` is the tensor itself; wherever they are called from (module docstring)."""
-    orig_to, orig_cpu = torch.Tensor.to, torch.Tensor.cpu
+    copy: whenever the simulated device changes (host to GPU, GPU to host, GPU to another
+    GPU: `gpu_memory`), never when it does not; `.cpu()` of a GPU tensor copies it;
+    `.numpy()` of one raises as on a GPU; `.pin_memory()` is the tensor itself; wherever
+    they are called from (module docstring)."""
+    orig_to, orig_cpu, orig_numpy = torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.numpy
 
     def plain_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         # the CudaToCpu mode hands a method back to `torch.Tensor.to`, this wrapper, which
-        # would take the remapped CPU device for a move to the host and copy a marked tensor
+        # would take the remapped CPU device for a move to the host and copy a GPU tensor
         with torch._C.DisableTorchFunction():
             return orig_to(self, *args, **kwargs)
 
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = _move_target(args, kwargs)
-        to_gpu = is_accelerator(target)
-        if to_gpu and "device" in kwargs:
+        if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
             return orig_to(self, *_remap_args(args), **kwargs)
-        if "copy" not in kwargs and len(args) < 4 and (
-                (to_gpu and not stands_for_gpu(self)) or (_is_cpu(target) and stands_for_gpu(self))):
-            kwargs["copy"] = True
+        placed, dest = _destination(self, target)
+        if not placed:
+            return plain_to(self, *args, **kwargs)
+        if dest != gpu_memory.gpu_index(self):  # the device changes: a GPU copies, whatever `copy=False` says
+            copy_at = 2 if isinstance(target, torch.Tensor) else 3  # where a positional `copy` is
+            if len(args) > copy_at:
+                args = (*args[:copy_at], True, *args[copy_at + 1:])
+            else:
+                kwargs["copy"] = True
         out = plain_to(self, *_remap_args(args), **kwargs)
-        return _mark(out) if to_gpu else out
+        return out if dest is None else gpu_memory.mark(out, dest)
 
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
         if type(self) not in _PLAIN or torch.compiler.is_compiling():
             return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
-        copy = not stands_for_gpu(self)
-        return _mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format, copy=copy))
+        dest = _target_index("cuda" if device is None else device)
+        copy = gpu_memory.gpu_index(self) != dest
+        return gpu_memory.mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format,
+                                        copy=copy), dest)
 
     @functools.wraps(orig_cpu)
     def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> Any:
@@ -170,25 +211,40 @@ def _patch_tensor_moves() -> None:
             return plain_to(self, _CPU, memory_format=memory_format, copy=True)
         return orig_cpu(self, memory_format=memory_format)
 
+    @functools.wraps(orig_numpy)
+    def numpy(self: torch.Tensor, *, force: bool = False) -> Any:
+        error = gpu_memory.numpy_refused(self, force)
+        if error is not None:
+            raise error
+        if force and stands_for_gpu(self):  # torch: `self.detach().cpu()...numpy()`, a host copy
+            return orig_numpy(cpu(self.detach()), force=True)
+        return orig_numpy(self, force=force)
+
     @functools.wraps(torch.Tensor.pin_memory)
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         return self
 
+    _MOVES.update({orig_to, orig_cpu, orig_numpy, to, cuda, cpu, numpy, pin_memory, torch.Tensor.cuda,
+                   torch.Tensor.type, torch.Tensor.pin_memory})
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]
     torch.Tensor.cpu = cpu  # type: ignore[method-assign]
+    torch.Tensor.numpy = numpy  # type: ignore[method-assign]
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
 def _patch_storage_moves() -> None:
-    """Storages placed on a CUDA device are placed on the CPU (see the module's docstring)."""
+    """Storages placed on a CUDA device are placed on the CPU, on the simulated GPU (see the
+    module's docstring)."""
     import torch.storage as ts
 
     orig = ts._to
 
     @functools.wraps(orig)
     def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
-        return orig(self, _CPU if is_accelerator(device) else device, non_blocking)
+        if is_accelerator(device):
+            return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), _target_index(device))
+        return orig(self, device, non_blocking)
 
     ts._to = _to
 
@@ -221,52 +277,30 @@ def _enter_in_new_threads() -> None:
 
 
 def _patch_module_to() -> None:
-    """`Module.to(cuda)`/`.cuda()` leave the module on the CPU, its parameters and buffers
-    marked as standing for GPU tensors (`_ON_GPU`: moving one to CUDA again is a no-op, as
-    on a GPU); `.to("cpu")`/`.cpu()` copy the marked ones, as a GPU's device-to-host move
-    does, and unmark them."""
-    orig_to, orig_cpu = torch.nn.Module.to, torch.nn.Module.cpu
-
-    def tensors(module: torch.nn.Module) -> list[torch.Tensor]:
-        return [*module.parameters(), *module.buffers()]
-
-    def to_gpu(module: torch.nn.Module) -> torch.nn.Module:
-        for t in tensors(module):
-            _ON_GPU.pop(id(t), None)  # already there: no copy (inner moves go to the CPU)
-        out = orig_to(module, _CPU)
-        for t in tensors(module):
-            _mark(t)
-        return out
-
-    def to_host(module: torch.nn.Module, out: torch.nn.Module) -> torch.nn.Module:
-        for t in tensors(module):
-            _ON_GPU.pop(id(t), None)
-        return out
+    """`Module.to(cuda)`/`.cuda()` move the module's tensors with the patched `Tensor.to`, as a
+    GPU's move does: a host parameter gets new memory on the simulated GPU (the same
+    `Parameter` object, its `.data` replaced), one already there stays as it is; `.cpu()`
+    copies them back. The device is given to torch as `cuda:N`: `Module.to` parses its
+    arguments first, and an int device there would be the CPU's (no accelerator)."""
+    orig_to, orig_cuda = torch.nn.Module.to, torch.nn.Module.cuda
 
     @functools.wraps(orig_to)
     def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         target = _move_target(args, kwargs)
         if is_accelerator(target):
-            rest = {k: v for k, v in kwargs.items() if k != "device"}
-            rest_args = args if "device" in kwargs else args[1:]
-            out = to_gpu(self)
-            if rest_args or "dtype" in rest or "memory_format" in rest:  # then a dtype or format
-                return orig_to(out, *rest_args, **rest)
-            return out
-        out = orig_to(self, *args, **kwargs)
-        return to_host(self, out) if _is_cpu(target) else out
+            device = torch.device("cuda", _target_index(target))
+            if "device" in kwargs:
+                kwargs = {**kwargs, "device": device}
+            else:
+                args = (device, *args[1:])
+        return orig_to(self, *args, **kwargs)
 
-    @functools.wraps(torch.nn.Module.cuda)
+    @functools.wraps(orig_cuda)
     def cuda(self: torch.nn.Module, device: Any = None) -> Any:
-        return to_gpu(self)
-
-    @functools.wraps(orig_cpu)
-    def cpu(self: torch.nn.Module) -> Any:
-        return to_host(self, orig_cpu(self))
+        return to(self, "cuda" if device is None else device)
 
     torch.nn.Module.to = to  # type: ignore[method-assign]
     torch.nn.Module.cuda = cuda  # type: ignore[method-assign]
-    torch.nn.Module.cpu = cpu  # type: ignore[method-assign]
 
 
 def _patch_generator() -> None:
@@ -329,6 +363,25 @@ def place_fsdp_on_cpu(fsdp_module: Any) -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _patch_barrier_device() -> None:
+    """A barrier's device (`BarrierOptions.device`) is the CPU: torch picks it from
+    `barrier(device_ids=[r])` and the accelerator, which is "cuda" (`gpu_shims`), and a
+    process group then makes its barrier tensor there, which failed on real Gloo's ranks
+    ("Could not run 'aten::empty.memory_format' with arguments from the 'CUDA' backend")."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    orig = ProcessGroup.barrier
+
+    @functools.wraps(orig)
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts", args[0] if args else None)
+        if opts is not None and is_accelerator(getattr(opts, "device", None)):
+            opts.device = _CPU
+        return orig(self, *args, **kwargs)
+
+    ProcessGroup.barrier = barrier  # type: ignore[method-assign]
+
+
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -358,11 +411,13 @@ def install(gpus: int) -> None:
     if _MODE is not None:
         return
     gpu_shims.install(gpus)
+    gpu_memory.install_repr()
     _patch_tensor_moves()
     _patch_module_to()
     _patch_storage_moves()
     _patch_autocast()
     _patch_ddp()
+    _patch_barrier_device()
     _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()

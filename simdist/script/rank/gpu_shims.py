@@ -12,7 +12,8 @@ tensor of them on the CPU).
   (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
   while `torch.cuda` said 8 GPUs, so such a script took its CPU path, or failed ("Cannot
-  access accelerator device when none is available").
+  access accelerator device when none is available"); and `torch._C._get_accelerator`, which
+  torch's own code asks (FSDP2's default mesh, `torch.get_device_module()`).
 """
 
 from __future__ import annotations
@@ -231,3 +232,68 @@ def _install_accelerator_shims() -> None:
     }
     for name, fn in shims.items():
         setattr(ta, name, fn)
+    # torch's own device pick (`torch.get_device_module()`, FSDP2's default mesh
+    # `_init_default_mesh`, `init_process_group()` with no backend, `barrier`) asks torch._C,
+    # not torch.accelerator: FSDP2 without a mesh built a CPU mesh where a GPU run's is "cuda"
+    torch._C._get_accelerator = lambda check_available=False: torch.device("cuda")
+
+
+def _mixed_seed(state: torch.Tensor, offset: int) -> int:
+    """A 63-bit seed from a CPU generator state and a Philox-like offset (a digest: the same
+    state and offset give the same seed on every rank, different offsets different seeds)."""
+    import hashlib
+
+    digest = hashlib.blake2b(state.numpy().tobytes() + int(offset).to_bytes(16, "little", signed=True),
+                             digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def place_dtensor_rng_on_cpu(random_module: Any) -> None:
+    """DTensor's random ops on a "cuda" mesh (FSDP2's meta-device initialisation, `to_empty`
+    then `reset_parameters()`; a default mesh is "cuda" since `torch._C._get_accelerator`
+    says so) run in torch's offset-based region (`OffsetBasedRNGTracker._distribute_region`):
+    each shard draws from CUDA's Philox stream at its own offset (its linear shard index times
+    the shard's size) and every rank leaves at the same state (the whole tensor's size on).
+    The simulated CUDA generator is the CPU's (MT19937, no offsets: "AssertionError" where
+    torch wrote the offset into its state), so the region does the same with seeds: the shard
+    draws from the CPU generator seeded by (state, start offset), and leaves it seeded by
+    (state, end offset). Shards are distinct and replicas equal, as on a GPU; the values are
+    the CPU generator's, as every simulated GPU draw is. Given
+    `torch.distributed.tensor._random` once the script imports it."""
+    tracker = random_module.OffsetBasedRNGTracker
+    orig = tracker._distribute_region
+
+    @contextlib.contextmanager
+    def _distribute_region(self: Any, spec: Any, generator: Any = None) -> Any:
+        if self._device.type != "cuda" or not self.distribute_region_enabled:
+            with orig(self, spec, generator):
+                yield
+            return
+        gen = generator if generator is not None else torch.default_generator
+        state = gen.get_state()
+        start, end = self._compute_rng_offsets(spec)
+        gen.manual_seed(_mixed_seed(state, start))
+        try:
+            yield
+        finally:
+            gen.manual_seed(_mixed_seed(state, -1 - end))  # (negative: never a shard's start)
+
+    tracker._distribute_region = _distribute_region
+
+
+def place_dtensor_meta_on_cpu(op_schema_module: Any) -> None:
+    """DTensor's sharding propagation on a "cuda" mesh runs the op on fake tensors made on the
+    CPU: torch makes them on the mesh's device type (`_rebuild_tensor_from_dtensor_meta`),
+    inside DTensor's dispatch, where the rank layer's mode is not active, and a fake CUDA
+    tensor's random op failed with "PyTorch is not linked with support for cuda devices"
+    (FSDP2's meta-device initialisation). Only its shape, strides and dtype are read back.
+    Given `torch.distributed.tensor._op_schema` once the script imports it."""
+    orig = op_schema_module._rebuild_tensor_from_dtensor_meta
+
+    def _rebuild_tensor_from_dtensor_meta(arg: Any) -> object:
+        if arg.mesh.device_type != "cuda" or arg.tensor_meta is None:
+            return orig(arg)
+        meta = arg.tensor_meta
+        return torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype, device="cpu")
+
+    op_schema_module._rebuild_tensor_from_dtensor_meta = _rebuild_tensor_from_dtensor_meta

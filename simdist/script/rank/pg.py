@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import callbacks, client, gloo_args, monitored, stack
+from simdist.script.rank import callbacks, client, gloo_args, gpu_memory, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
 from simdist.vocab import DTYPE_BYTES, gloo_empty_is_local
@@ -41,7 +41,7 @@ class UnsupportedOperation(RuntimeError):
 
 
 def _as_bytes(tensors: Sequence[torch.Tensor]) -> Any:
-    views = [t.detach().contiguous().reshape(-1).view(torch.uint8).numpy() for t in tensors]
+    views = [gpu_memory.host_numpy(t.detach().contiguous().reshape(-1).view(torch.uint8)) for t in tensors]
     if len(views) == 1:
         return views[0]
     return b"".join(v.tobytes() for v in views)

@@ -1,0 +1,149 @@
+"""Which CPU memory stands for a simulated GPU's: a property of the tensor's storage, so that
+every view, alias and result of an operation on a "GPU" tensor is one too.
+
+Why the storage: on a GPU the device is a property of the memory. A host tensor moved to the
+device is new memory, `.cpu()` of a device tensor is new host memory (torch's `Tensor.cpu`
+is `to(kCPU)`, and `to` returns `self` only when nothing changes: aten/src/ATen/native/
+TensorConversions.cpp `to_impl` / `_to_copy`), and a view, `p.data`, `p.detach()`, a
+`state_dict()` value or a slice of a device tensor is on the device. Tracking the tensor
+*objects* a move made missed all of those: `{k: v.cpu() for k, v in
+model.state_dict().items()}`, a "best weights" snapshot, was the live parameters' memory
+and followed the training.
+
+How: torch keeps one Python object per storage for as long as the storage lives (PyObject
+preservation: `t.untyped_storage()` is the same object for every view of `t`, and it lives
+while any tensor uses the storage), so the device index is an attribute of that object
+(`_ATTR`), dropped with the storage and shared by every alias, with no registry to sweep.
+Results of operations inherit it in the rank layer's `TorchFunctionMode`
+(`simdist.script.rank.devices.CudaToCpu`, which sees every torch call the script's Python
+makes, and attribute reads such as `p.grad` too): an operation whose first tensor argument
+is on a simulated GPU puts its tensor results there, as a GPU kernel would.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import torch
+
+_ATTR = "_simdist_cuda_index"
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, fake tensors) are left as they are
+
+
+def gpu_index(t: Any) -> int | None:
+    """The simulated GPU whose memory `t` uses (None: host memory, or not a plain tensor)."""
+    if type(t) not in PLAIN:
+        return None
+    try:
+        return getattr(t.untyped_storage(), _ATTR, None)
+    except (RuntimeError, NotImplementedError):  # sparse, nested: no storage of their own
+        return None
+
+
+def mark(t: Any, index: int) -> Any:
+    """Place `t`'s memory (and every alias of it) on simulated GPU `index`; returns `t`."""
+    if type(t) in PLAIN:
+        try:
+            setattr(t.untyped_storage(), _ATTR, index)
+        except (RuntimeError, NotImplementedError):
+            pass
+    return t
+
+
+def unmark(t: Any) -> None:
+    """`t`'s memory is host memory again (a module moved to the CPU in place, by the caller)."""
+    if gpu_index(t) is not None:
+        delattr(t.untyped_storage(), _ATTR)
+
+
+def mark_storage(storage: Any, index: int) -> Any:
+    """A storage placed on a simulated GPU (`torch.load(map_location="cuda")`)."""
+    untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
+    if isinstance(untyped, torch.UntypedStorage):
+        setattr(untyped, _ATTR, index)
+    return storage
+
+
+def input_index(args: tuple) -> int | None:
+    """The simulated GPU of an operation's inputs, read off its first tensor argument: the
+    first positional one, the first of a list (`torch.cat`), or the second (`torch.einsum`'s
+    equation first). A valid GPU program mixes no host tensor into a device operation (but a
+    0-dim one), so the first tensor decides. (Inlined: the mode runs it on every call.)"""
+    first = args[0]
+    kind = type(first)
+    if kind is list or kind is tuple:
+        if not first:
+            return None
+        first = first[0]
+        kind = type(first)
+    elif kind not in PLAIN and len(args) > 1:
+        first = args[1]
+        kind = type(first)
+    if kind not in PLAIN:
+        return None
+    try:
+        return getattr(first.untyped_storage(), _ATTR, None)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def mark_outputs(out: Any, index: int) -> None:
+    """An operation's tensor results (one, or a tuple/list of them: `max(dim=...)`, `split`)
+    are on GPU `index` (views of its inputs are already)."""
+    if type(out) in PLAIN:
+        mark(out, index)
+    elif isinstance(out, (tuple, list)):
+        for t in out:
+            mark(t, index)
+
+
+def numpy_refused(t: torch.Tensor, force: bool) -> TypeError | None:
+    """torch's own error for `.numpy()` of a GPU tensor (torch/csrc/utils/tensor_numpy.cpp)."""
+    index = None if force else gpu_index(t)
+    if index is None:
+        return None
+    return TypeError(f"can't convert cuda:{index} device type tensor to numpy. Use Tensor.cpu() to copy the "
+                     "tensor to host memory first.")
+
+
+def host_numpy(t: torch.Tensor) -> Any:
+    """`t`'s memory as a NumPy array, whichever device it stands for: the simulated process
+    group reads and writes a GPU tensor's memory as NCCL does, where a script's `.numpy()`
+    of it raises (the rank layer's `Tensor.numpy`)."""
+    with torch._C.DisableTorchFunction():
+        return torch._C.TensorBase.numpy(t)
+
+
+_PRINTING = threading.local()
+
+
+def install_repr() -> None:
+    """`print(t)` of a tensor on a simulated GPU shows `device='cuda:N'` where torch puts it,
+    as a GPU run prints it (torch/_tensor_str.py `_str_intern`: the device suffix is the
+    first, printed whenever the device is not the default device type, the CPU)."""
+    import torch._tensor_str as ts
+
+    orig_intern, orig_suffixes = ts._str_intern, ts._add_suffixes
+
+    @functools.wraps(orig_intern)
+    def _str_intern(inp: Any, *, tensor_contents: Any = None) -> str:
+        index = gpu_index(inp)
+        before = getattr(_PRINTING, "device", None)
+        _PRINTING.device = None if index is None else f"device='cuda:{index}'"
+        try:
+            return orig_intern(inp, tensor_contents=tensor_contents)
+        finally:
+            _PRINTING.device = before
+
+    @functools.wraps(orig_suffixes)
+    def _add_suffixes(tensor_str: str, suffixes: list, indent: int, force_newline: bool) -> str:
+        device = getattr(_PRINTING, "device", None)
+        if device is not None:
+            _PRINTING.device = None  # this tensor's own suffixes only
+            suffixes = [device, *suffixes]
+        return orig_suffixes(tensor_str, suffixes, indent, force_newline)
+
+    ts._str_intern = _str_intern
+    ts._add_suffixes = _add_suffixes
