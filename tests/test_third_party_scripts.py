@@ -90,6 +90,20 @@ def test_fsdp_of_a_gpu_module_agrees_with_real_gloo(script_zygote, tmp_path):
 
 
 @pytest.mark.real
+@pytest.mark.parametrize("op", ["scatter", "gather"])
+def test_a_scatter_or_gather_whose_root_left_fails_the_others_as_on_gloo(op, script_zygote, tmp_path):
+    """torch's `visualize_sharding_example.py`: rank 0 raised (no `tabulate`) after the first
+    broadcast, while ranks 1-3 went on to `distribute_tensor`'s scatter from rank 0. On Gloo
+    each fails at once with the root's closed socket; the simulator, which had no message
+    program for scatter and gather, left them hanging. Both ops, roots 0 and 2."""
+    sim, real = _both(SCRIPTS / "rooted_after_exit.py", 3, [op], script_zygote, tmp_path)
+    root = 0 if op == "scatter" else 2
+    assert _verdict(sim) == ["error:peer_lost" if r != root else "error:other" for r in range(3)]
+    assert differences(sim, real) == []
+    assert [e.op for e in sim.ranks[1].trace] == ["broadcast", op]
+
+
+@pytest.mark.real
 def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path):
     """`simdist run` of a script that asks for NCCL models NCCL, so `get_backend` says "nccl"
     and torch's c10d logger, which every torch.distributed.checkpoint call goes through, asks
