@@ -104,6 +104,25 @@ def test_a_scatter_or_gather_whose_root_left_fails_the_others_as_on_gloo(op, scr
 
 
 @pytest.mark.real
+def test_fsdp_sharded_state_dict_with_an_empty_shard_agrees_with_real_gloo(script_zygote, tmp_path):
+    """torch's `fsdp_checkpoint_example.py` (8 ranks, Linear(4, 4)): DCP asks a ShardedTensor
+    with no local shard its device, which torch answers by the group's backend name; a
+    simulated group said "simdist" (now the modelled backend's, as a real group says), so the
+    load failed in the simulator alone. Under NCCL semantics the same path is
+    `torch.device(current_device())`, which only a CUDA build resolves: bad input, one line."""
+    sim, real = _both(SCRIPTS / "fsdp_empty_shard.py", 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output[0] == "[1] backend gloo gloo gloo"
+    assert sim.ranks[0].output[1] == real.ranks[1].output[1].replace("[1]", "[0]")
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(ScriptError, match=r"^script: a CUDA-only operation .*"
+                                                           r"Cannot access accelerator device.* at fsdp_empty_shard"):
+        mp.chdir(tmp_path)
+        run_script(SCRIPTS / "fsdp_empty_shard.py", nproc_per_node=2, timeout_s=120, run_id=new_run_id(),
+                   zygote=script_zygote("sim"))
+
+
+@pytest.mark.real
 def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path):
     """`simdist run` of a script that asks for NCCL models NCCL, so `get_backend` says "nccl"
     and torch's c10d logger, which every torch.distributed.checkpoint call goes through, asks
