@@ -5,15 +5,17 @@ ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.p
 `multinode.py`), the "Getting Started with DDP" tutorial's code (`ddp_tutorial.py`), tensor
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
 the FSDP tutorial (`fsdp_mnist.py`); then nanoGPT, the FSDP2 example, pytorch/tutorials' ZeRO and
-DCP recipes, and an RPC example (refused as not modelled). They are other people's code and not in this
+DCP recipes, and an RPC example (refused as not modelled); then torch's own DCP and DTensor
+examples, the pipelining tutorial and the async-checkpoint recipe (SOURCES-third-batch.md). They are other people's code and not in this
 repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
 each mode, as `simdist compare` runs them (one working directory; the DDP series' scripts
 write a snapshot that a later run resumes from, which is set aside between the sides), and
 the two must agree rank by rank as `simdist compare` judges them. A checkout without the files skips those cases and says which file is
-missing. `tests/scripts/reduce_scatter_coalesced.py` and `cuda_mesh_tp.py` (ours) keep
-what those scripts found, whether or not the third-party files are there.
+missing. `tests/scripts/reduce_scatter_coalesced.py`, `cuda_mesh_tp.py`, `rooted_after_exit.py` and
+`fsdp_empty_shard.py` (ours) keep what those scripts found, whether or not the third-party
+files are there.
 """
 
 from __future__ import annotations
