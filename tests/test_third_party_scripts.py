@@ -142,6 +142,8 @@ FAST = [  # (script, nproc, script args, --batches, verdict per rank)
     ("multinode.py", 2, ["2", "1", "--batch_size", "256"], None, ["completed"] * 2),
     ("multinode.py", 2, ["2", "1", "--batch_size", "128"], "3,4", ["completed", "error:peer_lost"]),
     ("sequence_parallel_example.py", 2, [], None, ["completed"] * 2),
+    # rasbt/LLMs-from-scratch appendix A (torchrun, DistributedSampler with drop_last, pin_memory)
+    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], None, ["completed"] * 2),
 ]
 SLOW = [
     ("tensor_parallel_example.py", 2, [], None, ["completed"] * 2),  # its path: cuda_mesh_tp.py above
@@ -167,6 +169,10 @@ SLOW = [
     # rank 0 lacks `tabulate` (not installed) and raises; the others' scatter from it fails
     ("torch_dtensor/visualize_sharding_example.py", 4, [], None, ["error:other"] + ["error:peer_lost"] * 3),
     ("tutorials/pipelining_tutorial.py", 2, [], None, ["completed"] * 2),  # GPipe; losses bit for bit
+    ("tutorials/pipelining_tutorial_tracer.py", 2, [], None, ["completed"] * 2),  # its Option 2: pipeline()
+    ("llms_from_scratch/DDP-script-torchrun.py", 3, [], None, ["completed"] * 3),
+    # rank 1's loader yields nothing: rank 0's gradient all-reduce fails with the peer gone
+    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], "1,0", ["error:peer_lost", "completed"]),
     # the recipe's AppState reads globals it never set (NameError) at the first async_save; with
     # that fixed, torch's stager cannot copy FSDP's ShardedTensors (data_ptr): fail alike
     ("tutorials/dcp_async_save.py", None, [], None, ["error:other"] * 8),
