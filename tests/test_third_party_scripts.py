@@ -171,8 +171,9 @@ SLOW = [
     ("tutorials/pipelining_tutorial.py", 2, [], None, ["completed"] * 2),  # GPipe; losses bit for bit
     ("tutorials/pipelining_tutorial_tracer.py", 2, [], None, ["completed"] * 2),  # its Option 2: pipeline()
     ("llms_from_scratch/DDP-script-torchrun.py", 3, [], None, ["completed"] * 3),
-    # rank 1's loader yields nothing: rank 0's gradient all-reduce fails with the peer gone
-    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], "1,0", ["error:peer_lost", "completed"]),
+    # rank 1's loader yields nothing: its accuracy divides by zero (the script's own error) and
+    # it leaves, and rank 0's gradient all-reduce fails with the peer gone
+    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], "1,0", ["error:peer_lost", "error:other"]),
     # the recipe's AppState reads globals it never set (NameError) at the first async_save; with
     # that fixed, torch's stager cannot copy FSDP's ShardedTensors (data_ptr): fail alike
     ("tutorials/dcp_async_save.py", None, [], None, ["error:other"] * 8),
