@@ -171,7 +171,9 @@ SLOW = [
     # tutorial and the async-checkpoint recipe
     ("torch_dcp/fsdp_checkpoint_example.py", None, [], None, ["completed"] * 8),  # fix: empty shard
     # its fault injection reloads with `dcp.load(state_dict)`, which torch 2.13 refuses (no
-    # checkpoint_id): every rank fails at epoch 0, after an async_save and a barrier
+    # checkpoint_id): every rank fails at epoch 0, after an async_save and a barrier (a race of
+    # the script: the save's thread and that barrier both use WORLD; under load one simulated
+    # rank of 8 once issued the thread's all_gather first and the run hung: docs/script-backend.md)
     ("torch_dcp/async_checkpointing_example.py", None, [], None, ["error:other"] * 8),
     # rank 0 lacks `tabulate` (not installed) and raises; the others' scatter from it fails
     ("torch_dtensor/visualize_sharding_example.py", 4, [], None, ["error:other"] + ["error:peer_lost"] * 3),
