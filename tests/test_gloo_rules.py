@@ -197,6 +197,26 @@ def test_a_root_that_posted_before_a_peer_exited_still_feeds_the_others():
     assert v.rank_outcomes == {0: "peer_error", 2: "hang"}
 
 
+def test_scatter_and_gather_fail_exactly_the_ranks_with_a_message_pending_with_an_exited_member():
+    # gloo/scatter.cc, gather.cc: leaves receive from (send to) the root only, the root posts
+    # one message per leaf (tests/scripts/rooted_after_exit.py: a root that left fails every
+    # leaf at once, as on real Gloo; the simulator judged them as hangs, not modelled)
+    SC = lambda r, root=0: CollectiveCall(r, "scatter", 6, "float32", root=root)  # noqa: E731
+    GA = lambda r, root=0: CollectiveCall(r, "gather", 2, "float32", root=root)  # noqa: E731
+    for make in (SC, GA):
+        v = classify_mismatch([make(1), make(2)], 3, exited={0})
+        assert v.rank_outcomes == {1: "peer_error", 2: "peer_error"}, make
+        # a leaf gone: only the root, which has a message pending with it, fails
+        v = classify_mismatch([make(0), make(1)], 3, exited={2})
+        assert v.rank_outcomes == {0: "peer_error", 1: "ok"}, make
+    assert classify_mismatch([SC(r, root=1) for r in range(3)], 3).kind == "ok"
+    # a leaf's gather input longer than the root's block: the root receives more than it posted
+    v = classify_mismatch([GA(0), GA(1), CollectiveCall(2, "gather", 4, "float32", root=0)], 3)
+    assert v.kind == "abort" and v.aborting_ranks == [0] and v.rank_outcomes[1] == "ok"
+    with pytest.raises(NotImplementedError):
+        mixed_result([GA(0), GA(1)], 2, {0: [1.0, 2.0], 1: [3.0, 4.0]})
+
+
 def test_entries_must_cover_live_ranks():
     with pytest.raises(ValueError):
         classify_mismatch([AR(0)], 2)

@@ -5,15 +5,17 @@ ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.p
 `multinode.py`), the "Getting Started with DDP" tutorial's code (`ddp_tutorial.py`), tensor
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
 the FSDP tutorial (`fsdp_mnist.py`); then nanoGPT, the FSDP2 example, pytorch/tutorials' ZeRO and
-DCP recipes, and an RPC example (refused as not modelled). They are other people's code and not in this
+DCP recipes, and an RPC example (refused as not modelled); then torch's own DCP and DTensor
+examples, the pipelining tutorial and the async-checkpoint recipe (SOURCES-third-batch.md). They are other people's code and not in this
 repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
 each mode, as `simdist compare` runs them (one working directory; the DDP series' scripts
 write a snapshot that a later run resumes from, which is set aside between the sides), and
 the two must agree rank by rank as `simdist compare` judges them. A checkout without the files skips those cases and says which file is
-missing. `tests/scripts/reduce_scatter_coalesced.py` and `cuda_mesh_tp.py` (ours) keep
-what those scripts found, whether or not the third-party files are there.
+missing. `tests/scripts/reduce_scatter_coalesced.py`, `cuda_mesh_tp.py`, `rooted_after_exit.py` and
+`fsdp_empty_shard.py` (ours) keep what those scripts found, whether or not the third-party
+files are there.
 """
 
 from __future__ import annotations
@@ -90,6 +92,46 @@ def test_fsdp_of_a_gpu_module_agrees_with_real_gloo(script_zygote, tmp_path):
 
 
 @pytest.mark.real
+@pytest.mark.parametrize("op", ["scatter", "gather"])
+@pytest.mark.parametrize("who", ["root", "leaf"])
+def test_a_scatter_or_gather_after_a_member_left_is_settled_as_on_gloo(op, who, script_zygote, tmp_path):
+    """torch's `visualize_sharding_example.py`: rank 0 raised (no `tabulate`) after the first
+    broadcast, while ranks 1-3 went on to `distribute_tensor`'s scatter from rank 0. On Gloo
+    each fails at once with the root's closed socket; the simulator, which had no message
+    program for scatter and gather, left them hanging. Both ops (roots 0 and 2); with a leaf
+    gone instead, the root fails and the other leaf completes (a scatter's with its block)."""
+    sim, real = _both(SCRIPTS / "rooted_after_exit.py", 3, [op, who], script_zygote, tmp_path)
+    root = 0 if op == "scatter" else 2
+    leaver = root if who == "root" else max(r for r in range(3) if r != root)
+    want = ["error:other" if r == leaver else "error:peer_lost" if who == "root" or r == root else "completed"
+            for r in range(3)]
+    assert _verdict(sim) == want
+    assert differences(sim, real) == []
+    assert all([e.op for e in sim.ranks[r].trace] == ["broadcast", op] for r in range(3) if r != leaver)
+    if op == "scatter" and who == "leaf":
+        assert sim.ranks[1].output[1] == "[1] scatter [11.0, 11.0]"
+
+
+@pytest.mark.real
+def test_fsdp_sharded_state_dict_with_an_empty_shard_agrees_with_real_gloo(script_zygote, tmp_path):
+    """torch's `fsdp_checkpoint_example.py` (8 ranks, Linear(4, 4)): DCP asks a ShardedTensor
+    with no local shard its device, which torch answers by the group's backend name; a
+    simulated group said "simdist" (now the modelled backend's, as a real group says), so the
+    load failed in the simulator alone. Under NCCL semantics the same path is
+    `torch.device(current_device())`, which only a CUDA build resolves: bad input, one line."""
+    sim, real = _both(SCRIPTS / "fsdp_empty_shard.py", 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output[0] == "[1] backend gloo gloo gloo"
+    assert sim.ranks[0].output[1] == real.ranks[1].output[1].replace("[1]", "[0]")
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(ScriptError, match=r"^script: a CUDA-only operation .*"
+                                                           r"Cannot access accelerator device.* at fsdp_empty_shard"):
+        mp.chdir(tmp_path)
+        run_script(SCRIPTS / "fsdp_empty_shard.py", nproc_per_node=2, timeout_s=120, run_id=new_run_id(),
+                   zygote=script_zygote("sim"))
+
+
+@pytest.mark.real
 def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path):
     """`simdist run` of a script that asks for NCCL models NCCL, so `get_backend` says "nccl"
     and torch's c10d logger, which every torch.distributed.checkpoint call goes through, asks
@@ -107,6 +149,8 @@ FAST = [  # (script, nproc, script args, --batches, verdict per rank)
     ("multinode.py", 2, ["2", "1", "--batch_size", "256"], None, ["completed"] * 2),
     ("multinode.py", 2, ["2", "1", "--batch_size", "128"], "3,4", ["completed", "error:peer_lost"]),
     ("sequence_parallel_example.py", 2, [], None, ["completed"] * 2),
+    # rasbt/LLMs-from-scratch appendix A (torchrun, DistributedSampler with drop_last, pin_memory)
+    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], None, ["completed"] * 2),
 ]
 SLOW = [
     ("tensor_parallel_example.py", 2, [], None, ["completed"] * 2),  # its path: cuda_mesh_tp.py above
@@ -123,6 +167,26 @@ SLOW = [
     # save wrote, fails alike on both sides)
     ("tutorials/zero_redundancy_optimizer.py", None, [], None, ["completed"] * 2),
     ("tutorials/dcp_save.py", None, [], None, ["completed"] * 8),
+    # third batch (SOURCES-third-batch.md): torch's own DCP and DTensor examples, the pipelining
+    # tutorial and the async-checkpoint recipe
+    ("torch_dcp/fsdp_checkpoint_example.py", None, [], None, ["completed"] * 8),  # fix: empty shard
+    # its fault injection reloads with `dcp.load(state_dict)`, which torch 2.13 refuses (no
+    # checkpoint_id): every rank fails at epoch 0, after an async_save and a barrier (a race of
+    # the script: the save's thread and that barrier both use WORLD; under load one simulated
+    # rank of 8 once issued the thread's all_gather first and the run hung: docs/script-backend.md)
+    ("torch_dcp/async_checkpointing_example.py", None, [], None, ["error:other"] * 8),
+    # rank 0 lacks `tabulate` (not installed) and raises; the others' scatter from it fails
+    ("torch_dtensor/visualize_sharding_example.py", 4, [], None, ["error:other"] + ["error:peer_lost"] * 3),
+    ("tutorials/pipelining_tutorial.py", 2, [], None, ["completed"] * 2),  # GPipe; losses bit for bit
+    ("tutorials/pipelining_tutorial_tracer.py", 2, [], None, ["completed"] * 2),  # its Option 2: pipeline()
+    ("llms_from_scratch/DDP-script-torchrun.py", 3, [], None, ["completed"] * 3),
+    # rank 1's loader yields nothing: its accuracy divides by zero (the script's own error) and
+    # it leaves, and rank 0's gradient all-reduce fails with the peer gone
+    ("llms_from_scratch/DDP-script-torchrun.py", 2, [], "1,0", ["error:peer_lost", "error:other"]),
+    # the recipe's AppState reads globals it never set (NameError) at the first async_save; with
+    # that fixed, torch's stager cannot copy FSDP's ShardedTensors (data_ptr): fail alike
+    ("tutorials/dcp_async_save.py", None, [], None, ["error:other"] * 8),
+    ("tutorials/dcp_async_save_fixed.py", None, [], None, ["error:other"] * 8),
 ]
 
 
@@ -207,6 +271,31 @@ def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_
         "iter 3: loss 4.1720, time _ms, mfu -100.00%"
     assert (tmp_path / "out" / "ckpt.pt").is_file()  # the real side's; the simulated side's was set aside
     assert [e.op for e in sim.ranks[2].trace].count("all_reduce") >= 4  # one bucket at each of 4 iterations' last micro-step
+
+
+NOT_HERE = [  # (script, nproc, script args), each failing an import: no process group, bad input, exit 2
+    ("torch_dcp/stateful_example.py", None, []),  # DCP's _FileSystemCheckpointer, gone from torch 2.13
+    ("torch_dtensor/comm_mode_features_example.py", 4, ["-e", "MLP_module_tracing"]),  # expecttest
+    ("tutorials/verify_flight_recorder.py", 2, []),  # torchcomms, not installed
+]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("case", NOT_HERE, ids=[c[0] for c in NOT_HERE])
+def test_a_script_that_cannot_import_here_is_bad_input(case, script_zygote, tmp_path):
+    """Published scripts whose imports fail on this machine's torch 2.13 (CPU) and packages:
+    refused in one line (no rank initialised a process group), with no process left."""
+    script, nproc, args = case
+    path = THIRD_PARTY / script
+    if not path.is_file():
+        pytest.skip(f"{path} is not here: third-party code, not in the repository (docs/script-backend.md)")
+    run_id = new_run_id()
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(ScriptError, match=r"^script: .* never initialised a "
+                                                                              r"process group"):
+        mp.chdir(tmp_path)
+        run_script(path, args, nproc_per_node=nproc, backend="gloo", timeout_s=120, run_id=run_id,
+                   zygote=script_zygote("sim"))
+    assert tagged_processes(run_id) == []
 
 
 @pytest.mark.real

@@ -18,7 +18,7 @@ A message program is one rank's list of steps, executed in order:
   ``("wait_send", buf)`` / ``("wait_recv", buf)``  block until one more completion on buf
   ``("reduce", dst_offset, src_buf, src_offset, nbytes)``  out[dst] = op(out[dst], src[...])
 Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce/reduce scratch, uninitialised), ``"zero"``,
-``"in"`` (all_to_all's input).
+``"in"`` (all_to_all's input, the scatter root's p blocks).
 The slot is the op's name: gloo derives every collective's message slot from a per-op
 prefix and the call's tag, so different ops never exchange a byte; p2p uses ``"p2p"``.
 """
@@ -34,7 +34,8 @@ from simdist.collectives.schedule import Transfer
 MAX_SEGMENT_BYTES = 1 << 20
 
 #: Ops whose message program is known (the others are not modelled at message level).
-PROGRAM_OPS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "barrier", "all_to_all", "send", "recv"})
+PROGRAM_OPS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "barrier", "all_to_all", "gather", "scatter",
+                         "send", "recv"})
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,29 @@ def alltoall(rank: int, p: int, nbytes: int) -> MessageProgram:
     return MessageProgram(prog, blk * p)
 
 
+def scatter(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:
+    """gloo/scatter.cc: the root posts a send of block i to each rank i (ascending), copies
+    its own block, then waits for the sends in turn; any other rank receives its block from
+    the root and waits. `nbytes`: the whole input, p blocks (the root's ``"in"``)."""
+    blk = nbytes // p if p else 0
+    if rank != root:
+        return MessageProgram([("recv", "out", root, "scatter", 0, blk), ("wait_recv", "out")], blk)
+    others = [i for i in range(p) if i != root]
+    return MessageProgram([("send", "in", i, "scatter", i * blk, blk) for i in others]
+                          + [("wait_send", "in")] * len(others), blk)
+
+
+def gather(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:
+    """gloo/gather.cc: the root posts a receive of block i from each rank i (ascending) into
+    its output, copies its own block, then waits for the receives in turn; any other rank
+    sends its input to the root and waits. `nbytes`: one rank's input (one block)."""
+    if rank != root:
+        return MessageProgram([("send", "out", root, "gather", 0, nbytes), ("wait_send", "out")], nbytes)
+    others = [i for i in range(p) if i != root]
+    return MessageProgram([("recv", "out", i, "gather", i * nbytes, nbytes) for i in others]
+                          + [("wait_recv", "out")] * len(others), nbytes * p)
+
+
 def message_count(op: str, p: int, elements: int, elem: int) -> int:
     """Sends and receives one rank posts in `message_program(op, ...)`, known without building
     it (the programs of huge tensors are long: the ring all_reduce has a message per MiB)."""
@@ -294,7 +318,7 @@ def message_count(op: str, p: int, elements: int, elem: int) -> int:
         return 4 * (p - 1) if elements else 0
     if op in ("broadcast", "barrier"):
         return 2 * p.bit_length()
-    if op == "all_to_all":
+    if op in ("all_to_all", "gather", "scatter"):  # gather, scatter: the root's p - 1, a leaf's 1
         return 2 * (p - 1)
     return 1  # send, recv
 
@@ -314,6 +338,8 @@ def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: 
         return barrier(rank, p)
     if op == "all_to_all":
         return alltoall(rank, p, nbytes)
+    if op in ("gather", "scatter"):
+        return (gather if op == "gather" else scatter)(rank, p, nbytes, 0 if root is None else root)
     if op in ("send", "recv"):
         wait = "wait_send" if op == "send" else "wait_recv"
         return MessageProgram([(op, "out", root, "p2p", 0, nbytes), (wait, "out")], nbytes)

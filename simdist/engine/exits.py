@@ -13,7 +13,7 @@ import dataclasses
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call, Instance, RankState
-from simdist.engine.values import Payload
+from simdist.engine.values import Payload, chunk_payload
 from simdist.report import Finding, TraceEntry
 
 
@@ -85,10 +85,17 @@ class GlooExits:
 
     def _complete_alone(self, inst: Instance, call: Call) -> None:
         """Complete `call`, whose own messages all went through, before the collective does:
-        a broadcast's rank gets the root's tensor, another's value is not known."""
-        src = inst.calls.get(call.root) if call.op == "broadcast" and call.root is not None else None
-        self._complete_call(call, dataclasses.replace(src.payload) if src is not None else
-                            Payload.unknown(call.payload.numel, call.payload.dtype))
+        a broadcast's rank gets the root's tensor, a scatter's its block of the root's input
+        (a leaf whose sibling left; tests/scripts/rooted_after_exit.py), another's value is
+        not known."""
+        src = inst.calls.get(call.root) if call.op in ("broadcast", "scatter") and call.root is not None else None
+        if src is None:
+            result = Payload.unknown(call.payload.numel, call.payload.dtype)
+        elif call.op == "scatter":
+            result = chunk_payload(src.payload, inst.members.index(call.rank), len(inst.members))
+        else:
+            result = dataclasses.replace(src.payload)
+        self._complete_call(call, result)
 
     def _settle_exited(self, inst: Instance, gone: dict[int, float], missing: tuple[int, ...] = (),
                        failures_only: bool = False) -> bool:

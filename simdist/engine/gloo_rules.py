@@ -49,7 +49,12 @@ reduce is gloo/reduce.cc: the all_reduce's ring reduce-scatter (its own slot pre
 sizes), then each non-root sends its block to the root. On Gloo, ProcessGroupGloo runs
 reduce_scatter as all_reduces (`simdist.script.rank.pg`), so the engine brings it here as those.
 
-Not modelled (gather, scatter, reduce_scatter as one op, all_to_all with split sizes): identical calls are
+gather and scatter are gloo/gather.cc and scatter.cc: the root posts one receive (send) per
+other rank and waits for them in turn, the others send to (receive from) the root, so a rank
+that exited fails exactly the ranks with a message pending with it (the values of mismatched
+ones are not modelled byte by byte: `mixed_result` refuses them).
+
+Not modelled (reduce_scatter as one op, all_to_all with split sizes): identical calls are
 "ok", a different kind on the other side is "hang" (rule 1), same kind with different
 arguments is reported conservatively as "hang" with a detail saying it is unmodelled.
 """
@@ -380,6 +385,8 @@ def mixed_result(
     everyone (all-gather). So different reduce ops give a per-segment patchwork.
     """
     w = world_size_of_group
+    if any(e.op in ("gather", "scatter") for e in entries):
+        raise NotImplementedError("the values of mismatched gathers and scatters are not modelled byte by byte")
     to_group, to_caller = _rank_maps(entries, w, ())
     if to_group is not None:
         res = mixed_result([_remap(e, to_group) for e in entries], w,

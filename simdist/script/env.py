@@ -47,9 +47,12 @@ def mode() -> str:
 # What torch raises where a script's GPU path reaches a CUDA-only feature the simulated GPUs
 # (`rank.devices`, `rank.gpu_shims`) do not provide (DTensor's random ops on a "cuda" mesh,
 # FSDP2's meta-device initialisation with reset_parameters): on a GPU the program runs, so
-# the failure is a gap of the simulator, not the program's error.
+# the failure is a gap of the simulator, not the program's error. "Cannot access accelerator
+# device": `torch.device(index)`, which a CPU build cannot resolve and a GPU one makes cuda:index
+# (a ShardedTensor with no local shard under a non-Gloo backend: FSDP's sharded state dict).
 _NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
-                      r"|Cannot get CUDA generator without ATen_cuda library")
+                      r"|Cannot get CUDA generator without ATen_cuda library"
+                      r"|Cannot access accelerator device when none is available")
 
 
 # A process that calls an API the simulator cannot model outside any group (`init_rpc`; it may

@@ -106,7 +106,21 @@ class SimProcessGroup(dist.ProcessGroup):
         self.global_ranks = global_ranks
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        # C++ callers must not see "gloo": DDP's logger then casts the group's Gloo backend
+        # (`getBackend(GLOO)`), which a group that is its own backend has none of
         return BACKEND_NAME
+
+    def _get_backend_name(self) -> str:
+        """The backend the run models ("gloo", "nccl"), as a real group of it answers Python's
+        `_get_backend_name()` and `name()`: torch's Python branches on it (a ShardedTensor with
+        no local shard is on the CPU under "gloo", else on `torch.device(current_device())`:
+        FSDP's sharded state dict of a small layer on 8 ranks; SyncBatchNorm's gather). Which
+        groups are simulated is told by the backend string torch keeps for each (`get_backend`'s
+        "simdist"), not by this."""
+        c = client.CLIENT
+        return c.semantics if c is not None else BACKEND_NAME
+
+    name = _get_backend_name
 
     # A group torch made from a registered backend lists the devices its backends serve, and
     # Python code branches on them (dcp.async_save wants "cpu", _state_dict_utils takes the

@@ -1,0 +1,45 @@
+"""A scatter or gather after a member has left (`python rooted_after_exit.py scatter|gather
+[root|leaf]`, 3 or more ranks). All ranks broadcast; then the op's root (rank 0 for the
+scatter, the last rank for the gather) or, with `leaf`, the last leaf leaves, and the others
+call the op. Gloo's scatter is the root's send to each other rank, its gather each rank's
+send to the root (gloo/scatter.cc, gather.cc), so with the root gone every other rank fails
+at once with its closed socket ("Connection closed by peer"), as torch's
+`visualize_sharding_example.py` shows when rank 0 raises before `distribute_tensor`'s
+scatter; with a leaf gone only the root fails, and the other leaves complete, a scatter's
+with its block of the root's input. The simulator did not model either op message by
+message and left the ranks hanging."""
+
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    op, who = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "root"
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    root = 0 if op == "scatter" else world - 1
+    leaver = root if who == "root" else max(r for r in range(world) if r != root)
+    t = torch.arange(4.0) if rank == root else torch.zeros(4)
+    dist.broadcast(t, src=root)
+    print(f"[{rank}] broadcast {t.tolist()}", flush=True)
+    if rank == leaver:
+        sys.exit(3)
+    if who == "leaf":
+        time.sleep(0.5)  # the leaf's sockets are closed before the root posts to it
+    if op == "scatter":
+        out = torch.zeros(2)
+        blocks = [torch.full((2,), 10.0 + r) for r in range(world)] if rank == root else None
+        dist.scatter(out, blocks, src=root)
+        print(f"[{rank}] scatter {out.tolist()}", flush=True)
+    else:
+        bins = [torch.zeros(2) for _ in range(world)] if rank == root else None
+        dist.gather(torch.full((2,), float(rank)), bins, dst=root)
+        print(f"[{rank}] gathered", flush=True)
+
+
+if __name__ == "__main__":
+    main()
