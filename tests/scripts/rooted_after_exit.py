@@ -10,11 +10,30 @@ with its block of the root's input. The simulator did not model either op messag
 message and left the ranks hanging."""
 
 import datetime
+import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
+
+
+def wait_gone(limit_s: float = 30.0) -> None:
+    """Until the leaver's process has ended (its pid in `leaver.pid`; gone from /proc or a
+    zombie): its exit closes its sockets, and a loaded host can take a second or more to
+    tear a process down, which a fixed sleep does not cover."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with open("leaver.pid") as f:
+                pid = int(f.read())
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError as e:
+            if "leaver" not in str(e.filename):
+                return  # no /proc entry: the process is gone
+        time.sleep(0.01)
 
 
 def main():
@@ -27,9 +46,18 @@ def main():
     dist.broadcast(t, src=root)
     print(f"[{rank}] broadcast {t.tolist()}", flush=True)
     if rank == leaver:
+        with open("leaver.tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace("leaver.tmp", "leaver.pid")
         sys.exit(3)
     if who == "leaf":
-        time.sleep(0.5)  # the leaf's sockets are closed before the root posts to it
+        wait_gone()  # the leaf's sockets are closed before the root posts to it, however loaded the host
+        if rank == root:
+            # The other leaves post first: Gloo's send of an unbound buffer waits for the
+            # receiver's "ready" notice, so a leaf whose notice came after the root failed
+            # (and went on to exit) loses the root instead of completing: a race of real
+            # processes that the program must not leave to the scheduler.
+            time.sleep(0.5)
     if op == "scatter":
         out = torch.zeros(2)
         blocks = [torch.full((2,), 10.0 + r) for r in range(world)] if rank == root else None
