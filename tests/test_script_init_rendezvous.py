@@ -100,7 +100,7 @@ def test_a_rank_blocked_in_an_earlier_generation_cannot_come_to_the_next():
     assert not rv._unjoinable(gen2)
 
 
-def _compare(zygote, args: list[str], nproc: int = 3, script=INIT):
+def _compare(zygote, args: list[str], nproc: int | None = 3, script=INIT):
     run_id = new_run_id()
     both = compare_script(script, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
                           zygotes=zygote, timeout_s=60, hang_after_s=0.3)
@@ -298,11 +298,8 @@ def test_rank0_hosting_answers_everyone_once_the_world_came_in_time():
 
 
 def _spawned(zygote, args: list[str]):
-    run_id = new_run_id()
-    both = compare_script(SPAWN, args, nproc_per_node=None, backend="gloo", run_id=run_id, measure_compute=False,
-                          zygotes=zygote, timeout_s=60, hang_after_s=0.3)
-    assert tagged_processes(run_id) == []
-    return both.sim.report, both.real.report
+    """SPAWN's ranks, started by the script itself (mp.spawn: no torchrun, no agent store)."""
+    return _compare(zygote, args, nproc=None, script=SPAWN)
 
 
 @pytest.mark.real
