@@ -372,3 +372,28 @@ def test_a_first_init_without_timeout_ends_at_torchs_default_on_the_wall_clock()
     rv._init_timeouts()
     assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0")
     assert rv.gens[0].by_rank[1].clock == 1800.0
+
+
+def test_the_port_of_a_rank_0_hosted_store_is_held_for_the_run_and_rank_0_can_bind_it():
+    """`launch.host_port` picks the port and holds it until the run ends: another run's pick
+    (a plain bind) cannot take it meanwhile, and rank 0's TCPStore, libuv's or torch's own,
+    still binds and serves it."""
+    import datetime
+    import socket
+
+    from torch.distributed import TCPStore
+
+    from simdist.script.launch import host_port
+
+    for libuv in (True, False):
+        held = host_port()
+        port = held.getsockname()[1]
+        try:
+            with socket.socket() as other, pytest.raises(OSError):
+                other.bind(("127.0.0.1", port))
+            server = TCPStore("127.0.0.1", port, 2, True, datetime.timedelta(seconds=5), wait_for_workers=False,
+                              use_libuv=libuv)
+            TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=5), use_libuv=libuv).set("k", "v")
+            assert server.get("k") == b"v"
+        finally:
+            held.close()
