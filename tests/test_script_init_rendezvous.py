@@ -397,3 +397,42 @@ def test_the_port_of_a_rank_0_hosted_store_is_held_for_the_run_and_rank_0_can_bi
             assert server.get("k") == b"v"
         finally:
             held.close()
+
+
+@pytest.mark.parametrize(("method", "environ"), [
+    ("env://", {"MASTER_PORT": "12355"}), ("env://", {"MASTER_ADDR": "localhost"}),
+    ("env://", {"MASTER_ADDR": "", "MASTER_PORT": "12355"}), ("env://", {"MASTER_ADDR": "localhost", "MASTER_PORT": "x"}),
+    ("env://", {"MASTER_ADDR": "localhost", "MASTER_PORT": "70000"}), ("tcp://localhost", {}),
+    ("tcp://localhost:99999", {}),
+])
+def test_an_address_torchs_rendezvous_cannot_read_raises_its_error(monkeypatch, method, environ):
+    """What torch's own rendezvous raises before it makes any store (run here, it needs no
+    peer), the rank layer raises from the same environment, in either mode, whoever hosts."""
+    from torch.distributed.rendezvous import rendezvous
+
+    for var in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError) as torchs:
+        next(rendezvous(method, rank=0, world_size=1))
+    for agent in ("False", "True"):
+        with pytest.raises(ValueError) as ours:
+            rank0_hosts(method, False, {**environ, "TORCHELASTIC_USE_AGENT_STORE": agent})
+        assert str(ours.value) == str(torchs.value)
+    assert rank0_hosts(method, True, environ) is None  # a store= argument: no rendezvous
+
+
+def test_a_script_without_master_addr_fails_its_init_as_torch_does(script_zygote):
+    """Its rank raises torch's ValueError in init_process_group, before it joins any world, so
+    the run is one that never initialised a process group (one line, exit 2, with the hint
+    that a torchrun script wants --nproc-per-node). Before, the simulator (and `simdist
+    real`, whose rank 0 hosts at the launcher's port) completed the run that torch ends there."""
+    from simdist.errors import ScriptError
+
+    for args in ([], ["x"]):
+        run_id = new_run_id()
+        with pytest.raises(ScriptError, match=r"never initialised a process group .*exit codes \[1\]"):
+            run_script(SCRIPTS / "init_no_master_addr.py", args, nproc_per_node=None, backend="gloo", run_id=run_id,
+                       measure_compute=False, timeout_s=60, zygote=script_zygote("sim"))
+        assert tagged_processes(run_id) == []
