@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from simdist.cli.console import ExitCode
+
 from .conftest import SCENARIOS, run_cli
 
 
@@ -183,6 +185,8 @@ def test_version_help_and_completion():
     assert res.returncode == 0 and res.stdout.strip() == f"simdist {__version__}"
     res = run_cli("-h")
     assert res.returncode == 0 and "--show-completion" in res.stdout and "Exit codes" in res.stdout
+    said = " ".join(res.stdout.split())  # every code a command can end with, compare's race (4) included
+    assert all(f"{int(c)} " in said for c in ExitCode), said
     res = run_cli("run", "-h")
     assert res.returncode == 0 and "--trace-out" in res.stdout
     res = run_cli("fuzz", "--help")

@@ -366,3 +366,21 @@ def test_a_collective_an_abort_cut_off_fails_its_late_poster_at_once():
     rep = sim({"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": steps})
     assert [r.status for r in rep.ranks] == ["error", "aborted"]
     assert rep.ranks[0].error.message == "Connection reset by peer (rank 1 has exited)"
+
+
+def test_issues_test_before_gloo_local_error_passes_over_no_call_that_fails():
+    """`Engine.issue` asks `gloo_local_error` only for a bitwise reduce op or a dtype without a
+    Gloo kernel (the hot path's shortcut): every call it passes over must be one that function
+    lets through, whatever op, dtype and reduce op, so a case added there is not hidden."""
+    from types import SimpleNamespace
+
+    from simdist.engine.results import gloo_local_error
+    from simdist.vocab import BITWISE_REDUCE_OPS, DTYPE_BYTES, GLOO_NO_KERNEL_DTYPES, OPS, REDUCE_OPS
+
+    for op in OPS:
+        for dtype in DTYPE_BYTES:
+            for red in (None, *REDUCE_OPS):
+                if red in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES:
+                    continue
+                call = SimpleNamespace(op=op, reduce_op=red, payload=Payload(4, dtype))
+                assert gloo_local_error(call) is None, (op, dtype, red)  # type: ignore[arg-type]

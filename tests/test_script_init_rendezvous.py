@@ -100,7 +100,7 @@ def test_a_rank_blocked_in_an_earlier_generation_cannot_come_to_the_next():
     assert not rv._unjoinable(gen2)
 
 
-def _compare(zygote, args: list[str], nproc: int = 3, script=INIT):
+def _compare(zygote, args: list[str], nproc: int | None = 3, script=INIT):
     run_id = new_run_id()
     both = compare_script(script, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
                           zygotes=zygote, timeout_s=60, hang_after_s=0.3)
@@ -298,11 +298,8 @@ def test_rank0_hosting_answers_everyone_once_the_world_came_in_time():
 
 
 def _spawned(zygote, args: list[str]):
-    run_id = new_run_id()
-    both = compare_script(SPAWN, args, nproc_per_node=None, backend="gloo", run_id=run_id, measure_compute=False,
-                          zygotes=zygote, timeout_s=60, hang_after_s=0.3)
-    assert tagged_processes(run_id) == []
-    return both.sim.report, both.real.report
+    """SPAWN's ranks, started by the script itself (mp.spawn: no torchrun, no agent store)."""
+    return _compare(zygote, args, nproc=None, script=SPAWN)
 
 
 @pytest.mark.real
@@ -375,3 +372,67 @@ def test_a_first_init_without_timeout_ends_at_torchs_default_on_the_wall_clock()
     rv._init_timeouts()
     assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0")
     assert rv.gens[0].by_rank[1].clock == 1800.0
+
+
+def test_the_port_of_a_rank_0_hosted_store_is_held_for_the_run_and_rank_0_can_bind_it():
+    """`launch.host_port` picks the port and holds it until the run ends: another run's pick
+    (a plain bind) cannot take it meanwhile, and rank 0's TCPStore, libuv's or torch's own,
+    still binds and serves it."""
+    import datetime
+    import socket
+
+    from torch.distributed import TCPStore
+
+    from simdist.script.launch import host_port
+
+    for libuv in (True, False):
+        held = host_port()
+        port = held.getsockname()[1]
+        try:
+            with socket.socket() as other, pytest.raises(OSError):
+                other.bind(("127.0.0.1", port))
+            server = TCPStore("127.0.0.1", port, 2, True, datetime.timedelta(seconds=5), wait_for_workers=False,
+                              use_libuv=libuv)
+            TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=5), use_libuv=libuv).set("k", "v")
+            assert server.get("k") == b"v"
+        finally:
+            held.close()
+
+
+@pytest.mark.parametrize(("method", "environ"), [
+    ("env://", {"MASTER_PORT": "12355"}), ("env://", {"MASTER_ADDR": "localhost"}),
+    ("env://", {"MASTER_ADDR": "", "MASTER_PORT": "12355"}), ("env://", {"MASTER_ADDR": "localhost", "MASTER_PORT": "x"}),
+    ("env://", {"MASTER_ADDR": "localhost", "MASTER_PORT": "70000"}), ("tcp://localhost", {}),
+    ("tcp://localhost:99999", {}),
+])
+def test_an_address_torchs_rendezvous_cannot_read_raises_its_error(monkeypatch, method, environ):
+    """What torch's own rendezvous raises before it makes any store (run here, it needs no
+    peer), the rank layer raises from the same environment, in either mode, whoever hosts."""
+    from torch.distributed.rendezvous import rendezvous
+
+    for var in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError) as torchs:
+        next(rendezvous(method, rank=0, world_size=1))
+    for agent in ("False", "True"):
+        with pytest.raises(ValueError) as ours:
+            rank0_hosts(method, False, {**environ, "TORCHELASTIC_USE_AGENT_STORE": agent})
+        assert str(ours.value) == str(torchs.value)
+    assert rank0_hosts(method, True, environ) is None  # a store= argument: no rendezvous
+
+
+def test_a_script_without_master_addr_fails_its_init_as_torch_does(script_zygote):
+    """Its rank raises torch's ValueError in init_process_group, before it joins any world, so
+    the run is one that never initialised a process group (one line, exit 2, with the hint
+    that a torchrun script wants --nproc-per-node). Before, the simulator (and `simdist
+    real`, whose rank 0 hosts at the launcher's port) completed the run that torch ends there."""
+    from simdist.errors import ScriptError
+
+    for args in ([], ["x"]):
+        run_id = new_run_id()
+        with pytest.raises(ScriptError, match=r"never initialised a process group .*exit codes \[1\]"):
+            run_script(SCRIPTS / "init_no_master_addr.py", args, nproc_per_node=None, backend="gloo", run_id=run_id,
+                       measure_compute=False, timeout_s=60, zygote=script_zygote("sim"))
+        assert tagged_processes(run_id) == []

@@ -71,7 +71,8 @@ def _root(
     """Simulate, check and replay PyTorch distributed training loops (Join, DDP, ZeRO, uneven inputs).
 
     Exit codes, for every command: 0 ok, 1 a check failed, 2 bad input or usage (including
-    output paths), 3 a bug in simdist.
+    output paths), 3 a bug in simdist, 4 (compare) sim and real differ only by a race of the
+    real run, 130 interrupted, 141 the output pipe was closed.
     """
 
 
@@ -89,7 +90,7 @@ def main() -> None:
 
     Exit codes (`ExitCode`): 0 ok, 1 a check failed, 2 bad input, 3 a bug in simdist (one
     line saying so and where to report it; never a traceback unless SIMDIST_DEBUG=1),
-    130 interrupted, 141 the output pipe was closed."""
+    4 (`compare`) a race of the real run only, 130 interrupted, 141 the output pipe was closed."""
     try:
         app()
     except SystemExit as e:

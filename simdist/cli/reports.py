@@ -73,7 +73,7 @@ class Compared:
     @classmethod
     def of(cls, sim: Report, real: Report) -> Compared:
         from simdist.compare import compare_reports
-        from simdist.races import named_races  # imports the engine: only for compare
+        from simdist.races import named_races
 
         cmp = compare_reports(sim, real)
         return cls(cmp, named_races(sim, real, cmp))

@@ -77,6 +77,7 @@ class Launch:
     run_id: str
     procs: LocalProcesses = field(default_factory=LocalProcesses)
     store: Any = None  # gloo mode: the rendezvous store, kept alive for the whole run
+    host: socket.socket | None = None  # gloo mode: holds the port of a rank-0-hosted store (`host_port`)
 
     def done(self) -> bool:
         return self.procs.all_ended()
@@ -120,7 +121,8 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         if mode == env.GLOO:  # the ranks reach it by env.STORE (`rank.patches`), not MASTER_PORT:
             run.store = loopback_store(nproc_per_node)  # both modes show the script torchrun's port
             common[env.STORE] = f"{LOOPBACK}:{int(run.store.port)}"
-            common[env.HOST_PORT] = f"{LOOPBACK}:{host_port()}"
+            run.host = host_port()
+            common[env.HOST_PORT] = f"{LOOPBACK}:{run.host.getsockname()[1]}"
         cmd = [sys.executable, str(script), *args]
         envs = [common] if nproc_per_node is None else [
             torchrun_env(r, nproc_per_node, run.run_id, TORCHRUN_PORT, common) for r in range(nproc_per_node)]
@@ -135,22 +137,28 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
     return run
 
 
-def host_port() -> int:
+def host_port() -> socket.socket:
     """A free port on 127.0.0.1 for a run's rank-0-hosted store (`env.HOST_PORT`), below the
-    kernel's ephemeral range: the kernel never hands such a port to an outgoing connection,
-    so between this check and rank 0's bind only a process that binds it by number can take it."""
+    kernel's ephemeral range (the kernel never hands such a port to an outgoing connection),
+    held for the run by the socket returned: bound with SO_REUSEADDR and never listening, it
+    lets rank 0's TCPStore bind the port (torch's sockets, libuv's or its own, set
+    SO_REUSEADDR too) while another run's `host_port`, which binds without it, cannot take
+    the port between this pick and rank 0's bind (two concurrent runs would otherwise meet
+    at one store, or fail with "address already in use"). `end` closes it."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     ports = range(max(1024, min(low, 32768) - 12768), max(1025, min(low, 32768)))
     for port in random.sample(ports, min(200, len(ports))):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((LOOPBACK, port))
-                return port
-            except OSError:
-                continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((LOOPBACK, port))  # without SO_REUSEADDR: fails on a port held or used by anyone
+        except OSError:
+            s.close()
+            continue
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # from now on rank 0's bind may share it
+        return s
     raise OSError("no free port on 127.0.0.1 for the run's store")
 
 
@@ -172,3 +180,6 @@ def end(run: Launch, grace_s: float = 2.0) -> None:
                 pass
         time.sleep(0.02)
     run.store = None  # the store closes its socket when the last reference goes
+    if run.host is not None:
+        run.host.close()
+        run.host = None

@@ -56,17 +56,40 @@ Address = tuple[str, int]
 
 def rank0_hosts(init_method: str | None, store_given: bool, environ: Mapping[str, str]) -> Address | None:
     """Where rank 0's init will host the store (MASTER_ADDR/PORT, or the tcp:// URL's), or
-    None where the store exists before init (agent store, `store=`, file://)."""
-    if store_given or environ.get(AGENT_STORE) == "True":
+    None where the store exists before init (agent store, `store=`, file://). Raises what
+    torch's rendezvous raises for an address it cannot read (`store_address`)."""
+    if store_given:
         return None
+    at = store_address(init_method, environ)
+    return None if environ.get(AGENT_STORE) == "True" else at
+
+
+def store_address(init_method: str | None, environ: Mapping[str, str]) -> Address | None:
+    """The store's address as torch 2.13's env:// and tcp:// rendezvous read it
+    (`torch.distributed.rendezvous._env_rendezvous_handler`, `_tcp_rendezvous_handler`,
+    `_create_c10d_store`'s port check), with the ValueError they raise at init's start when
+    it is missing or bad (torchrun's agent store too is reached at MASTER_ADDR/PORT); None
+    for another scheme (file://). The rank and world size are read apart (`rank.patches`)."""
     method = init_method or "env://"
     if method.startswith("env://"):
-        port = environ.get("MASTER_PORT", "")
-        return environ.get("MASTER_ADDR", ""), int(port) if port.isdigit() else 0
-    if method.startswith("tcp://"):
+        def read(var: str) -> str:
+            if not environ.get(var):
+                raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: environment "
+                                 f"variable {var} expected, but not set")
+            return environ[var]
+
+        addr = read("MASTER_ADDR")
+        at = addr, int(read("MASTER_PORT"))  # int()'s own ValueError for a port that is no number, as torch's
+    elif method.startswith("tcp://"):
         url = urlparse(method)
-        return url.hostname or "", url.port or 0
-    return None
+        if url.port is None:  # (urllib's own ValueError for a port out of range or no number, as torch's)
+            raise ValueError("Error initializing torch.distributed using tcp:// rendezvous: port number missing")
+        at = url.hostname or "", url.port
+    else:
+        return None
+    if not 0 <= at[1] < 2**16:
+        raise ValueError(f"port must have value from 0 to 65535 but was {at[1]}.")
+    return at
 
 
 def store_timeout(limit_s: float, missing: int) -> tuple[str, str]:

@@ -60,10 +60,11 @@ def _patch_init(backend: str) -> None:
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
         rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
+        # (before anything: torch's rendezvous raises for an address it cannot read, e.g. no MASTER_ADDR)
+        host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
-        host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
         # simulated: the coordinator is the rendezvous (`simdist.script.rendezvous`), so the
         # reply comes once the whole world has joined, or with the store's error
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
