@@ -375,3 +375,48 @@ def test_a_first_init_without_timeout_ends_at_torchs_default_on_the_wall_clock()
     rv._init_timeouts()
     assert rv.answers[1]["raise"] == ("DistStoreError", "wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0")
     assert rv.gens[0].by_rank[1].clock == 1800.0
+
+
+def _watched(zygote, args: list[str], hang_after_s: float = 0.5):
+    """The simulated side of `spawn_rank_missing.py ARGS` with its status lines (`initwatch`)."""
+    from simdist.script.api import execute
+
+    run_id, lines = new_run_id(), []
+    run = execute(SPAWN, args, nproc_per_node=None, backend="gloo", run_id=run_id, measure_compute=False,
+                  zygote=zygote("sim"), timeout_s=60, hang_after_s=hang_after_s, status=lines.append)
+    assert tagged_processes(run_id) == []
+    return run.report, lines
+
+
+def test_mp_spawn_a_rank_that_exits_before_init_is_a_hang_within_seconds(script_zygote):
+    """mp.spawn, env://, no timeout=: rank 2 exits before init, ranks 0 and 1 wait in init, and
+    the script's process waits in mp.spawn's join with no timer: real torch sits 30 min, then
+    raises the store's errors; the simulator says so as a hang after --hang-after, not 30 min
+    of silence, naming the ranks, their line, the process that left and its line."""
+    report, _ = _watched(script_zygote, ["exits", "2", "3", "none", "fork"])
+    at, left = line_of(SPAWN, "dist.init_process_group("), line_of(SPAWN, "sys.exit(0)")
+    assert [r.status for r in report.ranks[:2]] == ["hang", "hang"]
+    assert [r.location.line for r in report.ranks[:2]] == [at, at]
+    early = next(n for n in report.notes if n.startswith("hang found early"))
+    assert "hang (real torch: rank 0: DistStoreError: Timed out after 1801 seconds waiting for clients. 2/3 " \
+           "clients joined.; rank 1: DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0 " \
+           "after 30 min)" in early, early
+    assert f"rank(s) [0, 1] waiting in init_process_group at spawn_rank_missing.py:{at} for a world of 3; " \
+           "rank(s) [2] never came; a process of the run (pid " in early, early
+    assert f"mp.spawn's process 2) sys.exit(0) before init_process_group at spawn_rank_missing.py:{left}" in early
+    assert "wait for their children without a timeout" in early, early
+    assert report.timings["hang_detect_s"] < 3.0 and report.timings["wall_s"] < 20.0, report.timings
+
+
+def test_mp_spawn_a_late_rank_is_waited_for_and_said_to_be_running(script_zygote, monkeypatch):
+    """A rank still sleeping before its init is a process that may yet come: no hang verdict,
+    a status line that names it (shown after `STATUS_AFTER_S`, shortened here), and the run
+    completes once it comes."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    report, lines = _watched(script_zygote, ["sleeps2.5", "2", "3", "none", "fork"], hang_after_s=0.3)
+    assert report.outcome == "completed", report.notes
+    assert lines and "rank(s) [0, 1] waiting in init_process_group" in lines[0], lines
+    assert "still run or sleep: they may yet call init" in lines[0] and "Ctrl-C ends the run with a report" \
+        in lines[0], lines

@@ -75,6 +75,30 @@ def untimed_wait(pid: int) -> bool:
     return bool(tids)
 
 
+def tree(roots: set[int]) -> list[int]:
+    """The live processes (not zombies) descended from `roots`, the roots included: a fork
+    server's children carry no run tag in /proc/PID/environ (their environment is set after
+    the fork), so the run's processes are also found by their parents."""
+    parent, alive = {}, set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(name)] = int(fields[1])
+        if fields[0] not in (b"Z", b"X"):
+            alive.add(int(name))
+    found, todo = set(), [p for p in roots if p in alive]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        todo.extend(c for c, pp in parent.items() if pp == p and c in alive and c not in found)
+    return sorted(found)
+
+
 def _at(frames: list[Any]) -> str:
     """A wait's user line, as `file:line` (its innermost frame of the user's code)."""
     f = first_user(frames)
@@ -93,7 +117,8 @@ class InitWatch:
     status: Callable[[str], None] | None = None
     _looked: float = 0.0
     _quiet_since: float | None = None  # since when every process of the run was accounted for
-    _others: list[int] = field(default_factory=list)
+    _others: list[int] = field(default_factory=list)  # launched, waiting for their children without a timer
+    _running: list[int] = field(default_factory=list)  # any other process of the run (a late rank)
     _said: tuple[str, float] = ("", 0.0)
 
 
@@ -129,9 +154,11 @@ class InitWatchMixin:
         w._looked = now
         ranks = {c.pid for c in live}
         launched = set(w.launched())
-        w._others = sorted(p for p in processes_with_env(env.RUN_ID, w.run_id) if p not in ranks)
-        quiet = None not in ranks and all(p in launched and untimed_wait(p) for p in w._others) and \
-            all(c.init_wait.limit_s is None for c in live)
+        run = set(processes_with_env(env.RUN_ID, w.run_id)) | set(tree(launched))
+        others = sorted(p for p in run if p not in ranks)
+        w._others = [p for p in others if p in launched and untimed_wait(p)]  # the script's own, in mp.spawn's join
+        w._running = [p for p in others if p not in w._others]
+        quiet = None not in ranks and not w._running and all(c.init_wait.limit_s is None for c in live)
         w._quiet_since = (w._quiet_since or now) if quiet else None
         if now - last >= STATUS_AFTER_S:
             self._say_status(w, live, now - min(c.init_wait.since for c in live), now)
@@ -160,9 +187,8 @@ class InitWatchMixin:
     def _say_status(self, w: InitWatch, live: list[Any], waited: float, now: float) -> None:
         if w.status is None:
             return
-        others = (f"; process(es) {w._others} of the run " + (
-            "wait for their children (no timer)" if w._quiet_since is not None else
-            "still run or sleep: they may yet call init")) if w._others else ""
+        others = (f"; process(es) {w._others} of the run wait for their children (no timer)" if w._others else "") + (
+            f"; process(es) {w._running} of the run still run or sleep: they may yet call init" if w._running else "")
         text = f"{self._waits(live)}{self._left()}{others}; {self._real_torch(live)}"
         if text == w._said[0] and now - w._said[1] < STATUS_EVERY_S:
             return
