@@ -17,9 +17,10 @@ silently. Two things instead:
   StallRule`, one rule: every live rank stalled, for `--hang-after` seconds, and no timeout
   of the script's that would end the waits before the watchdog): every live rank waits in a
   first init without a timeout, and every other live process of the run (the script's own,
-  that started the ranks) sleeps in a wait that no timer ends (`untimed_wait`: mp.spawn's
-  join polls its children's sentinels without a timeout): no process of the run can become
-  the missing rank until one of these returns, and none can. A process still running or
+  that started the ranks; multiprocessing's resource tracker) sleeps in a wait that no timer
+  ends (`untimed_wait`: mp.spawn's join polls its children's sentinels without a timeout, the
+  tracker reads its pipe): no process of the run can become the missing rank until one of
+  these returns, and none can. A process still running or
   sleeping with a timer (`time.sleep`: a late rank) is not such a wait: no verdict then.
 """
 
@@ -38,17 +39,18 @@ from simdist.script.ranks import first_user
 from simdist.script.rendezvous import INIT_WAIT, fate, left_words
 from simdist.script.stalls import EARLY, Ending, StallRule
 
+_NO_TIMER = "wait with no timer (the script's own in mp.spawn's join, multiprocessing's helpers)"
 STATUS_AFTER_S = 5.0  # the first status line: after this long without a rank arriving
 STATUS_EVERY_S = 30.0  # then again this often (or as soon as what it says changes)
 LOOK_EVERY_S = 0.5  # how often the run's processes are looked at (a /proc scan)
 
 # syscalls that wait for another process or file descriptor, and how a wait without a timer
 # shows in /proc/PID/task/TID/syscall: (the field holding the argument: 1 + its index, "null": a null timeout pointer,
-# "neg": a negative timeout (a C int), "block": no WNOHANG in the options)
+# "neg": a negative timeout (a C int), "any": a read, which has none (multiprocessing's resource tracker reads its pipe), "block": no WNOHANG in the options)
 _UNTIMED = {
-    "x86_64": {7: (3, "neg"), 23: (5, "null"), 270: (5, "null"), 271: (3, "null"), 232: (4, "neg"),
+    "x86_64": {0: (0, "any"), 7: (3, "neg"), 23: (5, "null"), 270: (5, "null"), 271: (3, "null"), 232: (4, "neg"),
                281: (4, "neg"), 61: (3, "block"), 247: (4, "block"), 202: (4, "null")},
-    "aarch64": {73: (3, "null"), 72: (5, "null"), 22: (4, "neg"), 260: (3, "block"), 95: (4, "block"),
+    "aarch64": {63: (0, "any"), 73: (3, "null"), 72: (5, "null"), 22: (4, "neg"), 260: (3, "block"), 95: (4, "block"),
                 98: (4, "null")},
 }.get(platform.machine(), {})
 
@@ -67,10 +69,10 @@ def untimed_wait(pid: int) -> bool:
                 fields = f.read().split()
             nr = int(fields[0])
             arg, rule = _UNTIMED[nr]
-            value = int(fields[arg], 16)
+            value = int(fields[arg], 16) if arg else 0
         except (OSError, ValueError, KeyError, IndexError):
             return False  # running ("running" is no number), another syscall, or no /proc
-        if not {"null": value == 0, "neg": value & 1 << 31 != 0, "block": value & 1 == 0}[rule]:  # (an int's -1: 0xffffffff)
+        if not {"any": True, "null": value == 0, "neg": value & 1 << 31 != 0, "block": value & 1 == 0}[rule]:  # (an int's -1: 0xffffffff)
             return False
     return bool(tids)
 
@@ -117,7 +119,7 @@ class InitWatch:
     status: Callable[[str], None] | None = None
     _looked: float = 0.0
     _quiet_since: float | None = None  # since when every process of the run was accounted for
-    _others: list[int] = field(default_factory=list)  # launched, waiting for their children without a timer
+    _others: list[int] = field(default_factory=list)  # in a wait with no timer (`untimed_wait`)
     _running: list[int] = field(default_factory=list)  # any other process of the run (a late rank)
     _said: tuple[str, float] = ("", 0.0)
 
@@ -156,7 +158,7 @@ class InitWatchMixin:
         launched = set(w.launched())
         run = set(processes_with_env(env.RUN_ID, w.run_id)) | set(tree(launched))
         others = sorted(p for p in run if p not in ranks)
-        w._others = [p for p in others if p in launched and untimed_wait(p)]  # the script's own, in mp.spawn's join
+        w._others = [p for p in others if untimed_wait(p)]  # the script's own in mp.spawn's join, multiprocessing's helpers
         w._running = [p for p in others if p not in w._others]
         quiet = None not in ranks and not w._running and all(c.init_wait.limit_s is None for c in live)
         w._quiet_since = (w._quiet_since or now) if quiet else None
@@ -187,7 +189,7 @@ class InitWatchMixin:
     def _say_status(self, w: InitWatch, live: list[Any], waited: float, now: float) -> None:
         if w.status is None:
             return
-        others = (f"; process(es) {w._others} of the run wait for their children (no timer)" if w._others else "") + (
+        others = (f"; process(es) {w._others} of the run {_NO_TIMER}" if w._others else "") + (
             f"; process(es) {w._running} of the run still run or sleep: they may yet call init" if w._running else "")
         text = f"{self._waits(live)}{self._left()}{others}; {self._real_torch(live)}"
         if text == w._said[0] and now - w._said[1] < STATUS_EVERY_S:
@@ -199,5 +201,4 @@ class InitWatchMixin:
         assert w.rule is not None and w._quiet_since is not None
         return (f"{EARLY} (--hang-after {w.rule.hang_after_s:g} s): hang ({self._real_torch(live)}): for "
                 f"{now - w._quiet_since:.1f} s {self._waits(live)}{self._left()}, and no other process of the run "
-                f"could bring them: " + (f"process(es) {w._others} (the script's own) wait for their children "
-                                         "without a timeout" if w._others else "none is alive"))
+                f"could bring them: " + (f"process(es) {w._others} {_NO_TIMER}" if w._others else "none is alive"))
