@@ -420,3 +420,35 @@ def test_mp_spawn_a_late_rank_is_waited_for_and_said_to_be_running(script_zygote
     assert lines and "rank(s) [0, 1] waiting in init_process_group" in lines[0], lines
     assert "still run or sleep: they may yet call init" in lines[0] and "Ctrl-C ends the run with a report" \
         in lines[0], lines
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_ranks_wait_in_init_gives_the_report_and_ends_every_process():
+    """`simdist run` of an mp.spawn script whose rank 2 sleeps before init (no verdict: it may
+    come): the status line on stderr, then Ctrl-C: the report as it stood, exit 130, and no
+    process of the run left. ~10 s: an interpreter and a torch import per rank, and the
+    status line's 5 s."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    from simdist.procs import processes_with_env
+    from tests.conftest import TEST_TAG
+
+    tag = uuid.uuid4().hex
+    p = subprocess.Popen([sys.executable, "-m", "simdist", "run", str(SPAWN), "--", "sleeps120", "2", "3", "none",
+                          "fork"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, TEST_TAG: tag})
+    try:
+        status = p.stderr.readline()  # the first line the CLI writes there is the status line
+        assert status.startswith("init: waiting") and "rank(s) [2] never came" in status, status
+        assert "still run or sleep: they may yet call init" in status, status
+        p.send_signal(signal.SIGINT)
+        out, rest = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, (out[-800:], rest[-800:])
+    assert "interrupted (Ctrl-C)" in out and "rank 0 is waiting in init_process_group" in out, out
+    assert processes_with_env(TEST_TAG, tag) == []
