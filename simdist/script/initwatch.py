@@ -144,7 +144,7 @@ class InitWatchMixin:
         the rule holds (see the module's docstring)."""
         w = self.init_watch
         now = time.time()
-        live = self._init_waiting() if w is not None else []
+        live = self._init_waiting() if w is not None and not all(g.complete() for g in self.gens) else []
         if w is None or not live:
             if w is not None:
                 w._quiet_since = None
