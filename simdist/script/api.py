@@ -220,6 +220,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise ScriptError(refused)
     if coord.input_error is not None:
         raise ScriptError(coord.input_error)
+    if not coord.gens and ending.kind == "interrupted":  # Ctrl-C before any rank came: nothing to report
+        raise KeyboardInterrupt
     if not coord.gens:
         codes = run.returncodes() if run is not None else []
         hint = "" if nproc_per_node is not None or not any(codes) else (
