@@ -384,3 +384,20 @@ def test_issues_test_before_gloo_local_error_passes_over_no_call_that_fails():
                     continue
                 call = SimpleNamespace(op=op, reduce_op=red, payload=Payload(4, dtype))
                 assert gloo_local_error(call) is None, (op, dtype, red)  # type: ignore[arg-type]
+
+
+def test_payload_caches_keep_the_sign_of_zero_and_hit_for_nan():
+    """The shared payloads are keyed on the fill's bits: -0.0 == 0.0, so keyed on the value
+    a -0.0 fill once came back as the cached 0.0 (its sign is a value torch keeps: 1/x, copysign);
+    nan != nan made every NaN fill a new cache entry."""
+    import math
+
+    for dtype in ("float32", "float64"):
+        assert math.copysign(1.0, Payload.full(1, dtype, 0.0).fill) == 1.0
+        assert math.copysign(1.0, Payload.full(1, dtype, -0.0).fill) == -1.0
+        assert math.copysign(1.0, Payload.runs([(2, -0.0)], dtype).fill) == -1.0
+        mixed = Payload.runs([(1, 0.0), (1, -0.0)], dtype)  # two runs, not one fill of the first's sign
+        assert mixed.fill is None and [math.copysign(1.0, v) for _, v in mixed.segments] == [1.0, -1.0]
+        nan = Payload.full(3, dtype, float("nan"))
+        assert Payload.full(3, dtype, float("nan")) is nan and math.isnan(nan.fill)
+        assert Payload.runs([(3, float("nan"))], dtype) is Payload.runs([(3, float("nan"))], dtype)

@@ -436,3 +436,80 @@ def test_a_script_without_master_addr_fails_its_init_as_torch_does(script_zygote
             run_script(SCRIPTS / "init_no_master_addr.py", args, nproc_per_node=None, backend="gloo", run_id=run_id,
                        measure_compute=False, timeout_s=60, zygote=script_zygote("sim"))
         assert tagged_processes(run_id) == []
+
+
+def _watched(zygote, args: list[str], hang_after_s: float = 0.5):
+    """The simulated side of `spawn_rank_missing.py ARGS` with its status lines (`initwatch`)."""
+    from simdist.script.api import execute
+
+    run_id, lines = new_run_id(), []
+    run = execute(SPAWN, args, nproc_per_node=None, backend="gloo", run_id=run_id, measure_compute=False,
+                  zygote=zygote("sim"), timeout_s=60, hang_after_s=hang_after_s, status=lines.append)
+    assert tagged_processes(run_id) == []
+    return run.report, lines
+
+
+def test_mp_spawn_a_rank_that_exits_before_init_is_a_hang_within_seconds(script_zygote):
+    """mp.spawn, env://, no timeout=: rank 2 exits before init, ranks 0 and 1 wait in init, and
+    the script's process waits in mp.spawn's join with no timer: real torch sits 30 min, then
+    raises the store's errors; the simulator says so as a hang after --hang-after, not 30 min
+    of silence, naming the ranks, their line, the process that left and its line."""
+    report, _ = _watched(script_zygote, ["exits", "2", "3", "none", "fork"])
+    at, left = line_of(SPAWN, "dist.init_process_group("), line_of(SPAWN, "sys.exit(0)")
+    assert [r.status for r in report.ranks[:2]] == ["hang", "hang"]
+    assert [r.location.line for r in report.ranks[:2]] == [at, at]
+    early = next(n for n in report.notes if n.startswith("hang found early"))
+    assert "hang (real torch: rank 0: DistStoreError: Timed out after 1801 seconds waiting for clients. 2/3 " \
+           "clients joined.; rank 1: DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/0 " \
+           "after 30 min)" in early, early
+    assert f"rank(s) [0, 1] waiting in init_process_group at spawn_rank_missing.py:{at} for a world of 3; " \
+           "rank(s) [2] never came; a process of the run (pid " in early, early
+    assert f"mp.spawn's process 2) sys.exit(0) before init_process_group at spawn_rank_missing.py:{left}" in early
+    assert "wait with no timer (the script's own in mp.spawn's join" in early, early
+    assert report.timings["hang_detect_s"] < 3.0 and report.timings["wall_s"] < 20.0, report.timings
+
+
+def test_mp_spawn_a_late_rank_is_waited_for_and_said_to_be_running(script_zygote, monkeypatch):
+    """A rank still sleeping before its init is a process that may yet come: no hang verdict,
+    a status line that names it (shown after `STATUS_AFTER_S`, shortened here), and the run
+    completes once it comes."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    report, lines = _watched(script_zygote, ["sleeps2.5", "2", "3", "none", "fork"], hang_after_s=0.3)
+    assert report.outcome == "completed", report.notes
+    assert lines and "rank(s) [0, 1] waiting in init_process_group" in lines[0], lines
+    assert "still run or sleep: they may yet call init" in lines[0] and "Ctrl-C ends the run with a report" \
+        in lines[0], lines
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_ranks_wait_in_init_gives_the_report_and_ends_every_process():
+    """`simdist run` of an mp.spawn script whose rank 2 sleeps before init (no verdict: it may
+    come): the status line on stderr, then Ctrl-C: the report as it stood, exit 130, and no
+    process of the run left. ~10 s: an interpreter and a torch import per rank, and the
+    status line's 5 s."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    from simdist.procs import processes_with_env
+    from tests.conftest import TEST_TAG
+
+    tag = uuid.uuid4().hex
+    p = subprocess.Popen([sys.executable, "-m", "simdist", "run", str(SPAWN), "--", "sleeps120", "2", "3", "none",
+                          "fork"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, TEST_TAG: tag})
+    try:
+        status = p.stderr.readline()  # the first line the CLI writes there is the status line
+        assert status.startswith("init: waiting") and "rank(s) [2] never came" in status, status
+        assert "still run or sleep: they may yet call init" in status, status
+        p.send_signal(signal.SIGINT)
+        out, rest = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, (out[-800:], rest[-800:])
+    assert "interrupted (Ctrl-C)" in out and "rank 0 is waiting in init_process_group" in out, out
+    assert processes_with_env(TEST_TAG, tag) == []

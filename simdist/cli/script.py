@@ -24,7 +24,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from simdist.cli.console import bad_input, check_output_file, exit_on, exit_with, say, write_output
+from simdist.cli.console import ExitCode, bad_input, check_output_file, err, exit_on, exit_with, say, write_output
 from simdist.cli.reports import Compared, print_report, say_judgement
 from simdist.errors import ScriptError
 from simdist.expect import judge
@@ -89,7 +89,8 @@ class ScriptInput:
         return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend,
                        timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
                        stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
-                       batches=self.batches, topology=self.topology, hang_after_s=self.hang_after_s)
+                       batches=self.batches, topology=self.topology, hang_after_s=self.hang_after_s,
+                       status=lambda line: say(("init:", "yellow"), f" {line}", console=err))
 
 
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
@@ -125,6 +126,8 @@ def _judge_and_exit(run: Any, verdict: Any, json_: bool, extra: dict[str, Any] |
         sys.stdout.write("\n")
     else:
         say_judgement(j, verdict)
+    if getattr(run, "interrupted", False):  # Ctrl-C: the report above is the run as it stood
+        exit_with(ExitCode.INTERRUPTED)
     exit_on(j.passed)
 
 

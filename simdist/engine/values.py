@@ -77,7 +77,7 @@ class Payload:
 
         Payloads are never mutated, so the common ones (ones, zeros, ranks) are shared."""
         if meta is None:
-            return _full_cached(numel, dtype, value)
+            return _full_cached(numel, dtype, _key(value))
         return cls(numel, dtype, fill=_cast(value, dtype), meta=meta)
 
     @classmethod
@@ -85,7 +85,7 @@ class Payload:
         """A tensor made of runs of equal values (e.g. a gradient bucket, one run per parameter).
 
         Shared like `full`'s: a DDP rank builds the same bucket every iteration."""
-        return _runs_cached(tuple(runs), dtype)
+        return _runs_cached(tuple((n, _key(v)) for n, v in runs), dtype)
 
     def run_values(self) -> list[tuple[int, float]] | None:
         """The tensor as (length, value) runs of equal values, if its values are known."""
@@ -158,16 +158,27 @@ class Payload:
                                   exact=self.exact)
 
 
-@functools.lru_cache(maxsize=4096)
-def _full_cached(numel: int, dtype: str, value: float) -> Payload:
-    return Payload(numel, dtype, fill=_cast(value, dtype))
+_D = struct.Struct("<d")
+
+
+def _key(value: float) -> bytes:
+    """A fill as the caches below key it: its bits as a float64. Keyed on the value itself,
+    -0.0 == 0.0 made a -0.0 fill come back as a cached 0.0 (torch keeps the sign: 1/x,
+    copysign), and nan != nan made every NaN fill a new entry. Exact: `_cast` depends on
+    `float(value)` alone."""
+    return _D.pack(value)
 
 
 @functools.lru_cache(maxsize=4096)
-def _runs_cached(runs: tuple[tuple[int, float], ...], dtype: str) -> Payload:
-    cast = [(n, _cast(v, dtype)) for n, v in runs if n > 0]
+def _full_cached(numel: int, dtype: str, key: bytes) -> Payload:
+    return Payload(numel, dtype, fill=_cast(_D.unpack(key)[0], dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _runs_cached(runs: tuple[tuple[int, bytes], ...], dtype: str) -> Payload:
+    cast = [(n, _cast(_D.unpack(k)[0], dtype)) for n, k in runs if n > 0]
     numel = sum(n for n, _ in cast)
-    if len({v for _, v in cast}) <= 1:
+    if len({_key(v) for _, v in cast}) <= 1:  # one value, its sign and NaN included
         return Payload.full(numel, dtype, cast[0][1] if cast else 0.0)
     return Payload(numel, dtype, segments=tuple(cast))
 

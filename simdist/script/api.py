@@ -25,6 +25,7 @@ from simdist.script import env, launch, workdir
 from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
+from simdist.script.initwatch import InitWatch
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
@@ -93,6 +94,7 @@ class ScriptRun:
     groups: dict[str, list[int]] = field(default_factory=dict)
     longest_epoch: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C ended it (`execute`'s `status`): the report is the run as it stood
 
     def verdict(self) -> Verdict:
         """The checker's verdict, as for a scenario without [expect]: failed when the run did
@@ -167,8 +169,12 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
             mode: str = env.SIM, batches: Batches = None, zygote: Zygote | None = None,
-            topology: Topo = None, hang_after_s: float | None = HANG_AFTER_S) -> ScriptRun:
-    """`run_script` with what the coordinator knew besides the report (see `ScriptRun`)."""
+            topology: Topo = None, hang_after_s: float | None = HANG_AFTER_S,
+            status: Callable[[str], None] | None = None) -> ScriptRun:
+    """`run_script` with what the coordinator knew besides the report (see `ScriptRun`).
+    `status`: where a line goes while the ranks wait in init for ranks that do not come
+    (`simdist.script.initwatch`; the CLI's stderr); given, Ctrl-C ends the run with its report
+    (`ScriptRun.interrupted`) instead of raising KeyboardInterrupt."""
     check_timeout(timeout_s, "timeout_s")
     settle = check_hang_after(hang_after_s, "hang_after_s")
     stalls = StallRule(settle, timeout_s) if settle is not None and mode == env.GLOO else None
@@ -192,11 +198,14 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
                            gpus=gpus, stdout=stdout, run_id=run_id, mode=mode,
                            batches=env.format_batches(caps) if caps else None,
                            spawn=zygote.spawn if zygote is not None else None)
+        coord.init_watch = InitWatch(run.run_id, lambda: [p.pid for p in started.procs.procs],
+                                     StallRule(settle, timeout_s) if settle is not None and mode == env.SIM else None,
+                                     status)
         started = run  # torchrun-style: process r is rank r, so one that ended will never join (`rendezvous`)
         ended = None if nproc_per_node is None else (
             lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
         ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote, ended=ended)
-        if ending.kind == "timeout" or (mode == env.GLOO and ending.kind == "hang"):
+        if ending.kind == "timeout" or (mode == env.GLOO and ending.kind in ("hang", "interrupted")):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them
             coord.collect_records()
@@ -211,6 +220,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise ScriptError(refused)
     if coord.input_error is not None:
         raise ScriptError(coord.input_error)
+    if not coord.gens and ending.kind == "interrupted":  # Ctrl-C before any rank came: nothing to report
+        raise KeyboardInterrupt
     if not coord.gens:
         codes = run.returncodes() if run is not None else []
         hint = "" if nproc_per_node is not None or not any(codes) else (
@@ -228,7 +239,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     members = [memberships(coord.gens, r) for r in range(coord.world_size)]
     return ScriptRun(report, merged_groups(coord.gens), [max((c.longest_epoch for c in m), default=0) for m in members],
-                     [per_process(m, lambda c: c.capped) for m in members])
+                     [per_process(m, lambda c: c.capped) for m in members], ending.kind == "interrupted")
 
 
 @dataclass

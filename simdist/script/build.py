@@ -168,7 +168,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
     where: CodeLocation | None = None
     blocked = waiting = None
     # still running when the run was ended: also a process that destroyed its group and lives on
-    if conn.connected and conn.exit is None and ending.kind in ("hang", "timeout"):
+    if conn.connected and conn.exit is None and ending.kind in ("hang", "timeout", "interrupted"):
         status, error = "hang", None
         pending = [e for e in trace if conn.active() and not e.completed and e.t_done is None  # in its own generation
                    and env.generation_of(e.group) == conn.gen.index]
@@ -180,7 +180,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         elif conn.init_wait is not None:  # for the rest of its world (`simdist.script.rendezvous`)
             where = _user_location(conn.init_wait.frames)
         blocked = pending[0] if pending else waiting
-        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind == "timeout" else \
+        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind != "hang" else \
             STORE_BARRIER if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
@@ -217,7 +217,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             after = f" (its last operation: {last.short()})" if last is not None else ""
             notes.append(f"rank {r.rank} left: {r.exit}{err}{at}{after}")
     notes.extend(coord.init_notes())
-    if report.source == "sim" and ending.kind == "hang":  # the hang's end on real torch (`rendezvous`)
+    if report.source == "sim" and ending.kind in ("hang", "interrupted"):  # how real torch ends it (`rendezvous`)
         notes.extend(coord.default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
@@ -249,6 +249,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
             r.blocked_in is not None for r in report.ranks if r.status == "hang"):
         notes.append(f"{WATCHDOG} no rank communicated in time; each rank still running answered, before it was "
                      "killed, that it is blocked in an unfinished operation (above)")
+    elif ending.kind == "interrupted":
+        notes.append("interrupted (Ctrl-C): the run was ended as it stood; the ranks still running are reported so")
     elif ending.kind == "timeout":
         notes.append(f"{WATCHDOG} the run did not finish in time and no hang was proven (a rank may be computing "
                      "or spinning without communicating)")

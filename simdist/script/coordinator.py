@@ -30,7 +30,6 @@ import functools
 import selectors
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,9 +41,10 @@ from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
+from simdist.script.initwatch import InitWatchMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
-from simdist.script.stalls import StallRule
+from simdist.script.stalls import Ending, StallRule
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
@@ -65,17 +65,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
     return frames, user, script_origin(frames, user, dtype)
 
 
-@dataclass
-class Ending:
-    """Why the serving loop stopped: finished, hang, timeout or interrupted."""
-
-    kind: str
-    at: float  # wall time
-    last_blocked: float | None = None  # hang: when the last rank became blocked
-    early: str | None = None  # real Gloo, a hang the stall rule found (`simdist.script.stalls`): what was seen
-
-
-class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -91,6 +81,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
         self.stalls = stalls  # real Gloo: the early hang verdict's rule (None: the watchdog alone)
         self.rendezvous = rendezvous  # simulated: init waits for the world here (real Gloo: at the store)
         self.no_init: dict[int, dict[str, Any]] = {}  # rank -> how its process ended before its init (`rendezvous`)
+        self.spawn_left: list[dict[str, Any]] = []  # mp.spawn's children that ended before init (`initwatch`)
         self.input_error: str | None = None  # bad input found only once ranks said who they are
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
@@ -130,6 +121,10 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
         try:
             with np.errstate(all="ignore"):  # values overflow as they do in torch, silently
                 return self._serve(launched_done, dog)
+        except KeyboardInterrupt:  # Ctrl-C at a terminal: the run ends with its report, as it stands
+            if self.init_watch is None or self.init_watch.status is None:
+                raise
+            return Ending("interrupted", time.time())
         finally:
             if exits is not None:
                 self.sel.unregister(exits)
@@ -149,7 +144,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin):
                 return Ending("finished", time.time())
             if self._hung() and not (self._init_expire() or self._expire()):
                 return Ending("hang", time.time(), self._last_event())
-            if (stalled := self._stalled()) is not None:
+            if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
             if dog.fired(starting=self._starting()):
                 return Ending("timeout", time.time())

@@ -159,6 +159,11 @@ def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
         f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else "")
 
 
+def left_words(x: dict[str, Any]) -> str:
+    """How a child the script started with mp.spawn ended before init (`_never_came`), in words."""
+    return f"a process of the run (pid {x['pid']}, mp.spawn's process {x['spawn']}) {ended_without_init(x['never'], at=True)}"
+
+
 def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:
     """`rank`'s process is blocked in another generation (torchrun-style: one process a rank)."""
     c = latest(gens, rank)
@@ -181,9 +186,15 @@ class RendezvousMixin:
     _send: Any
     never_joins: Callable[[], set[int]] = set  # `serve`'s `ended`: ranks whose launched process ended
     no_init: dict[int, dict[str, Any]]  # rank -> how its process ended without calling init
+    spawn_left: list[dict[str, Any]]  # mp.spawn's children that ended without calling init (`initwatch`)
 
     def _never_came(self, h: dict[str, Any]) -> None:
-        """A torchrun-style rank's process ends before it called init (`rank.exits`): how and where."""
+        """A torchrun-style rank's process ends before it called init (`rank.exits`): how and
+        where; or a child mp.spawn started (`spawn`: its index, which rank it would have been
+        is the script's business) did."""
+        if h.get("rank") is None:
+            self.spawn_left.append({"pid": h.get("pid"), "spawn": h.get("spawn"), "never": dict(h["never"])})
+            return
         self.no_init.setdefault(int(h["rank"]), dict(h["never"]))
 
     def _starting(self) -> bool:
@@ -277,6 +288,7 @@ class RendezvousMixin:
                        f"rank(s) {missing} never called it" + (f" (of them {gone} ended)" if gone else ""))
                 why += "".join(f"; rank {r} {ended_without_init(self.no_init[r], at=True)}"
                                for r in gone if r in self.no_init)
+                why += "".join(f"; {left_words(x)}" for x in self.spawn_left)
                 notes.append(f"init: rank(s) {waiting} wait in init_process_group for the whole world of "
                              f"{gen.world_size} (real Gloo's store rendezvous): {why}")
             notes.extend(f"init: rank {f.rank}'s init_process_group {f.why}" for f in gen.failed)

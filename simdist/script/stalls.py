@@ -57,6 +57,16 @@ def check_hang_after(seconds: float | None, what: str = "--hang-after") -> float
     return float(seconds) or None
 
 
+@dataclass
+class Ending:
+    """Why a script run's serving loop stopped: finished, hang, timeout or interrupted (Ctrl-C)."""
+
+    kind: str
+    at: float  # wall time
+    last_blocked: float | None = None  # hang: when the last rank became blocked
+    early: str | None = None  # a hang a stall rule found (this one, `simdist.script.initwatch`'s): what was seen
+
+
 @dataclass(frozen=True)
 class StallRule:
     """`hang_after_s`: the settle period; `watchdog_s`: the run's `--timeout`, the outer bound."""

@@ -87,10 +87,12 @@ def _exit_code(code: Any) -> int:
 def send() -> None:
     """Tell the coordinator (once) how this rank ends, as soon as the process is leaving."""
     c = client.CLIENT
-    if c is None and not _info.get("sent") and _torchrun_rank():
+    if c is None and not _info.get("sent") and (_torchrun_rank() or "spawn" in _info):
         _info["sent"] = True  # it never called init: its peers may wait there for it (`simdist.script.rendezvous`)
         info = {k: v for k, v in _info.items() if k in ("how", "code", "where", "error")}
-        client.connect(os.environ[env.SOCKET]).send({"t": "init", "rank": int(os.environ["RANK"]), "never": info})
+        rank = int(os.environ["RANK"]) if "spawn" not in _info else None  # (mp.spawn's: which rank it was is unknown)
+        client.connect(os.environ[env.SOCKET]).send({"t": "init", "rank": rank, "never": info, "pid": os.getpid(),
+                                                     "spawn": _info.get("spawn")})
         return
     if c is None or c.rank is None or _info.get("sent"):
         return
@@ -234,6 +236,10 @@ def _patch_process_run() -> None:
     orig = mpp.BaseProcess.run
 
     def run(self: Any) -> None:
+        target = getattr(self, "_target", None)
+        if getattr(target, "__module__", None) == "torch.multiprocessing.spawn" and \
+                getattr(target, "__name__", None) == "_wrap" and env.active():
+            _info["spawn"] = self._args[1]  # mp.spawn's child `i` (`_wrap(fn, i, args, error_file)`): tells if it leaves before init
         try:
             orig(self)
         except BaseException as e:

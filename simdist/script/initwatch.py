@@ -1,0 +1,204 @@
+"""A simulated first init left waiting for ranks that do not come: what the user sees while it
+waits, and when the simulator may call it a hang before torch's default timeout.
+
+A script that starts its own ranks (`mp.spawn`) with one of them missing from init waits on
+real Gloo until torch's default timeout (30 min for Gloo), then raises the store's errors
+(`simdist.script.rendezvous`); the simulator cannot prove the missing rank gone as it does for
+a torchrun-style rank (which process would have been it is unknown), so it waited as long,
+silently. Two things instead:
+
+* a status line (`status`, to the caller's callback: the CLI prints it on stderr) once the
+  waits have lasted `STATUS_AFTER_S`, and again as what it says changes or every
+  `STATUS_EVERY_S`: which ranks wait at which line, which never came, how a process of the
+  run that never called init ended (an mp.spawn child tells the coordinator as it exits,
+  `rank.exits`), which processes of the run still live, what real torch raises and when,
+  and that Ctrl-C ends the run with a report;
+* an early hang verdict, by the rule the real side's stall verdict uses (`simdist.script.stalls.
+  StallRule`, one rule: every live rank stalled, for `--hang-after` seconds, and no timeout
+  of the script's that would end the waits before the watchdog): every live rank waits in a
+  first init without a timeout, and every other live process of the run (the script's own,
+  that started the ranks; multiprocessing's resource tracker) sleeps in a wait that no timer
+  ends (`untimed_wait`: mp.spawn's join polls its children's sentinels without a timeout, the
+  tracker reads its pipe): no process of the run can become the missing rank until one of
+  these returns, and none can. A process still running or
+  sleeping with a timer (`time.sleep`: a late rank) is not such a wait: no verdict then.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simdist.procs import processes_with_env
+from simdist.script import env
+from simdist.script.ranks import first_user
+from simdist.script.rendezvous import INIT_WAIT, fate, left_words
+from simdist.script.stalls import EARLY, Ending, StallRule
+
+_NO_TIMER = "wait with no timer (the script's own in mp.spawn's join, multiprocessing's helpers)"
+STATUS_AFTER_S = 5.0  # the first status line: after this long without a rank arriving
+STATUS_EVERY_S = 30.0  # then again this often (or as soon as what it says changes)
+LOOK_EVERY_S = 0.5  # how often the run's processes are looked at (a /proc scan)
+
+# syscalls that wait for another process or file descriptor, and how a wait without a timer
+# shows in /proc/PID/task/TID/syscall: (the field holding the argument: 1 + its index, "null": a null timeout pointer,
+# "neg": a negative timeout (a C int), "any": a read, which has none (multiprocessing's resource tracker reads its pipe), "block": no WNOHANG in the options)
+_UNTIMED = {
+    "x86_64": {0: (0, "any"), 7: (3, "neg"), 23: (5, "null"), 270: (5, "null"), 271: (3, "null"), 232: (4, "neg"),
+               281: (4, "neg"), 61: (3, "block"), 247: (4, "block"), 202: (4, "null")},
+    "aarch64": {63: (0, "any"), 73: (3, "null"), 72: (5, "null"), 22: (4, "neg"), 260: (3, "block"), 95: (4, "block"),
+                98: (4, "null")},
+}.get(platform.machine(), {})
+
+
+def untimed_wait(pid: int) -> bool:
+    """Every thread of process `pid` is asleep in a wait that no timer ends (poll or select
+    without a timeout, waitpid without WNOHANG, a futex without a timeout): only another
+    process (a child's exit) can end it. False where /proc cannot tell."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/syscall", encoding="ascii") as f:
+                fields = f.read().split()
+            nr = int(fields[0])
+            arg, rule = _UNTIMED[nr]
+            value = int(fields[arg], 16) if arg else 0
+        except (OSError, ValueError, KeyError, IndexError):
+            return False  # running ("running" is no number), another syscall, or no /proc
+        if not {"any": True, "null": value == 0, "neg": value & 1 << 31 != 0, "block": value & 1 == 0}[rule]:  # (an int's -1: 0xffffffff)
+            return False
+    return bool(tids)
+
+
+def tree(roots: set[int]) -> list[int]:
+    """The live processes (not zombies) descended from `roots`, the roots included: a fork
+    server's children carry no run tag in /proc/PID/environ (their environment is set after
+    the fork), so the run's processes are also found by their parents."""
+    parent, alive = {}, set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(name)] = int(fields[1])
+        if fields[0] not in (b"Z", b"X"):
+            alive.add(int(name))
+    found, todo = set(), [p for p in roots if p in alive]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        todo.extend(c for c, pp in parent.items() if pp == p and c in alive and c not in found)
+    return sorted(found)
+
+
+def _at(frames: list[Any]) -> str:
+    """A wait's user line, as `file:line` (its innermost frame of the user's code)."""
+    f = first_user(frames)
+    return f"{os.path.basename(str(f[0]))}:{f[1]}" if f is not None else "?"
+
+
+@dataclass
+class InitWatch:
+    """What the coordinator needs to watch a run's first init: the run's tag (its processes
+    carry it, `launch.tagged_processes`), the processes the launcher started, the rule (None:
+    status lines only, no early verdict) and where status lines go."""
+
+    run_id: str
+    launched: Callable[[], list[int]]
+    rule: StallRule | None = None
+    status: Callable[[str], None] | None = None
+    _looked: float = 0.0
+    _quiet_since: float | None = None  # since when every process of the run was accounted for
+    _others: list[int] = field(default_factory=list)  # in a wait with no timer (`untimed_wait`)
+    _running: list[int] = field(default_factory=list)  # any other process of the run (a late rank)
+    _said: tuple[str, float] = ("", 0.0)
+
+
+class InitWatchMixin:
+    """The coordinator's side. Needs `gens`, `_live()`, `spawn_left`, `no_init`,
+    `_default_timeout_s()`; `init_watch` is set by the launcher (`simdist.script.api`)."""
+
+    init_watch: InitWatch | None = None
+    gens: list[Any]
+    spawn_left: list[dict[str, Any]]
+
+    def _init_waiting(self) -> list[Any]:
+        """The live ranks, if every one waits in a first init of a generation that lacks ranks."""
+        live = self._live()  # type: ignore[attr-defined]
+        if not live or any(c.init_wait is None or c.init_wait.at is None or c.gen.complete() for c in live):
+            return []
+        return live
+
+    def _init_stalled(self) -> Ending | None:
+        """Called at each turn of the serving loop: a status line when due, and the hang, once
+        the rule holds (see the module's docstring)."""
+        w = self.init_watch
+        now = time.time()
+        live = self._init_waiting() if w is not None and not all(g.complete() for g in self.gens) else []
+        if w is None or not live:
+            if w is not None:
+                w._quiet_since = None
+            return None
+        last = max(c.init_wait.since for c in live)
+        if now - last < min(STATUS_AFTER_S, w.rule.hang_after_s if w.rule else STATUS_AFTER_S) or \
+                now - w._looked < LOOK_EVERY_S:
+            return None
+        w._looked = now
+        ranks = {c.pid for c in live}
+        launched = set(w.launched())
+        run = set(processes_with_env(env.RUN_ID, w.run_id)) | set(tree(launched))
+        others = sorted(p for p in run if p not in ranks)
+        w._others = [p for p in others if untimed_wait(p)]  # the script's own in mp.spawn's join, multiprocessing's helpers
+        w._running = [p for p in others if p not in w._others]
+        quiet = None not in ranks and not w._running and all(c.init_wait.limit_s is None for c in live)
+        w._quiet_since = (w._quiet_since or now) if quiet else None
+        if now - last >= STATUS_AFTER_S:
+            self._say_status(w, live, now - min(c.init_wait.since for c in live), now)
+        if w.rule is not None and w._quiet_since is not None and now - w._quiet_since >= w.rule.hang_after_s:
+            return Ending("hang", now, w._quiet_since, early=self._init_note(w, live, now))
+        return None
+
+    def _waits(self, live: list[Any]) -> str:
+        gen = live[0].gen
+        missing = [r for r in range(gen.world_size) if r not in gen.by_rank]
+        at = sorted({_at(c.init_wait.frames) for c in live})
+        return (f"rank(s) {sorted(c.rank for c in live)} {INIT_WAIT} at {', '.join(at)} for a world of "
+                f"{gen.world_size}; rank(s) {missing} never came")
+
+    def _left(self) -> str:
+        """How the processes of the run that left before init ended (mp.spawn's children)."""
+        return "".join(f"; {left_words(x)}" for x in self.spawn_left)
+
+    def _real_torch(self, live: list[Any]) -> str:
+        """What real torch raises, and when, for the waits without a timeout (`rendezvous.fate`)."""
+        default_s = self._default_timeout_s()  # type: ignore[attr-defined]
+        fates = [(c.rank, fate(c.gen, c.rank, default_s)) for c in sorted(live, key=lambda c: c.rank)]
+        said = "; ".join(f"rank {r}: {f.error[0]}: {f.error[1]}" for r, f in fates if f is not None)
+        return f"real torch: {said} after {default_s / 60:g} min" if said else "real torch: waits for good"
+
+    def _say_status(self, w: InitWatch, live: list[Any], waited: float, now: float) -> None:
+        if w.status is None:
+            return
+        others = (f"; process(es) {w._others} of the run {_NO_TIMER}" if w._others else "") + (
+            f"; process(es) {w._running} of the run still run or sleep: they may yet call init" if w._running else "")
+        text = f"{self._waits(live)}{self._left()}{others}; {self._real_torch(live)}"
+        if text == w._said[0] and now - w._said[1] < STATUS_EVERY_S:
+            return
+        w._said = (text, now)
+        w.status(f"waiting {waited:.0f} s: {text}; Ctrl-C ends the run with a report")
+
+    def _init_note(self, w: InitWatch, live: list[Any], now: float) -> str:
+        assert w.rule is not None and w._quiet_since is not None
+        return (f"{EARLY} (--hang-after {w.rule.hang_after_s:g} s): hang ({self._real_torch(live)}): for "
+                f"{now - w._quiet_since:.1f} s {self._waits(live)}{self._left()}, and no other process of the run "
+                f"could bring them: " + (f"process(es) {w._others} {_NO_TIMER}" if w._others else "none is alive"))
