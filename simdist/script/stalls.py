@@ -92,8 +92,9 @@ class StallRule:
         """What was observed, for the report: the verdict came from this rule, not the watchdog."""
         live = sorted(c.rank for c in ranks if c.connected and c.rank is not None)
         limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
-        gloo = f"their Gloo and store timeouts ({min(limits):g} s and up)" if limits else "Gloo"
         store = sorted((c.rank, c.stall_in) for c in ranks if c.connected and c.rank is not None and c.stall_in)
+        kind = "Gloo and store" if store else "Gloo"
+        gloo = f"their {kind} timeouts ({min(limits):g} s and up)" if limits else kind
         at_store = ("; at the c10d store, waiting for peers that never come: "
                     + "; ".join(f"rank {r} in {w}" for r, w in store)) if store else ""
         return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
