@@ -19,8 +19,9 @@ all of these hold:
   group (`_new_process_group_helper`: `new_group`'s connect) or in `_store_based_barrier`,
   in a syscall (a TCPStore wait is a poll or a recv, a connect retry or a server's poll for
   clients a sleep; none of them returns before a peer writes its key or the wait's timeout
-  ends it), using at most the other threads' share of CPU (a server's poll every 10 ms).
-  That wait is its pending operation, and its `timeout` (torch's default where the script
+  ends it), using at most the other threads' share of CPU (a server's poll every 10 ms), and
+  not in one long sleep from one look to the next (`_one_long_sleep`: a client's back-off
+  between connects to a server not up yet wakes by itself). That wait is its pending operation, and its `timeout` (torch's default where the script
   gives none) the deadline that may end it;
 * every other Python thread the script runs is in such a wait too, or is the standard
   library's plumbing that only another thread of the process can wake (`_others_waiting`):
@@ -59,7 +60,7 @@ import torch
 import torch.distributed as dist
 
 from simdist.script.rank import client, pylog, stack, threads
-from simdist.script.rank.threads import FUTEX_NR, syscall
+from simdist.script.rank.threads import FUTEX_NR, SLEEP_NRS, syscall, voluntary_switches
 from simdist.script.stores import DEFAULT_TIMEOUT_S
 
 POLL_S = 0.1
@@ -135,6 +136,8 @@ class Observation:
     main_cpu: float
     others_cpu: float
     store: StoreWait | None = None  # the main thread's wait at the c10d store, if it is in one
+    store_sleep: bool = False  # ... caught in a sleep (a server's 10 ms poll, or a connect retry's back-off)
+    switches: int | None = None  # the main thread's voluntary context switches, in a store wait
 
 
 def _in_torch_wait(frame: Any) -> bool:
@@ -242,7 +245,8 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
     limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed, store and store.limit_s) if x is not None]
     return Observation(waiting, (tuple(rows), issued, done, store), bool(pending_groups or p2p_groups or store),
-                       min(limits, default=None), main_cpu, others_cpu, store)
+                       min(limits, default=None), main_cpu, others_cpu, store, store is not None and nr in SLEEP_NRS,
+                       voluntary_switches(tid) if store is not None else None)
 
 
 def _still(before: Observation, now: Observation, dt: float) -> bool:
@@ -251,7 +255,16 @@ def _still(before: Observation, now: Observation, dt: float) -> bool:
     clients looks every 10 ms: ~1% of a core measured), no code of the script's can run there."""
     main_eps = OTHERS_CPU_SHARE * dt if now.store is not None else MAIN_CPU_EPS_S
     return (now.key == before.key and now.main_cpu - before.main_cpu <= main_eps
-            and now.others_cpu - before.others_cpu <= OTHERS_CPU_SHARE * dt)
+            and now.others_cpu - before.others_cpu <= OTHERS_CPU_SHARE * dt and not _one_long_sleep(before, now))
+
+
+def _one_long_sleep(before: Observation, now: Observation) -> bool:
+    """The main thread slept through the whole time between two looks in a store wait: one
+    long timed sleep, not a poll loop (whose short sleeps switch ~10 times a look). That is a
+    TCPStore client's back-off between connects to a server not there yet (0.5 s, growing by
+    1.5x to 60 s): it wakes by itself and connects once rank 0's server is up, so it is no
+    stall (as `time.sleep` is none), though rank 0 is stalled waiting for it meanwhile."""
+    return now.store_sleep and (now.switches is None or now.switches == before.switches)
 
 
 def watch(c: client.Client) -> None:
