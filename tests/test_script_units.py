@@ -331,6 +331,24 @@ def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
     assert not t.is_alive()
 
 
+def test_a_store_wait_in_one_long_sleep_is_no_stall():
+    """In a store wait, a main thread asleep from one look to the next (no voluntary context
+    switch between: a TCPStore client's back-off between connects) wakes by itself: not still;
+    rank 0's server polling for its clients (10 ms sleeps: switches every look) is."""
+    from simdist.script.rank import stall
+
+    init = stall.StoreWait("init_process_group", ("x.py", 3), 1800.0)
+
+    def look(switches, sleep=True, store=init):
+        return stall.Observation(True, ((), 0, 0, store), True, 1800.0, 0.0, 0.0, store, sleep, switches)
+
+    assert not stall._still(look(7), look(7), 0.1)  # one sleep throughout
+    assert stall._still(look(7), look(19), 0.1)  # polling: short sleeps
+    assert stall._still(look(7), look(7, sleep=False), 0.1)  # in a poll or recv for a peer's key
+    assert not stall._still(look(7), look(None), 0.1)  # cannot tell: no stall
+    assert not stall._still(look(7), look(19, store=None), 0.1)  # another wait began
+
+
 def test_which_threads_could_still_post():
     """`rank.threads`, the one rule of both sides: a thread asleep in `time.sleep` or in a
     `threading.Timer` (a timed wait) could post when it wakes; the standard library's plumbing
