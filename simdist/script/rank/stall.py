@@ -21,19 +21,21 @@ all of these hold:
   clients a sleep; none of them returns before a peer writes its key or the wait's timeout
   ends it), using at most the other threads' share of CPU (a server's poll every 10 ms), and
   not in one long sleep from one look to the next (`_one_long_sleep`: a client's back-off
-  between connects to a server not up yet wakes by itself). That wait is its pending operation, and its `timeout` (torch's default where the script
-  gives none) the deadline that may end it;
+  between connects to a server not up yet wakes by itself). That wait is its pending
+  operation, and its `timeout` (torch's default where the script gives none) the deadline
+  that may end it;
 * every other Python thread the script runs is in such a wait too, or is the standard
   library's plumbing that only another thread of the process can wake (`_others_waiting`):
   one that sleeps or waits with a timeout uses no CPU, yet may post the operation the ranks
   wait for when it wakes; a script with such a thread alive (a `threading.Timer`, tqdm's
   monitor, a TensorBoard writer) is left to the watchdog;
-* the rank has an unfinished Gloo operation (or waits at the store): its Flight Recorder's per-group counters
-  (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
-  completion) or a p2p operation `rank.pylog` noted whose work has not completed;
-* since the last poll its main thread used no CPU (in a store wait: at most the others' share) and its other threads (Gloo's I/O and
-  worker threads, the script's own; not this watcher) at most `OTHERS_CPU_SHARE` of a core:
-  bytes arriving for a Gloo operation, or a thread of the script computing, use CPU;
+* the rank has an unfinished Gloo operation (or waits at the store): its Flight Recorder's
+  per-group counters (`pg_status`: last enqueued > last completed; Gloo's FR records no
+  start, only completion) or a p2p operation `rank.pylog` noted whose work has not completed;
+* since the last poll its main thread used no CPU (in a store wait: at most the others'
+  share) and its other threads (Gloo's I/O and worker threads, the script's own; not this
+  watcher) at most `OTHERS_CPU_SHARE` of a core: bytes arriving for a Gloo operation, or a
+  thread of the script computing, use CPU;
 * its operation counters (enqueued and completed per group, p2p issued and done) are the
   ones seen when the stall began: nothing completed meanwhile.
 
