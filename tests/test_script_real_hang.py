@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
-from simdist.script.api import compare_script
+from simdist.script import env
+from simdist.script.api import compare_script, run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants, line_of
 
@@ -118,3 +119,62 @@ def test_a_side_threads_wait_with_a_timeout_bounds_the_stall(script_zygote):
         rep.ranks[1].trace.sort(key=lambda e: (e.group, e.seq))
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
+
+
+def _real(script_zygote, name: str, args: list[str], nproc: int, hang_after_s: float):
+    """The real side alone (the simulator's rendezvous has its own tests), 300 s watchdog."""
+    run_id = new_run_id()
+    rep = run_script(SCRIPTS / name, args, nproc_per_node=nproc, backend="gloo", timeout_s=300, mode=env.GLOO,
+                     hang_after_s=hang_after_s, run_id=run_id, measure_compute=False, zygote=script_zygote(env.GLOO))
+    assert tagged_processes(run_id) == []
+    return rep
+
+
+def _store_note(rep, waits: dict[int, str], script: str) -> None:
+    """The early verdict's note names each rank's wait at the store: its call and line."""
+    early = [n for n in rep.notes if n.startswith("hang found early (--hang-after 0.5 s, not the 300 s watchdog): ")]
+    named = "; ".join(f"rank {r} in {what} at {script}:{line_of(SCRIPTS / script, text)}"
+                      for r, (what, text) in sorted(waits.items()))
+    assert len(early) == 1 and f"waiting for peers that never come: {named}; " in early[0], rep.notes
+
+
+@pytest.mark.parametrize(("name", "args", "nproc", "waits", "statuses"), [
+    # init_process_group waits for a torchrun-style rank whose process exits before its init
+    ("init_waits_for_world.py", ["exits"], 3,
+     {0: ("init_process_group", "dist.init_process_group("), 1: ("init_process_group", "dist.init_process_group(")},
+     ["hang", "hang", "error"]),
+    # new_group waits for a member that never calls it: it waits in a barrier of the world ...
+    ("new_group_member_skips.py", ["barrier"], 2, {0: ("new_group", "dist.new_group(")}, ["hang", "hang"]),
+    # ... or has exited (a peer that failed its init: pg_timeouts.py --case monitored_sub's race)
+    ("new_group_member_skips.py", ["exits"], 2, {0: ("new_group", "dist.new_group(")}, ["hang", "completed"]),
+])
+def test_a_wait_at_the_store_for_a_rank_that_never_comes_is_found_in_seconds(script_zygote, name, args, nproc,
+                                                                             waits, statuses):
+    """A rank waiting at the c10d store (init's rendezvous, a group's full-mesh connect) for a
+    peer that never comes waits, on real torch, until the wait's timeout: torch's default of
+    30 min here, past the watchdog. Before the store waits counted as stalls, such a run lasted
+    the whole watchdog (300 s; a world missing a rank at init: the 120 s start-up allowance too)."""
+    rep = _real(script_zygote, name, args, nproc, hang_after_s=0.5)
+    assert [r.status for r in rep.ranks] == statuses, rep.notes
+    assert 0.5 <= rep.timings["hang_detect_s"] < 30 and rep.timings["wall_s"] < 60, rep.timings
+    _store_note(rep, waits, name)
+
+
+@pytest.mark.parametrize(("name", "args", "nproc", "out"), [
+    ("init_waits_for_world.py", ["sleeps2"], 3, [["0 done 3.0"], ["1 done 3.0"], ["2 done 3.0"]]),
+    ("new_group_member_skips.py", ["sleeps2"], 2, [["0 done 2.0"], ["1 done 2.0"]]),
+])
+def test_a_late_rank_at_the_store_is_waited_for(script_zygote, name, args, nproc, out):
+    """The last rank sleeps 2 s (four settle periods) before its init or its new_group while
+    its peers wait at the store: a rank still to come is not stalled, so no verdict; all go on."""
+    rep = _real(script_zygote, name, args, nproc, hang_after_s=0.5)
+    assert [r.output for r in rep.ranks] == out and not any("hang" in n for n in rep.notes), rep.notes
+    assert rep.timings["wall_s"] >= 2.0
+
+
+def test_a_store_wait_with_a_timeout_runs_its_course(script_zygote):
+    """`init_process_group(timeout=2 s)`, shorter than the watchdog, ends the store wait with
+    torch's error: the run is left to run into it, as a collective's Gloo timeout is."""
+    rep = _real(script_zygote, "init_waits_for_world.py", ["exits", "2"], 3, hang_after_s=0.5)
+    assert [r.status for r in rep.ranks] == ["error"] * 3 and not any("hang" in n for n in rep.notes), rep.notes
+    assert [r.error.message for r in rep.ranks[:2]] == ["wait timeout after 2000ms, keys: /simdist/gen1/0//cpu//0/2"] * 2

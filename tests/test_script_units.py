@@ -262,6 +262,13 @@ def test_the_stall_rule_waits_for_every_live_rank_and_the_settle_period():
     assert note.startswith("hang found early (--hang-after 3 s, not the 300 s watchdog): for 4.0 s every live "
                            "rank (0, 1) had its main thread (and any other thread of the script) asleep"), note
     assert "next to no CPU" in note and "their Gloo timeouts (1800 s and up)" in note, note
+    # ranks waiting at the c10d store (`rank.stall.store_wait`): each named, by its call and line
+    note = rule.note(100.0, 104.0, [conn(100.0, rank=1, connected=True, stall_in="new_group at x.py:7"),
+                                    conn(101.0, rank=0, connected=True, stall_in="init_process_group at x.py:3"),
+                                    conn(101.0, rank=2, connected=True)])
+    assert ("no operation completed on any rank; at the c10d store, waiting for peers that never come: rank 0 in "
+            "init_process_group at x.py:3; rank 1 in new_group at x.py:7; their Gloo and store timeouts (1800 s and "
+            "up) would not end these waits before the watchdog") in note, note
     assert check_hang_after(None) is None and check_hang_after(0) is None and check_hang_after(2) == 2.0
     for bad in (-1, float("nan"), float("inf"), True, "3"):
         with pytest.raises(InputError, match="--hang-after: must be a number of seconds"):
@@ -285,6 +292,61 @@ def test_a_forked_rank_forgets_its_parents_thread_waits():
         assert os.waitpid(pid, 0)[1] == 0
     finally:
         stall._wait_limits.pop(threading.get_ident() + 1, None)
+
+
+def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
+    """`rank.stall.store_wait` reads where a thread stands: in torch's `_store_based_barrier`
+    (a store wait for its peers, here on a HashStore that no peer joins), called from this
+    file's line, with the barrier's timeout as its deadline; elsewhere, no store wait."""
+    import datetime
+    import sys
+    import time
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from simdist.script.rank import stall
+
+    store, began = dist.HashStore(), threading.Event()
+
+    def barrier() -> None:
+        began.set()
+        c10d._store_based_barrier(0, store, "g", 2, datetime.timedelta(seconds=60))  # line `at`
+
+    at = barrier.__code__.co_firstlineno + 2
+    t = threading.Thread(target=barrier, daemon=True)
+    t.start()
+    try:
+        began.wait()
+        for _ in range(200):  # until it stands in the store's wait
+            seen = stall.store_wait(sys._current_frames().get(t.ident or 0))
+            if seen is not None:
+                break
+            time.sleep(0.01)
+        assert seen == stall.StoreWait("_store_based_barrier", (__file__, at), 60.0)
+        assert stall.store_wait(sys._getframe()) is None and stall.store_wait(None) is None
+    finally:
+        store.set(f"{c10d.STORE_BASED_BARRIER_PREFIX}:g:last_worker", "1")  # the barrier returns
+        t.join(30)
+    assert not t.is_alive()
+
+
+def test_a_store_wait_in_one_long_sleep_is_no_stall():
+    """In a store wait, a main thread asleep from one look to the next (no voluntary context
+    switch between: a TCPStore client's back-off between connects) wakes by itself: not still;
+    rank 0's server polling for its clients (10 ms sleeps: switches every look) is."""
+    from simdist.script.rank import stall
+
+    init = stall.StoreWait("init_process_group", ("x.py", 3), 1800.0)
+
+    def look(switches, sleep=True, store=init):
+        return stall.Observation(True, ((), 0, 0, store), True, 1800.0, 0.0, 0.0, store, sleep, switches)
+
+    assert not stall._still(look(7), look(7), 0.1)  # one sleep throughout
+    assert stall._still(look(7), look(19), 0.1)  # polling: short sleeps
+    assert stall._still(look(7), look(7, sleep=False), 0.1)  # in a poll or recv for a peer's key
+    assert not stall._still(look(7), look(None), 0.1)  # cannot tell: no stall
+    assert not stall._still(look(7), look(19, store=None), 0.1)  # another wait began
 
 
 def test_which_threads_could_still_post():

@@ -229,7 +229,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
         elif kind == "stall":  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
-            conn.stall_since, conn.stall_limit = h.get("since"), h.get("limit")
+            conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
@@ -422,10 +422,12 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
 
     def _stalled(self) -> Ending | None:
         """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
-        generation has all its ranks. Judged over every rank process still connected, also one
-        that destroyed its group and lives on (it may be computing: then it is not stalled),
-        with the end of every other one (`StallRule.hung_since`)."""
-        if self.stalls is None or self._starting():
+        generation has all its ranks, or lacks only ranks whose launched process ended before
+        its init (torchrun-style, `_unjoinable`: a rank still to come, sleeping or computing
+        before its init, keeps the run from a verdict). Judged over every rank process still
+        connected, also one that destroyed its group and lives on (it may be computing: then
+        it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
+        if self.stalls is None or (self._starting() and not (self.gens and self._unjoinable(self.gens[-1]))):
             return None
         # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
         # settle period again, as its peers' waits fail only once its process is gone

@@ -25,8 +25,19 @@ nothing is left that could post the operations they wait for. Not decided early:
 * waits that Gloo's own timeout may end before the watchdog fires (a group timeout or a
   `Work.wait(timeout=)` on any thread, shorter than `--timeout`): Gloo ends them with an error, as the
   simulator models (`simdist.script.deadlines`), so the run is left to run its course;
-* a rank blocked somewhere no rank can see (the store's rendezvous of a `new_group` that a
-  peer never calls, a host without /proc): the watchdog still ends those.
+* a world with a rank that has not called init while its process may still come (it sleeps,
+  computes or imports before its init; a script that starts its own ranks, `mp.spawn`, whose
+  processes are not known as ranks before their init): a torchrun-style rank whose launched
+  process ended without an init is known never to come, and does not hold the verdict;
+* a rank blocked somewhere no rank can see (a host without /proc): the watchdog still ends those.
+
+A rank waiting at the c10d store for its peers is stalled as one in a collective is
+(`rank.stall.store_wait`): in `init_process_group` (the store rendezvous, Gloo's full-mesh
+connect) for a rank that never comes, in `new_group` for a member that never calls it (or
+failed its init), in the store-based barrier. The store wait's `timeout` (init's, the group's;
+torch's default of 30 min where the script gives none) is its deadline, as a group's timeout is
+a collective's: shorter than the watchdog, the run is left to run its course. The note names
+each such rank's call and line.
 
 The report says which rule ended the run (`Ending.early`, a note): this one, with what was
 observed, or the watchdog's.
@@ -76,8 +87,8 @@ class StallRule:
 
     def hung_since(self, ranks: Sequence[RankConn], now: float) -> float | None:
         """When the hang began (the last stall began or the last rank's process ended), if every
-        live rank of `ranks` (all of the world's, each initialised) has been stalled for the
-        settle period since; None otherwise."""
+        live rank of `ranks` (each of the world's that called init; the caller vouches that any
+        other will never come) has been stalled for the settle period since; None otherwise."""
         live = [c for c in ranks if c.connected]
         if not live or any(c.exit is not None or c.stall_since is None for c in live):
             return None
@@ -91,9 +102,14 @@ class StallRule:
         """What was observed, for the report: the verdict came from this rule, not the watchdog."""
         live = sorted(c.rank for c in ranks if c.connected and c.rank is not None)
         limits = [c.stall_limit for c in ranks if c.connected and c.stall_limit is not None]
-        gloo = f"their Gloo timeouts ({min(limits):g} s and up)" if limits else "Gloo"
+        store = sorted((c.rank, c.stall_in) for c in ranks if c.connected and c.rank is not None and c.stall_in)
+        kind = "Gloo and store" if store else "Gloo"
+        gloo = f"their {kind} timeouts ({min(limits):g} s and up)" if limits else kind
+        at_store = ("; at the c10d store, waiting for peers that never come: "
+                    + "; ".join(f"rank {r} in {w}" for r, w in store)) if store else ""
         return (f"{EARLY} (--hang-after {self.hang_after_s:g} s, not the {self.watchdog_s:g} s watchdog): "
                 f"for {at - since:.1f} s every live rank ({', '.join(map(str, live))}) had its main thread (and any "
-                "other thread of the script) asleep in a torch.distributed wait (a futex wait in torch's code) with an "
-                "unfinished operation, its threads used next to no CPU (Gloo's idle wake-ups) and no operation "
-                f"completed on any rank; {gloo} would not end these waits before the watchdog")
+                "other thread of the script) asleep in a torch.distributed wait (a futex wait in torch's code, or a "
+                "wait at the c10d store in init_process_group or a group's creation) with an unfinished operation, "
+                "its threads used next to no CPU (Gloo's idle wake-ups) and no operation "
+                f"completed on any rank{at_store}; {gloo} would not end these waits before the watchdog")

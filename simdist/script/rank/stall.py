@@ -13,24 +13,37 @@ all of these hold:
 * that wait is torch's: the main thread's innermost Python frame is in torch's package (a
   blocking collective, `barrier`, `recv`, `loss.backward()` with DDP's reducer waiting in
   C++) or in the `Work.wait`/`Future.wait` wrappers below (the user's own `work.wait()`);
+* or, instead of those two, the main thread waits at the c10d store for its peers
+  (`store_wait`): it stands in torch's `init_process_group` (the store rendezvous, rank 0's
+  TCPStore server waiting for its clients, Gloo's full-mesh connect), in the creation of a
+  group (`_new_process_group_helper`: `new_group`'s connect) or in `_store_based_barrier`,
+  in a syscall (a TCPStore wait is a poll or a recv, a connect retry or a server's poll for
+  clients a sleep; none of them returns before a peer writes its key or the wait's timeout
+  ends it), using at most the other threads' share of CPU (a server's poll every 10 ms), and
+  not in one long sleep from one look to the next (`_one_long_sleep`: a client's back-off
+  between connects to a server not up yet wakes by itself). That wait is its pending
+  operation, and its `timeout` (torch's default where the script gives none) the deadline
+  that may end it;
 * every other Python thread the script runs is in such a wait too, or is the standard
   library's plumbing that only another thread of the process can wake (`_others_waiting`):
   one that sleeps or waits with a timeout uses no CPU, yet may post the operation the ranks
   wait for when it wakes; a script with such a thread alive (a `threading.Timer`, tqdm's
   monitor, a TensorBoard writer) is left to the watchdog;
-* the rank has an unfinished Gloo operation: its Flight Recorder's per-group counters
-  (`pg_status`: last enqueued > last completed; Gloo's FR records no start, only
-  completion) or a p2p operation `rank.pylog` noted whose work has not completed;
-* since the last poll its main thread used no CPU and its other threads (Gloo's I/O and
-  worker threads, the script's own; not this watcher) at most `OTHERS_CPU_SHARE` of a core:
-  bytes arriving for a Gloo operation, or a thread of the script computing, use CPU;
+* the rank has an unfinished Gloo operation (or waits at the store): its Flight Recorder's
+  per-group counters (`pg_status`: last enqueued > last completed; Gloo's FR records no
+  start, only completion) or a p2p operation `rank.pylog` noted whose work has not completed;
+* since the last poll its main thread used no CPU (in a store wait: at most the others'
+  share) and its other threads (Gloo's I/O and worker threads, the script's own; not this
+  watcher) at most `OTHERS_CPU_SHARE` of a core: bytes arriving for a Gloo operation, or a
+  thread of the script computing, use CPU;
 * its operation counters (enqueued and completed per group, p2p issued and done) are the
   ones seen when the stall began: nothing completed meanwhile.
 
 Any change ends the stall; the next one starts a new period. The watcher tells the
 coordinator when a stall begins (`since`, and `limit`: the shortest Gloo timeout of a group
-with an unfinished operation, or of a `Work.wait(timeout=)` in progress on any thread: the time after
-which Gloo itself would end the wait) and when it ends. The coordinator's rule
+with an unfinished operation, or of a `Work.wait(timeout=)` in progress on any thread, or of
+the store wait: the time after which torch itself would end the wait; `in`: a store wait's call
+and line, for the report) and when it ends. The coordinator's rule
 (`simdist.script.stalls`) calls the run hung once every live rank has been stalled for
 `--hang-after` seconds.
 """
@@ -48,14 +61,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simdist.script.rank import client, pylog, threads
-from simdist.script.rank.threads import FUTEX_NR, syscall
+from simdist.script.rank import client, pylog, stack, threads
+from simdist.script.rank.threads import FUTEX_NR, SLEEP_NRS, syscall, voluntary_switches
+from simdist.script.stores import DEFAULT_TIMEOUT_S
 
 POLL_S = 0.1
 MAIN_CPU_EPS_S = 0.0005  # the main thread's CPU per poll that still counts as none
 OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one core, that counts as idle
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
+_C10D = os.path.abspath(dist.distributed_c10d.__file__)
+# torch's functions (in `_C10D`) inside which a rank waits at the c10d store for its peers, each
+# with the `timeout` that ends that wait: init's rendezvous and full-mesh connect, a group's
+# connect (`new_group`, `new_subgroups`, a device mesh's groups), TORCH_DIST_INIT_BARRIER's barrier
+_STORE_WAITS = frozenset({"init_process_group", "_new_process_group_helper", "_store_based_barrier"})
+_WRAPPERS = frozenset({"wrapper", "_new_process_group_helper", "helper"})  # torch's loggers, the layer's patch
 
 # per thread (ident): its Work.wait/Future.wait calls in progress, inner last, each with the
 # timeout that ends it (None: none); the main thread's mark its wait as torch's, and every
@@ -111,12 +131,15 @@ def install() -> None:
 class Observation:
     """One look at the rank (see the module's docstring)."""
 
-    waiting: bool  # main thread (and every other thread of the script) in a futex wait in torch's code
+    waiting: bool  # main thread (and every other thread of the script) in a futex wait in torch's code, or at the store
     key: tuple  # operation counters: per group (name, enqueued, completed), p2p (issued, done)
     pending: bool  # an operation not completed
     limit_s: float | None  # the shortest Gloo timeout that could end the pending waits
     main_cpu: float
     others_cpu: float
+    store: StoreWait | None = None  # the main thread's wait at the c10d store, if it is in one
+    store_sleep: bool = False  # ... caught in a sleep (a server's 10 ms poll, or a connect retry's back-off)
+    switches: int | None = None  # the main thread's voluntary context switches, in a store wait
 
 
 def _in_torch_wait(frame: Any) -> bool:
@@ -129,6 +152,41 @@ def _in_torch_wait(frame: Any) -> bool:
 def _in_torch_futex(_ident: int, tid: int, frame: Any) -> bool:
     """Real Gloo's wait in the backend: asleep in a futex wait in torch's code."""
     return syscall(tid) == FUTEX_NR and _in_torch_wait(frame)
+
+
+@dataclass(frozen=True)
+class StoreWait:
+    """The main thread waits at the c10d store for its peers: in `what` (the torch.distributed
+    call the script made), called at `where` (the user's [file, line]), until `limit_s`."""
+
+    what: str
+    where: tuple[str, int] | None
+    limit_s: float
+
+
+def store_wait(frame: Any) -> StoreWait | None:
+    """Whether the stack from `frame` (innermost) stands in one of torch's store waits
+    (`_STORE_WAITS`), and which: the innermost such frame's `timeout` (the one the waiting
+    call got; None until init fills in torch's default: that default), and the call the
+    user's code made (the outermost function of torch or of this layer below the user's
+    innermost frame that is not a wrapper)."""
+    found, inner = None, []
+    while frame is not None and not stack.is_user_file(frame.f_code.co_filename):
+        code = frame.f_code
+        if found is None and code.co_name in _STORE_WAITS and os.path.abspath(code.co_filename) == _C10D:
+            found = frame
+        inner.append(frame)
+        frame = frame.f_back
+    if found is None:
+        return None
+    try:
+        timeout = found.f_locals.get("timeout")  # a parameter of each (another thread's frame: read only)
+    except Exception:  # noqa: BLE001 - unreadable: the wait may end at any time, so it bounds the stall
+        return StoreWait(found.f_code.co_name, None, 0.0)
+    limit = timeout.total_seconds() if hasattr(timeout, "total_seconds") else DEFAULT_TIMEOUT_S["gloo"]
+    what = next((f.f_code.co_name for f in reversed(inner) if f.f_code.co_name not in _WRAPPERS), found.f_code.co_name)
+    where = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+    return StoreWait(what, where, float(limit))
 
 
 def _others_waiting(main_ident: int | None) -> bool:
@@ -177,20 +235,38 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     main_cpu = time.clock_gettime(cpu_clock)
     others_cpu = time.process_time() - time.thread_time()  # every thread's but this watcher's
     frame = sys._current_frames().get(main.ident or 0)
-    waiting = (FUTEX_NR is not None and not c.sleeping and syscall(tid) == FUTEX_NR
-               and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)) and _others_waiting(main.ident))
+    store = store_wait(frame)
+    nr = syscall(tid)
+    # a store wait may poll (rank 0's server waiting for clients: a sleep of 10 ms, then a look):
+    # caught between two sleeps it runs, with next to no CPU (`_still`)
+    asleep = (nr == FUTEX_NR and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame))) or (
+        store is not None and nr is not None)
+    waiting = FUTEX_NR is not None and not c.sleeping and asleep and _others_waiting(main.ident)
     rows, pending_groups = _groups(c) if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress(c.generation)
     timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
-    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed) if x is not None]
-    return Observation(waiting, (tuple(rows), issued, done), bool(pending_groups or p2p_groups),
-                       min(limits, default=None), main_cpu, others_cpu)
+    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed, store and store.limit_s) if x is not None]
+    return Observation(waiting, (tuple(rows), issued, done, store), bool(pending_groups or p2p_groups or store),
+                       min(limits, default=None), main_cpu, others_cpu, store, store is not None and nr in SLEEP_NRS,
+                       voluntary_switches(tid) if store is not None else None)
 
 
 def _still(before: Observation, now: Observation, dt: float) -> bool:
-    """Nothing moved between two looks taken `dt` apart."""
-    return (now.key == before.key and now.main_cpu - before.main_cpu <= MAIN_CPU_EPS_S
-            and now.others_cpu - before.others_cpu <= OTHERS_CPU_SHARE * dt)
+    """Nothing moved between two looks taken `dt` apart. A main thread in a store wait may use
+    as much CPU as the other threads may: torch's own polling (rank 0's TCPStore waiting for its
+    clients looks every 10 ms: ~1% of a core measured), no code of the script's can run there."""
+    main_eps = OTHERS_CPU_SHARE * dt if now.store is not None else MAIN_CPU_EPS_S
+    return (now.key == before.key and now.main_cpu - before.main_cpu <= main_eps
+            and now.others_cpu - before.others_cpu <= OTHERS_CPU_SHARE * dt and not _one_long_sleep(before, now))
+
+
+def _one_long_sleep(before: Observation, now: Observation) -> bool:
+    """The main thread slept through the whole time between two looks in a store wait: one
+    long timed sleep, not a poll loop (whose short sleeps switch ~10 times a look). That is a
+    TCPStore client's back-off between connects to a server not there yet (0.5 s, growing by
+    1.5x to 60 s): it wakes by itself and connects once rank 0's server is up, so it is no
+    stall (as `time.sleep` is none), though rank 0 is stalled waiting for it meanwhile."""
+    return now.store_sleep and (now.switches is None or now.switches == before.switches)
 
 
 def watch(c: client.Client) -> None:
@@ -213,7 +289,10 @@ def watch(c: client.Client) -> None:
                    and _still(last, now, at - last_at))
         if stalled and since is None:
             since = time.time() - (at - last_at)  # still since the previous look
-            c.send({"t": "stall", "since": since, "limit": now.limit_s})  # type: ignore[union-attr]
+            store = now.store  # type: ignore[union-attr]
+            where = None if store is None else (
+                store.what + ("" if store.where is None else f" at {os.path.basename(store.where[0])}:{store.where[1]}"))
+            c.send({"t": "stall", "since": since, "limit": now.limit_s, "in": where})  # type: ignore[union-attr]
         elif not stalled and since is not None:
             since = None
             c.send({"t": "stall", "since": None})

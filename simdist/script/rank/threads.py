@@ -25,6 +25,8 @@ from typing import Any
 
 # the futex syscall's number (asm/unistd.h); elsewhere no thread counts as idle plumbing
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+# nanosleep and clock_nanosleep (std::this_thread::sleep_for): a wait that a timer ends
+SLEEP_NRS = {"x86_64": (35, 230), "aarch64": (101, 115)}.get(platform.machine(), ())
 _STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = os.path.join(_STDLIB, "site-packages", "")
 # simdist's rank layer: its wrappers around the standard library (`devices` wraps every thread's
@@ -50,6 +52,15 @@ def syscall(tid: int) -> int | None:
     if fields is None:
         return None
     return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else -1  # "running": not in a syscall
+
+
+def voluntary_switches(tid: int) -> int | None:
+    """How often the thread has given up the CPU (it slept or waited), per the kernel; None: no /proc."""
+    try:
+        with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def untimed_private_futex(tid: int) -> bool:

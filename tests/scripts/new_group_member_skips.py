@@ -1,0 +1,33 @@
+"""A member of a new group never calls `new_group`: on real Gloo the members that do wait in
+its creation (Gloo's full-mesh connect, at the c10d store) for the missing member's address,
+until the group's timeout (torch's default: 30 min), while the missing member does something
+else. The shape of a rank that waits in `new_group` for a peer that failed its init.
+
+    python new_group_member_skips.py MODE   # torchrun-style, 2 ranks or more
+
+MODE: what the last rank does instead of `new_group(all ranks)`: `barrier` (a barrier of the
+world, which its peers never reach: every rank waits for good), `exits` (it exits normally),
+`sleeps<S>` (it sleeps S seconds, then calls `new_group` too: the group is made, every rank
+all-reduces on it).
+"""
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+mode = sys.argv[1]
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.ones(1)
+if rank == world - 1 and mode == "barrier":
+    dist.barrier()
+elif rank == world - 1 and mode == "exits":
+    sys.exit(0)
+else:
+    if rank == world - 1:
+        time.sleep(float(mode.removeprefix("sleeps")))
+    everyone = dist.new_group(list(range(world)))
+    dist.all_reduce(t, group=everyone)
+print(rank, "done", t.item(), flush=True)
+dist.destroy_process_group()
