@@ -69,7 +69,7 @@ def test_an_init_that_raised_is_said_to_have_been_called_with_torchs_error(scrip
     at = line_of(SCRIPTS / "init_without_env.py", "dist.init_process_group(")
     for args, var in (([], "RANK"), (["0"], "WORLD_SIZE")):
         text = _never(script_zygote, "init_without_env.py", args)
-        assert f"never initialised a process group: the script's own process (pid " in text, text
+        assert "never initialised a process group: the script's own process (pid " in text, text
         assert f") called init_process_group at init_without_env.py:{at}, which raised ValueError: Error " \
                f"initializing torch.distributed using env:// rendezvous: environment variable {var} expected, but " \
                f"not set (exit codes [1]); it ran as `python init_without_env.py` because --nproc-per-node was not " \

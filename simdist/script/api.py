@@ -285,25 +285,49 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
 @dataclass
 class ScriptComparison:
     """Both sides of `simdist compare` for a script, and what was done so that the real side
-    started from the working directory the simulated one found (`simdist.script.workdir`)."""
+    started from the working directory the simulated one found (`simdist.script.workdir`).
+    Ctrl-C (with `status`): the side it ended is its report as it stood (`ScriptRun.interrupted`);
+    a side it kept from starting, or ended before any rank came, is None."""
 
     sim: ScriptRun
-    real: ScriptRun
+    real: ScriptRun | None
     workdir: SetAside
+
+    @property
+    def interrupted(self) -> bool:
+        return self.sim.interrupted or self.real is None or self.real.interrupted
+
+
+SIDES = {env.SIM: "simulated side", env.GLOO: "real side"}  # how status lines name the side they come from
 
 
 def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
-                   zygotes: Callable[[str], Zygote] | None = None, **kw: Any) -> ScriptComparison:
+                   zygotes: Callable[[str], Zygote] | None = None,
+                   status: Callable[[str], None] | None = None, **kw: Any) -> ScriptComparison:
     """The script on simulated ranks, then on real Gloo (`execute`'s arguments, `backend`
     gloo), each side from the same files: what the simulated side wrote in the working
     directory is set aside before the real side starts. `zygotes(mode)`: a fork server per
-    mode (the tests'), else the plain launch."""
+    mode (the tests'), else the plain launch. `status`: each side's status lines, named by
+    side (`execute`); given, Ctrl-C ends the comparison with what each side had (a simulated
+    side it ended: no real side follows)."""
+    def side(mode: str) -> ScriptRun:
+        said = None if status is None else (lambda line: status(f"{SIDES[mode]}: {line}"))
+        return execute(path, args, **kw, mode=mode, zygote=zygotes(mode) if zygotes else None, status=said)
+
     before = workdir.record()
     try:
-        sim = execute(path, args, **kw, mode=env.SIM, zygote=zygotes(env.SIM) if zygotes else None)
+        sim = side(env.SIM)
     except BaseException:  # no real side follows: the files stay as the simulated side left them
         before.discard()
         raise
+    if sim.interrupted:
+        before.discard()
+        return ScriptComparison(sim, None, SetAside())
     moved = workdir.set_aside(before)
-    real = execute(path, args, **kw, mode=env.GLOO, zygote=zygotes(env.GLOO) if zygotes else None)
+    try:
+        real = side(env.GLOO)
+    except KeyboardInterrupt:  # before any real rank came: the simulated side's report still stands
+        if status is None:
+            raise
+        real = None
     return ScriptComparison(sim, real, moved)
