@@ -87,3 +87,21 @@ def test_an_mp_spawn_script_whose_ranks_raise_before_init_is_told_what_happened(
                      rf"\1 before init_process_group at spawn_raise_before_init.py:{at}", text), text
     assert "the script starts its own ranks (mp.spawn), so --nproc-per-node does not apply" in text, text
     assert TORCHRUN_HINT not in text and "ProcessRaisedException" not in text, text
+
+
+def test_a_script_that_crashes_on_import_is_not_told_to_give_nproc_per_node(script_zygote, tmp_path):
+    """Run as-is, the script's own process raises on import (before it could start any rank):
+    the line says so, with the error and the line, and no torchrun advice (the error is not a
+    missing torchrun variable)."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch.multiprocessing as mp\nimport simdist_no_such_module\n")
+    run_id = new_run_id()
+    with pytest.raises(ScriptError) as e:
+        run_script(script, [], nproc_per_node=None, run_id=run_id, measure_compute=False, timeout_s=60,
+                   zygote=script_zygote("sim"))
+    assert tagged_processes(run_id) == []
+    text = str(e.value)
+    assert re.search(r"never initialised a process group: the script's own process \(pid \d+\) raised "
+                     r"ModuleNotFoundError: No module named 'simdist_no_such_module' before init_process_group at "
+                     r"train.py:2 \(exit codes \[1\]\); the error is the script's own", text), text
+    assert TORCHRUN_HINT not in text, text
