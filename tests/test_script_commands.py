@@ -133,10 +133,13 @@ def test_check_and_run_pass_on_the_join_tutorial_and_real_judges_the_real_report
 @pytest.mark.parametrize(("body", "text", "alone"), [
     (None, "train.py does not exist", True),
     ("def f(:\n", "train.py does not parse: invalid syntax (line 1)", True),
-    ("print('no process group here')\n", "never initialised a process group", True),
-    ("raise ValueError('before init')\n", "never initialised a process group", False),  # + its traceback
-    ("import os\nos._exit(4)\n", "never initialised a process group (no rank called init_process_group; "
-                                 "exit codes [4, 4])", True),
+    ("print('no process group here')\n", "never initialised a process group: rank(s) 0, 1: returned normally "
+                                          "before init_process_group (exit codes [0, 0])", True),
+    ("raise ValueError('before init')\n", "never initialised a process group: rank(s) 0, 1: raised ValueError: "
+                                         "before init before init_process_group at train.py:1 (exit codes [1, 1]); "
+                                         "the error is the script's own", False),  # + its traceback
+    ("import os\nos._exit(4)\n", "never initialised a process group: rank(s) 0, 1: os._exit(4) before "
+                                 "init_process_group at train.py:2 (exit codes [4, 4])", True),
     (HEAD + "dist.all_reduce(torch.ones(2, dtype=torch.uint16))\n",
      "script: a tensor of dtype uint16 is not supported by the simulated backend (rank 0 at train.py:6 in "
      "<module>: dist.all_reduce(", True),
@@ -157,7 +160,8 @@ def test_a_torchrun_script_run_without_nproc_per_node_is_told_to_give_it(tmp_pat
     the one line says why it ran as-is and which option it needs (it imports no torch: fast)."""
     p = _script(tmp_path, "import os\nlocal_rank = int(os.environ['LOCAL_RANK'])\n")
     res, _ = _cli("run", str(p))
-    _one_line_error(res, "never initialised a process group (no rank called init_process_group; exit codes [1]); "
+    _one_line_error(res, "never initialised a process group: the script's own process (pid ", alone=False)
+    _one_line_error(res, ") raised KeyError: 'LOCAL_RANK' before init_process_group at train.py:2 (exit codes [1]); "
                          "it ran as `python train.py` because --nproc-per-node was not given: a script that torchrun "
                          "starts needs --nproc-per-node N", alone=False)
 

@@ -432,7 +432,7 @@ def test_a_script_without_master_addr_fails_its_init_as_torch_does(script_zygote
 
     for args in ([], ["x"]):
         run_id = new_run_id()
-        with pytest.raises(ScriptError, match=r"never initialised a process group .*exit codes \[1\]"):
+        with pytest.raises(ScriptError, match=r"never initialised a process group: .*exit codes \[1\]"):
             run_script(SCRIPTS / "init_no_master_addr.py", args, nproc_per_node=None, backend="gloo", run_id=run_id,
                        measure_compute=False, timeout_s=60, zygote=script_zygote("sim"))
         assert tagged_processes(run_id) == []

@@ -90,7 +90,12 @@ class ScriptInput:
                        timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
                        stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
                        batches=self.batches, topology=self.topology, hang_after_s=self.hang_after_s,
-                       status=lambda line: say(("init:", "yellow"), f" {line}", console=err))
+                       status=_status)
+
+
+def _status(line: str) -> None:
+    """A status line of a run whose ranks wait in init (`simdist.script.initwatch`), on stderr."""
+    say(("init:", "yellow"), f" {line}", console=err)
 
 
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
@@ -166,7 +171,9 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         both = compare_script(inp.path, inp.args, nproc_per_node=inp.nproc_per_node, backend=GLOO,
                               timeout_s=inp.timeout or DEFAULT_TIMEOUT_S, measure_compute=not inp.zero_compute,
                               stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
-                              topology=inp.topology, hang_after_s=inp.hang_after_s)
+                              topology=inp.topology, hang_after_s=inp.hang_after_s, status=_status)
+    if both.interrupted:
+        _compare_interrupted(both, json_)
     sim, real = both.sim.report, both.real.report
     compared = Compared.of(sim, real)
     if json_:
@@ -181,6 +188,30 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
         for line in both.workdir.lines():
             say(line)
     exit_with(compared.code)
+
+
+def _compare_interrupted(both: Any, json_: bool) -> NoReturn:
+    """Ctrl-C during `compare`: no comparison (a side cut short would differ for that alone),
+    but each side's report as it stood, the one never started or ended before any rank came
+    said so, and exit 130."""
+    sides = (("simulated side", both.sim), ("real side", both.real))
+    if json_:
+        write_json({"interrupted": True, "workdir": both.workdir.to_jsonable(),
+                    **{k: (run.report.to_jsonable() if run is not None else None)
+                       for k, (_, run) in zip(("sim", "real"), sides, strict=True)}},
+                   sys.stdout, indent=None, default=str)
+        sys.stdout.write("\n")
+    else:
+        for name, run in sides:
+            if run is None:
+                say((f"{name}:", "bold"), " not run" if both.sim.interrupted else " interrupted before any rank came")
+                continue
+            say((f"{name}:", "bold"), " interrupted (Ctrl-C): its report as it stood" if run.interrupted
+                else " finished")
+            print_report(run.report)
+        for line in both.workdir.lines():
+            say(line)
+    exit_with(ExitCode.INTERRUPTED)
 
 
 def check_command(inp: ScriptInput, json_: bool, graph: Path | None) -> NoReturn:

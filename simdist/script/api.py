@@ -26,6 +26,7 @@ from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
 from simdist.script.initwatch import InitWatch
+from simdist.script.rendezvous import ended_without_init, left_words
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
@@ -165,6 +166,49 @@ def _refuse_unsupported(report: Report) -> None:
             raise ScriptError(f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (rank {r.rank}{at})")
 
 
+# what a process that reads torchrun's environment raises without it: a KeyError naming one
+# of its variables (`os.environ["LOCAL_RANK"]`), or torch's env:// rendezvous error
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+
+
+def _wants_torchrun(x: dict[str, Any]) -> bool:
+    error = x.get("error") or {}
+    message = str(error.get("message", ""))
+    return (error.get("type") == "KeyError" and message.strip("'\"") in _TORCHRUN_VARS) or \
+        "env:// rendezvous: environment variable" in message
+
+
+def never_initialised(script: Path, coord: Coordinator, codes: list[int | None], nproc_per_node: int | None) -> str:
+    """Why a run never had a process group, in one line: which process ended how and where
+    (each process's report, `rank.exits`: the error's line and the user's file:line; an init
+    that was called and raised says so), and the advice that fits. A script run as-is whose
+    own process failed for want of torchrun's variables is told to give --nproc-per-node; one
+    that starts its own ranks (mp.spawn) is not: the fix is in the script."""
+    said: dict[str, list[str]] = {}
+    for r, x in sorted(coord.no_init.items()):
+        said.setdefault(ended_without_init(x, at=True), []).append(str(r))
+    parts = [f"rank(s) {', '.join(rs)}: {words}" for words, rs in said.items()]
+    spawned = sorted((x for x in coord.spawn_left if x.get("spawn") is not None), key=lambda x: x["spawn"])
+    own = [x for x in coord.spawn_left if x.get("spawn") is None]
+    # (the script's own process re-raises its children's error from mp.spawn's join: said once, by the child)
+    parts += [left_words(x) for x in spawned or own]
+    what = "; ".join(parts) if parts else "no process called init_process_group"
+    errors = any(x.get("error") for x in [*coord.no_init.values(), *(x["never"] for x in coord.spawn_left)])
+    if nproc_per_node is None and not spawned and any(codes) and (
+            not own or any(_wants_torchrun(x["never"]) for x in own)):
+        hint = (f"; it ran as `python {script.name}` because --nproc-per-node was not given: "
+                "a script that torchrun starts needs --nproc-per-node N")
+    elif spawned and errors:
+        hint = ("; the script starts its own ranks (mp.spawn), so --nproc-per-node does not apply: the error is the "
+                "script's own (its traceback is in the script's output above)")
+    elif errors:
+        hint = "; the error is the script's own (its traceback is in the script's output above)"
+    else:
+        hint = ""
+    return f"script: {script} never initialised a process group: {what} (exit codes {codes}){hint}"
+
+
 def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             backend: str | None = None, timeout_s: float = 120.0, gpus: int | None = None,
             measure_compute: bool = True, stdout: int | IO | None = None, run_id: str | None = None,
@@ -223,12 +267,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     if not coord.gens and ending.kind == "interrupted":  # Ctrl-C before any rank came: nothing to report
         raise KeyboardInterrupt
     if not coord.gens:
-        codes = run.returncodes() if run is not None else []
-        hint = "" if nproc_per_node is not None or not any(codes) else (
-            f"; it ran as `python {script.name}` because --nproc-per-node was not given: "
-            "a script that torchrun starts needs --nproc-per-node N")
-        raise ScriptError(f"script: {script} never initialised a process group (no rank called "
-                          f"init_process_group; exit codes {codes}){hint}")
+        raise ScriptError(never_initialised(script, coord, run.returncodes() if run is not None else [],
+                                            nproc_per_node))
     timings = {"wall_s": round(time.time() - t0, 4)}
     if ending.kind == "hang" and ending.last_blocked is not None:
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
@@ -245,25 +285,49 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
 @dataclass
 class ScriptComparison:
     """Both sides of `simdist compare` for a script, and what was done so that the real side
-    started from the working directory the simulated one found (`simdist.script.workdir`)."""
+    started from the working directory the simulated one found (`simdist.script.workdir`).
+    Ctrl-C (with `status`): the side it ended is its report as it stood (`ScriptRun.interrupted`);
+    a side it kept from starting, or ended before any rank came, is None."""
 
     sim: ScriptRun
-    real: ScriptRun
+    real: ScriptRun | None
     workdir: SetAside
+
+    @property
+    def interrupted(self) -> bool:
+        return self.sim.interrupted or self.real is None or self.real.interrupted
+
+
+SIDES = {env.SIM: "simulated side", env.GLOO: "real side"}  # how status lines name the side they come from
 
 
 def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
-                   zygotes: Callable[[str], Zygote] | None = None, **kw: Any) -> ScriptComparison:
+                   zygotes: Callable[[str], Zygote] | None = None,
+                   status: Callable[[str], None] | None = None, **kw: Any) -> ScriptComparison:
     """The script on simulated ranks, then on real Gloo (`execute`'s arguments, `backend`
     gloo), each side from the same files: what the simulated side wrote in the working
     directory is set aside before the real side starts. `zygotes(mode)`: a fork server per
-    mode (the tests'), else the plain launch."""
+    mode (the tests'), else the plain launch. `status`: each side's status lines, named by
+    side (`execute`); given, Ctrl-C ends the comparison with what each side had (a simulated
+    side it ended: no real side follows)."""
+    def side(mode: str) -> ScriptRun:
+        said = None if status is None else (lambda line: status(f"{SIDES[mode]}: {line}"))
+        return execute(path, args, **kw, mode=mode, zygote=zygotes(mode) if zygotes else None, status=said)
+
     before = workdir.record()
     try:
-        sim = execute(path, args, **kw, mode=env.SIM, zygote=zygotes(env.SIM) if zygotes else None)
+        sim = side(env.SIM)
     except BaseException:  # no real side follows: the files stay as the simulated side left them
         before.discard()
         raise
+    if sim.interrupted:
+        before.discard()
+        return ScriptComparison(sim, None, SetAside())
     moved = workdir.set_aside(before)
-    real = execute(path, args, **kw, mode=env.GLOO, zygote=zygotes(env.GLOO) if zygotes else None)
+    try:
+        real = side(env.GLOO)
+    except KeyboardInterrupt:  # before any real rank came: the simulated side's report still stands
+        if status is None:
+            raise
+        real = None
     return ScriptComparison(sim, real, moved)

@@ -152,16 +152,31 @@ def fate(gen: Any, rank: int, default_s: float | None = None) -> Failure | None:
 
 
 def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
-    """How a process that never called init ended (`rank.exits`' report), in words; `at`:
-    with the line."""
+    """How a process that never joined a world ended (`rank.exits`' report), in words; `at`:
+    with the line and the error's first line (a traceback's last). Its init may have been
+    called and raised (torch's rendezvous errors, `rank.patches`): then it says so."""
     where = x.get("where") if at else None
-    return f"{exit_words(x)} before init_process_group" + (
-        f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else "")
+    line = f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else ""
+    error = x.get("error")
+    said = f"{error['type']}: {(str(error['message']).strip().splitlines() or [''])[0]}" if error else ""
+    if x.get("in_init") and error:
+        return f"called init_process_group{line}, which raised {said}"
+    if at and error:
+        return f"raised {said} before init_process_group{line}"
+    return f"{exit_words(x)} before init_process_group{line}"
+
+
+def process_words(x: dict[str, Any]) -> str:
+    """Which process of the run a report that came without a rank is (`_never_came`): a child
+    the script started with mp.spawn, or the script's own process."""
+    if x.get("spawn") is None:
+        return f"the script's own process (pid {x['pid']})"
+    return f"a process of the run (pid {x['pid']}, mp.spawn's process {x['spawn']})"
 
 
 def left_words(x: dict[str, Any]) -> str:
-    """How a child the script started with mp.spawn ended before init (`_never_came`), in words."""
-    return f"a process of the run (pid {x['pid']}, mp.spawn's process {x['spawn']}) {ended_without_init(x['never'], at=True)}"
+    """How a process of the run without a rank ended before init (`_never_came`), in words."""
+    return f"{process_words(x)} {ended_without_init(x['never'], at=True)}"
 
 
 def _blocked_elsewhere(gens: list[Any], rank: int, gen: Any) -> bool:

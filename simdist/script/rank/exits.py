@@ -87,12 +87,13 @@ def _exit_code(code: Any) -> int:
 def send() -> None:
     """Tell the coordinator (once) how this rank ends, as soon as the process is leaving."""
     c = client.CLIENT
-    if c is None and not _info.get("sent") and (_torchrun_rank() or "spawn" in _info):
+    if c is None and not _info.get("sent") and (_torchrun_rank() or "spawn" in _info or _script_failed()):
         _info["sent"] = True  # it never called init: its peers may wait there for it (`simdist.script.rendezvous`)
-        info = {k: v for k, v in _info.items() if k in ("how", "code", "where", "error")}
-        rank = int(os.environ["RANK"]) if "spawn" not in _info else None  # (mp.spawn's: which rank it was is unknown)
-        client.connect(os.environ[env.SOCKET]).send({"t": "init", "rank": rank, "never": info, "pid": os.getpid(),
-                                                     "spawn": _info.get("spawn")})
+        info = {k: v for k, v in _info.items() if k in ("how", "code", "where", "error", "in_init")}
+        rank = int(os.environ["RANK"]) if _torchrun_rank() else None  # (mp.spawn's: which rank it was is unknown)
+        with contextlib.suppress(OSError):  # (the run may be over: a script's process that outlived its ranks)
+            client.connect(os.environ[env.SOCKET]).send({"t": "init", "rank": rank, "never": info, "pid": os.getpid(),
+                                                         "spawn": _info.get("spawn")})
         return
     if c is None or c.rank is None or _info.get("sent"):
         return
@@ -117,6 +118,19 @@ def claim() -> None:
     children inherit the pid (`env.RANK_PID`). Called at the layer's install (a launched
     process) and by a fork server's child once it has its request's environment."""
     os.environ.setdefault(env.RANK_PID, str(os.getpid()))
+
+
+def init_raised() -> None:
+    """The process's own init_process_group is raising before it joined any world (torch's
+    rendezvous errors: `rank.patches`): it did call init, which the coordinator then says."""
+    _info["in_init"] = True
+
+
+def _script_failed() -> bool:
+    """The process the launcher started as-is (the script's own, not torchrun-style) is ending
+    with an error before any init: what it raised is why the run never had a process group."""
+    return "TORCHELASTIC_RUN_ID" not in os.environ and env.SOCKET in os.environ and \
+        os.environ.get(env.RANK_PID) == str(os.getpid()) and ("error" in _info or bool(_info.get("code")))
 
 
 def _torchrun_rank() -> bool:

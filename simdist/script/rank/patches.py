@@ -15,38 +15,71 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
+import numbers
 import os
 import sys
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
 from simdist.script.rank import client, exits, output, pg, stack
 from simdist.script.stores import rank0_hosts
 
 
-def _from_url(init_method: str | None) -> dict[str, int]:
-    if not init_method or "?" not in init_method:
-        return {}
-    query = parse_qs(urlparse(init_method).query)
-    return {k: int(v[0]) for k, v in query.items() if k in ("rank", "world_size") and v}
+def rank_and_size(rank: Any, world_size: Any, init_method: str | None, store_given: bool = False) -> tuple[int, int]:
+    """The rank and world size as torch 2.13's init finds them, with its errors, word for word
+    (`init_process_group`'s store checks; `torch.distributed.rendezvous.rendezvous`,
+    `_rendezvous_helper` and the env://, tcp:// and file:// handlers): a script run without
+    the variables torchrun sets reads what it would read under torch."""
+    if store_given:
+        if not world_size > 0:
+            raise AssertionError("world_size must be positive if using store")
+        if not rank >= 0:
+            raise AssertionError("rank must be non-negative if using store")
+        return rank, world_size
+    url = init_method or "env://"
+    if not isinstance(rank, numbers.Integral):
+        raise RuntimeError(f"`rank` must be an integer. {rank}")
+    if not isinstance(world_size, numbers.Integral):
+        raise RuntimeError(f"`world_size` must be an integer. {world_size}")
+    parsed = urlparse(url)
+    query = _query_to_dict(parsed.query)
+    if (rank != -1 or world_size != -1) and ("rank" in query or "world_size" in query):
+        raise AssertionError(f"The url: {url} has node-specific arguments(rank, world_size) already.")
+    if rank != -1:
+        query["rank"] = str(rank)
+    if world_size != -1:
+        query["world_size"] = str(world_size)
+    scheme = parsed.scheme
+    if scheme not in ("env", "tcp", "file"):
+        raise RuntimeError(f"No rendezvous handler for {scheme}://")
 
+    def error(msg: str) -> ValueError:
+        return ValueError(f"Error initializing torch.distributed using {scheme}:// rendezvous: {msg}")
 
-def rank_and_size(rank: int, world_size: int, init_method: str | None) -> tuple[int, int]:
-    """The rank and world size as torch's rendezvous would find them (argument, URL, env)."""
-    url = _from_url(init_method)
-    if rank is None or rank < 0:
-        rank = url.get("rank", int(os.environ.get("RANK", -1)))
-    if world_size is None or world_size < 0:
-        world_size = url.get("world_size", int(os.environ.get("WORLD_SIZE", -1)))
-    if rank < 0 or world_size < 1:
-        raise ValueError("init_process_group: the rank and world size are not given as arguments, in the "
-                         "init_method URL, or by the RANK and WORLD_SIZE environment variables")
-    return rank, world_size
+    if scheme == "env":
+        def read(key: str, var: str) -> int:
+            if key in query:
+                return int(query[key])
+            if not os.environ.get(var):
+                raise error(f"environment variable {var} expected, but not set")
+            return int(os.environ[var])
+
+        return read("rank", "RANK"), read("world_size", "WORLD_SIZE")
+    if scheme == "tcp" and parsed.port is None:
+        raise error("port number missing")
+    if scheme == "file" and not parsed.path:
+        raise error("path missing")
+    if "rank" not in query:
+        raise error("rank parameter missing")
+    if "world_size" not in query:
+        raise error("world size parameter missing")
+    return int(query["rank"]), int(query["world_size"])
 
 
 def _patch_init(backend: str) -> None:
@@ -57,11 +90,16 @@ def _patch_init(backend: str) -> None:
     def init_process_group(*args: Any, **kwargs: Any) -> None:
         if dist.is_initialized():  # torch's own error: "trying to initialize the default process group twice!"
             return orig(*args, **kwargs)
-        bound = sig.bind(*args, **kwargs)
-        a = bound.arguments
-        rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"))
-        # (before anything: torch's rendezvous raises for an address it cannot read, e.g. no MASTER_ADDR)
-        host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
+        try:  # torch's own errors before any world is joined: the process called init, which raised
+            bound = sig.bind(*args, **kwargs)
+            a = bound.arguments
+            rank, world_size = rank_and_size(a.get("rank", -1), a.get("world_size", -1), a.get("init_method"),
+                                             a.get("store") is not None)
+            # (before anything: torch's rendezvous raises for an address it cannot read, e.g. no MASTER_ADDR)
+            host = rank0_hosts(a.get("init_method"), a.get("store") is not None, os.environ)
+        except Exception:
+            exits.init_raised()
+            raise
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
