@@ -138,6 +138,27 @@ def test_as_tensor_on_cuda_copies_host_data():
     assert devices.stands_for_gpu(h) and again.data_ptr() == h.data_ptr() and devices.stands_for_gpu(listed)
 
 
+def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
+    """`torch.as_tensor`/`torch.asarray(gpu_tensor, device="cpu")` is a host copy on a GPU
+    (the memory moves device); placed on the CPU it was the GPU tensor itself, so `.numpy()`
+    of the "host" result raised and an edit of it changed the GPU tensor. In-process, under
+    the rank layer's mode."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    with devices.CudaToCpu():
+        g = torch.ones(3, device="cuda")
+        a = torch.as_tensor(g, device="cpu")
+        b = torch.asarray(g, device=torch.device("cpu"), copy=False)
+        host = torch.zeros(2)
+        same = torch.as_tensor(host, device="cpu")
+    a.add_(1)
+    b.add_(2)
+    assert g.tolist() == [1.0] * 3 and not devices.stands_for_gpu(a) and not devices.stands_for_gpu(b)
+    assert same is host  # a host tensor placed on the host is itself, as in torch
+
+
 def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
     accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU

@@ -89,6 +89,7 @@ def _target_index(device: Any) -> int:
 # the CPU it is the host data itself (a host tensor: the tensor itself, then marked as standing
 # for a GPU one), so a batch normalised in place after it changed the host array or tensor here
 # only. A copy is made unless the input stands for a GPU tensor (then a GPU returns it too).
+# Placed on the host, a GPU tensor's result is a host copy likewise (the memory changes device).
 _MAY_ALIAS = (torch.as_tensor, torch.asarray)
 _FRESH = (list, tuple, int, float, complex, bool)  # inputs of which any result is a new tensor anyway
 
@@ -103,8 +104,11 @@ class CudaToCpu(TorchFunctionMode):
         if kwargs:
             dev = kwargs.get("device")
             if dev is not None:
-                if not is_accelerator(dev):
-                    return func(*args, **kwargs)  # placed on the host explicitly: not propagated
+                if not is_accelerator(dev):  # placed on the host explicitly: not propagated
+                    out = func(*args, **kwargs)
+                    if func in _MAY_ALIAS and stands_for_gpu(out):  # a GPU tensor's memory: a host copy on a GPU
+                        out = out.clone()
+                    return out
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
