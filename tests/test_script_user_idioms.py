@@ -159,6 +159,25 @@ def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
     assert same is host  # a host tensor placed on the host is itself, as in torch
 
 
+def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
+    """CUDA lets a 0-dim host tensor join a device operation, in any place, and the result is
+    on the device (`scale * grad`, `torch.maximum(floor, x)`); the mode read the device off
+    the first tensor alone, so such a result was host memory (`.numpy()` of it worked where a
+    GPU raises). A host scalar with host tensors stays on the host. In-process."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    with devices.CudaToCpu():
+        g = torch.ones(3, device="cuda:1")
+        scale = torch.tensor(2.0)
+        led = scale * g
+        floor = torch.maximum(scale, g)
+        host = scale * torch.ones(3)
+    assert devices.stands_for_gpu(led) and devices.stands_for_gpu(floor) and not devices.stands_for_gpu(host)
+    assert led.untyped_storage()._simdist_cuda_index == 1
+
+
 def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
     accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU
