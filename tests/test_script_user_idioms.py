@@ -178,6 +178,26 @@ def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
     assert led.untyped_storage()._simdist_cuda_index == 1
 
 
+def test_a_cuda_default_device_places_factories_on_the_simulated_gpu(monkeypatch):
+    """`with torch.device("cuda"):` / `torch.set_default_device("cuda")` (a model built on the
+    GPU, as torchtitan does): torch's DeviceContext, at the bottom of the mode stack, gave the
+    factories `device="cuda"` after the rank layer's mode had passed them, and they raised
+    "Torch not compiled with CUDA enabled". In-process, restored."""
+    import torch
+    import torch.utils._device as ud
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(ud.DeviceContext, "__torch_function__", ud.DeviceContext.__torch_function__)
+    devices._patch_device_context()
+    with devices.CudaToCpu(), torch.device("cuda:1"):
+        lin = torch.nn.Linear(2, 2)
+        made = torch.zeros(3)
+        host = torch.ones(2, device="cpu")
+    assert devices.stands_for_gpu(made) and devices.stands_for_gpu(lin.weight) and not devices.stands_for_gpu(host)
+    assert made.untyped_storage()._simdist_cuda_index == 1
+
+
 def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
     accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU

@@ -386,6 +386,27 @@ def _patch_barrier_device() -> None:
     ProcessGroup.barrier = barrier  # type: ignore[method-assign]
 
 
+def _patch_device_context() -> None:
+    """A CUDA default device (`with torch.device("cuda"):`, `torch.set_default_device`) places
+    factories on the simulated GPU: torch's DeviceContext sits at the bottom of the mode stack,
+    below `CudaToCpu`, and gave them `device="cuda"` after the remap had passed ("Torch not
+    compiled with CUDA enabled")."""
+    import torch.utils._device as ud
+
+    orig = ud.DeviceContext.__torch_function__
+
+    @functools.wraps(orig)
+    def __torch_function__(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if is_accelerator(self.device) and kwargs.get("device") is None and func in ud._device_constructors():
+            out = func(*args, **{**kwargs, "device": _CPU})
+            gpu_memory.mark_outputs(out, _target_index(self.device))
+            return out
+        return orig(self, func, types, args, kwargs)
+
+    ud.DeviceContext.__torch_function__ = __torch_function__  # type: ignore[method-assign]
+
+
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -422,6 +443,7 @@ def install(gpus: int) -> None:
     _patch_autocast()
     _patch_ddp()
     _patch_barrier_device()
+    _patch_device_context()
     _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()
