@@ -141,8 +141,8 @@ def test_as_tensor_on_cuda_copies_host_data():
 def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
     """`torch.as_tensor`/`torch.asarray(gpu_tensor, device="cpu")` is a host copy on a GPU
     (the memory moves device); placed on the CPU it was the GPU tensor itself, so `.numpy()`
-    of the "host" result raised and an edit of it changed the GPU tensor. In-process, under
-    the rank layer's mode."""
+    of the "host" result raised and an edit of it changed the GPU tensor; placed on another
+    GPU, it moved the tensor's own memory there. In-process, under the rank layer's mode."""
     import torch
 
     from simdist.script.rank import devices
@@ -157,6 +157,10 @@ def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
     b.add_(2)
     assert g.tolist() == [1.0] * 3 and not devices.stands_for_gpu(a) and not devices.stands_for_gpu(b)
     assert same is host  # a host tensor placed on the host is itself, as in torch
+    with devices.CudaToCpu():
+        other = torch.as_tensor(g, device="cuda:1")  # another GPU: a copy there, `g` stays on GPU 0
+    assert g.untyped_storage()._simdist_cuda_index == 0 and other.untyped_storage()._simdist_cuda_index == 1
+    assert other.data_ptr() != g.data_ptr()
 
 
 def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
