@@ -513,3 +513,36 @@ def test_ctrl_c_while_ranks_wait_in_init_gives_the_report_and_ends_every_process
     assert p.returncode == 130, (out[-800:], rest[-800:])
     assert "interrupted (Ctrl-C)" in out and "rank 0 is waiting in init_process_group" in out, out
     assert processes_with_env(TEST_TAG, tag) == []
+
+
+@pytest.mark.parametrize(("code", "untimed"), [
+    ("import time; time.sleep(60)", False),  # a late rank sleeping: clock_nanosleep, a timer
+    ("import select, os; r, w = os.pipe(); select.select([r], [], [], 60)", False),
+    ("import select, os; r, w = os.pipe(); p = select.poll(); p.register(r); p.poll(60000)", False),
+    ("import threading; threading.Event().wait(60)", False),
+    ("import select, os; r, w = os.pipe(); select.select([r], [], [])", True),
+    ("import threading; threading.Event().wait()", True),
+])
+def test_only_a_wait_no_timer_ends_counts_as_untimed(code, untimed):
+    """`initwatch.untimed_wait` reads /proc/PID/task/TID/syscall: a process sleeping or
+    polling with a timeout may yet start the missing rank, so it never counts as waiting for
+    good (the early hang verdict needs every other process of the run so); where the
+    syscall table has no entry for this machine, nothing counts (fail safe)."""
+    import subprocess
+    import sys
+    import time
+
+    from simdist.script import initwatch
+
+    proc = subprocess.Popen([sys.executable, "-c", f"print(flush=True); {code}"], stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()  # about to wait
+        deadline = time.monotonic() + (5 if untimed else 0.5)  # (timed: half a second of samples, none untimed)
+        seen = False
+        while time.monotonic() < deadline and not seen:
+            time.sleep(0.02)
+            seen = initwatch.untimed_wait(proc.pid)
+        assert seen is (untimed and bool(initwatch._UNTIMED))
+    finally:
+        proc.kill()
+        proc.wait()

@@ -138,6 +138,70 @@ def test_as_tensor_on_cuda_copies_host_data():
     assert devices.stands_for_gpu(h) and again.data_ptr() == h.data_ptr() and devices.stands_for_gpu(listed)
 
 
+def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
+    """`torch.as_tensor`/`torch.asarray(gpu_tensor, device="cpu")` is a host copy on a GPU
+    (the memory moves device); placed on the CPU it was the GPU tensor itself, so `.numpy()`
+    of the "host" result raised and an edit of it changed the GPU tensor; placed on another
+    GPU, it moved the tensor's own memory there. In-process, under the rank layer's mode."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    with devices.CudaToCpu():
+        g = torch.ones(3, device="cuda")
+        a = torch.as_tensor(g, device="cpu")
+        b = torch.asarray(g, device=torch.device("cpu"), copy=False)
+        host = torch.zeros(2)
+        same = torch.as_tensor(host, device="cpu")
+    a.add_(1)
+    b.add_(2)
+    assert g.tolist() == [1.0] * 3 and not devices.stands_for_gpu(a) and not devices.stands_for_gpu(b)
+    assert same is host  # a host tensor placed on the host is itself, as in torch
+    with devices.CudaToCpu():
+        other = torch.as_tensor(g, device="cuda:1")  # another GPU: a copy there, `g` stays on GPU 0
+    assert g.untyped_storage()._simdist_cuda_index == 0 and other.untyped_storage()._simdist_cuda_index == 1
+    assert other.data_ptr() != g.data_ptr()
+
+
+def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
+    """CUDA lets a 0-dim host tensor join a device operation, in any place, and the result is
+    on the device (`scale * grad`, `torch.maximum(floor, x)`); the mode read the device off
+    the first tensor alone, so such a result was host memory (`.numpy()` of it worked where a
+    GPU raises). A host scalar with host tensors stays on the host. In-process."""
+    import torch
+
+    from simdist.script.rank import devices
+
+    with devices.CudaToCpu():
+        g = torch.ones(3, device="cuda:1")
+        scale = torch.tensor(2.0)
+        led = scale * g
+        floor = torch.maximum(scale, g)
+        host = scale * torch.ones(3)
+    assert devices.stands_for_gpu(led) and devices.stands_for_gpu(floor) and not devices.stands_for_gpu(host)
+    assert led.untyped_storage()._simdist_cuda_index == 1
+
+
+def test_a_cuda_default_device_places_factories_on_the_simulated_gpu(monkeypatch):
+    """`with torch.device("cuda"):` / `torch.set_default_device("cuda")` (a model built on the
+    GPU, as torchtitan does): torch's DeviceContext, at the bottom of the mode stack, gave the
+    factories `device="cuda"` after the rank layer's mode had passed them, and they raised
+    "Torch not compiled with CUDA enabled". In-process, restored."""
+    import torch
+    import torch.utils._device as ud
+
+    from simdist.script.rank import devices
+
+    monkeypatch.setattr(ud.DeviceContext, "__torch_function__", ud.DeviceContext.__torch_function__)
+    devices._patch_device_context()
+    with devices.CudaToCpu(), torch.device("cuda:1"):
+        lin = torch.nn.Linear(2, 2)
+        made = torch.zeros(3)
+        host = torch.ones(2, device="cpu")
+    assert devices.stands_for_gpu(made) and devices.stands_for_gpu(lin.weight) and not devices.stands_for_gpu(host)
+    assert made.untyped_storage()._simdist_cuda_index == 1
+
+
 def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     """`rank.gpu_shims`: torch.accelerator says what torch.cuda says (it said "no
     accelerator" while torch.cuda said 8 GPUs), and CUDA's generator state is the CPU

@@ -88,7 +88,8 @@ def _target_index(device: Any) -> int:
 # GPU `torch.as_tensor(host_array_or_tensor, device="cuda")` is a copy on the device; placed on
 # the CPU it is the host data itself (a host tensor: the tensor itself, then marked as standing
 # for a GPU one), so a batch normalised in place after it changed the host array or tensor here
-# only. A copy is made unless the input stands for a GPU tensor (then a GPU returns it too).
+# only. A copy is made unless the input stands for a tensor on that GPU (then a GPU returns it too).
+# Placed on the host, a GPU tensor's result is a host copy likewise (the memory changes device).
 _MAY_ALIAS = (torch.as_tensor, torch.asarray)
 _FRESH = (list, tuple, int, float, complex, bool)  # inputs of which any result is a new tensor anyway
 
@@ -103,14 +104,17 @@ class CudaToCpu(TorchFunctionMode):
         if kwargs:
             dev = kwargs.get("device")
             if dev is not None:
-                if not is_accelerator(dev):
-                    return func(*args, **kwargs)  # placed on the host explicitly: not propagated
+                if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
+                    out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
+                    return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
-                if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and not stands_for_gpu(args[0]):
+                index = _target_index(dev)
+                if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and \
+                        gpu_memory.gpu_index(args[0]) != index:
                     out = out.clone()  # (`_MAY_ALIAS`)
-                gpu_memory.mark_outputs(out, _target_index(dev))
+                gpu_memory.mark_outputs(out, index)
                 return out
             out = func(*args, **kwargs)
         else:
@@ -382,6 +386,27 @@ def _patch_barrier_device() -> None:
     ProcessGroup.barrier = barrier  # type: ignore[method-assign]
 
 
+def _patch_device_context() -> None:
+    """A CUDA default device (`with torch.device("cuda"):`, `torch.set_default_device`) places
+    factories on the simulated GPU: torch's DeviceContext sits at the bottom of the mode stack,
+    below `CudaToCpu`, and gave them `device="cuda"` after the remap had passed ("Torch not
+    compiled with CUDA enabled")."""
+    import torch.utils._device as ud
+
+    orig = ud.DeviceContext.__torch_function__
+
+    @functools.wraps(orig)
+    def __torch_function__(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if is_accelerator(self.device) and kwargs.get("device") is None and func in ud._device_constructors():
+            out = func(*args, **{**kwargs, "device": _CPU})
+            gpu_memory.mark_outputs(out, _target_index(self.device))
+            return out
+        return orig(self, func, types, args, kwargs)
+
+    ud.DeviceContext.__torch_function__ = __torch_function__  # type: ignore[method-assign]
+
+
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -418,6 +443,7 @@ def install(gpus: int) -> None:
     _patch_autocast()
     _patch_ddp()
     _patch_barrier_device()
+    _patch_device_context()
     _patch_generator()
     _enter_in_new_threads()
     _MODE = CudaToCpu()

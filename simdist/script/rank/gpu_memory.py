@@ -69,8 +69,9 @@ def mark_storage(storage: Any, index: int) -> Any:
 def input_index(args: tuple) -> int | None:
     """The simulated GPU of an operation's inputs, read off its first tensor argument: the
     first positional one, the first of a list (`torch.cat`), or the second (`torch.einsum`'s
-    equation first). A valid GPU program mixes no host tensor into a device operation (but a
-    0-dim one), so the first tensor decides. (Inlined: the mode runs it on every call.)"""
+    equation first). A valid GPU program mixes no host tensor into a device operation but a
+    0-dim one, so the first tensor decides unless it is a host scalar: then any later
+    positional tensor on a GPU does. (Inlined: the mode runs it on every call.)"""
     first = args[0]
     kind = type(first)
     if kind is list or kind is tuple:
@@ -84,9 +85,12 @@ def input_index(args: tuple) -> int | None:
     if kind not in PLAIN:
         return None
     try:
-        return getattr(first.untyped_storage(), _ATTR, None)
+        index = getattr(first.untyped_storage(), _ATTR, None)
     except (RuntimeError, NotImplementedError):
         return None
+    if index is None and first.dim() == 0:  # a host scalar may lead (`scale * grad`): the device is another's
+        return next((i for a in args[1:] if (i := gpu_index(a)) is not None), None)
+    return index
 
 
 def mark_outputs(out: Any, index: int) -> None:
