@@ -41,6 +41,7 @@ from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
+from simdist.script.groups import Creating, GroupsMixin
 from simdist.script.initwatch import InitWatchMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
@@ -65,7 +66,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
     return frames, user, script_origin(frames, user, dtype)
 
 
-class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatchMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -88,8 +89,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
         self.timeouts: dict[tuple[str, int | None], float] = {}
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
-        # group name -> the members waiting in its creation: (their connection, request id)
-        self._creating: dict[str, dict[int, tuple[RankConn, int]]] = {}
+        self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -142,7 +142,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
             self._init_timeouts()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung() and not (self._init_expire() or self._expire()):
+            if self._hung() and not (self._init_expire() or self._group_expire() or self._expire()):
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
@@ -234,27 +234,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
             self._overdue()
-
-    def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
-        if conn.gen is None:
-            return
-        ranks = sorted(int(r) for r in h["ranks"])
-        if h.get("to") is not None:
-            self.timeouts[h["g"], conn.rank] = float(h["to"])
-        have = conn.gen.engine.add_group(h["g"], ranks)
-        if have != ranks:
-            self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
-        if h.get("req") is None:
-            return
-        # Gloo's group constructor connects its members through the store under the group's
-        # name (`connectFullMesh`): a member returns once every member made the group of that
-        # name. Names are per rank (a creation count, or a hash of the ranks and how many
-        # groups the rank has), so ranks that make groups in different orders wait for good.
-        waiting = self._creating.setdefault(h["g"], {})
-        waiting[conn.rank] = (conn, int(h["req"]))  # type: ignore[index]
-        if have != ranks or set(waiting) >= set(ranks):
-            for c, req in self._creating.pop(h["g"]).values():
-                self._send(c, {"t": "reply", "req": req})
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
         assert conn.gen is not None and conn.rank is not None
