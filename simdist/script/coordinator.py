@@ -402,20 +402,26 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
     def _stalled(self) -> Ending | None:
         """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
         generation has all its ranks, or lacks only ranks whose launched process ended before
-        its init (torchrun-style, `_unjoinable`: a rank still to come, sleeping or computing
-        before its init, keeps the run from a verdict). Judged over every rank process still
+        its init (torchrun-style, `_unjoinable`), or no other process of the run could still
+        become one (mp.spawn: `InitWatchMixin._none_to_come`; a rank still to come, sleeping or
+        computing before its init, keeps the run from a verdict). Judged over every rank process still
         connected, also one that destroyed its group and lives on (it may be computing: then
         it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
-        if self.stalls is None or (self._starting() and not (self.gens and self._unjoinable(self.gens[-1]))):
+        if self.stalls is None or not self.gens:
             return None
         # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
         # settle period again, as its peers' waits fail only once its process is gone
         ranks = [c for c in self.conns if c.rank is not None]
         now = time.time()
+        waits = self._starting() and not self._unjoinable(self.gens[-1])  # for ranks that may still come
+        live = [c for c in ranks if c.connected]  # (the run's processes are looked at once all of them stall)
+        come = self._none_to_come(live, now) if waits and all(c.stall_since is not None for c in live) else None
         since = self.stalls.hung_since(ranks, now)
-        if since is None:
+        if since is None or (waits and (come is None or now - max(since, come) < self.stalls.hang_after_s)):
             return None
-        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks))
+        since = max(since, come) if come is not None else since
+        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks)
+                      + (self._none_to_come_note() if waits else ""))
 
     def close(self) -> None:
         for c in self.conns:
