@@ -123,6 +123,9 @@ class GroupsMixin:
                     where = _at([[*c.exit["where"][:3], True]]) if c is not None and c.exit and c.exit.get("where") \
                         else ""
                     why.append(f"rank {m} never called it: its process left ({how}{where})")
+                elif c.block is not None and c.block.label == NEW_GROUP_WAIT:  # torch named it apart on that rank
+                    why.append(f"rank {m} never called it: it waits in a group's creation under another name (ranks "
+                               f"that made their groups in different orders){_at(c.block.frames)}")
                 elif c.block is not None:
                     why.append(f"rank {m} never called it: it waits{_at(c.block.frames)}")
                 else:
