@@ -246,6 +246,22 @@ def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_e
     assert sim.ranks[0].time == pytest.approx(0.5)
 
 
+@pytest.mark.real
+def test_a_member_later_than_a_peers_group_timeout_fails_it_and_then_is_refused(script_zygote):
+    """new_group(timeout=0.5 s), rank 1 sleeps 2 s first: on real Gloo rank 0 raises the
+    store's error at 0.5 s and leaves; rank 1 then finds rank 0's address and its connect fails
+    (refused, or timed out: the ports' race, `simdist.races`). The simulated side, on its
+    clocks: rank 0 at 0.5 s, rank 1 refused (before, both completed)."""
+    run_id = new_run_id()
+    rep = run_script(SKIPS, ["sleeps2", "0.5"], nproc_per_node=2, backend="gloo", timeout_s=60, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"))
+    assert tagged_processes(run_id) == []
+    r0, r1 = rep.ranks
+    assert (r0.error.type, r0.error.message, r0.time) == (
+        "DistStoreError", "wait timeout after 500ms, keys: /default_pg/0//1//cpu//0/1", pytest.approx(0.5))
+    assert (r1.error.type, r1.error.message) == ("RuntimeError", f"{REFUSED} (rank 0 timed out in new_group)")
+
+
 def test_a_first_init_is_late_by_the_wall_clock_a_later_one_by_the_simulated_clock():
     """Before a process's first init nothing is simulated: rank 1 entering init 1.5 s after
     rank 0 (its sleeps, its compute or its poll for a file rank 0 writes alike) outlasts

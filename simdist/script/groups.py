@@ -13,7 +13,11 @@ Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as 
 collective is: once every live rank is blocked the coordinator's proof of a hang covers it;
 then the waits with a group timeout end with the store's error (`_group_expire`, as
 `rendezvous._init_expire` ends init's), and the rest are the hang, explained by
-`group_notes` (who waits at which line, who never came and why).
+`group_notes` (who waits at which line, who never came and why). A member that comes after
+a peer's timeout ran out (on the simulated clocks: its sleeps and compute) makes that peer
+raise first, then is refused by the address the peer left in the store, as on real Gloo
+(`sleeps2 0.5`: rank 0's DistStoreError at 0.5 s, rank 1's "Gloo connectFullMesh failed
+with ... Connection refused").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.ranks import Block, RankConn, exit_words, first_user
+from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
 
 NEW_GROUP_WAIT = "waiting in new_group"  # how a member that waits there for the others is reported
@@ -41,6 +46,7 @@ class Creating:
     ranks: list[int]
     key: str
     frames: list[Any]
+    failed: bool = False  # its timeout ran out: it raised, its address stays in the store
 
 
 def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
@@ -78,31 +84,38 @@ class GroupsMixin:
         # Names are per rank (a creation count, or a hash of the ranks and how many groups the
         # rank has), so ranks that make groups in different orders wait for good.
         waiting = self._creating.setdefault(h["g"], {})
+        for w in list(waiting.values()):  # those whose timeout ran out before this arrival (the simulated clocks)
+            if not w.failed and w.limit_s is not None and w.clock + w.limit_s < conn.clock:
+                self._group_failed(w, waiting)
         frames = list(h.get("frames") or [])
         waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
                                       ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
         conn.block = Block([], time.time(), frames, NEW_GROUP_WAIT)
         if have != ranks or set(waiting) >= set(ranks):
-            start = max(w.conn.clock for w in waiting.values())
+            # every address is in the store; one of a member that timed out and left refuses the connect
+            gone = [r for r, w in waiting.items() if w.failed]
+            refused = {"raise": ("RuntimeError", f"{REFUSED} (rank {gone[0]} timed out in new_group)")} if gone else {}
+            start = max(w.conn.clock for w in waiting.values() if not w.failed)
             for w in self._creating.pop(h["g"]).values():
-                w.conn.block, w.conn.clock = None, max(w.conn.clock, start)
-                self._send(w.conn, {"t": "reply", "req": w.req})
+                if not w.failed:
+                    w.conn.block, w.conn.clock = None, max(w.conn.clock, start)
+                    self._send(w.conn, {"t": "reply", "req": w.req, **refused})
+
+    def _group_failed(self, w: Creating, waiting: dict[int, Creating]) -> None:
+        """`w`'s wait ran out: it raises the store's error (`group_timeout`), its clock at its entry + T."""
+        missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
+        w.failed, w.conn.block, w.conn.clock = True, None, w.clock + (w.limit_s or 0.0)
+        self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
     def _group_expire(self) -> bool:
         """Nothing else can progress: the members waiting in a group's creation with a
         timeout end with the store's error (`group_timeout`), at their entry + T. Whether one did."""
         fired = False
-        for name, waiting in list(self._creating.items()):
-            for r, w in list(waiting.items()):
-                if w.limit_s is None or not w.conn.active():
-                    continue
-                missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
-                del waiting[r]
-                w.conn.block, w.conn.clock = None, w.clock + w.limit_s
-                self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s, w.key, missing)})
-                fired = True
-            if not waiting:
-                del self._creating[name]
+        for waiting in self._creating.values():
+            for w in list(waiting.values()):
+                if w.limit_s is not None and not w.failed and w.conn.active():
+                    self._group_failed(w, waiting)
+                    fired = True
         return fired
 
     def group_notes(self) -> list[str]:
@@ -110,7 +123,7 @@ class GroupsMixin:
         they are instead (their process ended, or they wait elsewhere)."""
         notes = []
         for waiting in self._creating.values():
-            here = [w for w in waiting.values() if w.conn.active()]
+            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
             if not here:
                 continue
             first = here[0]
