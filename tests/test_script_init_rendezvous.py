@@ -204,6 +204,64 @@ def test_new_group_waits_for_its_members_only(script_zygote):
     assert all(r.trace[-1].op == "barrier" and r.trace[-1].t_done >= 1.0 for r in sim.ranks)
 
 
+SKIPS = SCRIPTS / "new_group_member_skips.py"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("mode", "statuses", "instead"), [
+    ("barrier", ["hang", "hang"], "it waits at new_group_member_skips.py:{barrier}"),
+    ("exits", ["hang", "completed"], "its process left (sys.exit(0) at new_group_member_skips.py:{exit})"),
+])
+def test_a_member_that_never_calls_new_group_is_a_hang_on_both_sides(script_zygote, mode, statuses, instead):
+    """Rank 1 never calls new_group (it waits in a barrier of the world, or exits): rank 0
+    waits in the group's creation, on real Gloo at the store (torch: 30 min). The simulator
+    proves the hang at once (rank 0's wait is a block, `groups`), where it waited for its
+    watchdog before (30 s with --timeout 30); the report names the wait, its line and who
+    never came."""
+    sim, real = _compare(script_zygote, [mode], nproc=2, script=SKIPS)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    at = line_of(SKIPS, "dist.new_group(")
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == statuses and rep.ranks[0].location.line == at, rep.source
+    assert sim.ranks[0].exit == "waiting in new_group" and sim.timings["wall_s"] < 30, sim.timings
+    lines = {"barrier": line_of(SKIPS, "dist.barrier()"), "exit": line_of(SKIPS, "sys.exit(0)")}
+    assert f"new_group: rank(s) [0] wait in new_group(ranks=[0, 1]) at new_group_member_skips.py:{at} for every " \
+           f"member (Gloo's full-mesh connect at the c10d store): rank 1 never called it: " \
+           f"{instead.format(**lines)}" in sim.notes, sim.notes
+
+
+@pytest.mark.real
+def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_error(script_zygote):
+    """new_group(timeout=0.5 s), rank 1 exits: rank 0 raises the store's error T after it
+    entered, on both sides with the same wording but the store's prefix (the real side's
+    launcher names its default group's store apart)."""
+    sim, real = _compare(script_zygote, ["exits", "0.5"], nproc=2, script=SKIPS)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        e = rep.ranks[0].error
+        assert (rep.ranks[0].status, e.type) == ("error", "DistStoreError"), rep.source
+        assert e.message.startswith("wait timeout after 500ms, keys: /") and e.message.endswith("/0//1//cpu//0/1")
+    assert sim.ranks[0].time == pytest.approx(0.5)
+
+
+@pytest.mark.real
+def test_a_member_later_than_a_peers_group_timeout_fails_it_and_then_is_refused(script_zygote):
+    """new_group(timeout=0.5 s), rank 1 sleeps 2 s first: on real Gloo rank 0 raises the
+    store's error at 0.5 s and leaves; rank 1 then finds rank 0's address and its connect fails
+    (refused, or timed out: the ports' race, `simdist.races`). The simulated side, on its
+    clocks: rank 0 at 0.5 s, rank 1 refused (before, both completed)."""
+    run_id = new_run_id()
+    rep = run_script(SKIPS, ["sleeps2", "0.5"], nproc_per_node=2, backend="gloo", timeout_s=60, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"))
+    assert tagged_processes(run_id) == []
+    r0, r1 = rep.ranks
+    assert (r0.error.type, r0.error.message, r0.time) == (
+        "DistStoreError", "wait timeout after 500ms, keys: /default_pg/0//1//cpu//0/1", pytest.approx(0.5))
+    assert (r1.error.type, r1.error.message) == ("RuntimeError", f"{REFUSED} (rank 0 timed out in new_group)")
+
+
 def test_a_first_init_is_late_by_the_wall_clock_a_later_one_by_the_simulated_clock():
     """Before a process's first init nothing is simulated: rank 1 entering init 1.5 s after
     rank 0 (its sleeps, its compute or its poll for a file rank 0 writes alike) outlasts
@@ -481,6 +539,37 @@ def test_mp_spawn_a_late_rank_is_waited_for_and_said_to_be_running(script_zygote
     assert lines and "rank(s) [0, 1] waiting in init_process_group" in lines[0], lines
     assert "still run or sleep: they may yet call init" in lines[0] and "Ctrl-C ends the run with a report" \
         in lines[0], lines
+
+
+@pytest.mark.real
+def test_mp_spawn_a_rank_that_exits_before_init_is_a_hang_in_seconds_on_both_sides(script_zygote):
+    """The same run on real Gloo: its ranks wait at the store (torch: 30 min); once every one
+    has stalled and no other process of the run could become rank 2 (the script's own waits
+    in mp.spawn's join with no timer, `initwatch._look`), the stall rule's verdict, not the
+    watchdog's. Both sides: a hang of ranks 0 and 1 at init's line, and they agree."""
+    sim, real = _spawned(script_zygote, ["exits", "2", "3", "none", "fork"])
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    at = line_of(SPAWN, "dist.init_process_group(")
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks[:2]] == ["hang", "hang"], rep.source
+        assert [r.location.line for r in rep.ranks[:2]] == [at, at], rep.source
+        assert rep.timings["hang_detect_s"] < 10 and rep.timings["wall_s"] < 40, (rep.source, rep.timings)
+    early = next(n for n in real.notes if n.startswith("hang found early (--hang-after 0.3 s, not the 60 s"))
+    assert "rank(s) [2] never called init_process_group; a process of the run (pid " in early, early
+    assert "no other process of the run could bring them: process(es) [" in early, early
+
+
+@pytest.mark.real
+def test_mp_spawn_a_late_rank_is_not_a_hang_on_real_gloo(script_zygote):
+    """Rank 2 sleeps 2 s (several settle periods) before its init while ranks 0 and 1 stall at
+    the store: a process of the run still sleeps with a timer, so it may yet come: no verdict."""
+    rep = run_script(SPAWN, ["sleeps2", "2", "3", "none", "fork"], nproc_per_node=None, backend="gloo",
+                     timeout_s=60, mode="gloo", hang_after_s=0.3, run_id=(run_id := new_run_id()),
+                     measure_compute=False, zygote=script_zygote("gloo"))
+    assert tagged_processes(run_id) == []
+    assert rep.outcome == "completed" and not any("hang" in n for n in rep.notes), rep.notes
+    assert rep.timings["wall_s"] >= 2.0
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
+from simdist.script.groups import Creating, GroupsMixin
 from simdist.script.initwatch import InitWatchMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
@@ -65,7 +66,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
     return frames, user, script_origin(frames, user, dtype)
 
 
-class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatchMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -88,8 +89,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
         self.timeouts: dict[tuple[str, int | None], float] = {}
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
-        # group name -> the members waiting in its creation: (their connection, request id)
-        self._creating: dict[str, dict[int, tuple[RankConn, int]]] = {}
+        self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -142,7 +142,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
             self._init_timeouts()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung() and not (self._init_expire() or self._expire()):
+            if self._hung() and not (self._init_expire() or self._group_expire() or self._expire()):
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
@@ -234,27 +234,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
             self._overdue()
-
-    def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
-        if conn.gen is None:
-            return
-        ranks = sorted(int(r) for r in h["ranks"])
-        if h.get("to") is not None:
-            self.timeouts[h["g"], conn.rank] = float(h["to"])
-        have = conn.gen.engine.add_group(h["g"], ranks)
-        if have != ranks:
-            self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
-        if h.get("req") is None:
-            return
-        # Gloo's group constructor connects its members through the store under the group's
-        # name (`connectFullMesh`): a member returns once every member made the group of that
-        # name. Names are per rank (a creation count, or a hash of the ranks and how many
-        # groups the rank has), so ranks that make groups in different orders wait for good.
-        waiting = self._creating.setdefault(h["g"], {})
-        waiting[conn.rank] = (conn, int(h["req"]))  # type: ignore[index]
-        if have != ranks or set(waiting) >= set(ranks):
-            for c, req in self._creating.pop(h["g"]).values():
-                self._send(c, {"t": "reply", "req": req})
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
         assert conn.gen is not None and conn.rank is not None
@@ -423,20 +402,26 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, RendezvousMixin, InitWatc
     def _stalled(self) -> Ending | None:
         """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
         generation has all its ranks, or lacks only ranks whose launched process ended before
-        its init (torchrun-style, `_unjoinable`: a rank still to come, sleeping or computing
-        before its init, keeps the run from a verdict). Judged over every rank process still
+        its init (torchrun-style, `_unjoinable`), or no other process of the run could still
+        become one (mp.spawn: `InitWatchMixin._none_to_come`; a rank still to come, sleeping or
+        computing before its init, keeps the run from a verdict). Judged over every rank process still
         connected, also one that destroyed its group and lives on (it may be computing: then
         it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
-        if self.stalls is None or (self._starting() and not (self.gens and self._unjoinable(self.gens[-1]))):
+        if self.stalls is None or not self.gens:
             return None
         # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
         # settle period again, as its peers' waits fail only once its process is gone
         ranks = [c for c in self.conns if c.rank is not None]
         now = time.time()
+        waits = self._starting() and not self._unjoinable(self.gens[-1])  # for ranks that may still come
+        live = [c for c in ranks if c.connected]  # (the run's processes are looked at once all of them stall)
+        come = self._none_to_come(live, now) if waits and all(c.stall_since is not None for c in live) else None
         since = self.stalls.hung_since(ranks, now)
-        if since is None:
+        if since is None or (waits and (come is None or now - max(since, come) < self.stalls.hang_after_s)):
             return None
-        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks))
+        since = max(since, come) if come is not None else since
+        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks)
+                      + (self._none_to_come_note() if waits else ""))
 
     def close(self) -> None:
         for c in self.conns:

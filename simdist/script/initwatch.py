@@ -146,27 +146,55 @@ class InitWatchMixin:
         now = time.time()
         live = self._init_waiting() if w is not None and not all(g.complete() for g in self.gens) else []
         if w is None or not live:
-            if w is not None:
+            if w is not None and w.rule is not None:  # (the real side's `_none_to_come` keeps its own)
                 w._quiet_since = None
             return None
         last = max(c.init_wait.since for c in live)
         if now - last < min(STATUS_AFTER_S, w.rule.hang_after_s if w.rule else STATUS_AFTER_S) or \
-                now - w._looked < LOOK_EVERY_S:
+                not self._look(w, {c.pid for c in live}, all(c.init_wait.limit_s is None for c in live), now):
             return None
-        w._looked = now
-        ranks = {c.pid for c in live}
-        launched = set(w.launched())
-        run = set(processes_with_env(env.RUN_ID, w.run_id)) | set(tree(launched))
-        others = sorted(p for p in run if p not in ranks)
-        w._others = [p for p in others if untimed_wait(p)]  # the script's own in mp.spawn's join, multiprocessing's helpers
-        w._running = [p for p in others if p not in w._others]
-        quiet = None not in ranks and not w._running and all(c.init_wait.limit_s is None for c in live)
-        w._quiet_since = (w._quiet_since or now) if quiet else None
         if now - last >= STATUS_AFTER_S:
             self._say_status(w, live, now - min(c.init_wait.since for c in live), now)
         if w.rule is not None and w._quiet_since is not None and now - w._quiet_since >= w.rule.hang_after_s:
             return Ending("hang", now, w._quiet_since, early=self._init_note(w, live, now))
         return None
+
+    def _look(self, w: InitWatch, ranks: set[int | None], untimed: bool, now: float) -> bool:
+        """Look at the run's processes other than the ranks' (`ranks`: their pids), at most every
+        `LOOK_EVERY_S`: which wait with no timer, which run (`InitWatch._others`, `_running`),
+        and since when none could still become a missing rank (`_quiet_since`: every one in a
+        wait no timer ends, every rank's pid known, and `untimed`: no rank's own wait has a
+        timeout). Whether it looked."""
+        if now - w._looked < LOOK_EVERY_S:
+            return False
+        w._looked = now
+        run = set(processes_with_env(env.RUN_ID, w.run_id)) | set(tree(set(w.launched())))
+        others = sorted(p for p in run if p not in ranks)
+        w._others = [p for p in others if untimed_wait(p)]  # the script's own in mp.spawn's join, multiprocessing's helpers
+        w._running = [p for p in others if p not in w._others]
+        quiet = None not in ranks and not w._running and untimed
+        w._quiet_since = (w._quiet_since or now) if quiet else None
+        return True
+
+    def _none_to_come(self, ranks: list[Any], now: float) -> float | None:
+        """Real Gloo, a generation that lacks ranks: since when no other process of the run
+        could still become one (the rule of `_init_stalled`, over the processes of `ranks`,
+        the live ranks: their store waits' timeouts are the stall rule's to judge); None:
+        one may still come, or no watch."""
+        w = self.init_watch
+        if w is None:
+            return None
+        self._look(w, {c.pid for c in ranks}, True, now)
+        return w._quiet_since
+
+    def _none_to_come_note(self) -> str:
+        """The early verdict's note for `_none_to_come`: which ranks never came, why none can."""
+        w = self.init_watch
+        assert w is not None
+        gen = self.gens[-1]
+        missing = [r for r in range(gen.world_size) if r not in gen.by_rank]
+        return (f"; rank(s) {missing} never called init_process_group{self._left()}, and no other process of the "
+                f"run could bring them: " + (f"process(es) {w._others} {_NO_TIMER}" if w._others else "none is alive"))
 
     def _waits(self, live: list[Any]) -> str:
         gen = live[0].gen

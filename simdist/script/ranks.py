@@ -76,6 +76,7 @@ class Block:
     ids: list[int]
     since: float  # wall time at which it blocked
     frames: list[Any]  # raw frames of the blocked thread
+    label: str | None = None  # a wait in no operation (no ids): how the report names it (`groups`, `rendezvous`)
 
 
 @dataclass

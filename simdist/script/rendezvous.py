@@ -319,7 +319,7 @@ class RendezvousMixin:
             return
         waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
         waiting[conn.rank] = (conn, int(h["req"]))
-        conn.block = Block([], time.time(), list(h.get("frames") or []))
+        conn.block = Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER)
         if len(waiting) >= int(h["count"]):
             start = max(c.clock for c, _ in waiting.values())
             for c, req in conn.gen.barriers.pop(str(h["key"])).values():

@@ -26,9 +26,10 @@ nothing is left that could post the operations they wait for. Not decided early:
   `Work.wait(timeout=)` on any thread, shorter than `--timeout`): Gloo ends them with an error, as the
   simulator models (`simdist.script.deadlines`), so the run is left to run its course;
 * a world with a rank that has not called init while its process may still come (it sleeps,
-  computes or imports before its init; a script that starts its own ranks, `mp.spawn`, whose
-  processes are not known as ranks before their init): a torchrun-style rank whose launched
-  process ended without an init is known never to come, and does not hold the verdict;
+  computes or imports before its init): a torchrun-style rank whose launched process ended
+  without an init is known never to come, and does not hold the verdict; nor, for a script
+  that starts its own ranks (`mp.spawn`), does a missing rank once every other process of
+  the run waits with no timer (`initwatch`: no process is left that could become it);
 * a rank blocked somewhere no rank can see (a host without /proc): the watchdog still ends those.
 
 A rank waiting at the c10d store for its peers is stalled as one in a collective is

@@ -3,13 +3,14 @@ its creation (Gloo's full-mesh connect, at the c10d store) for the missing membe
 until the group's timeout (torch's default: 30 min), while the missing member does something
 else. The shape of a rank that waits in `new_group` for a peer that failed its init.
 
-    python new_group_member_skips.py MODE   # torchrun-style, 2 ranks or more
+    python new_group_member_skips.py MODE [TIMEOUT_S]   # torchrun-style, 2 ranks or more
 
 MODE: what the last rank does instead of `new_group(all ranks)`: `barrier` (a barrier of the
 world, which its peers never reach: every rank waits for good), `exits` (it exits normally),
 `sleeps<S>` (it sleeps S seconds, then calls `new_group` too: the group is made, every rank
-all-reduces on it).
+all-reduces on it). TIMEOUT_S: the group's `timeout=` (default: none, torch's 30 min).
 """
+import datetime
 import sys
 import time
 
@@ -17,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 mode = sys.argv[1]
+kw = {"timeout": datetime.timedelta(seconds=float(sys.argv[2]))} if len(sys.argv) > 2 else {}
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.ones(1)
@@ -27,7 +29,7 @@ elif rank == world - 1 and mode == "exits":
 else:
     if rank == world - 1:
         time.sleep(float(mode.removeprefix("sleeps")))
-    everyone = dist.new_group(list(range(world)))
+    everyone = dist.new_group(list(range(world)), **kw)
     dist.all_reduce(t, group=everyone)
 print(rank, "done", t.item(), flush=True)
 dist.destroy_process_group()

@@ -428,7 +428,11 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     if client.CLIENT is not None and given:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
-        client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit})
+        reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit,
+                                       "key": str(opts.group_id), "frames": stack.caller_stack(1)})
+        if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
+            kind, message = reply["raise"]
+            raise getattr(dist, kind, RuntimeError)(message)
     elif client.CLIENT is not None and limit is not None:
         client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)

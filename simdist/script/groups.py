@@ -1,0 +1,149 @@
+"""The simulated `new_group`: a member returns once every member made the group.
+
+Gloo's group constructor connects its members through the c10d store under the group's name
+(`connectFullMesh`): each member posts its address and waits for every other member's. So a
+member that never calls `new_group` (it exited, waits in another collective, or made its
+groups in another order: names are per rank) leaves the others waiting there. On real torch
+that wait ends at the group's `timeout=` (torch's default: 30 min) with the store's error,
+measured on torch 2.13 (`tests/scripts/new_group_member_skips.py exits 2`, 2 ranks, rank 1
+exits): `DistStoreError: wait timeout after 2000ms, keys: <prefix>/<group>//cpu//0/<r>`, r the
+missing member's rank in the group, 2 s after the call (`group_timeout`).
+
+Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as one in a
+collective is: once every live rank is blocked the coordinator's proof of a hang covers it;
+then the waits with a group timeout end with the store's error (`_group_expire`, as
+`rendezvous._init_expire` ends init's), and the rest are the hang, explained by
+`group_notes` (who waits at which line, who never came and why). A member that comes after
+a peer's timeout ran out (on the simulated clocks: its sleeps and compute) makes that peer
+raise first, then is refused by the address the peer left in the store, as on real Gloo
+(`sleeps2 0.5`: rank 0's DistStoreError at 0.5 s, rank 1's "Gloo connectFullMesh failed
+with ... Connection refused").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from simdist.script.ranks import Block, RankConn, exit_words, first_user
+from simdist.script.rendezvous import REFUSED
+from simdist.script.stores import STORE_PREFIX
+
+NEW_GROUP_WAIT = "waiting in new_group"  # how a member that waits there for the others is reported
+
+
+@dataclass
+class Creating:
+    """A member waiting in a group's creation: the request to answer, its simulated clock
+    then, the group's timeout (None: torch's default), the group's members, torch's name of
+    the group (the store key's part) and its call site."""
+
+    conn: RankConn
+    req: int
+    clock: float
+    limit_s: float | None
+    ranks: list[int]
+    key: str
+    frames: list[Any]
+    failed: bool = False  # its timeout ran out: it raised, its address stays in the store
+
+
+def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
+    """What a member raises when its wait at the store for member `missing`'s address (its
+    rank in the group) runs out."""
+    return "DistStoreError", (f"wait timeout after {round(limit_s * 1000)}ms, keys: "
+                              f"{STORE_PREFIX}/0//{key}//cpu//0/{missing}")
+
+
+def _at(frames: list[Any]) -> str:
+    f = first_user(frames)
+    return f" at {str(f[0]).rsplit('/', 1)[-1]}:{f[1]}" if f is not None else ""
+
+
+class GroupsMixin:
+    """The coordinator's side of `new_group`. Needs `_creating` (group name -> rank ->
+    `Creating`), `protocol_errors`, `timeouts`, `members()`, `_send`."""
+
+    _creating: dict[str, dict[int, Creating]]
+    protocol_errors: list[str]
+    timeouts: dict[tuple[str, int | None], float]
+    _send: Any
+
+    def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
+        if conn.gen is None:
+            return
+        ranks = sorted(int(r) for r in h["ranks"])
+        if h.get("to") is not None:
+            self.timeouts[h["g"], conn.rank] = float(h["to"])
+        have = conn.gen.engine.add_group(h["g"], ranks)
+        if have != ranks:
+            self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
+        if h.get("req") is None:
+            return
+        # Names are per rank (a creation count, or a hash of the ranks and how many groups the
+        # rank has), so ranks that make groups in different orders wait for good.
+        waiting = self._creating.setdefault(h["g"], {})
+        for w in list(waiting.values()):  # those whose timeout ran out before this arrival (the simulated clocks)
+            if not w.failed and w.limit_s is not None and w.clock + w.limit_s < conn.clock:
+                self._group_failed(w, waiting)
+        frames = list(h.get("frames") or [])
+        waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
+                                      ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
+        conn.block = Block([], time.time(), frames, NEW_GROUP_WAIT)
+        if have != ranks or set(waiting) >= set(ranks):
+            # every address is in the store; one of a member that timed out and left refuses the connect
+            gone = [r for r, w in waiting.items() if w.failed]
+            refused = {"raise": ("RuntimeError", f"{REFUSED} (rank {gone[0]} timed out in new_group)")} if gone else {}
+            start = max(w.conn.clock for w in waiting.values() if not w.failed)
+            for w in self._creating.pop(h["g"]).values():
+                if not w.failed:
+                    w.conn.block, w.conn.clock = None, max(w.conn.clock, start)
+                    self._send(w.conn, {"t": "reply", "req": w.req, **refused})
+
+    def _group_failed(self, w: Creating, waiting: dict[int, Creating]) -> None:
+        """`w`'s wait ran out: it raises the store's error (`group_timeout`), its clock at its entry + T."""
+        missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
+        w.failed, w.conn.block, w.conn.clock = True, None, w.clock + (w.limit_s or 0.0)
+        self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
+
+    def _group_expire(self) -> bool:
+        """Nothing else can progress: the members waiting in a group's creation with a
+        timeout end with the store's error (`group_timeout`), at their entry + T. Whether one did."""
+        fired = False
+        for waiting in self._creating.values():
+            for w in list(waiting.values()):
+                if w.limit_s is not None and not w.failed and w.conn.active():
+                    self._group_failed(w, waiting)
+                    fired = True
+        return fired
+
+    def group_notes(self) -> list[str]:
+        """Why members wait in a group's creation: which members never called it, and where
+        they are instead (their process ended, or they wait elsewhere)."""
+        notes = []
+        for waiting in self._creating.values():
+            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
+            if not here:
+                continue
+            first = here[0]
+            gen = first.conn.gen
+            why = []
+            for m in (m for m in first.ranks if m not in waiting):
+                c = gen.by_rank.get(m) if gen is not None else None
+                if c is None or not c.connected:
+                    how = exit_words(c.exit) if c is not None and c.exit else "ended"
+                    where = _at([[*c.exit["where"][:3], True]]) if c is not None and c.exit and c.exit.get("where") \
+                        else ""
+                    why.append(f"rank {m} never called it: its process left ({how}{where})")
+                elif c.block is not None and c.block.label == NEW_GROUP_WAIT:  # torch named it apart on that rank
+                    why.append(f"rank {m} never called it: it waits in a group's creation under another name (ranks "
+                               f"that made their groups in different orders){_at(c.block.frames)}")
+                elif c.block is not None:
+                    why.append(f"rank {m} never called it: it waits{_at(c.block.frames)}")
+                else:
+                    why.append(f"rank {m} has not called it")
+            ranks = sorted(int(w.conn.rank) for w in here)  # type: ignore[arg-type]
+            notes.append(f"new_group: rank(s) {ranks} wait in new_group(ranks={first.ranks}){_at(first.frames)} "
+                         f"for every member (Gloo's full-mesh connect at the c10d store): {'; '.join(why)}")
+        return notes
