@@ -8,7 +8,6 @@ command through the API layer it calls (`simdist.script.api.compare_script`)."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -37,7 +36,7 @@ def _compare(monkeypatch, sim: Report, real: Report):
 
     def both(path, args, **kw):
         assert (str(path), list(args)) == (str(SCRIPT), ["--case", "monitored_sub"])
-        return SimpleNamespace(sim=SimpleNamespace(report=sim), real=SimpleNamespace(report=real), workdir=SetAside())
+        return api.ScriptComparison(api.ScriptRun(sim), api.ScriptRun(real), SetAside())
 
     monkeypatch.setattr(api, "compare_script", both)
     return CliRunner().invoke(app, ["compare", str(SCRIPT), "--nproc-per-node", "3",

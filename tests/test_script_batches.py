@@ -101,7 +101,8 @@ def test_uneven_batches_under_join_complete_as_on_real_gloo(script_zygote):
 
 def test_a_cap_per_rank_must_match_the_world(tmp_path):
     p = tmp_path / "one.py"
-    p.write_text("import torch.distributed as dist\ndist.init_process_group('gloo', rank=0, world_size=1)\n")
+    p.write_text("import torch.distributed as dist\n"  # env:// wants MASTER_ADDR/PORT, as in torch
+                 "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29500', rank=0, world_size=1)\n")
     with pytest.raises(ScriptError, match="batches: 2 caps given .* world of 1 ranks"):
         run_script(p, batches="1,2", stdout=subprocess.DEVNULL)  # the world size is known only at init
     res = run_cli("run", "examples/fuzz_ddp_dataloader_join.py", "--nproc-per-node", "2", "--batches", "1,x")
