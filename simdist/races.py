@@ -71,6 +71,7 @@ EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margi
 
 _PEER_EXITED = re.compile(r"Connection (?:closed|reset) by peer \(rank (\d+) has exited\)")
 _PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
+_TIMED_OUT_IN = re.compile(r"timed out in (\w+)\)$")  # the simulator's refused connect names its peers' call
 _TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
 _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
 # what a partner of a rank that left early may show apart from the simulator: how it failed
@@ -100,17 +101,19 @@ class ExitRace:
 
 @dataclass(frozen=True)
 class RendezvousRace:
-    """Rank `rank` came to init after its peers' init timed out: refused in the simulator, a
-    connect timeout on real Gloo (which side of a pair connects is the ports' draw)."""
+    """Rank `rank` came to a group's creation (`call`: init_process_group or new_group) after
+    its peers' wait there timed out: refused in the simulator, a connect timeout on real Gloo
+    (which side of a pair connects is the ports' draw)."""
 
     kind: ClassVar[str] = "rendezvous"
 
     rank: int
+    call: str = "init_process_group"
 
     def describe(self) -> str:
-        return (f"rank {self.rank}: rendezvous race, not a model difference: it came to init_process_group after its "
-                f"peers' init timed out; whether Gloo's connect is refused or times out depends on which side of "
-                f"each pair connects, decided by the ports")
+        return (f"rank {self.rank}: rendezvous race, not a model difference: it came to {self.call} after its "
+                f"peers' {self.call} timed out; whether Gloo's connect is refused or times out depends on which "
+                f"side of each pair connects, decided by the ports")
 
 
 def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace]:
@@ -137,11 +140,15 @@ def _each_rank(sim: Report, real: Report, cmp: Comparison,
 
 
 def rendezvous_race(sim: Report, real: Report, rank: int) -> RendezvousRace | None:
-    """Rank `rank`'s full-mesh connect at init was refused in `sim` and timed out in `real`."""
+    """Rank `rank`'s full-mesh connect (at init or new_group: the simulator's message says which
+    call its peers timed out in) was refused in `sim` and timed out in `real`."""
     s, r = sim.ranks[rank].error, real.ranks[rank].error
     if s is None or r is None or not (s.message.startswith(FULL_MESH) and r.message.startswith(FULL_MESH)):
         return None
-    return RendezvousRace(rank) if "Connection refused" in s.message and "Connect timeout" in r.message else None
+    if "Connection refused" not in s.message or "Connect timeout" not in r.message:
+        return None
+    call = _TIMED_OUT_IN.search(s.message)
+    return RendezvousRace(rank, call.group(1)) if call else RendezvousRace(rank)
 
 
 def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:

@@ -79,3 +79,24 @@ def test_a_difference_beside_the_race_is_a_difference_exit_1(monkeypatch):
 def test_a_race_is_worse_than_agreement_and_better_than_a_failed_check(codes, code):
     """Over several files a command exits with the worst code; a race ranks between 0 and 1."""
     assert worst(codes) == code
+
+
+@pytest.mark.parametrize("call", ["init_process_group", "new_group"])
+def test_a_rendezvous_race_names_the_call_its_peers_timed_out_in(call):
+    """A late member's refused connect (the simulator) against real Gloo's connect timeout is
+    the rendezvous race at init and at new_group alike; its line names the call, which the
+    simulator's message says (`rendezvous.REFUSED` ... "(rank 0 timed out in <call>)")."""
+    from simdist.races import RendezvousRace, rendezvous_race
+    from simdist.report import RankError, RankResult
+    from simdist.script.rendezvous import REFUSED
+    from simdist.vocab import FULL_MESH
+
+    def report(message: str) -> Report:
+        rank = RankResult(0, "error", error=RankError("RuntimeError", message, "other"))
+        return Report("late.py", "sim", "error", [rank], world_size=1)
+
+    sim = report(f"{REFUSED} (rank 1 timed out in {call})")
+    real = report(f"{FULL_MESH} [gloo/transport/tcp/pair.cc] Connect timeout [none]")
+    race = rendezvous_race(sim, real, 0)
+    assert race == RendezvousRace(0, call) and f"it came to {call} after its peers' {call} timed out" in race.describe()
+    assert rendezvous_race(sim, sim, 0) is None  # refused on both sides: no race, the same outcome
