@@ -120,6 +120,32 @@ def host_numpy(t: torch.Tensor) -> Any:
         return torch._C.TensorBase.numpy(t)
 
 
+def location_tag(storage: Any) -> str | None:
+    """`torch.serialization`'s location of a storage on a simulated GPU: `cuda:N`, as torch
+    tags a CUDA storage (`_backend_tag`), so that what is pickled off a GPU tensor comes back
+    on its GPU. Every pickle of a tensor goes through it: `torch.save`, and plain `pickle`
+    (a tensor reduces to `_rebuild_tensor_v2` of its storage, and a storage's `__reduce__` is
+    a legacy `torch.save`: torch/storage.py), so `dist.all_gather_object` and
+    `broadcast_object_list` too (`_object_to_tensor`/`_tensor_to_object` pickle and unpickle
+    without `map_location`: a GPU tensor comes back on the device it was saved from, which the
+    cuda deserializer restores through `torch.storage._to`, remapped by the rank layer).
+    A file written here is a CUDA checkpoint for torch outside simdist too, readable on a
+    machine without a GPU only with `map_location`, as a real one is."""
+    untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
+    index = getattr(untyped, _ATTR, None) if isinstance(untyped, torch.UntypedStorage) else None
+    return None if index is None else f"cuda:{index}"
+
+
+def install() -> None:
+    """The rank layer's view of simulated GPU memory: printing (`install_repr`) and pickling
+    (`location_tag`, asked before torch's own "cpu" tagger, priority 10)."""
+    install_repr()
+    import torch.serialization
+
+    if not any(tagger is location_tag for _, tagger, _ in torch.serialization._package_registry):
+        torch.serialization.register_package(9, location_tag, lambda storage, location: None)
+
+
 _PRINTING = threading.local()
 
 
