@@ -406,6 +406,7 @@ def test_a_simulated_gpu_checkpoint_is_a_cuda_checkpoint(monkeypatch):
     GPU) refuses it without `map_location`, as it refuses a real one, and reads it with
     `map_location="cpu"`. In-process, torch's registry restored."""
     import io
+    from multiprocessing.reduction import ForkingPickler
 
     import torch
     import torch.serialization
@@ -413,10 +414,9 @@ def test_a_simulated_gpu_checkpoint_is_a_cuda_checkpoint(monkeypatch):
     from simdist.script.rank import gpu_memory
 
     monkeypatch.setattr(torch.serialization, "_package_registry", list(torch.serialization._package_registry))
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
     _keep(monkeypatch, torch._tensor_str)
     gpu_memory.install()
-    gpu_memory.install()  # once only
-    assert sum(tagger is gpu_memory.location_tag for _, tagger, _ in torch.serialization._package_registry) == 1
     gpu, host = gpu_memory.mark(torch.arange(3.0), 1), torch.ones(2)
     assert torch.serialization.location_tag(gpu.untyped_storage()) == "cuda:1"
     assert torch.serialization.location_tag(gpu[1:]._typed_storage()) == "cuda:1"
@@ -430,3 +430,32 @@ def test_a_simulated_gpu_checkpoint_is_a_cuda_checkpoint(monkeypatch):
     buf.seek(0)
     loaded = torch.load(buf, map_location="cpu")
     assert loaded["gpu"].tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(loaded["gpu"]) is None
+
+
+def test_a_gpu_tensor_through_a_multiprocessing_queue_stays_on_its_gpu(monkeypatch):
+    """An `mp.Queue`/`Pipe` pickles a tensor with torch's `reduce_tensor` (shared host memory
+    rebuilt on the other side: host memory there); on a GPU the receiver gets a tensor on the
+    sender's device (CUDA IPC), and so it does here (`gpu_memory.rebuild_on_gpu`). Torch's
+    sender-side cache is emptied so that the rebuild is the other process's (a new storage on
+    the same shared memory). In-process, ForkingPickler's reducers restored."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.multiprocessing.reductions as reductions
+
+    from simdist.script.rank import gpu_memory
+
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
+
+    def send(t: torch.Tensor) -> torch.Tensor:
+        sent = ForkingPickler.dumps(t)
+        reductions.shared_cache.clear()
+        return ForkingPickler.loads(sent)
+
+    assert gpu_memory.gpu_index(send(gpu_memory.mark(torch.arange(3.0), 1))) is None  # torch's own: host memory
+    gpu_memory._install_sharing()
+    got = send(gpu_memory.mark(torch.arange(3.0), 1))
+    param = send(gpu_memory.mark(torch.nn.Parameter(torch.ones(2)), 0))
+    assert got.tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(got) == 1
+    assert type(param) is torch.nn.Parameter and gpu_memory.gpu_index(param) == 0
+    assert gpu_memory.gpu_index(send(torch.ones(2))) is None

@@ -136,14 +136,43 @@ def location_tag(storage: Any) -> str | None:
     return None if index is None else f"cuda:{index}"
 
 
+def rebuild_on_gpu(index: int, rebuild: Any, args: tuple) -> Any:
+    """The receiving side of a GPU tensor sent through a `multiprocessing` queue or pipe:
+    torch's own rebuild (host shared memory), placed on the sender's GPU, as CUDA IPC gives
+    the receiver a tensor on the same device."""
+    return mark(rebuild(*args), index)
+
+
+def _install_sharing() -> None:
+    """`multiprocessing` pickles a tensor with torch's `reduce_tensor` (ForkingPickler's
+    reducer for `torch.Tensor` and `Parameter`, torch/multiprocessing/reductions.py), which
+    shares a host tensor's memory and rebuilds host memory on the other side: a GPU tensor's
+    rebuild is wrapped in `rebuild_on_gpu`."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    orig = reductions.reduce_tensor
+
+    @functools.wraps(orig)
+    def reduce_tensor(t: torch.Tensor) -> tuple:
+        rebuild, args = orig(t)
+        index = gpu_index(t)
+        return (rebuild, args) if index is None else (rebuild_on_gpu, (index, rebuild, args))
+
+    for cls in PLAIN:
+        ForkingPickler.register(cls, reduce_tensor)
+
+
 def install() -> None:
-    """The rank layer's view of simulated GPU memory: printing (`install_repr`) and pickling
-    (`location_tag`, asked before torch's own "cpu" tagger, priority 10)."""
+    """The rank layer's view of simulated GPU memory in printing (`install_repr`), pickling
+    (`location_tag`, asked before torch's own "cpu" tagger, priority 10) and `multiprocessing`
+    (`_install_sharing`). Once per process (`devices.install`)."""
     install_repr()
     import torch.serialization
 
-    if not any(tagger is location_tag for _, tagger, _ in torch.serialization._package_registry):
-        torch.serialization.register_package(9, location_tag, lambda storage, location: None)
+    torch.serialization.register_package(9, location_tag, lambda storage, location: None)
+    _install_sharing()
 
 
 _PRINTING = threading.local()
