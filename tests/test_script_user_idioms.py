@@ -377,3 +377,85 @@ def test_the_simulated_device_is_the_storages(monkeypatch):
         assert not torch.equal(snapshot["weight"], lin.weight.detach().cpu())
         assert repr(torch.arange(2.0, device="cuda:1")) == "tensor([0., 1.], device='cuda:1')"
         assert repr(torch.arange(2.0)) == "tensor([0., 1.])"
+
+
+@pytest.mark.real
+def test_gpu_tensors_keep_their_device_through_pickling(script_zygote):
+    """tests/scripts/gpu_pickling.py: a GPU tensor pickled comes back on the GPU it was pickled
+    from, as on a GPU (torch's `_tensor_to_object` unpickles with no `map_location`): through
+    `all_gather_object` (rank 0 gets rank 1's tensor on cuda:1), `broadcast_object_list`,
+    `torch.save`/`torch.load` and plain `pickle`; a `.cpu()` copy and `map_location="cpu"`
+    give host memory. Before, every one printed host memory (`tensor([1.])`)."""
+    sim, real = _both("gpu_pickling.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rank in (0, 1):
+        got, here = _keyed(sim.ranks[rank].output), f"device='cuda:{rank}'"
+        assert got["all_gather_object"] == ("[(\"tensor([0.], device='cuda:0')\", 'tensor([0.])'), "
+                                            "(\"tensor([1.], device='cuda:1')\", 'tensor([1.])')]")
+        assert got["broadcast_object_list"] == "tensor([10.], device='cuda:0')"
+        assert got["torch_load"] == f"(\"tensor([{rank}.], {here})\", \"tensor([{rank}.], {here})\")"
+        assert got["torch_load_cpu"] == f"tensor([{rank}.])"
+        assert got["pickle"] == f"tensor([{2 * rank}.], {here})"
+        assert got["numpy"].startswith(f"TypeError: can't convert cuda:{rank} device type tensor to numpy.")
+
+
+def test_a_simulated_gpu_checkpoint_is_a_cuda_checkpoint(monkeypatch):
+    """`gpu_memory.location_tag` tags a simulated GPU's storage `cuda:N` (host storages stay
+    "cpu"), so a file saved in a rank is a CUDA checkpoint: torch outside simdist (no remap, no
+    GPU) refuses it without `map_location`, as it refuses a real one, and reads it with
+    `map_location="cpu"`. In-process, torch's registry restored."""
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.serialization
+
+    from simdist.script.rank import gpu_memory
+
+    monkeypatch.setattr(torch.serialization, "_package_registry", list(torch.serialization._package_registry))
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
+    _keep(monkeypatch, torch._tensor_str)
+    gpu_memory.install()
+    gpu, host = gpu_memory.mark(torch.arange(3.0), 1), torch.ones(2)
+    assert torch.serialization.location_tag(gpu.untyped_storage()) == "cuda:1"
+    assert torch.serialization.location_tag(gpu[1:]._typed_storage()) == "cuda:1"
+    assert torch.serialization.location_tag(host.untyped_storage()) == "cpu"
+    buf = io.BytesIO()
+    torch.save({"gpu": gpu, "host": host}, buf)
+    monkeypatch.undo()  # torch as outside simdist
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="deserialize object on a CUDA device"):
+        torch.load(buf)
+    buf.seek(0)
+    loaded = torch.load(buf, map_location="cpu")
+    assert loaded["gpu"].tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(loaded["gpu"]) is None
+
+
+def test_a_gpu_tensor_through_a_multiprocessing_queue_stays_on_its_gpu(monkeypatch):
+    """An `mp.Queue`/`Pipe` pickles a tensor with torch's `reduce_tensor` (shared host memory
+    rebuilt on the other side: host memory there); on a GPU the receiver gets a tensor on the
+    sender's device (CUDA IPC), and so it does here (`gpu_memory.rebuild_on_gpu`). Torch's
+    sender-side cache is emptied so that the rebuild is the other process's (a new storage on
+    the same shared memory). In-process, ForkingPickler's reducers restored."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.multiprocessing.reductions as reductions
+
+    from simdist.script.rank import gpu_memory
+
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
+
+    def send(t: torch.Tensor) -> torch.Tensor:
+        sent = ForkingPickler.dumps(t)
+        reductions.shared_cache.clear()
+        return ForkingPickler.loads(sent)
+
+    assert gpu_memory.gpu_index(send(gpu_memory.mark(torch.arange(3.0), 1))) is None  # torch's own: host memory
+    gpu_memory._install_sharing()
+    got = send(gpu_memory.mark(torch.arange(3.0), 1))
+    param = send(gpu_memory.mark(torch.nn.Parameter(torch.ones(2)), 0))
+    assert got.tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(got) == 1
+    assert type(param) is torch.nn.Parameter and gpu_memory.gpu_index(param) == 0
+    assert gpu_memory.gpu_index(send(torch.ones(2))) is None

@@ -436,7 +436,7 @@ def install(gpus: int) -> None:
     if _MODE is not None:
         return
     gpu_shims.install(gpus)
-    gpu_memory.install_repr()
+    gpu_memory.install()
     _patch_tensor_moves()
     _patch_module_to()
     _patch_storage_moves()

@@ -120,6 +120,61 @@ def host_numpy(t: torch.Tensor) -> Any:
         return torch._C.TensorBase.numpy(t)
 
 
+def location_tag(storage: Any) -> str | None:
+    """`torch.serialization`'s location of a storage on a simulated GPU: `cuda:N`, as torch
+    tags a CUDA storage (`_backend_tag`), so that what is pickled off a GPU tensor comes back
+    on its GPU. Every pickle of a tensor goes through it: `torch.save`, and plain `pickle`
+    (a tensor reduces to `_rebuild_tensor_v2` of its storage, and a storage's `__reduce__` is
+    a legacy `torch.save`: torch/storage.py), so `dist.all_gather_object` and
+    `broadcast_object_list` too (`_object_to_tensor`/`_tensor_to_object` pickle and unpickle
+    without `map_location`: a GPU tensor comes back on the device it was saved from, which the
+    cuda deserializer restores through `torch.storage._to`, remapped by the rank layer).
+    A file written here is a CUDA checkpoint for torch outside simdist too, readable on a
+    machine without a GPU only with `map_location`, as a real one is."""
+    untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
+    index = getattr(untyped, _ATTR, None) if isinstance(untyped, torch.UntypedStorage) else None
+    return None if index is None else f"cuda:{index}"
+
+
+def rebuild_on_gpu(index: int, rebuild: Any, args: tuple) -> Any:
+    """The receiving side of a GPU tensor sent through a `multiprocessing` queue or pipe:
+    torch's own rebuild (host shared memory), placed on the sender's GPU, as CUDA IPC gives
+    the receiver a tensor on the same device."""
+    return mark(rebuild(*args), index)
+
+
+def _install_sharing() -> None:
+    """`multiprocessing` pickles a tensor with torch's `reduce_tensor` (ForkingPickler's
+    reducer for `torch.Tensor` and `Parameter`, torch/multiprocessing/reductions.py), which
+    shares a host tensor's memory and rebuilds host memory on the other side: a GPU tensor's
+    rebuild is wrapped in `rebuild_on_gpu`."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    orig = reductions.reduce_tensor
+
+    @functools.wraps(orig)
+    def reduce_tensor(t: torch.Tensor) -> tuple:
+        rebuild, args = orig(t)
+        index = gpu_index(t)
+        return (rebuild, args) if index is None else (rebuild_on_gpu, (index, rebuild, args))
+
+    for cls in PLAIN:
+        ForkingPickler.register(cls, reduce_tensor)
+
+
+def install() -> None:
+    """The rank layer's view of simulated GPU memory in printing (`install_repr`), pickling
+    (`location_tag`, asked before torch's own "cpu" tagger, priority 10) and `multiprocessing`
+    (`_install_sharing`). Once per process (`devices.install`)."""
+    install_repr()
+    import torch.serialization
+
+    torch.serialization.register_package(9, location_tag, lambda storage, location: None)
+    _install_sharing()
+
+
 _PRINTING = threading.local()
 
 
