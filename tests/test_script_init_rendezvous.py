@@ -561,15 +561,27 @@ def test_mp_spawn_a_rank_that_exits_before_init_is_a_hang_in_seconds_on_both_sid
 
 
 @pytest.mark.real
-def test_mp_spawn_a_late_rank_is_not_a_hang_on_real_gloo(script_zygote):
+def test_mp_spawn_a_late_rank_is_not_a_hang_on_real_gloo(script_zygote, monkeypatch):
     """Rank 2 sleeps 2 s (several settle periods) before its init while ranks 0 and 1 stall at
-    the store: a process of the run still sleeps with a timer, so it may yet come: no verdict."""
-    rep = run_script(SPAWN, ["sleeps2", "2", "3", "none", "fork"], nproc_per_node=None, backend="gloo",
-                     timeout_s=60, mode="gloo", hang_after_s=0.3, run_id=(run_id := new_run_id()),
-                     measure_compute=False, zygote=script_zygote("gloo"))
+    the store: a process of the run still sleeps with a timer, so it may yet come: no verdict.
+    Meanwhile the real side says what it waits for, as the simulated side does (`initwatch`,
+    shown after `STATUS_AFTER_S`, shortened here): each rank's store wait and its line."""
+    from simdist.script import initwatch
+    from simdist.script.api import execute
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    lines: list[str] = []
+    rep = execute(SPAWN, ["sleeps2", "2", "3", "none", "fork"], nproc_per_node=None, backend="gloo",
+                  timeout_s=60, mode="gloo", hang_after_s=0.3, run_id=(run_id := new_run_id()),
+                  measure_compute=False, zygote=script_zygote("gloo"), status=lines.append).report
     assert tagged_processes(run_id) == []
     assert rep.outcome == "completed" and not any("hang" in n for n in rep.notes), rep.notes
     assert rep.timings["wall_s"] >= 2.0
+    at = line_of(SPAWN, "dist.init_process_group(")
+    assert lines and lines[0].startswith("waiting ") and f" s: rank(s) [0, 1] waiting in init_process_group at " \
+        f"spawn_rank_missing.py:{at} for a world of 3; rank(s) [2] never came; " in lines[0], lines
+    assert "still run or sleep: they may yet call init" in lines[0], lines
+    assert "torch ends these waits after 30 min (their timeout); Ctrl-C ends the run with a report" in lines[0], lines
 
 
 @pytest.mark.slow

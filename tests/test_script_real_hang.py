@@ -136,6 +136,10 @@ def _store_note(rep, waits: dict[int, str], script: str) -> None:
     named = "; ".join(f"rank {r} in {what} at {script}:{line_of(SCRIPTS / script, text)}"
                       for r, (what, text) in sorted(waits.items()))
     assert len(early) == 1 and f"waiting for peers that never come: {named}; " in early[0], rep.notes
+    # each such rank's own note says what it waits in, in the simulated side's words (not "still running")
+    for r, (what, text) in waits.items():
+        said = f"rank {r} is waiting in {what} at {script}:{line_of(SCRIPTS / script, text)} "
+        assert any(n.startswith(said) for n in rep.notes), rep.notes
 
 
 @pytest.mark.parametrize(("name", "args", "nproc", "waits", "statuses"), [

@@ -31,8 +31,7 @@ from simdist.report import (
 from simdist.script import env
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
-from simdist.script.groups import NEW_GROUP_WAIT
-from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames
+from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
 from simdist.script.rendezvous import INIT_WAIT, STORE_BARRIER, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
@@ -181,7 +180,9 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
         elif conn.init_wait is not None:  # for the rest of its world (`simdist.script.rendezvous`)
             where = _user_location(conn.init_wait.frames)
         blocked = pending[0] if pending else waiting
-        how = INIT_WAIT if conn.init_wait is not None else "still running" if ending.kind != "hang" else \
+        store = conn.store_wait()  # real Gloo: waiting at the c10d store, named as the simulator names it
+        how = INIT_WAIT if conn.init_wait is not None else store[0] if store is not None else \
+            "still running" if ending.kind != "hang" else \
             (conn.block.label or STORE_BARRIER) if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
@@ -208,7 +209,8 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
         elif r.status == "hang" and report.source == "real" and r.blocked_in is not None:
             notes.append(f"rank {r.rank} is blocked (its oldest unfinished operation: {r.blocked_in.short()}){at}")
         elif r.status == "hang":
-            notes.append(f"rank {r.rank} is {r.exit if r.exit in (INIT_WAIT, STORE_BARRIER, NEW_GROUP_WAIT) else 'still running'}{at}")
+            waits = r.exit is not None and r.exit.startswith(waiting_in(""))  # (INIT_WAIT, NEW_GROUP_WAIT, STORE_BARRIER, real store waits)
+            notes.append(f"rank {r.rank} is {r.exit if waits else 'still running'}{at}")
         elif r.exit is not None:
             said = r.error.message.splitlines()[0] if r.error and r.error.message else ""
             # the exit names the exception ("raised ValueError") or the call ("os._exit(3)") already

@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from simdist.script.ranks import Block, RankConn, exit_words, first_user
+from simdist.script.ranks import Block, RankConn, exit_words, first_user, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
 
-NEW_GROUP_WAIT = "waiting in new_group"  # how a member that waits there for the others is reported
+NEW_GROUP_WAIT = waiting_in("new_group")  # how a member that waits there for the others is reported
 
 
 @dataclass

@@ -101,6 +101,16 @@ def tree(roots: set[int]) -> list[int]:
     return sorted(found)
 
 
+def _wait_of(c: Any) -> tuple[str, str, float] | None:
+    """A live rank's wait in its first init, as (words, file:line, since when), the same on
+    both sides: the simulator's rendezvous (`RankConn.init_wait`) or, on real Gloo, the store
+    wait the rank's stall names (`RankConn.store_wait`); None: it does not wait there (yet)."""
+    if c.init_wait is not None:
+        return (INIT_WAIT, _at(c.init_wait.frames), c.init_wait.since) if c.init_wait.at is not None else None
+    store = c.store_wait()
+    return None if store is None else (*store, c.stall_since)
+
+
 def _at(frames: list[Any]) -> str:
     """A wait's user line, as `file:line` (its innermost frame of the user's code)."""
     f = first_user(frames)
@@ -133,9 +143,10 @@ class InitWatchMixin:
     spawn_left: list[dict[str, Any]]
 
     def _init_waiting(self) -> list[Any]:
-        """The live ranks, if every one waits in a first init of a generation that lacks ranks."""
+        """The live ranks, if every one waits in a first init of a generation that lacks ranks
+        (`_wait_of`)."""
         live = self._live()  # type: ignore[attr-defined]
-        if not live or any(c.init_wait is None or c.init_wait.at is None or c.gen.complete() for c in live):
+        if not live or any(_wait_of(c) is None or c.gen.complete() for c in live):
             return []
         return live
 
@@ -149,12 +160,13 @@ class InitWatchMixin:
             if w is not None and w.rule is not None:  # (the real side's `_none_to_come` keeps its own)
                 w._quiet_since = None
             return None
-        last = max(c.init_wait.since for c in live)
-        if now - last < min(STATUS_AFTER_S, w.rule.hang_after_s if w.rule else STATUS_AFTER_S) or \
-                not self._look(w, {c.pid for c in live}, all(c.init_wait.limit_s is None for c in live), now):
+        since = [_wait_of(c)[2] for c in live]  # type: ignore[index]
+        untimed = all(c.init_wait is None or c.init_wait.limit_s is None for c in live)  # (real: `_none_to_come`'s)
+        if now - max(since) < min(STATUS_AFTER_S, w.rule.hang_after_s if w.rule else STATUS_AFTER_S):
             return None
-        if now - last >= STATUS_AFTER_S:
-            self._say_status(w, live, now - min(c.init_wait.since for c in live), now)
+        self._look(w, {c.pid for c in live}, untimed, now)  # (due or not: the real side's `_none_to_come` looks too)
+        if now - max(since) >= STATUS_AFTER_S:
+            self._say_status(w, live, now - min(since), now)
         if w.rule is not None and w._quiet_since is not None and now - w._quiet_since >= w.rule.hang_after_s:
             return Ending("hang", now, w._quiet_since, early=self._init_note(w, live, now))
         return None
@@ -199,9 +211,12 @@ class InitWatchMixin:
     def _waits(self, live: list[Any]) -> str:
         gen = live[0].gen
         missing = [r for r in range(gen.world_size) if r not in gen.by_rank]
-        at = sorted({_at(c.init_wait.frames) for c in live})
-        return (f"rank(s) {sorted(c.rank for c in live)} {INIT_WAIT} at {', '.join(at)} for a world of "
-                f"{gen.world_size}; rank(s) {missing} never came")
+        waits: dict[str, list[int]] = {}
+        for c in sorted(live, key=lambda c: c.rank):
+            words, at, _ = _wait_of(c)  # type: ignore[misc]
+            waits.setdefault(f"{words} at {at}", []).append(c.rank)
+        said = "; ".join(f"rank(s) {ranks} {wait}" for wait, ranks in waits.items())
+        return f"{said} for a world of {gen.world_size}; rank(s) {missing} never came"
 
     def _left(self) -> str:
         """How the processes of the run that left before init ended (mp.spawn's children)."""
@@ -209,6 +224,10 @@ class InitWatchMixin:
 
     def _real_torch(self, live: list[Any]) -> str:
         """What real torch raises, and when, for the waits without a timeout (`rendezvous.fate`)."""
+        if not self.rendezvous:  # type: ignore[attr-defined]  # real Gloo: the ranks' own store waits say when
+            limits = [c.stall_limit for c in live if c.stall_limit is not None]
+            return f"torch ends these waits after {min(limits) / 60:g} min (their timeout)" if limits else \
+                "torch's waits have no timeout"
         default_s = self._default_timeout_s()  # type: ignore[attr-defined]
         fates = [(c.rank, fate(c.gen, c.rank, default_s)) for c in sorted(live, key=lambda c: c.rank)]
         said = "; ".join(f"rank {r}: {f.error[0]}: {f.error[1]}" for r, f in fates if f is not None)

@@ -36,6 +36,13 @@ def first_user(raw: list[Any]) -> list[Any] | None:
     return next((list(f[:3]) for f in raw if f[3]), None)
 
 
+def waiting_in(call: str) -> str:
+    """How a rank that waits in a torch.distributed call for peers that have not come is
+    reported, by either side: the simulator's rendezvous and groups (`rendezvous.INIT_WAIT`,
+    `groups.NEW_GROUP_WAIT`) and a real rank's store wait (`RankConn.store_wait`)."""
+    return f"waiting in {call}"
+
+
 def exit_words(x: dict[str, Any]) -> str:
     """How a rank's process ended, in words, from what it told the coordinator (`rank.exits`:
     `how`, `code`, `error`): the one wording of the report's `exit`, of a rank that left
@@ -147,6 +154,15 @@ class RankConn:
             return True
         return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
                 and self.claim.quiet())
+
+    def store_wait(self) -> tuple[str, str] | None:
+        """Real Gloo: the wait at the c10d store this rank is stalled in (`stall_in`, "new_group
+        at x.py:32"), in the simulated side's words and its line: ("waiting in new_group",
+        "x.py:32"); None: not stalled at the store."""
+        if self.stall_since is None or not self.stall_in:
+            return None
+        call, _, at = self.stall_in.partition(" at ")
+        return waiting_in(call), at or "?"
 
     def advance(self, cpu: float | None, measure: bool) -> None:
         """At a message: catch up with completed waits, then add the compute since the last one."""

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.generations import latest
-from simdist.script.ranks import Block, RankConn, exit_words
+from simdist.script.ranks import Block, RankConn, exit_words, waiting_in
 from simdist.script.stores import (
     CONNECT_FACTOR,
     DEFAULT_TIMEOUT_S,
@@ -56,7 +56,7 @@ from simdist.script.stores import (
 )
 from simdist.vocab import FULL_MESH
 
-INIT_WAIT = "waiting in init_process_group"  # how a rank that waits there for its world is reported
+INIT_WAIT = waiting_in("init_process_group")  # how a rank that waits there for its world is reported
 STORE_BARRIER = "waiting in the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"  # `_store_barrier`
 # the simulator's one wording of a late rank's failed connect (a race of real Gloo: `simdist.races`)
 REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ERROR: Connection refused"
