@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -352,16 +353,23 @@ def place_fsdp_on_cpu(fsdp_module: Any) -> None:
     non-CPU accelerator and raised "FSDP needs a non-CPU accelerator device" on both sides
     (the DCP recipe, the FSDP tutorial unedited). Given `torch.distributed.fsdp.
     fully_sharded_data_parallel` once the script imports it (importing FSDP costs ~1 s)."""
-    cls = fsdp_module.FullyShardedDataParallel
+    def on_cpu(arguments: dict[str, Any]) -> None:
+        device_id = arguments.get("device_id")
+        if device_id is None or is_accelerator(device_id):
+            arguments["device_id"] = _CPU
+
+    _rewrite_init(fsdp_module.FullyShardedDataParallel, on_cpu)
+
+
+def _rewrite_init(cls: type, rewrite: Callable[[dict[str, Any]], None]) -> None:
+    """`cls.__init__`, its arguments bound by name and edited by `rewrite` first (a wrapper's devices)."""
     orig = cls.__init__
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = sig.bind(self, *args, **kwargs)
-        device_id = bound.arguments.get("device_id")
-        if device_id is None or is_accelerator(device_id):
-            bound.arguments["device_id"] = _CPU
+        rewrite(bound.arguments)
         orig(*bound.args, **bound.kwargs)
 
     cls.__init__ = __init__  # type: ignore[method-assign]
@@ -410,21 +418,12 @@ def _patch_device_context() -> None:
 def _patch_ddp() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    orig = DDP.__init__
-    sig = inspect.signature(orig)
+    def on_cpu(arguments: dict[str, Any]) -> None:
+        module = arguments.get("module")
+        if module is not None and all(p.device.type == "cpu" for p in module.parameters()):
+            arguments.update({name: None for name in ("device_ids", "output_device") if name in arguments})
 
-    @functools.wraps(orig)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = sig.bind(self, *args, **kwargs)
-        module = bound.arguments.get("module")
-        on_cpu = module is not None and all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu:
-            for name in ("device_ids", "output_device"):
-                if name in bound.arguments:
-                    bound.arguments[name] = None
-        orig(*bound.args, **bound.kwargs)
-
-    DDP.__init__ = __init__  # type: ignore[method-assign]
+    _rewrite_init(DDP, on_cpu)
 
 
 _MODE: CudaToCpu | None = None
