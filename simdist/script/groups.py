@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from simdist.script.ranks import Block, RankConn, exit_words, first_user, waiting_in
+from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
 
@@ -57,8 +57,8 @@ def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
 
 
 def _at(frames: list[Any]) -> str:
-    f = first_user(frames)
-    return f" at {str(f[0]).rsplit('/', 1)[-1]}:{f[1]}" if f is not None else ""
+    line = user_line(frames)
+    return f" at {line}" if line is not None else ""
 
 
 class GroupsMixin:
@@ -133,7 +133,7 @@ class GroupsMixin:
                 c = gen.by_rank.get(m) if gen is not None else None
                 if c is None or not c.connected:
                     how = exit_words(c.exit) if c is not None and c.exit else "ended"
-                    where = _at([[*c.exit["where"][:3], True]]) if c is not None and c.exit and c.exit.get("where") \
+                    where = f" at {file_line(c.exit['where'])}" if c is not None and c.exit and c.exit.get("where") \
                         else ""
                     why.append(f"rank {m} never called it: its process left ({how}{where})")
                 elif c.block is not None and c.block.label == NEW_GROUP_WAIT:  # torch named it apart on that rank

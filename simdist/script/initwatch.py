@@ -35,7 +35,7 @@ from typing import Any
 
 from simdist.procs import processes_with_env
 from simdist.script import env
-from simdist.script.ranks import first_user
+from simdist.script.ranks import user_line
 from simdist.script.rendezvous import INIT_WAIT, fate, left_words
 from simdist.script.stalls import EARLY, Ending, StallRule
 
@@ -113,8 +113,7 @@ def _wait_of(c: Any) -> tuple[str, str, float] | None:
 
 def _at(frames: list[Any]) -> str:
     """A wait's user line, as `file:line` (its innermost frame of the user's code)."""
-    f = first_user(frames)
-    return f"{os.path.basename(str(f[0]))}:{f[1]}" if f is not None else "?"
+    return user_line(frames) or "?"
 
 
 @dataclass

@@ -36,6 +36,17 @@ def first_user(raw: list[Any]) -> list[Any] | None:
     return next((list(f[:3]) for f in raw if f[3]), None)
 
 
+def file_line(where: list[Any]) -> str:
+    """`file:line` of a frame ([path, line, ...]): how the reports' notes name a user's line."""
+    return f"{str(where[0]).rsplit('/', 1)[-1]}:{where[1]}"
+
+
+def user_line(raw: list[Any]) -> str | None:
+    """`file:line` of the innermost user frame of raw frames; None when there is none."""
+    f = first_user(raw)
+    return None if f is None else file_line(f)
+
+
 def waiting_in(call: str) -> str:
     """How a rank that waits in a torch.distributed call for peers that have not come is
     reported, by either side: the simulator's rendezvous and groups (`rendezvous.INIT_WAIT`,

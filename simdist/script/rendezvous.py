@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.generations import latest
-from simdist.script.ranks import Block, RankConn, exit_words, waiting_in
+from simdist.script.ranks import Block, RankConn, exit_words, file_line, waiting_in
 from simdist.script.stores import (
     CONNECT_FACTOR,
     DEFAULT_TIMEOUT_S,
@@ -156,7 +156,7 @@ def ended_without_init(x: dict[str, Any], at: bool = False) -> str:
     with the line and the error's first line (a traceback's last). Its init may have been
     called and raised (torch's rendezvous errors, `rank.patches`): then it says so."""
     where = x.get("where") if at else None
-    line = f" at {where[0].rsplit('/', 1)[-1]}:{where[1]}" if where else ""
+    line = f" at {file_line(where)}" if where else ""
     error = x.get("error")
     said = f"{error['type']}: {(str(error['message']).strip().splitlines() or [''])[0]}" if error else ""
     if x.get("in_init") and error:
