@@ -10,7 +10,9 @@ exits): `DistStoreError: wait timeout after 2000ms, keys: <prefix>/<group>//cpu/
 missing member's rank in the group, 2 s after the call (`group_timeout`).
 
 Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as one in a
-collective is: once every live rank is blocked the coordinator's proof of a hang covers it;
+collective is (its request carries the rank's claim, `rank.client.Client.request`: a stale one
+kept a rank that ran a collective before new_group from counting as blocked): once every
+live rank is blocked the coordinator's proof of a hang covers it;
 then the waits with a group timeout end with the store's error (`_group_expire`, as
 `rendezvous._init_expire` ends init's), and the rest are the hang, explained by
 `group_notes` (who waits at which line, who never came and why). A member that comes after
@@ -63,9 +65,10 @@ def _at(frames: list[Any]) -> str:
 
 class GroupsMixin:
     """The coordinator's side of `new_group`. Needs `_creating` (group name -> rank ->
-    `Creating`), `protocol_errors`, `timeouts`, `members()`, `_send`."""
+    `Creating`), `protocol_errors`, `timeouts`, `measure_compute`, `_send`."""
 
     _creating: dict[str, dict[int, Creating]]
+    measure_compute: bool
     protocol_errors: list[str]
     timeouts: dict[tuple[str, int | None], float]
     _send: Any
@@ -73,6 +76,7 @@ class GroupsMixin:
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         if conn.gen is None:
             return
+        conn.advance(h.get("cpu"), self.measure_compute)  # it enters at its clock now: past its waits and compute
         ranks = sorted(int(r) for r in h["ranks"])
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
