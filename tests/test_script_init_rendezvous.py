@@ -225,25 +225,34 @@ def test_a_member_that_never_calls_new_group_is_a_hang_on_both_sides(script_zygo
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == statuses and rep.ranks[0].location.line == at, rep.source
     assert sim.ranks[0].exit == "waiting in new_group" and sim.timings["wall_s"] < 30, sim.timings
-    lines = {"barrier": line_of(SKIPS, "dist.barrier()"), "exit": line_of(SKIPS, "sys.exit(0)")}
+    lines = {"barrier": line_of(SKIPS, "dist.barrier()", after='mode == "barrier"'), "exit": line_of(SKIPS, "sys.exit(0)")}
     assert f"new_group: rank(s) [0] wait in new_group(ranks=[0, 1]) at new_group_member_skips.py:{at} for every " \
            f"member (Gloo's full-mesh connect at the c10d store): rank 1 never called it: " \
            f"{instead.format(**lines)}" in sim.notes, sim.notes
 
 
 @pytest.mark.real
-def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_error(script_zygote):
-    """new_group(timeout=0.5 s), rank 1 exits: rank 0 raises the store's error T after it
-    entered, on both sides with the same wording but the store's prefix (the real side's
-    launcher names its default group's store apart)."""
-    sim, real = _compare(script_zygote, ["exits", "0.5"], nproc=2, script=SKIPS)
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_error(script_zygote, nproc):
+    """Every rank joins a barrier of the world; then the last one exits and the others call
+    new_group(timeout=0.5 s): each raises the store's error T after it entered (its wait for
+    the missing member's address), on both sides with the same wording but the store's prefix
+    (the real side's launcher names its default group's store apart). Before, the simulator
+    took the barrier's completion, which the new_group request's claim did not count, for a
+    thread that could still post: no hang was proven, the timeout never ran out, and the run
+    ended at the watchdog (`rank.client.Client.request`)."""
+    sim, real = _compare(script_zygote, ["exits", "0.5"], nproc=nproc, script=SKIPS)
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
     for rep in (sim, real):
-        e = rep.ranks[0].error
-        assert (rep.ranks[0].status, e.type) == ("error", "DistStoreError"), rep.source
-        assert e.message.startswith("wait timeout after 500ms, keys: /") and e.message.endswith("/0//1//cpu//0/1")
-    assert sim.ranks[0].time == pytest.approx(0.5)
+        assert [r.status for r in rep.ranks] == ["error"] * (nproc - 1) + ["completed"], rep.source
+        assert all([e.op for e in r.trace] == ["barrier"] for r in rep.ranks), rep.source
+        for r in rep.ranks[:-1]:
+            assert r.error.type == "DistStoreError" and r.error.message.startswith(
+                "wait timeout after 500ms, keys: /") and r.error.message.endswith(f"/0//1//cpu//0/{nproc - 1}")
+    # entered at the barrier's end (the simulated clocks), raised T later
+    assert all(r.time == pytest.approx(r.trace[0].t_done + 0.5) for r in sim.ranks[:-1]), sim.ranks
+    assert sim.timings["wall_s"] < 30, sim.timings
 
 
 @pytest.mark.real
