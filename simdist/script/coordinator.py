@@ -149,6 +149,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
+            self._groups_gather()
             if dog.fired(starting=self._starting()):
                 return Ending("timeout", time.time())
 
@@ -233,6 +234,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.record = h
         elif kind == "stall" and not self._judged:  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
+            conn.stall_group = h.get("grp")
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
