@@ -37,7 +37,7 @@ def test_compare_says_the_simulated_sides_status_and_ctrl_c_there_reports_it(scr
     run_id = new_run_id()
     both = _compare(script_zygote, ["sleeps60", "2", "3", "none", "fork"], status, run_id)
     assert tagged_processes(run_id) == []
-    assert lines and lines[0].startswith("simulated side: waiting ") and "rank(s) [2] never came" in lines[0], lines
+    assert lines and lines[0].startswith("init: simulated side: waiting ") and "rank(s) [2] never came" in lines[0], lines
     assert both.interrupted and both.sim.interrupted and both.real is None
     assert [r.status for r in both.sim.report.ranks[:2]] != ["completed", "completed"], both.sim.report.ranks
 

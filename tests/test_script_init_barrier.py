@@ -29,21 +29,24 @@ def test_init_with_the_store_barrier_completes_in_the_simulator(script_zygote, m
 
 
 @pytest.mark.real
-def test_new_group_waits_for_the_whole_world_with_the_store_barrier_on_both_sides(script_zygote, monkeypatch):
+@pytest.mark.parametrize("args", [[], ["first"]])
+def test_new_group_waits_for_the_whole_world_with_the_store_barrier_on_both_sides(script_zygote, monkeypatch, args):
     """Ranks 0 and 1 wait in new_group's barrier for the last rank, which goes on to
     dist.barrier() and waits for them: a hang, each rank at its own line, on both sides (real
     Gloo's store wait is not one of torch.distributed's waits its stall rule sees: the
-    watchdog ends the real run)."""
+    watchdog ends the real run). `first`: a world barrier before new_group; the simulated
+    ranks' store-barrier request carried no claim, so one that had handled a completion
+    since its last claim did not count as blocked: the watchdog, "still running"."""
     monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", "1")
     script = SCRIPTS / "new_group_members_only.py"
     run_id = new_run_id()
-    both = compare_script(script, [], nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
+    both = compare_script(script, args, nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
                           zygotes=script_zygote, timeout_s=4, hang_after_s=0.3)
     assert tagged_processes(run_id) == []
     sim, real = both.sim.report, both.real.report
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
-    side, barrier = line_of(script, "dist.new_group("), line_of(script, "dist.barrier()")
+    side, barrier = line_of(script, "dist.new_group("), line_of(script, "dist.barrier()", after="dist.new_group(")
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["hang"] * 3, rep.source
         assert [r.location.line for r in rep.ranks] == [side, side, barrier], rep.source

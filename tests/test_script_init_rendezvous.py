@@ -225,25 +225,62 @@ def test_a_member_that_never_calls_new_group_is_a_hang_on_both_sides(script_zygo
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == statuses and rep.ranks[0].location.line == at, rep.source
     assert sim.ranks[0].exit == "waiting in new_group" and sim.timings["wall_s"] < 30, sim.timings
-    lines = {"barrier": line_of(SKIPS, "dist.barrier()"), "exit": line_of(SKIPS, "sys.exit(0)")}
+    lines = {"barrier": line_of(SKIPS, "dist.barrier()", after='mode == "barrier"'), "exit": line_of(SKIPS, "sys.exit(0)")}
     assert f"new_group: rank(s) [0] wait in new_group(ranks=[0, 1]) at new_group_member_skips.py:{at} for every " \
            f"member (Gloo's full-mesh connect at the c10d store): rank 1 never called it: " \
            f"{instead.format(**lines)}" in sim.notes, sim.notes
 
 
 @pytest.mark.real
-def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_error(script_zygote):
-    """new_group(timeout=0.5 s), rank 1 exits: rank 0 raises the store's error T after it
-    entered, on both sides with the same wording but the store's prefix (the real side's
-    launcher names its default group's store apart)."""
-    sim, real = _compare(script_zygote, ["exits", "0.5"], nproc=2, script=SKIPS)
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_error(script_zygote, nproc):
+    """Every rank joins a barrier of the world; then the last one exits and the others call
+    new_group(timeout=0.5 s): each raises the store's error T after it entered (its wait for
+    the missing member's address), on both sides with the same wording but the store's prefix
+    (the real side's launcher names its default group's store apart). Before, the simulator
+    took the barrier's completion, which the new_group request's claim did not count, for a
+    thread that could still post: no hang was proven, the timeout never ran out, and the run
+    ended at the watchdog (`rank.client.Client.request`)."""
+    sim, real = _compare(script_zygote, ["exits", "0.5"], nproc=nproc, script=SKIPS)
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
     for rep in (sim, real):
-        e = rep.ranks[0].error
-        assert (rep.ranks[0].status, e.type) == ("error", "DistStoreError"), rep.source
-        assert e.message.startswith("wait timeout after 500ms, keys: /") and e.message.endswith("/0//1//cpu//0/1")
-    assert sim.ranks[0].time == pytest.approx(0.5)
+        assert [r.status for r in rep.ranks] == ["error"] * (nproc - 1) + ["completed"], rep.source
+        assert all([e.op for e in r.trace] == ["barrier"] for r in rep.ranks), rep.source
+        for r in rep.ranks[:-1]:
+            assert r.error.type == "DistStoreError" and r.error.message.startswith(
+                "wait timeout after 500ms, keys: /") and r.error.message.endswith(f"/0//1//cpu//0/{nproc - 1}")
+    # entered at the barrier's end (the simulated clocks), raised T later
+    assert all(r.time == pytest.approx(r.trace[0].t_done + 0.5) for r in sim.ranks[:-1]), sim.ranks
+    assert sim.timings["wall_s"] < 30, sim.timings
+
+
+@pytest.mark.real
+def test_members_waiting_for_a_late_member_say_so_on_both_sides(script_zygote, monkeypatch):
+    """3 ranks, the last sleeps 2 s before its new_group: ranks 0 and 1 wait in the group's
+    creation meanwhile (on real Gloo at the store), and each side says so in a status line
+    (`initwatch._groups_gather`, after `STATUS_AFTER_S`, shortened here), in the words init's
+    lines use: who waits where, for which group, who has not come, and what real torch does
+    with the waits; then the run completes. Before, a long wait in new_group said nothing."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    lines: list[str] = []
+    run_id = new_run_id()
+    both = compare_script(SKIPS, ["sleeps2"], nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=script_zygote, timeout_s=60, hang_after_s=0.3, status=lines.append)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    assert [r.status for r in both.real.report.ranks] == ["completed"] * 3
+    who = (f"rank(s) [0, 1] waiting in new_group at new_group_member_skips.py:{line_of(SKIPS, 'dist.new_group(')} "
+           "for the group of ranks [0, 1, 2]; rank(s) [2] never came; ")
+    for side, torch in (("simulated side", "real torch: rank 0: DistStoreError: wait timeout after 1800000ms, keys: "
+                         "/default_pg/0//1//cpu//0/2; rank 1: DistStoreError: wait timeout after 1800000ms, keys: "
+                         "/default_pg/0//1//cpu//0/2 after 30 min"),
+                        ("real side", "torch ends these waits after 30 min (their timeout)")):
+        said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
+        assert said and f" s: {who}{torch}; Ctrl-C ends the run with a report" in said[0], lines
 
 
 @pytest.mark.real
@@ -578,7 +615,7 @@ def test_mp_spawn_a_late_rank_is_not_a_hang_on_real_gloo(script_zygote, monkeypa
     assert rep.outcome == "completed" and not any("hang" in n for n in rep.notes), rep.notes
     assert rep.timings["wall_s"] >= 2.0
     at = line_of(SPAWN, "dist.init_process_group(")
-    assert lines and lines[0].startswith("waiting ") and f" s: rank(s) [0, 1] waiting in init_process_group at " \
+    assert lines and lines[0].startswith("init: waiting ") and f" s: rank(s) [0, 1] waiting in init_process_group at " \
         f"spawn_rank_missing.py:{at} for a world of 3; rank(s) [2] never came; " in lines[0], lines
     assert "still run or sleep: they may yet call init" in lines[0], lines
     assert "torch ends these waits after 30 min (their timeout); Ctrl-C ends the run with a report" in lines[0], lines

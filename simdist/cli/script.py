@@ -94,8 +94,10 @@ class ScriptInput:
 
 
 def _status(line: str) -> None:
-    """A status line of a run whose ranks wait in init (`simdist.script.initwatch`), on stderr."""
-    say(("init:", "yellow"), f" {line}", console=err)
+    """A status line of a run whose ranks wait in init or new_group (`simdist.script.initwatch`),
+    on stderr, its subject ("init:", "new_group:"; `compare`'s side first) in colour."""
+    subject, _, rest = line.partition(": ")
+    say((f"{subject}:", "yellow"), f" {rest}", console=err)
 
 
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,

@@ -216,7 +216,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
             topology: Topo = None, hang_after_s: float | None = HANG_AFTER_S,
             status: Callable[[str], None] | None = None) -> ScriptRun:
     """`run_script` with what the coordinator knew besides the report (see `ScriptRun`).
-    `status`: where a line goes while the ranks wait in init for ranks that do not come
+    `status`: where a line goes while the ranks wait in init (or a group's members in
+    new_group) for ranks that do not come
     (`simdist.script.initwatch`; the CLI's stderr); given, Ctrl-C ends the run with its report
     (`ScriptRun.interrupted`) instead of raising KeyboardInterrupt."""
     check_timeout(timeout_s, "timeout_s")
@@ -301,6 +302,12 @@ class ScriptComparison:
 SIDES = {env.SIM: "simulated side", env.GLOO: "real side"}  # how status lines name the side they come from
 
 
+def _sided(line: str, side: str) -> str:
+    """A status line ("init: waiting ...") with the side it comes from after its subject."""
+    subject, _, rest = line.partition(": ")
+    return f"{subject}: {side}: {rest}"
+
+
 def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
                    zygotes: Callable[[str], Zygote] | None = None,
                    status: Callable[[str], None] | None = None, **kw: Any) -> ScriptComparison:
@@ -308,10 +315,10 @@ def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
     gloo), each side from the same files: what the simulated side wrote in the working
     directory is set aside before the real side starts. `zygotes(mode)`: a fork server per
     mode (the tests'), else the plain launch. `status`: each side's status lines, named by
-    side (`execute`); given, Ctrl-C ends the comparison with what each side had (a simulated
-    side it ended: no real side follows)."""
+    side after their subject ("init: real side: waiting ...", `execute`); given, Ctrl-C ends
+    the comparison with what each side had (a simulated side it ended: no real side follows)."""
     def side(mode: str) -> ScriptRun:
-        said = None if status is None else (lambda line: status(f"{SIDES[mode]}: {line}"))
+        said = None if status is None else (lambda line: status(_sided(line, SIDES[mode])))
         return execute(path, args, **kw, mode=mode, zygote=zygotes(mode) if zygotes else None, status=said)
 
     before = workdir.record()

@@ -90,6 +90,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
+        # the run was judged hung (`collect_records`): the stalls it was judged on stand for the report; one
+        # that ends now is the rank computing its record's answer (its Flight Recorder's dump), not progress
+        self._judged = False
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
 
@@ -146,6 +149,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
+            self._groups_gather()
             if dog.fired(starting=self._starting()):
                 return Ending("timeout", time.time())
 
@@ -228,8 +232,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._overdue(conn)
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
-        elif kind == "stall":  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
+        elif kind == "stall" and not self._judged:  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
+            conn.stall_group = h.get("grp")
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
             conn.sleep(float(h["s"]))
@@ -348,6 +353,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         has not reported its end for its record (its reader thread answers, `rank.client`:
         Flight Recorder, p2p operations, the user's line where its main thread stands), and
         read the answers for at most `wait_s`. A rank that does not answer keeps no record."""
+        self._judged = True
         asked = [c for c in self.members() if c.connected and c.exit is None]
         for c in asked:
             self._send(c, {"t": "dump"})

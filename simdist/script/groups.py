@@ -10,7 +10,9 @@ exits): `DistStoreError: wait timeout after 2000ms, keys: <prefix>/<group>//cpu/
 missing member's rank in the group, 2 s after the call (`group_timeout`).
 
 Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as one in a
-collective is: once every live rank is blocked the coordinator's proof of a hang covers it;
+collective is (its request carries the rank's claim, `rank.client.Client.request`: a stale one
+kept a rank that ran a collective before new_group from counting as blocked): once every
+live rank is blocked the coordinator's proof of a hang covers it;
 then the waits with a group timeout end with the store's error (`_group_expire`, as
 `rendezvous._init_expire` ends init's), and the rest are the hang, explained by
 `group_notes` (who waits at which line, who never came and why). A member that comes after
@@ -23,9 +25,10 @@ with ... Connection refused").
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from simdist.script.gathering import Gathering, raises_words, timeouts_words
 from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
@@ -47,6 +50,7 @@ class Creating:
     key: str
     frames: list[Any]
     failed: bool = False  # its timeout ran out: it raised, its address stays in the store
+    since: float = field(default_factory=time.time)  # when it came (wall time: the status lines')
 
 
 def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
@@ -56,6 +60,11 @@ def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
                               f"{STORE_PREFIX}/0//{key}//cpu//0/{missing}")
 
 
+def _whole(members: list[int]) -> str:
+    """What a group's members wait for, in a status line."""
+    return f"the group of ranks {members}"
+
+
 def _at(frames: list[Any]) -> str:
     line = user_line(frames)
     return f" at {line}" if line is not None else ""
@@ -63,9 +72,14 @@ def _at(frames: list[Any]) -> str:
 
 class GroupsMixin:
     """The coordinator's side of `new_group`. Needs `_creating` (group name -> rank ->
-    `Creating`), `protocol_errors`, `timeouts`, `members()`, `_send`."""
+    `Creating`), `protocol_errors`, `timeouts`, `measure_compute`, `rendezvous`, `_send`,
+    `_live()`, `_default_timeout_s()`."""
 
     _creating: dict[str, dict[int, Creating]]
+    measure_compute: bool
+    rendezvous: bool
+    _live: Any
+    _default_timeout_s: Any
     protocol_errors: list[str]
     timeouts: dict[tuple[str, int | None], float]
     _send: Any
@@ -73,6 +87,7 @@ class GroupsMixin:
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         if conn.gen is None:
             return
+        conn.advance(h.get("cpu"), self.measure_compute)  # it enters at its clock now: past its waits and compute
         ranks = sorted(int(r) for r in h["ranks"])
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
@@ -117,6 +132,40 @@ class GroupsMixin:
                     self._group_failed(w, waiting)
                     fired = True
         return fired
+
+    def gatherings(self) -> list[Gathering]:
+        """The groups whose members wait in their creation, as either side sees them: in the
+        simulator the members waiting here (`_creating`), on real Gloo the ranks stalled at the
+        store in a group's creation (`RankConn.store_wait`, with the group their stall names)."""
+        if not self.rendezvous:
+            return self._stalled_gatherings()
+        found = []
+        for waiting in self._creating.values():
+            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
+            if not here:
+                continue
+            first = here[0]
+            missing = [m for m in first.ranks if m not in waiting]
+            limits = {int(w.conn.rank): w.limit_s if w.limit_s is not None else self._default_timeout_s()  # type: ignore[arg-type]
+                      for w in here}
+            errors = [(int(w.conn.rank), group_timeout(limits[w.conn.rank], w.key,  # type: ignore[index, arg-type]
+                                                       first.ranks.index(missing[0]))) for w in here] if missing else []
+            found.append(Gathering({int(w.conn.rank): (NEW_GROUP_WAIT, user_line(w.frames) or "?", w.since)  # type: ignore[arg-type]
+                                    for w in here}, _whole(first.ranks), missing,
+                                   raises_words(errors, min(limits.values()))))
+        return found
+
+    def _stalled_gatherings(self) -> list[Gathering]:
+        """Real Gloo: the ranks stalled at the store in a group's creation, by the group's name."""
+        by: dict[str, tuple[list[int], list[RankConn]]] = {}
+        for c in self._live():
+            store = c.store_wait()
+            if store is not None and c.stall_group is not None:
+                by.setdefault(str(c.stall_group[0]), ([int(r) for r in c.stall_group[1]], []))[1].append(c)
+        return [Gathering({int(c.rank): (*c.store_wait(), c.stall_since) for c in conns},  # type: ignore[misc, arg-type]
+                          _whole(members), [m for m in members if m not in {c.rank for c in conns}],
+                          timeouts_words(c.stall_limit for c in conns))
+                for members, conns in by.values()]
 
     def group_notes(self) -> list[str]:
         """Why members wait in a group's creation: which members never called it, and where

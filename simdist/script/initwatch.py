@@ -22,6 +22,10 @@ silently. Two things instead:
   tracker reads its pipe): no process of the run can become the missing rank until one of
   these returns, and none can. A process still running or
   sleeping with a timer (`time.sleep`: a late rank) is not such a wait: no verdict then.
+
+A group's members waiting in `new_group` for one that has not come (it computes or sleeps
+first, or never calls it while its process runs) get the same status lines, on both sides
+(`_groups_gather`); the words of both are `simdist.script.gathering`'s.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 from simdist.procs import processes_with_env
 from simdist.script import env
+from simdist.script.gathering import Gathering, raises_words, timeouts_words
 from simdist.script.ranks import user_line
 from simdist.script.rendezvous import INIT_WAIT, fate, left_words
 from simdist.script.stalls import EARLY, Ending, StallRule
@@ -109,6 +114,15 @@ def _wait_of(c: Any) -> tuple[str, str, float] | None:
         return (INIT_WAIT, _at(c.init_wait.frames), c.init_wait.since) if c.init_wait.at is not None else None
     store = c.store_wait()
     return None if store is None else (*store, c.stall_since)
+
+
+def _say(w: InitWatch, subject: str, text: str, waited: float, now: float) -> None:
+    """A status line on `subject` ("init", "new_group"), if it says something new or the last
+    one is `STATUS_EVERY_S` old."""
+    if w.status is None or (text == w._said[0] and now - w._said[1] < STATUS_EVERY_S):
+        return
+    w._said = (text, now)
+    w.status(f"{subject}: waiting {waited:.0f} s: {text}; Ctrl-C ends the run with a report")
 
 
 def _at(frames: list[Any]) -> str:
@@ -210,12 +224,8 @@ class InitWatchMixin:
     def _waits(self, live: list[Any]) -> str:
         gen = live[0].gen
         missing = [r for r in range(gen.world_size) if r not in gen.by_rank]
-        waits: dict[str, list[int]] = {}
-        for c in sorted(live, key=lambda c: c.rank):
-            words, at, _ = _wait_of(c)  # type: ignore[misc]
-            waits.setdefault(f"{words} at {at}", []).append(c.rank)
-        said = "; ".join(f"rank(s) {ranks} {wait}" for wait, ranks in waits.items())
-        return f"{said} for a world of {gen.world_size}; rank(s) {missing} never came"
+        return Gathering({c.rank: _wait_of(c) for c in live}, f"a world of {gen.world_size}",  # type: ignore[misc]
+                         missing).words()
 
     def _left(self) -> str:
         """How the processes of the run that left before init ended (mp.spawn's children)."""
@@ -224,24 +234,29 @@ class InitWatchMixin:
     def _real_torch(self, live: list[Any]) -> str:
         """What real torch raises, and when, for the waits without a timeout (`rendezvous.fate`)."""
         if not self.rendezvous:  # type: ignore[attr-defined]  # real Gloo: the ranks' own store waits say when
-            limits = [c.stall_limit for c in live if c.stall_limit is not None]
-            return f"torch ends these waits after {min(limits) / 60:g} min (their timeout)" if limits else \
-                "torch's waits have no timeout"
+            return timeouts_words(c.stall_limit for c in live)
         default_s = self._default_timeout_s()  # type: ignore[attr-defined]
-        fates = [(c.rank, fate(c.gen, c.rank, default_s)) for c in sorted(live, key=lambda c: c.rank)]
-        said = "; ".join(f"rank {r}: {f.error[0]}: {f.error[1]}" for r, f in fates if f is not None)
-        return f"real torch: {said} after {default_s / 60:g} min" if said else "real torch: waits for good"
+        fates = [(c.rank, fate(c.gen, c.rank, default_s)) for c in live]
+        return raises_words([(r, f.error) for r, f in fates if f is not None], default_s)
 
     def _say_status(self, w: InitWatch, live: list[Any], waited: float, now: float) -> None:
-        if w.status is None:
-            return
         others = (f"; process(es) {w._others} of the run {_NO_TIMER}" if w._others else "") + (
             f"; process(es) {w._running} of the run still run or sleep: they may yet call init" if w._running else "")
-        text = f"{self._waits(live)}{self._left()}{others}; {self._real_torch(live)}"
-        if text == w._said[0] and now - w._said[1] < STATUS_EVERY_S:
+        _say(w, "init", f"{self._waits(live)}{self._left()}{others}; {self._real_torch(live)}", waited, now)
+
+    def _groups_gather(self) -> None:
+        """Called at each turn of the serving loop: a status line once members of a group have
+        waited in its creation for `STATUS_AFTER_S` with none coming meanwhile (a member that
+        computes or sleeps before its `new_group`, or never calls it while its process runs),
+        and again as what it says changes or every `STATUS_EVERY_S`: who waits for whom, in
+        the words init's lines use (`gathering`), on both sides (`GroupsMixin.gatherings`)."""
+        w, now = self.init_watch, time.time()
+        if w is None or w.status is None:
             return
-        w._said = (text, now)
-        w.status(f"waiting {waited:.0f} s: {text}; Ctrl-C ends the run with a report")
+        due = [g for g in self.gatherings() if now - g.since()[1] >= STATUS_AFTER_S]  # type: ignore[attr-defined]
+        if due:
+            _say(w, "new_group", "; ".join(f"{g.words()}; {g.torch}" for g in due),
+                 now - min(g.since()[0] for g in due), now)
 
     def _init_note(self, w: InitWatch, live: list[Any], now: float) -> str:
         assert w.rule is not None and w._quiet_since is not None

@@ -146,6 +146,7 @@ class RankConn:
     stall_since: float | None = None  # real Gloo: wall time its current stall began (`rank.stall`), else None
     stall_limit: float | None = None  # real Gloo: the shortest Gloo timeout that could end that stall's waits
     stall_in: str | None = None  # real Gloo: a stall at the c10d store: the call and line it waits in (`rank.stall`)
+    stall_group: list[Any] | None = None  # ... in a group's creation: [torch's name of the group, its members]
     # a connection is one process; a RankConn is its membership in one generation of ranks
     # (`simdist.script.generations`): a process that initialises again gets a new one
     gen: Any = None  # the Generation it belongs to

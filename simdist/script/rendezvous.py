@@ -194,11 +194,13 @@ def _timed_waits(gen: Any, default_s: float | None = None) -> list[tuple[RankCon
 
 
 class RendezvousMixin:
-    """The coordinator's side of init's rendezvous. Needs `gens`, `_send`, `no_init`, and
-    `never_joins` (ranks whose launched process ended: they will join no generation)."""
+    """The coordinator's side of init's rendezvous. Needs `gens`, `_send`, `no_init`,
+    `measure_compute`, and `never_joins` (ranks whose launched process ended: they will join
+    no generation)."""
 
     gens: list[Any]
     _send: Any
+    measure_compute: bool
     never_joins: Callable[[], set[int]] = set  # `serve`'s `ended`: ranks whose launched process ended
     no_init: dict[int, dict[str, Any]]  # rank -> how its process ended without calling init
     spawn_left: list[dict[str, Any]]  # mp.spawn's children that ended without calling init (`initwatch`)
@@ -317,6 +319,7 @@ class RendezvousMixin:
         wait until the group's timeout, 30 min by default)."""
         if conn.gen is None:
             return
+        conn.advance(h.get("cpu"), self.measure_compute)  # past its waits and compute
         waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
         waiting[conn.rank] = (conn, int(h["req"]))
         conn.block = Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER)

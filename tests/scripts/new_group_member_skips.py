@@ -6,7 +6,9 @@ else. The shape of a rank that waits in `new_group` for a peer that failed its i
     python new_group_member_skips.py MODE [TIMEOUT_S]   # torchrun-style, 2 ranks or more
 
 MODE: what the last rank does instead of `new_group(all ranks)`: `barrier` (a barrier of the
-world, which its peers never reach: every rank waits for good), `exits` (it exits normally),
+world, which its peers never reach: every rank waits for good), `exits` (every rank first
+joins a barrier of the world, then the last one exits normally: a collective before new_group,
+and on real Gloo no rank leaves while a peer's init still connects to it),
 `sleeps<S>` (it sleeps S seconds, then calls `new_group` too: the group is made, every rank
 all-reduces on it). TIMEOUT_S: the group's `timeout=` (default: none, torch's 30 min).
 """
@@ -21,6 +23,8 @@ mode = sys.argv[1]
 kw = {"timeout": datetime.timedelta(seconds=float(sys.argv[2]))} if len(sys.argv) > 2 else {}
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
+if mode == "exits":
+    dist.barrier()
 t = torch.ones(1)
 if rank == world - 1 and mode == "barrier":
     dist.barrier()

@@ -3,8 +3,11 @@ torch 2.13's Gloo (no `TORCH_DIST_INIT_BARRIER`) a rank outside the group return
 `new_group` at once and need not call it at all, so here the last rank sleeps and never
 calls it while ranks 0 and 1 create the group and all-reduce on it.
 
-    python new_group_members_only.py   # torchrun-style, 3 ranks or more
+    python new_group_members_only.py [first]   # torchrun-style, 3 ranks or more
+
+`first`: every rank joins a barrier of the world before (a collective before new_group).
 """
+import sys
 import time
 
 import torch
@@ -12,6 +15,8 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank, last = dist.get_rank(), dist.get_world_size() - 1
+if sys.argv[1:] == ["first"]:
+    dist.barrier()
 if rank == last:
     time.sleep(1.0)
     print(rank, "never made the group", flush=True)

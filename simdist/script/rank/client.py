@@ -100,10 +100,11 @@ class Client:
 
     # ------------------------------------------------------------------ threads that could post
     def waiting(self, ids: list[int] | frozenset[int], ident: int | None = None) -> frozenset[int] | None:
-        """Thread `ident` (this one) waits in simdist for these ops, those not completed yet;
-        the registration (None: nothing left to wait for) is what `wait_over` ends."""
+        """Thread `ident` (this one) waits in simdist for these ops (or a request's reply,
+        `request`), those not completed yet; the registration (None: nothing left to wait
+        for) is what `wait_over` ends."""
         with self._state:
-            pending = frozenset(i for i in ids if i in self._works)
+            pending = frozenset(i for i in ids if i in self._works or i in self._replies)  # (one count for both)
             if not pending:
                 return None
             self._waits[ident or threading.get_ident()] = pending
@@ -139,14 +140,20 @@ class Client:
         except OSError:
             coordinator_gone()
 
-    def request(self, header: dict[str, Any]) -> dict[str, Any]:
-        """Send and block for the coordinator's reply (used at init)."""
+    def request(self, header: dict[str, Any], blocks: bool = False) -> dict[str, Any]:
+        """Send and block for the coordinator's reply (init, new_group, the store barrier).
+        `blocks`: the coordinator counts this thread as blocked until it replies (a `Block`:
+        new_group's and the store barrier's waits), so the request carries the rank's claim
+        with this thread waiting in simdist until the reply comes (`waiting`, `_woke`): a
+        claim taken before is stale once the rank handled a completion since (a collective
+        before new_group: the hang was never proven, the group's timeout never ran out)."""
         rid = next(self._ids)
         ev, box = threading.Event(), []
         with self._state:
             self._replies[rid] = (ev, box)
-        self.send({**header, "req": rid})
+        registered = self.send({**header, "req": rid}, claim=blocks, register=[rid] if blocks else None)
         ev.wait()
+        self.wait_over(registered)
         return box[0]
 
     def began(self, generation: int) -> None:
@@ -210,6 +217,7 @@ class Client:
             elif kind == "reply":
                 with self._state:
                     ev, box = self._replies.pop(header["req"])
+                    self._woke(header["req"])
                 box.append(header)
                 ev.set()
             elif kind == "abort":

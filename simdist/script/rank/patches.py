@@ -203,7 +203,7 @@ def _patch_store_barrier() -> None:
             return
         if rendezvous_count >= dist.get_world_size():
             c.request({"t": "barrier", "key": str(group_name), "count": int(rendezvous_count),
-                       "frames": stack.caller_stack(1)})
+                       "frames": stack.caller_stack(1), "cpu": time.thread_time()}, blocks=True)
 
     c10d._store_based_barrier = _store_based_barrier
 

@@ -429,7 +429,9 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
         reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit,
-                                       "key": str(opts.group_id), "frames": stack.caller_stack(1)})
+                                       "key": str(opts.group_id), "frames": stack.caller_stack(1),
+                                       "cpu": time.thread_time()},
+                                      blocks=True)
         if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)

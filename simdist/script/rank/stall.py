@@ -162,6 +162,7 @@ class StoreWait:
     what: str
     where: tuple[str, int] | None
     limit_s: float
+    group: tuple[str, tuple[int, ...]] | None = None  # a group's creation: torch's name of the group, its members
 
 
 def store_wait(frame: Any) -> StoreWait | None:
@@ -186,7 +187,18 @@ def store_wait(frame: Any) -> StoreWait | None:
     limit = timeout.total_seconds() if hasattr(timeout, "total_seconds") else DEFAULT_TIMEOUT_S["gloo"]
     what = next((f.f_code.co_name for f in reversed(inner) if f.f_code.co_name not in _WRAPPERS), found.f_code.co_name)
     where = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
-    return StoreWait(what, where, float(limit))
+    return StoreWait(what, where, float(limit), _group_of(found))
+
+
+def _group_of(found: Any) -> tuple[str, tuple[int, ...]] | None:
+    """The group a store wait in `_new_process_group_helper` creates (its parameters `group_name`
+    and `global_ranks_in_group`; none for the default group, made at init: no members given)."""
+    try:
+        members = found.f_locals.get("global_ranks_in_group") if found.f_code.co_name == "_new_process_group_helper" \
+            else None
+        return (str(found.f_locals.get("group_name")), tuple(int(r) for r in members)) if members else None
+    except Exception:  # noqa: BLE001 - another thread's frame, read only: unreadable, the wait stays unnamed
+        return None
 
 
 def _others_waiting(main_ident: int | None) -> bool:
@@ -292,7 +304,8 @@ def watch(c: client.Client) -> None:
             store = now.store  # type: ignore[union-attr]
             where = None if store is None else (
                 store.what + ("" if store.where is None else f" at {os.path.basename(store.where[0])}:{store.where[1]}"))
-            c.send({"t": "stall", "since": since, "limit": now.limit_s, "in": where})  # type: ignore[union-attr]
+            c.send({"t": "stall", "since": since, "limit": now.limit_s, "in": where,  # type: ignore[union-attr]
+                    "grp": None if store is None or store.group is None else [store.group[0], list(store.group[1])]})
         elif not stalled and since is not None:
             since = None
             c.send({"t": "stall", "since": None})
