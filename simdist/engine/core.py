@@ -391,7 +391,8 @@ class Engine(GlooExits, GlooTimeouts):
         A process that ends normally or by an exception takes milliseconds or more to unwind
         (record, tear down), far longer than its peers need to post their side, so on Gloo the
         collectives it had already posted (async ones included) still complete: they stay
-        matchable here. Collectives it never posted fail only on the peers whose messages
+        matchable here (mostly: a peer whose part comes after the sockets closed loses it on
+        real Gloo, which `simdist.races.TeardownRace` names). Collectives it never posted fail only on the peers whose messages
         involve it (Gloo, `_settle_exited`; other backends: on all of them), ones that can
         never complete on every peer. An abrupt death (SIGABRT) cuts everything off.
         """
