@@ -87,7 +87,8 @@ receiver that dies while the sender copies resets the connection and cuts the co
 Measured with `tests/scripts/send_to_leaver.py BYTES posted kill|exit` (the receiver leaves by
 `os._exit` or `sys.exit` right after its `irecv`; `python bench/race_tally.py
 tests/scripts/send_to_leaver.py --nproc 2 --n 10 -- BYTES posted kill`), completed / timed
-out, kill then exit: 1, 2, 3 MB 10/0 and 10/0 each; 3.7 MB 9/1, 10/0; 3.9 MB 3/7, 8/2; 4 MB 1/9, 5/5; 5 MB
+out, kill then exit: 1, 2, 3 MB 10/0 and 10/0 each (3 MB killed: 19/1 in a second tally of
+20); 3.4 MB killed 20/0; 3.7 MB 9/1, 10/0; 3.9 MB 3/7, 8/2; 4 MB 1/9, 5/5; 5 MB
 4/6, 5/5; 6 MB 1/9, 6/4; 7 MB 0/10, 3/7; 8 MB 0/10 (1/2 in a second tally), 3/7; 12 MB 0/10,
 2/8; 16 MB 0/10, 0/10. No size above one copy's worth is safe, none below the ceiling is
 certain to time out (a receiver that lives to read completes any size): the simulator
