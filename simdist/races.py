@@ -322,12 +322,7 @@ def teardown_races(sim: Report, real: Report, cmp: Comparison) -> list[TeardownR
     differing rank lost, on real Gloo only, a collective that others posted and ended with
     (`_lost_to_a_leaver`); a difference of no rank may only be the run's outcome, an error on
     real Gloo. Empty when the runs agree or anything else differs."""
-    fields = _rank_fields(real, cmp)
-    if not fields:
-        return []
-    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
-    races = [_lost_to_a_leaver(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
-    return [r for r in races if r is not None] if all(r is not None for r in races) else []
+    return _every_differing_rank(sim, real, cmp, _lost_to_a_leaver)
 
 
 def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
@@ -381,12 +376,7 @@ def send_band_races(sim: Report, real: Report, cmp: Comparison) -> list[SendBand
     """The send-band races that make up every difference of `cmp`: each differing rank timed
     out in a send on real Gloo only (`_send_outlived`); a difference of no rank may only be the
     run's outcome, an error on real Gloo. Empty when the runs agree or anything else differs."""
-    fields = _rank_fields(real, cmp)
-    if not fields:
-        return []
-    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
-    races = [_send_outlived(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
-    return [r for r in races if r is not None] if all(r is not None for r in races) else []
+    return _every_differing_rank(sim, real, cmp, _send_outlived)
 
 
 def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
@@ -410,17 +400,22 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     return SendBandRace(rank, peer, nbytes, whole) if ended and nbytes > whole else None
 
 
-def _rank_fields(real: Report, cmp: Comparison) -> dict[int, set[str]]:
-    """The fields that differ, per rank; empty when the runs agree, or when a difference is
-    of no rank and is not the run's outcome turned to an error on real Gloo (a racer's), or
-    is a rank missing on one side."""
+_RankNamer = Callable[[dict[int, RankResult], dict[int, RankResult], int, set[str]], _R | None]
+
+
+def _every_differing_rank(sim: Report, real: Report, cmp: Comparison, namer: _RankNamer[_R]) -> list[_R]:
+    """One race per differing rank by `namer` (given both runs' ranks, the rank and the fields
+    it differs in), when it names every one and no difference is of no rank, apart from the
+    run's outcome turned to an error on real Gloo (a racer's); else empty."""
     fields: dict[int, set[str]] = {}
     for d in cmp.differences:
         if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
-            return {}
+            return []
         if d.rank is not None:
             fields.setdefault(d.rank, set()).add(d.field)
-    return fields
+    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
+    races = [namer(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
+    return [r for r in races if r is not None] if races and all(r is not None for r in races) else []
 
 
 Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace
