@@ -69,10 +69,12 @@ other helpers' runs, load 8-23), the real runs in which every live rank complete
 simulated, against those in which some lost the leaver or a rank that had lost it:
 `async` (the root exits without waiting): broadcast 13/7 (2 ranks), 7/13 (3), 10/10 (4);
 scatter 9/11, 4/16, 9/11; gather 18/2, 16/4, 12/8; reduce 7/13, 5/15, 2/18; all_reduce 2/18
-(3 ranks; one of those with a rank timing out, left a difference). `gone` (the last rank's
+(3 ranks; one of those with a rank timing out, left a difference); scatter at 2 ranks beside
+2 CPU burners 10/10. `gone` (the last rank's
 process has ended; the root fails as it posts to it) and `fails` (it is still unwinding):
 the scatter's leaf lost the root in 1 run of 20 for each at 3 ranks; broadcast and gather
-0 of 20 each at 3 ranks, and all four ops 0 of 20 at 4 ranks (reduce: every live rank fails,
+0 of 20 each at 3 ranks (scatter and broadcast 0 of 20 beside 2 CPU burners), and all four
+ops 0 of 20 at 4 ranks (reduce: every live rank fails,
 as simulated: its ring needs the gone rank). Both outcomes of one program: a race.
 
 A fifth race, of a send's bytes (`SendBandRace`, `send_band_races`): a rank sends to a peer
