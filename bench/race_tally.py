@@ -3,7 +3,8 @@ races of real processes (`simdist.races`): one simulated run, then N real Gloo r
 (each mode's ranks forked by one fork server), each compared as `simdist compare` does and
 named: agree, a named race (its kinds: exit, rendezvous, connect: `Race.kind`), or a difference. Every run that does
 not agree is printed with each rank's status, error and lines, so a rare outcome seen once
-can be read. Run it beside other load (a test suite) to see what a loaded host does.
+can be read; at the end, each real outcome (rank: status/error category) with its count,
+beside the simulated one. Run it beside other load (a test suite) to see what a loaded host does.
 
     python bench/race_tally.py tests/scripts/timed_out_root_fed.py --nproc 3 --n 60 [--keep DIR] [-- ARGS]
 
@@ -35,6 +36,11 @@ def _ranks(report: Report) -> str:
                      + f" | lines {r.output} | ops {[(e.op, e.seq, e.completed) for e in r.trace]}" for r in report.ranks)
 
 
+def outcome(report: Report) -> str:
+    """The run's outcome per rank, in a word each: what the tally counts apart from agreement."""
+    return " ".join(f"{r.rank}:{r.status}" + (f"/{r.error.category}" if r.error else "") for r in report.ranks)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("script", type=Path)
@@ -45,6 +51,7 @@ def main() -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     a, script_args = ap.parse_args(argv[:cut]), argv[cut + 1:]  # the script's own arguments: after --
     tally: collections.Counter[str] = collections.Counter()
+    outcomes: collections.Counter[str] = collections.Counter()
     with (Zygote(None, mode="sim", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as zs,
           Zygote(None, mode="gloo", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as zg):
         def run(mode: str, z: Zygote) -> Report:
@@ -62,6 +69,7 @@ def main() -> int:
             kinds = sorted({r.kind for r in races})
             kind = "agree" if cmp.agree else f"RACE ({', '.join(kinds)})" if races else "DIFFER"
             tally[kind] += 1
+            outcomes[outcome(real)] += 1
             print(f"run {k}: {kind}", flush=True)
             if not cmp.agree:
                 print(_ranks(real), flush=True)
@@ -72,6 +80,7 @@ def main() -> int:
                 if not races:
                     print(format_comparison(cmp), flush=True)
     print(f"{a.script.name}: {dict(tally)} of {a.n} real runs")
+    print(f"simulated: {outcome(sim)}; real: {dict(outcomes)}")
     return 0
 
 

@@ -54,6 +54,48 @@ listening addresses, ports the kernel picks at random): it connects to a listene
 gone ("... SO_ERROR: Connection refused") or it waits for a peer to connect to it
 ("... Connect timeout [none]"); both measured with the same script, `tests/scripts/
 init_waits_for_world.py sleeps2 0.5`. The simulator says the first (`RendezvousRace`, `rendezvous_races`).
+
+A fourth race, of a collective's teardown (`TeardownRace`, `teardown_races`): a rank posts a
+collective and its process ends right after (it exits without waiting on it, or fails in it on
+a member that had left, after posting its messages to the others). A Gloo send of an unbound
+buffer is written only once its receiver's "ready" notice has come (gloo/transport/tcp/pair.cc,
+`Pair::send`: `localPendingSend_`), and the rank's messages move only while its process is
+up, so a peer whose notice or whose own send comes after the leaver's sockets closed loses it
+("Connection closed by peer"), one before completes. The simulator has every message of a
+collective posted before the exit move (`Engine.rank_gone`: the unloaded host's outcome).
+Measured with `tests/scripts/rooted_root_exits.py OP SHAPE` (root 0; `python bench/race_tally.py
+tests/scripts/rooted_root_exits.py --nproc N --n 20 -- OP SHAPE`, this 2-core host beside the
+other helpers' runs, load 8-23), the real runs in which every live rank completes, as
+simulated, against those in which some lost the leaver or a rank that had lost it:
+`async` (the root exits without waiting): broadcast 13/7 (2 ranks), 7/13 (3), 10/10 (4);
+scatter 9/11, 4/16, 9/11; gather 18/2, 16/4, 12/8; reduce 7/13, 5/15, 2/18; all_reduce 2/18
+(3 ranks; one of those with a rank timing out, left a difference); scatter at 2 ranks beside
+2 CPU burners 10/10. `gone` (the last rank's
+process has ended; the root fails as it posts to it) and `fails` (it is still unwinding):
+the scatter's leaf lost the root in 1 run of 20 for each at 3 ranks; broadcast and gather
+0 of 20 each at 3 ranks (scatter and broadcast 0 of 20 beside 2 CPU burners), and all four
+ops 0 of 20 at 4 ranks (reduce: every live rank fails,
+as simulated: its ring needs the gone rank). Both outcomes of one program: a race.
+
+A fifth race, of a send's bytes (`SendBandRace`, `send_band_races`): a rank sends to a peer
+that posted its receive and then ended. Gloo writes the send once the receiver's notice came
+(a non-blocking `writev`); the send completes once every byte is in the kernel's socket, and
+what the socket does not take waits in the pair's transmit queue, which the receiver's
+closure does not reach for an unbound buffer (`Pair::signalException` looks at `op.buf`), so
+the send then waits out its timeout. What the socket takes is the kernel's: a fresh loopback
+connection here takes 3,919,467 bytes (`simdist.socket_buffers.young_capacity`; tcp_wmem
+max 4 MB, tcp_rmem max 32 MB), more once its traffic has grown the receive window, and a
+receiver that dies while the sender copies resets the connection and cuts the copy short.
+Measured with `tests/scripts/send_to_leaver.py BYTES posted kill|exit` (the receiver leaves by
+`os._exit` or `sys.exit` right after its `irecv`; `python bench/race_tally.py
+tests/scripts/send_to_leaver.py --nproc 2 --n 10 -- BYTES posted kill`), completed / timed
+out, kill then exit: 1, 2, 3 MB 10/0 and 10/0 each (3 MB killed: 19/1 in a second tally of
+20); 3.4 MB killed 20/0; 3.7 MB 9/1, 10/0; 3.9 MB 3/7, 8/2; 4 MB 1/9, 5/5; 5 MB
+4/6, 5/5; 6 MB 1/9, 6/4; 7 MB 0/10, 3/7; 8 MB 0/10 (1/2 in a second tally), 3/7; 12 MB 0/10,
+2/8; 16 MB 0/10, 0/10. No size above one copy's worth is safe, none below the ceiling is
+certain to time out (a receiver that lives to read completes any size): the simulator
+completes the send, and a real timeout of one longer than the kernel's default send buffer
+(`whole_write`, read from `net.ipv4.tcp_wmem`) is named this race.
 """
 
 from __future__ import annotations
@@ -64,8 +106,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeVar
 
 from simdist.compare import Comparison
-from simdist.report import RankResult, Report
-from simdist.vocab import FULL_MESH
+from simdist.report import RankResult, Report, TraceEntry
+from simdist.socket_buffers import whole_write
+from simdist.vocab import FULL_MESH, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -256,14 +299,137 @@ def _stopped_short(sim: RankResult, real: RankResult) -> bool:
             and real.output == sim.output[:len(real.output)] and real.inputs_processed <= sim.inputs_processed)
 
 
-Race = ExitRace | RendezvousRace | ConnectRace
+@dataclass(frozen=True)
+class TeardownRace:
+    """On real Gloo, rank `rank` lost collective #`seq` (`op`) on `group`, which the ranks
+    `left` had posted and then ended with (it was their last: they exited without waiting on
+    it, or failed in it); the simulator completes it for `rank` (the module's docstring)."""
+
+    kind: ClassVar[str] = "teardown"
+    rank: int
+    op: str
+    seq: int
+    group: str
+    left: tuple[int, ...]
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: teardown race, not a model difference: ranks {list(self.left)} posted "
+                f"#{self.seq} {self.op} on {self.group} and ended right after; on real Gloo their sockets closed "
+                f"before this rank's messages with them had moved (a Gloo send waits for its receiver's "
+                f"notice), so it lost them; the simulator has their messages move while they unwind")
+
+
+def teardown_races(sim: Report, real: Report, cmp: Comparison) -> list[TeardownRace]:
+    """The teardown races that make up every difference of `cmp` (the module's docstring): each
+    differing rank lost, on real Gloo only, a collective that others posted and ended with
+    (`_lost_to_a_leaver`); a difference of no rank may only be the run's outcome, an error on
+    real Gloo. Empty when the runs agree or anything else differs."""
+    return _every_differing_rank(sim, real, cmp, _lost_to_a_leaver)
+
+
+def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
+                      differ: set[str]) -> TeardownRace | None:
+    """Rank `rank` failed on real Gloo with a lost peer after its last operation, which the
+    simulator completes, having done and printed only what the simulator has it do first;
+    and ranks that posted the same collective (group, seq) within `EXIT_RACE_S` of it (the
+    simulated clocks) ended with it as their last on both sides. Else None."""
+    s, r = sims[rank], reals[rank]
+    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "peer_lost" or not r.trace:
+        return None
+    at, mine = r.trace[-1], s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
+    if mine is None or not mine.completed or not _stopped_short(s, r):  # (a real entry's `completed` is not
+        return None  # reliable here: the recorder marks an operation that raised as completed)
+    left = tuple(p for p in sorted(sims) if p != rank and p in reals
+                 and _ended_with(sims[p], at, mine.t_issue) and _ended_with(reals[p], at, None))
+    return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
+
+
+def _ended_with(p: RankResult, at: TraceEntry, t_issue: float | None) -> bool:
+    """Rank `p`'s process ended (not a hang) with collective `at` (same group and seq) as its
+    last, issued within `EXIT_RACE_S` of `t_issue` when given."""
+    last = p.trace[-1] if p.trace else None
+    return (p.status in ("error", "completed") and last is not None
+            and (last.group, last.seq, last.op) == (at.group, at.seq, at.op)
+            and (t_issue is None or abs(last.t_issue - t_issue) <= EXIT_RACE_S))
+
+
+@dataclass(frozen=True)
+class SendBandRace:
+    """On real Gloo, rank `rank`'s send of `nbytes` to rank `peer` timed out: `peer` had posted
+    its receive and ended with it, and the send was longer than what the kernel takes whole
+    in one copy (`whole`, `simdist.socket_buffers.whole_write`), so its rest waited for a
+    reader that was gone. The simulator completes it, as real Gloo does when the receiver
+    lives long enough to read it (the module's docstring)."""
+
+    kind: ClassVar[str] = "send_band"
+    rank: int
+    peer: int
+    nbytes: int
+    whole: int
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: send-band race, not a model difference: its send of {self.nbytes:,} bytes to "
+                f"rank {self.peer}, which posted the receive and ended, is longer than the {self.whole:,} bytes "
+                f"this kernel takes whole in one copy; on real Gloo the receiver was gone before the rest was written "
+                f"or read, and the send timed out; the simulator completes it")
+
+
+def send_band_races(sim: Report, real: Report, cmp: Comparison) -> list[SendBandRace]:
+    """The send-band races that make up every difference of `cmp`: each differing rank timed
+    out in a send on real Gloo only (`_send_outlived`); a difference of no rank may only be the
+    run's outcome, an error on real Gloo. Empty when the runs agree or anything else differs."""
+    return _every_differing_rank(sim, real, cmp, _send_outlived)
+
+
+def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
+                   differ: set[str]) -> SendBandRace | None:
+    """Rank `rank`'s last operation is a send longer than the kernel takes whole, which it
+    completes in the simulator and times out in on real Gloo, having done and printed only
+    what the simulator has it do first; its receiver ended with the matching receive as its
+    last operation on both sides. Else None."""
+    s, r = sims[rank], reals[rank]
+    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "timeout" or not r.trace:
+        return None
+    at = r.trace[-1]
+    mine = s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
+    if at.op != "send" or at.peer is None or mine is None or not mine.completed or not _stopped_short(s, r):
+        return None
+    nbytes, whole = at.numel * dtype_bytes(at.dtype.removeprefix("torch.")), whole_write()
+    peer = at.peer
+    ended = all(p is not None and p.status in ("error", "completed") and p.trace and p.trace[-1].op == "recv"
+                and p.trace[-1].peer == rank and p.trace[-1].group == at.group
+                for p in (sims.get(peer), reals.get(peer)))
+    return SendBandRace(rank, peer, nbytes, whole) if ended and nbytes > whole else None
+
+
+_RankNamer = Callable[[dict[int, RankResult], dict[int, RankResult], int, set[str]], _R | None]
+
+
+def _every_differing_rank(sim: Report, real: Report, cmp: Comparison, namer: _RankNamer[_R]) -> list[_R]:
+    """One race per differing rank by `namer` (given both runs' ranks, the rank and the fields
+    it differs in), when it names every one and no difference is of no rank, apart from the
+    run's outcome turned to an error on real Gloo (a racer's); else empty."""
+    fields: dict[int, set[str]] = {}
+    for d in cmp.differences:
+        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
+            return []
+        if d.rank is not None:
+            fields.setdefault(d.rank, set()).add(d.field)
+    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
+    races = [namer(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
+    return [r for r in races if r is not None] if races and all(r is not None for r in races) else []
+
+
+Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace
 
 
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     """The front door: the races of real processes that explain every difference of `cmp`
-    (ranks' errors that are each an exit or a rendezvous race, or a group-connection race);
-    empty when the runs agree or something is left over: then all of it is a difference."""
-    return _each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
+    (ranks' errors that are each an exit or a rendezvous race, a group-connection race, a
+    teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
+    a difference."""
+    return (_each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
+            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp))
 
 
 def race_jsonable(race: Race) -> dict[str, Any]:

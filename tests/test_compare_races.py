@@ -7,6 +7,7 @@ command through the API layer it calls (`simdist.script.api.compare_script`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from simdist.cli.console import ExitCode, worst
 from simdist.cli.reports import Compared
 from simdist.compare import AGREE_UP_TO_A_RACE
+from simdist.races import TeardownRace
 from simdist.report import Report
 from simdist.script.workdir import SetAside
 from tests.conftest import ROOT
@@ -100,3 +102,51 @@ def test_a_rendezvous_race_names_the_call_its_peers_timed_out_in(call):
     race = rendezvous_race(sim, real, 0)
     assert race == RendezvousRace(0, call) and f"it came to {call} after its peers' {call} timed out" in race.describe()
     assert rendezvous_race(sim, sim, 0) is None  # refused on both sides: no race, the same outcome
+
+
+def _teardown(shape: str) -> tuple[Report, Report]:
+    """`python bench/race_tally.py tests/scripts/rooted_root_exits.py --nproc N --keep DIR -- scatter
+    {shape}`: its simulated run and a real one in which rank 1 lost the root (2 ranks for `async`,
+    3 for `gone`)."""
+    return tuple(Report.from_dict(json.loads((RACES / f"teardown_scatter_{shape}_{n}.json").read_text()))
+                 for n in ("sim", "real"))
+
+
+@pytest.mark.parametrize("shape", ["async", "gone"])
+def test_a_rank_that_lost_a_root_which_posted_and_left_is_a_teardown_race(shape):
+    """The root of a scatter posted it and ended (`async`: it exited without waiting on it;
+    `gone`: it failed on a leaf that had left, right after posting to rank 1). The simulator
+    completes rank 1's scatter, as real Gloo mostly does; in these real runs the root's sockets
+    closed before rank 1's receive notice had its block written: rank 1 lost it. A race of
+    the root's teardown (`simdist.races`: both outcomes measured), exit code 4, not agreement."""
+    sim, real = _teardown(shape)
+    assert sim.ranks[1].status == "completed" and real.ranks[1].error.category == "peer_lost"
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert got.races == [TeardownRace(1, "scatter", 2, "WORLD", (0,))]
+    assert got.races[0].describe().startswith("rank 1: teardown race, not a model difference: ranks [0] posted "
+                                              "#2 scatter on WORLD and ended right after")
+
+
+def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing_else_to_differ():
+    """Each condition of the race, broken one at a time on the saved runs, leaves a difference:
+    the root went on to another collective (on both sides: the scatter's messages were not its
+    last, so the loss is not its teardown's), rank 1 timed out instead of losing a peer, or printed a
+    line the simulator has it print nowhere."""
+    def broken(change) -> str:
+        sim, real = _teardown("async")
+        change(sim, real)
+        return Compared.of(sim, real).verdict
+
+    def root_goes_on(sim: Report, real: Report) -> None:  # on both sides: rank 0 itself agrees
+        for report in (sim, real):
+            report.ranks[0].trace.append(dataclasses.replace(report.ranks[0].trace[-1], seq=3, op="barrier", numel=0))
+
+    def times_out(sim: Report, real: Report) -> None:
+        real.ranks[1].error = dataclasses.replace(real.ranks[1].error, category="timeout")
+
+    def prints_more(sim: Report, real: Report) -> None:
+        real.ranks[1].output = ["[1] a line of its own"]
+
+    assert broken(lambda sim, real: None) == "race"
+    assert [broken(f) for f in (root_goes_on, times_out, prints_more)] == ["differ"] * 3

@@ -401,3 +401,22 @@ def test_payload_caches_keep_the_sign_of_zero_and_hit_for_nan():
         nan = Payload.full(3, dtype, float("nan"))
         assert Payload.full(3, dtype, float("nan")) is nan and math.isnan(nan.fill)
         assert Payload.runs([(3, float("nan"))], dtype) is Payload.runs([(3, float("nan"))], dtype)
+
+
+@pytest.mark.parametrize(("t_send", "sent"), [(0.5, True), (1.5, False)])
+def test_a_send_posted_before_its_receiver_left_meets_the_receive_it_had_posted(t_send, sent):
+    """Rank 1 posts a receive and its process ends at t = 1.0 (a script's coordinator hears of
+    the send of rank 0, issued at `t_send` on the ranks' clocks, only after: a 64 MB message
+    takes it long to read). Posted before the end, the send pairs with the receive (on Gloo
+    the receiver's notice reached the sender while both were up) and completes, as with the
+    messages read in the other order; posted after, it meets the closed socket. Before, the
+    order the coordinator read them in decided (tests/scripts/send_to_leaver.py 67108864
+    posted: 2 of 4 simulated runs lost the peer)."""
+    eng = Engine(2, {"WORLD": [0, 1]}, AlphaBeta(alpha=0.0, beta=0.0))
+    eng.p2p(1, "recv", Payload.unknown(2, "float32"), 0, tag=0, origin="t", t_issue=0.9)
+    eng.rank_gone(1, at=1.0)
+    work = eng.p2p(0, "send", Payload.full(2, "float32", 5), 1, tag=0, origin="t", t_issue=t_send)
+    eng.env.run()
+    assert work.done and work.call.ok is sent
+    if not sent:
+        assert work.call.value.error.message == "Connection closed by peer (rank 1 has exited)"

@@ -184,11 +184,14 @@ class Engine(GlooExits, GlooTimeouts):
         return Work(rs, call)
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
-            group: str = "WORLD") -> Work:
+            group: str = "WORLD", t_issue: float | None = None) -> Work:
         """send (op='send', peer=dst) or recv (op='recv', peer=src); matched FIFO per (group,
         src, dst, tag) (`calls.P2PKey`: never across groups).
         A recv with `peer=None` takes a message from any source (`any_sender`); its trace
-        entry names the source once matched."""
+        entry names the source once matched. `t_issue`: when the rank posted it, on the clock
+        of `rank_gone`'s `at` (a script's coordinator keeps the ranks' clocks): a call posted
+        before its peer's process ended pairs with what the peer had posted, however late
+        the engine hears of it (`_posted_before_gone`)."""
         rs = self.ranks[rank]
         self._record_one()
         self._p2p_seq[(group, rank)] += 1
@@ -219,10 +222,10 @@ class Engine(GlooExits, GlooTimeouts):
         if self._closed and (shut := self.closed_error(call, group, [peer])) is not None:
             self._fail(call, *shut)
             return Work(self.ranks[rank], call)
-        if not self.ranks[peer].alive:
+        mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
+        if not self.ranks[peer].alive and not self._posted_before_gone(theirs[k], peer, t_issue):
             self._fail_call(call, peer)
             return Work(self.ranks[rank], call)
-        mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
         if not theirs[k] and op == "send" and self._any_recvs[(group, dst, tag)]:
             theirs[k].append(self._any_recvs[(group, dst, tag)].popleft())
             theirs[k][-1].entry.peer = rank
@@ -233,6 +236,15 @@ class Engine(GlooExits, GlooTimeouts):
         else:
             mine[k].append(call)
         return Work(self.ranks[rank], call)
+
+    def _posted_before_gone(self, theirs: deque[Call], peer: int, t_issue: float | None) -> bool:
+        """Whether a call posted at `t_issue` to the gone `peer` meets the peer's own post
+        (first in `theirs`: `rank_gone` leaves the gone rank's posts queued) rather than its
+        closed socket: it was posted before the peer's process ended. On Gloo the pair then
+        exchanged its notices while both were up (the peer's receive notice reached the
+        sender), whatever order the coordinator reads the two ranks' messages in."""
+        return (t_issue is not None and bool(theirs) and theirs[0].rank == peer
+                and t_issue <= self._gone_at.get(peer, float("-inf")))
 
     @staticmethod
     def any_sender(group: str, dst: int, tag: int, sends: dict[P2PKey, deque]) -> int | None:
@@ -391,7 +403,8 @@ class Engine(GlooExits, GlooTimeouts):
         A process that ends normally or by an exception takes milliseconds or more to unwind
         (record, tear down), far longer than its peers need to post their side, so on Gloo the
         collectives it had already posted (async ones included) still complete: they stay
-        matchable here. Collectives it never posted fail only on the peers whose messages
+        matchable here (mostly: a peer whose part comes after the sockets closed loses it on
+        real Gloo, which `simdist.races.TeardownRace` names). Collectives it never posted fail only on the peers whose messages
         involve it (Gloo, `_settle_exited`; other backends: on all of them), ones that can
         never complete on every peer. An abrupt death (SIGABRT) cuts everything off.
         """

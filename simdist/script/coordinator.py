@@ -255,7 +255,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         if op in P2P_OPS:
             peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
             work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,
-                              group=group)
+                              group=group, t_issue=conn.clock)
             members = [rank, peer] if op == "send" else [peer, rank]  # type: ignore[list-item]
         else:
             work = engine.issue(rank, op, payload, group=group, origin=origin, reduce_op=reduce_op_of(op, h.get("ro")),

@@ -33,6 +33,8 @@ def wait_gone(limit_s: float = 30.0) -> None:
         except FileNotFoundError as e:
             if "leaver" not in str(e.filename):
                 return  # no /proc entry: the process is gone
+        except ProcessLookupError:
+            return  # its /proc entry went while being read (ESRCH): gone
         time.sleep(0.01)
 
 
