@@ -6,7 +6,7 @@ ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.p
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
 the FSDP tutorial (`fsdp_mnist.py`); then nanoGPT, the FSDP2 example, pytorch/tutorials' ZeRO and
 DCP recipes, and an RPC example (refused as not modelled); then torch's own DCP and DTensor
-examples, the pipelining tutorial and the async-checkpoint recipe (SOURCES-third-batch.md). They are other people's code and not in this
+examples, the pipelining tutorial and the async-checkpoint recipe. They are other people's code and not in this
 repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
@@ -167,7 +167,7 @@ SLOW = [
     # save wrote, fails alike on both sides)
     ("tutorials/zero_redundancy_optimizer.py", None, [], None, ["completed"] * 2),
     ("tutorials/dcp_save.py", None, [], None, ["completed"] * 8),
-    # third batch (SOURCES-third-batch.md): torch's own DCP and DTensor examples, the pipelining
+    # third batch (docs/script-backend.md names each source and commit): torch's own DCP and DTensor examples, the pipelining
     # tutorial and the async-checkpoint recipe
     ("torch_dcp/fsdp_checkpoint_example.py", None, [], None, ["completed"] * 8),  # fix: empty shard
     # its fault injection reloads with `dcp.load(state_dict)`, which torch 2.13 refuses (no
