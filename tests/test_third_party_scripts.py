@@ -16,8 +16,8 @@ each mode, as `simdist compare` runs them (one working directory; the DDP series
 write a snapshot that a later run resumes from, which is set aside between the sides), and
 the two must agree rank by rank as `simdist compare` judges them. A checkout without the files skips those cases and says which file is
 missing. `tests/scripts/reduce_scatter_coalesced.py`, `cuda_mesh_tp.py`, `rooted_after_exit.py` and
-`fsdp_empty_shard.py` (ours) keep what those scripts found, whether or not the third-party
-files are there.
+`fsdp_empty_shard.py`, `backward_origins.py` (ours) keep what those scripts found, whether or not
+the third-party files are there.
 """
 
 from __future__ import annotations
@@ -145,6 +145,22 @@ def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path)
         rep = run_script(SCRIPTS / "fsdp_gpu_defaults.py", nproc_per_node=2, timeout_s=120, run_id=run_id, zygote=z)
     assert rep.backend == "nccl" and _verdict(rep) == ["completed"] * 2
     assert (tmp_path / "fsdp_gpu_defaults_ckpt" / ".metadata").is_file()
+
+
+@pytest.mark.real
+def test_collectives_under_backward_are_ddps_only_when_ddp_issues_them(script_zygote, tmp_path):
+    """`simdist run` of pytorch/examples' fsdp_tp_example.py (no DDP) named its ranks' last
+    operation "DDP reducer: gradient bucket all-reduce": any collective under autograd was
+    labelled DDP's. FSDP2's post-backward reduce and TP's backward all-reduce are the user's
+    `backward()` line now, DDP's bucket still DDP's, on both sides alike; values as on Gloo."""
+    sim, real = _both(SCRIPTS / "backward_origins.py", 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rep in (sim, real):
+        ddp = [(e.op, e.group) for e in rep.ranks[1].trace if e.origin == "ddp.backward.bucket_allreduce"]
+        assert ddp == [("all_reduce", "WORLD")], rep.source  # DDP's one bucket, not FSDP2's or TP's
+    lines = {e.origin for e in sim.ranks[0].trace if e.group != "WORLD"}
+    assert {"user.backward_origins.py:28", "user.backward_origins.py:32"} <= lines
 
 
 FAST = [  # (script, nproc, script args, --batches, verdict per rank)
