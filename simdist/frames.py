@@ -215,9 +215,26 @@ def classify(frames: list[Frame], dtype: str) -> str | None:
             if q == "TorchRank.user_collective":
                 return "user"
         elif t == "autograd":
-            # Collectives issued by DDP's C++ reducer from autograd hooks during backward.
+            # Collectives issued by DDP's C++ reducer from autograd hooks during backward (or by
+            # its comm hook); one that other Python issued under autograd (FSDP2's post-backward
+            # reduce-scatter, DTensor's redistribution in a backward) is not DDP's.
+            if not all(_under_ddp_reducer(inner.filename) for inner in frames[:frames.index(f)]):
+                return None
             return "ddp.backward.unused_map_allreduce" if dtype == "int32" else "ddp.backward.bucket_allreduce"
     return None
+
+
+# What may stand between DDP's C++ reducer (called by autograd) and a collective: its comm
+# hooks, the futures their callbacks chain on, c10d's Python entry points, and simdist's own
+# layer in the rank (the real side's op log wraps c10d's calls).
+_DDP_REDUCER_PATHS = ("torch/distributed/algorithms/ddp_comm_hooks/", "torch/futures/",
+                      "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py")
+_SIMDIST_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _under_ddp_reducer(filename: str) -> bool:
+    f = filename.replace(os.sep, "/")
+    return filename.startswith(_SIMDIST_DIR) or any(p in f for p in _DDP_REDUCER_PATHS)
 
 
 _JOINABLE_LABELS = {

@@ -100,6 +100,13 @@ def test_script_origin_user_call_inside_torch_context_is_the_users():
     # DDP's reducer under the same backward: torch's component label
     assert script_origin([autograd, backward], [False, True], "float32") == "ddp.backward.bucket_allreduce"
     assert script_origin([torch_c10d], [False], "float32") == "unknown"
+    # DDP's comm hook under the reducer is still DDP's bucket; FSDP2's post-backward (Python
+    # under autograd, no DDP) is not: the collective is the user's backward()
+    comm_hook = _frame("/site-packages/torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py", 3, "allreduce_hook")
+    assert script_origin([torch_c10d, comm_hook, autograd, backward], [False] * 3 + [True], "float32") == \
+        "ddp.backward.bucket_allreduce"
+    fsdp2 = _frame("/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 9, "foreach_reduce")
+    assert script_origin([torch_c10d, fsdp2, autograd, backward], [False] * 3 + [True], "float32") == "user.train.py:60"
 
 
 def test_report_json_leaves_script_fields_out_unless_set():

@@ -6,16 +6,18 @@ ones: pytorch/examples' DDP tutorial series (`multigpu.py`, `multigpu_torchrun.p
 and sequence parallelism (`tensor_parallel_example.py`, `sequence_parallel_example.py`) and
 the FSDP tutorial (`fsdp_mnist.py`); then nanoGPT, the FSDP2 example, pytorch/tutorials' ZeRO and
 DCP recipes, and an RPC example (refused as not modelled); then torch's own DCP and DTensor
-examples, the pipelining tutorial and the async-checkpoint recipe (SOURCES-third-batch.md). They are other people's code and not in this
-repository: copy them from pytorch/examples at the commit docs/script-backend.md names, with
+examples, the pipelining tutorial and the async-checkpoint recipe; then GPT trainers (llm.c,
+build-nanogpt, minGPT-ddp), the DDP tutorial as pytorch/tutorials publishes it (DDP over two
+GPUs a rank) and 2-D FSDP + TP. They are other people's code and not in this
+repository: copy them from the repositories at the commits docs/script-backend.md names, with
 the few edits a CPU-only user makes (listed there), into examples/third_party/ or the folder
 $SIMDIST_THIRD_PARTY names. Each runs once in
 each mode, as `simdist compare` runs them (one working directory; the DDP series' scripts
 write a snapshot that a later run resumes from, which is set aside between the sides), and
 the two must agree rank by rank as `simdist compare` judges them. A checkout without the files skips those cases and says which file is
 missing. `tests/scripts/reduce_scatter_coalesced.py`, `cuda_mesh_tp.py`, `rooted_after_exit.py` and
-`fsdp_empty_shard.py` (ours) keep what those scripts found, whether or not the third-party
-files are there.
+`fsdp_empty_shard.py`, `backward_origins.py` (ours) keep what those scripts found, whether or not
+the third-party files are there.
 """
 
 from __future__ import annotations
@@ -145,12 +147,30 @@ def test_dcp_under_the_nccl_semantics_a_script_asks_for(script_zygote, tmp_path)
     assert (tmp_path / "fsdp_gpu_defaults_ckpt" / ".metadata").is_file()
 
 
+@pytest.mark.real
+def test_collectives_under_backward_are_ddps_only_when_ddp_issues_them(script_zygote, tmp_path):
+    """`simdist run` of pytorch/examples' fsdp_tp_example.py (no DDP) named its ranks' last
+    operation "DDP reducer: gradient bucket all-reduce": any collective under autograd was
+    labelled DDP's. FSDP2's post-backward reduce and TP's backward all-reduce are the user's
+    `backward()` line now, DDP's bucket still DDP's, on both sides alike; values as on Gloo."""
+    sim, real = _both(SCRIPTS / "backward_origins.py", 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rep in (sim, real):
+        ddp = [(e.op, e.group) for e in rep.ranks[1].trace if e.origin == "ddp.backward.bucket_allreduce"]
+        assert ddp == [("all_reduce", "WORLD")], rep.source  # DDP's one bucket, not FSDP2's or TP's
+    lines = {e.origin for e in sim.ranks[0].trace if e.group != "WORLD"}
+    assert {"user.backward_origins.py:28", "user.backward_origins.py:32"} <= lines
+
+
 FAST = [  # (script, nproc, script args, --batches, verdict per rank)
     ("multinode.py", 2, ["2", "1", "--batch_size", "256"], None, ["completed"] * 2),
     ("multinode.py", 2, ["2", "1", "--batch_size", "128"], "3,4", ["completed", "error:peer_lost"]),
     ("sequence_parallel_example.py", 2, [], None, ["completed"] * 2),
     # rasbt/LLMs-from-scratch appendix A (torchrun, DistributedSampler with drop_last, pin_memory)
     ("llms_from_scratch/DDP-script-torchrun.py", 2, [], None, ["completed"] * 2),
+    # fourth batch: the DDP tutorial's torchrun block (nccl asked for; `rank % device_count()`)
+    ("tutorials/elastic_ddp.py", 3, [], None, ["completed"] * 3),
 ]
 SLOW = [
     ("tensor_parallel_example.py", 2, [], None, ["completed"] * 2),  # its path: cuda_mesh_tp.py above
@@ -167,7 +187,7 @@ SLOW = [
     # save wrote, fails alike on both sides)
     ("tutorials/zero_redundancy_optimizer.py", None, [], None, ["completed"] * 2),
     ("tutorials/dcp_save.py", None, [], None, ["completed"] * 8),
-    # third batch (SOURCES-third-batch.md): torch's own DCP and DTensor examples, the pipelining
+    # third batch (docs/script-backend.md names each source and commit): torch's own DCP and DTensor examples, the pipelining
     # tutorial and the async-checkpoint recipe
     ("torch_dcp/fsdp_checkpoint_example.py", None, [], None, ["completed"] * 8),  # fix: empty shard
     # its fault injection reloads with `dcp.load(state_dict)`, which torch 2.13 refuses (no
@@ -187,6 +207,9 @@ SLOW = [
     # that fixed, torch's stager cannot copy FSDP's ShardedTensors (data_ptr): fail alike
     ("tutorials/dcp_async_save.py", None, [], None, ["error:other"] * 8),
     ("tutorials/dcp_async_save_fixed.py", None, [], None, ["error:other"] * 8),
+    # fourth batch: FSDP2 + TP on a 2-D ("dp", "tp") mesh of the simulated GPUs, with the CPU
+    # user's edits (math attention under implicit_replication, a smaller Llama): 100 collectives a rank
+    ("fsdp_tp/fsdp_tp_example_cpu.py", 4, [], None, ["completed"] * 4),
 ]
 
 
@@ -247,6 +270,13 @@ NANOGPT = ["--dataset=tiny", "--backend=gloo", "--device=cpu", "--compile=False"
 _WALL_TIME = re.compile(r"time \d+\.\d+ms")  # nanoGPT prints each iteration's wall time: no two runs agree
 
 
+def _scrub(pattern: re.Pattern, repl: str, *reports) -> None:
+    """Replace what no two runs print alike (a wall time) in each rank's printed lines."""
+    for rep in reports:
+        for r in rep.ranks:
+            r.output = [pattern.sub(repl, line) for line in r.output]
+
+
 @pytest.mark.real
 def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_path):
     """nanoGPT's DDP run (torchrun-style; it asks `torch.cuda.is_bf16_supported()` at import and
@@ -263,9 +293,7 @@ def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_
         (tmp_path / "data" / "tiny" / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
     sim, real = _both(script, 3, NANOGPT, script_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 3
-    for rep in (sim, real):
-        for r in rep.ranks:
-            r.output = [_WALL_TIME.sub("time _ms", line) for line in r.output]
+    _scrub(_WALL_TIME, "time _ms", sim, real)
     assert differences(sim, real) == []
     assert [line for line in sim.ranks[0].output if line.startswith("iter ")][-1] == \
         "iter 3: loss 4.1720, time _ms, mfu -100.00%"
@@ -310,3 +338,133 @@ def test_an_rpc_example_is_refused_as_bad_input(script_zygote):
     with pytest.raises(ScriptError, match=r"^script: torch.distributed.rpc.init_rpc \(RPC\) is not supported by the "
                                           r"simulated backend \(worker 'ps' at main.py:\d+ in run_worker: "):
         run_script(script, backend="gloo", timeout_s=120, run_id=new_run_id(), zygote=script_zygote("sim"))
+
+
+# Fourth batch (docs/script-backend.md, "Fourth batch"): GPT trainers as their authors run them
+# with torchrun, each on data the user prepares (random tokens here), a model small enough for
+# a CPU and the edits docs/script-backend.md lists. What no two real runs print alike, the
+# iteration times and token rates, is set aside; every other printed value agrees bit for bit.
+_TIMINGS = re.compile(r"\d+\.\d+ ?ms|\d+ tok/s\b|tok/sec: \d+\.\d+")
+# llm.c's train_gpt2.py, 3 iterations of 2 micro-steps (B=2, T=16 a rank), val loss at 0, 2 and 3
+LLMC = ["--input_bin", "data/train.bin", "--input_val_bin", "data/val.bin", "--model", "d1", "--batch_size", "2",
+        "--sequence_length", "16", "--num_iterations", "3", "--val_loss_every", "2", "--val_max_steps", "2",
+        "--write_tensors", "0", "--overfit_single_batch", "0", "--output_dir", "out"]
+
+
+def _llmc_data(folder: Path) -> None:
+    """llm.c's token shards: a header of 256 int32 (magic 20240520, version 1, token count),
+    then uint16 GPT-2 token ids (random ones: its data prep downloads a corpus)."""
+    (folder / "data").mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4096), ("val", 2048)):
+        header = np.zeros(256, dtype=np.int32)
+        header[:3] = (20240520, 1, n)
+        (folder / "data" / f"{split}.bin").write_bytes(header.tobytes() + rng.integers(0, 50257, n, np.uint16).tobytes())
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc,zero", [(2, 1), pytest.param(3, 0, marks=pytest.mark.slow),
+                                        pytest.param(3, 1, marks=pytest.mark.slow)])
+def test_llmc_agrees_with_real_gloo_but_for_its_timings(nproc, zero, script_zygote, tmp_path):
+    """karpathy/llm.c's train_gpt2.py: DDP with `require_backward_grad_sync` over gradient
+    accumulation, the mean loss all-reduced with ReduceOp.AVG (which Gloo runs in torch 2.13),
+    `clip_grad_norm_`, and with `--zero_stage 1` a ZeroRedundancyOptimizer given its second
+    parameter group by `add_param_group`: losses, norms and validation losses as on real Gloo."""
+    if (THIRD_PARTY / "llmc" / "train_gpt2.py").is_file():
+        _llmc_data(tmp_path)
+    args = LLMC + ["--total_batch_size", str(64 * nproc), "--zero_stage", str(zero)]
+    sim, real = _both(THIRD_PARTY / "llmc" / "train_gpt2.py", nproc, args, script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * nproc
+    _scrub(_TIMINGS, "_", sim, real)
+    assert differences(sim, real) == []
+    out = sim.ranks[0].output
+    assert ("using ZeroRedundancyOptimizer" in out) == bool(zero)
+    assert sum(x.startswith("val loss") for x in out) == 3  # at steps 0, 2 and the last
+    assert [x for x in out if x.startswith("step ")][-1].startswith("step    3/3 | train loss ")
+    ops = [e.op for e in sim.ranks[nproc - 1].trace]
+    assert ops.count("all_reduce") >= 3 * 2  # each step: one gradient bucket (last micro-step) and the loss
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_build_nanogpt_agrees_with_real_gloo_but_for_its_timings(nproc, script_zygote, tmp_path):
+    """karpathy/build-nanogpt's train_gpt2.py (hard-coded hyperparameters, so more edits):
+    bf16 autocast on the simulated "cuda", fused AdamW there, the AVG loss all-reduce, rank 0's
+    checkpoint, and each rank's sampling from a `torch.Generator(device="cuda:N")`: the
+    generated samples agree with real Gloo's too."""
+    script = THIRD_PARTY / "build_nanogpt" / "train_gpt2.py"
+    if script.is_file():
+        (tmp_path / "edu_fineweb10B").mkdir()
+        rng = np.random.default_rng(0)
+        for name, n in (("edufineweb_train_000001", 8192), ("edufineweb_val_000000", 4096)):
+            np.save(tmp_path / "edu_fineweb10B" / f"{name}.npy", rng.integers(0, 50257, n, dtype=np.uint16))
+    sim, real = _both(script, nproc, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * nproc
+    _scrub(_TIMINGS, "_", sim, real)
+    assert differences(sim, real) == []
+    assert "using fused AdamW: True" in sim.ranks[0].output
+    assert sum(line.startswith(f"rank {nproc - 1} sample ") for line in sim.ranks[nproc - 1].output) == 4
+    assert (tmp_path / "log" / "model_00002.pt").is_file()
+
+
+MINGPT = ["data_config.path=input.txt", "data_config.truncate=0.002", "data_config.block_size=16",
+          "gpt_config.n_layer=1", "gpt_config.n_head=2", "gpt_config.n_embd=32", "trainer_config.save_every=1"]
+
+
+def _mingpt(tmp_path: Path) -> Path:
+    """pytorch/examples' minGPT-ddp (hydra's `@hydra.main`, its config overridden on the command
+    line), with the corpus the repository ships in the working directory."""
+    script = THIRD_PARTY / "mingpt_ddp" / "main.py"
+    if script.is_file():
+        pytest.importorskip("hydra", reason="minGPT-ddp needs hydra-core (pip install hydra-core boto3)")
+        pytest.importorskip("boto3", reason="minGPT-ddp imports boto3 (pip install hydra-core boto3)")
+        shutil.copy(script.parent / "data" / "input.txt", tmp_path)
+    return script
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_mingpt_ddp_trains_and_resumes_as_on_real_gloo(script_zygote, tmp_path):
+    """minGPT-ddp: `torch.accelerator` picks the device and `get_default_backend_for_device`
+    the backend; AMP's GradScaler over DDP; rank 0 saves a snapshot each epoch. 2 ranks for 2
+    epochs, then 3 ranks with 2 DataLoader workers each resuming from that snapshot, in one
+    working directory: losses as on real Gloo in both."""
+    script = _mingpt(tmp_path)
+    first = ["trainer_config.max_epochs=2", "trainer_config.batch_size=128", "trainer_config.data_loader_workers=0"]
+    sim, real = _both(script, 2, MINGPT + first, script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output[-1].startswith("[RANK0] Epoch 2 | Iter 0 | Eval Loss ")
+    again = ["trainer_config.max_epochs=3", "trainer_config.batch_size=128", "trainer_config.data_loader_workers=2"]
+    sim, real = _both(script, 3, MINGPT + again, script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert all("Resuming training from snapshot at Epoch 2" in r.output for r in sim.ranks)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_mingpt_ddp_with_uneven_batches_fails_as_on_real_gloo(script_zygote, tmp_path):
+    """`--batches 3,2`: rank 1 runs out first and goes on to its evaluation and the next epoch
+    while rank 0's third backward waits in DDP's all-reduce; rank 1 leaves when done and rank
+    0 fails with the peer gone, on both sides, after the same collectives."""
+    script = _mingpt(tmp_path)
+    args = MINGPT + ["trainer_config.max_epochs=2", "trainer_config.batch_size=32", "trainer_config.data_loader_workers=0"]
+    sim, real = _both(script, 2, args, script_zygote, tmp_path, batches="3,2")
+    assert _verdict(sim) == ["error:peer_lost", "completed"]
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_ddp_tutorials_three_spawns_with_model_parallel_agree(script_zygote, tmp_path):
+    """The "Getting Started with DDP" tutorial as pytorch/tutorials publishes it, unedited: three
+    `mp.spawn`s over `cuda.device_count()` (8 simulated GPUs), the last of 4 ranks each holding
+    a model over two GPUs (`DDP(mp_model)`, no device_ids), a generation of its own."""
+    sim, real = _both(THIRD_PARTY / "tutorials" / "ddp_getting_started.py", None, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 8
+    assert differences(sim, real) == []
+    assert sim.ranks[3].output[-1] == "Running DDP with model parallel example on rank 3."
+    assert len(sim.ranks[4].output) == 2 and not any(e.group.startswith("gen3/") for e in sim.ranks[4].trace)
+    assert any(e.group == "gen3/WORLD" for e in sim.ranks[0].trace)
