@@ -244,7 +244,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         assert conn.gen is not None and conn.rank is not None
         engine, timeline = conn.gen.engine, conn.gen.timeline
         conn.advance(h.get("cpu"), self.measure_compute)
-        conn.block = None
+        conn.unblock()
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
@@ -325,7 +325,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             data = payloads.to_bytes(held) if held is not None else None
             self._send(conn, {"t": "done", "id": rec.id, "error": message}, [data] if data is not None else [])
         if conn.block is not None and rec.id in conn.block.ids:
-            conn.block = None
+            conn.unblock()
         if conn.wait_until is not None and conn.wait_until[0] is rec:
             conn.wait_until = None
 

@@ -105,7 +105,7 @@ class GroupsMixin:
         frames = list(h.get("frames") or [])
         waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
                                       ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
-        conn.block = Block([], time.time(), frames, NEW_GROUP_WAIT)
+        conn.wait_in_request(Block([], time.time(), frames, NEW_GROUP_WAIT))
         if have != ranks or set(waiting) >= set(ranks):
             # every address is in the store; one of a member that timed out and left refuses the connect
             gone = [r for r, w in waiting.items() if w.failed]
@@ -113,13 +113,15 @@ class GroupsMixin:
             start = max(w.conn.clock for w in waiting.values() if not w.failed)
             for w in self._creating.pop(h["g"]).values():
                 if not w.failed:
-                    w.conn.block, w.conn.clock = None, max(w.conn.clock, start)
+                    w.conn.clock = max(w.conn.clock, start)
+                    w.conn.answered()
                     self._send(w.conn, {"t": "reply", "req": w.req, **refused})
 
     def _group_failed(self, w: Creating, waiting: dict[int, Creating]) -> None:
         """`w`'s wait ran out: it raises the store's error (`group_timeout`), its clock at its entry + T."""
         missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
-        w.failed, w.conn.block, w.conn.clock = True, None, w.clock + (w.limit_s or 0.0)
+        w.failed, w.conn.clock = True, w.clock + (w.limit_s or 0.0)
+        w.conn.answered()
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
     def _group_expire(self) -> bool:
