@@ -25,6 +25,7 @@ with ... Connection refused").
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,10 +143,7 @@ class GroupsMixin:
         if not self.rendezvous:
             return self._stalled_gatherings()
         found = []
-        for waiting in self._creating.values():
-            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
-            if not here:
-                continue
+        for waiting, here in self._waiting_here():
             first = here[0]
             missing = [m for m in first.ranks if m not in waiting]
             limits = {int(w.conn.rank): w.limit_s if w.limit_s is not None else self._default_timeout_s()  # type: ignore[arg-type]
@@ -156,6 +154,15 @@ class GroupsMixin:
                                     for w in here}, _whole(first.ranks), missing,
                                    raises_words(errors, min(limits.values()))))
         return found
+
+    def _waiting_here(self) -> Iterator[tuple[dict[int, Creating], list[Creating]]]:
+        """Each group in creation (its arrivals, failed ones too: they are not missing) with the
+        members that wait in it now (live, their timeout not run out): the status lines' and
+        the notes' subject alike."""
+        for waiting in self._creating.values():
+            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
+            if here:
+                yield waiting, here
 
     def _stalled_gatherings(self) -> list[Gathering]:
         """Real Gloo: the ranks stalled at the store in a group's creation, by the group's name."""
@@ -173,10 +180,7 @@ class GroupsMixin:
         """Why members wait in a group's creation: which members never called it, and where
         they are instead (their process ended, or they wait elsewhere)."""
         notes = []
-        for waiting in self._creating.values():
-            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
-            if not here:
-                continue
+        for waiting, here in self._waiting_here():
             first = here[0]
             gen = first.conn.gen
             why = []
