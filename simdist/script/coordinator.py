@@ -90,8 +90,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
-        # the run was judged hung (`collect_records`): the stalls it was judged on stand for the report; one
-        # that ends now is the rank computing its record's answer (its Flight Recorder's dump), not progress
+        # the run's end was decided (a hang verdict, the watchdog, Ctrl-C: `collect_records`): the stalls it
+        # stood on stand for the report; one that ends now is the rank computing its record's answer (its
+        # Flight Recorder's dump), not progress
         self._judged = False
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
