@@ -281,6 +281,21 @@ def test_a_side_threads_collective_does_not_hide_a_wait_in_new_group(script_zygo
 
 
 @pytest.mark.real
+def test_side_threads_waiting_while_new_group_returns_is_no_hang(script_zygote):
+    """Each rank's side thread waits in a receive that its peer's main thread sends after its
+    new_group returns: the replies wake the main threads, and the side threads' waits must
+    not make the ranks look blocked meanwhile (`RankConn.answered`); both sides complete."""
+    script = SCRIPTS / "new_group_side_thread.py"
+    run_id = new_run_id()
+    both = compare_script(script, ["exchange"], nproc_per_node=3, backend="gloo", run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote, timeout_s=20, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    assert [r.status for r in both.sim.report.ranks] == ["completed"] * 3, both.sim.report.notes
+
+
+@pytest.mark.real
 def test_members_waiting_for_a_late_member_say_so_on_both_sides(script_zygote, monkeypatch):
     """3 ranks, the last sleeps 2 s before its new_group: ranks 0 and 1 wait in the group's
     creation meanwhile (on real Gloo at the store), and each side says so in a status line

@@ -175,10 +175,10 @@ class RankConn:
         self.block = self.request_wait = block
 
     def answered(self) -> None:
-        """The request's reply went out: its thread goes on (another thread's op wait stays)."""
-        if self.block is self.request_wait:
-            self.block = None
-        self.request_wait = None
+        """The request's reply went out: its thread goes on. Another thread's op wait is let go
+        too: the rank's claim still counts the woken thread as waiting (a reply is no completion
+        its claims count), so the rank must not look blocked until its next claim."""
+        self.block = self.request_wait = None
 
     def unblock(self) -> None:
         """Its op wait ended, or a thread posted: what still holds it is a wait in a request, if one
