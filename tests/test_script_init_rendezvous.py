@@ -256,6 +256,46 @@ def test_new_groups_timeout_ends_the_wait_for_a_missing_member_with_the_stores_e
 
 
 @pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_side_threads_collective_does_not_hide_a_wait_in_new_group(script_zygote, nproc):
+    """The main thread waits in new_group(timeout=1 s) for the last rank, which exits; a side
+    thread of each waiting rank all-reduces meanwhile. On both sides each waiting rank raises
+    the store's error at its entry + 1 s. Before, the side thread's operation ended the main
+    thread's wait on the coordinator (`RankConn.block`: one per rank): no hang was proven, the
+    group's timeout never ran out, the simulated run ended at its watchdog."""
+    script = SCRIPTS / "new_group_side_thread.py"
+    run_id = new_run_id()
+    both = compare_script(script, [], nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=script_zygote, timeout_s=20, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    sim, real = both.sim.report, both.real.report
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["error"] * (nproc - 1) + ["completed"], rep.source
+        for r in rep.ranks[:-1]:
+            assert r.error.type == "DistStoreError" and r.error.message.startswith(
+                "wait timeout after 1000ms, keys: /") and r.error.message.endswith(f"/0//1//cpu//0/{nproc - 1}")
+    assert all(r.time == pytest.approx(1.0, abs=0.1) for r in sim.ranks[:-1]), sim.ranks
+    assert sim.timings["wall_s"] < 15, sim.timings
+
+
+@pytest.mark.real
+def test_side_threads_waiting_while_new_group_returns_is_no_hang(script_zygote):
+    """Each rank's side thread waits in a receive that its peer's main thread sends after its
+    new_group returns: the replies wake the main threads, and the side threads' waits must
+    not make the ranks look blocked meanwhile (`RankConn.answered`); both sides complete."""
+    script = SCRIPTS / "new_group_side_thread.py"
+    run_id = new_run_id()
+    both = compare_script(script, ["exchange"], nproc_per_node=3, backend="gloo", run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote, timeout_s=20, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    assert [r.status for r in both.sim.report.ranks] == ["completed"] * 3, both.sim.report.notes
+
+
+@pytest.mark.real
 def test_members_waiting_for_a_late_member_say_so_on_both_sides(script_zygote, monkeypatch):
     """3 ranks, the last sleeps 2 s before its new_group: ranks 0 and 1 wait in the group's
     creation meanwhile (on real Gloo at the store), and each side says so in a status line

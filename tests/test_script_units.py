@@ -338,6 +338,30 @@ def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
     assert not t.is_alive()
 
 
+def test_a_store_wait_names_the_group_only_from_both_of_the_helpers_parameters():
+    """`rank.stall._group_of` reads the group a store wait in `_new_process_group_helper`
+    creates from its parameters `group_name` and `global_ranks_in_group` (frames of functions
+    of that name here, standing in for torch's); the default group (no members), a frame of
+    another function, or a helper that lacks `group_name` (another torch) names none: one
+    name for every such group would merge their status lines."""
+    import sys
+
+    from simdist.script.rank import stall
+
+    def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name):
+        return sys._getframe()
+
+    def other(global_ranks_in_group, group_name):
+        return sys._getframe()
+
+    assert stall._group_of(_new_process_group_helper(2, 0, [0, 2], "gloo", None, "7")) == ("7", (0, 2))
+    assert stall._group_of(_new_process_group_helper(3, 0, [], "gloo", None, "0")) is None
+    assert stall._group_of(other([0, 2], "7")) is None
+    ns: dict = {}
+    exec("def _new_process_group_helper(global_ranks_in_group):\n    import sys\n    return sys._getframe()", ns)
+    assert stall._group_of(ns["_new_process_group_helper"]([0, 2])) is None
+
+
 def test_a_store_wait_in_one_long_sleep_is_no_stall():
     """In a store wait, a main thread asleep from one look to the next (no voluntary context
     switch between: a TCPStore client's back-off between connects) wakes by itself: not still;

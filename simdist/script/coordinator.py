@@ -90,8 +90,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
-        # the run was judged hung (`collect_records`): the stalls it was judged on stand for the report; one
-        # that ends now is the rank computing its record's answer (its Flight Recorder's dump), not progress
+        # the run's end was decided (a hang verdict, the watchdog, Ctrl-C: `collect_records`): the stalls it
+        # stood on stand for the report; one that ends now is the rank computing its record's answer (its
+        # Flight Recorder's dump), not progress
         self._judged = False
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ, None)
@@ -244,7 +245,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         assert conn.gen is not None and conn.rank is not None
         engine, timeline = conn.gen.engine, conn.gen.timeline
         conn.advance(h.get("cpu"), self.measure_compute)
-        conn.block = None
+        conn.unblock()
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
         raw = h.get("frames") or []
@@ -325,7 +326,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             data = payloads.to_bytes(held) if held is not None else None
             self._send(conn, {"t": "done", "id": rec.id, "error": message}, [data] if data is not None else [])
         if conn.block is not None and rec.id in conn.block.ids:
-            conn.block = None
+            conn.unblock()
         if conn.wait_until is not None and conn.wait_until[0] is rec:
             conn.wait_until = None
 

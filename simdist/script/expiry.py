@@ -83,7 +83,8 @@ class GlooTimeoutsMixin:
         torch's "Operation timed out!", the op goes on (with its group's own deadline)."""
         assert conn.wait_until is not None
         rec, until = conn.wait_until
-        conn.wait_until, conn.block = None, None
+        conn.wait_until = None
+        conn.unblock()
         conn.clock = max(conn.clock, until)
         if rec in conn.to_sync:  # it did not wait for the op after all
             conn.to_sync.remove(rec)

@@ -25,6 +25,7 @@ with ... Connection refused").
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ class GroupsMixin:
         frames = list(h.get("frames") or [])
         waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
                                       ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
-        conn.block = Block([], time.time(), frames, NEW_GROUP_WAIT)
+        conn.wait_in_request(Block([], time.time(), frames, NEW_GROUP_WAIT))
         if have != ranks or set(waiting) >= set(ranks):
             # every address is in the store; one of a member that timed out and left refuses the connect
             gone = [r for r, w in waiting.items() if w.failed]
@@ -113,13 +114,15 @@ class GroupsMixin:
             start = max(w.conn.clock for w in waiting.values() if not w.failed)
             for w in self._creating.pop(h["g"]).values():
                 if not w.failed:
-                    w.conn.block, w.conn.clock = None, max(w.conn.clock, start)
+                    w.conn.clock = max(w.conn.clock, start)
+                    w.conn.answered()
                     self._send(w.conn, {"t": "reply", "req": w.req, **refused})
 
     def _group_failed(self, w: Creating, waiting: dict[int, Creating]) -> None:
         """`w`'s wait ran out: it raises the store's error (`group_timeout`), its clock at its entry + T."""
         missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
-        w.failed, w.conn.block, w.conn.clock = True, None, w.clock + (w.limit_s or 0.0)
+        w.failed, w.conn.clock = True, w.clock + (w.limit_s or 0.0)
+        w.conn.answered()
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
     def _group_expire(self) -> bool:
@@ -140,10 +143,7 @@ class GroupsMixin:
         if not self.rendezvous:
             return self._stalled_gatherings()
         found = []
-        for waiting in self._creating.values():
-            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
-            if not here:
-                continue
+        for waiting, here in self._waiting_here():
             first = here[0]
             missing = [m for m in first.ranks if m not in waiting]
             limits = {int(w.conn.rank): w.limit_s if w.limit_s is not None else self._default_timeout_s()  # type: ignore[arg-type]
@@ -154,6 +154,15 @@ class GroupsMixin:
                                     for w in here}, _whole(first.ranks), missing,
                                    raises_words(errors, min(limits.values()))))
         return found
+
+    def _waiting_here(self) -> Iterator[tuple[dict[int, Creating], list[Creating]]]:
+        """Each group in creation (its arrivals, failed ones too: they are not missing) with the
+        members that wait in it now (live, their timeout not run out): the status lines' and
+        the notes' subject alike."""
+        for waiting in self._creating.values():
+            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
+            if here:
+                yield waiting, here
 
     def _stalled_gatherings(self) -> list[Gathering]:
         """Real Gloo: the ranks stalled at the store in a group's creation, by the group's name."""
@@ -171,10 +180,7 @@ class GroupsMixin:
         """Why members wait in a group's creation: which members never called it, and where
         they are instead (their process ended, or they wait elsewhere)."""
         notes = []
-        for waiting in self._creating.values():
-            here = [w for w in waiting.values() if w.conn.active() and not w.failed]
-            if not here:
-                continue
+        for waiting, here in self._waiting_here():
             first = here[0]
             gen = first.conn.gen
             why = []

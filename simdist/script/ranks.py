@@ -128,6 +128,9 @@ class RankConn:
     connected: bool = True
     ops: dict[int, OpRecord] = field(default_factory=dict)
     block: Block | None = None
+    # a wait in a request that only its reply ends (new_group's, the store barrier's): while it stands
+    # another thread's operation may replace `block` and end, and the rank waits here again (`unblock`)
+    request_wait: Block | None = None
     clock: float = 0.0
     cpu_mark: float | None = None
     to_sync: list[OpRecord] = field(default_factory=list)
@@ -166,6 +169,21 @@ class RankConn:
             return True
         return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
                 and self.claim.quiet())
+
+    def wait_in_request(self, block: Block) -> None:
+        """A thread of it waits in a request until the coordinator replies (`groups`, `rendezvous`)."""
+        self.block = self.request_wait = block
+
+    def answered(self) -> None:
+        """The request's reply went out: its thread goes on. Another thread's op wait is let go
+        too: the rank's claim still counts the woken thread as waiting (a reply is no completion
+        its claims count), so the rank must not look blocked until its next claim."""
+        self.block = self.request_wait = None
+
+    def unblock(self) -> None:
+        """Its op wait ended, or a thread posted: what still holds it is a wait in a request, if one
+        stands (one Block per rank: a side thread's collective must not end the main thread's new_group)."""
+        self.block = self.request_wait
 
     def store_wait(self) -> tuple[str, str] | None:
         """Real Gloo: the wait at the c10d store this rank is stalled in (`stall_in`, "new_group

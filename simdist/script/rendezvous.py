@@ -322,11 +322,12 @@ class RendezvousMixin:
         conn.advance(h.get("cpu"), self.measure_compute)  # past its waits and compute
         waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
         waiting[conn.rank] = (conn, int(h["req"]))
-        conn.block = Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER)
+        conn.wait_in_request(Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER))
         if len(waiting) >= int(h["count"]):
             start = max(c.clock for c, _ in waiting.values())
             for c, req in conn.gen.barriers.pop(str(h["key"])).values():
-                c.block, c.clock = None, max(c.clock, start)
+                c.clock = max(c.clock, start)
+                c.answered()
                 self._send(c, {"t": "reply", "req": req})
 
     def _default_timeout_s(self) -> float:

@@ -43,7 +43,8 @@ Any change ends the stall; the next one starts a new period. The watcher tells t
 coordinator when a stall begins (`since`, and `limit`: the shortest Gloo timeout of a group
 with an unfinished operation, or of a `Work.wait(timeout=)` in progress on any thread, or of
 the store wait: the time after which torch itself would end the wait; `in`: a store wait's call
-and line, for the report) and when it ends. The coordinator's rule
+and line, for the report; `grp`: in a group's creation, the group's name and members, for the
+status lines: `_group_of`) and when it ends. The coordinator's rule
 (`simdist.script.stalls`) calls the run hung once every live rank has been stalled for
 `--hang-after` seconds.
 """
@@ -192,11 +193,14 @@ def store_wait(frame: Any) -> StoreWait | None:
 
 def _group_of(found: Any) -> tuple[str, tuple[int, ...]] | None:
     """The group a store wait in `_new_process_group_helper` creates (its parameters `group_name`
-    and `global_ranks_in_group`; none for the default group, made at init: no members given)."""
+    and `global_ranks_in_group`; none for the default group, made at init: no members given).
+    A torch whose helper lacks either parameter names no group: its waits get no status line
+    (one name for all would merge the groups' lines), the hang verdict does not read it."""
+    if found.f_code.co_name != "_new_process_group_helper":
+        return None
     try:
-        members = found.f_locals.get("global_ranks_in_group") if found.f_code.co_name == "_new_process_group_helper" \
-            else None
-        return (str(found.f_locals.get("group_name")), tuple(int(r) for r in members)) if members else None
+        name, members = found.f_locals.get("group_name"), found.f_locals.get("global_ranks_in_group")
+        return (str(name), tuple(int(r) for r in members)) if name is not None and members else None
     except Exception:  # noqa: BLE001 - another thread's frame, read only: unreadable, the wait stays unnamed
         return None
 
