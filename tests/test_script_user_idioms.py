@@ -213,7 +213,8 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
 
     from simdist.script.rank import gpu_shims
 
-    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus)
+    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus,
+          gpu_shims._Init)
     gpu_shims.install(4)
     acc = torch.accelerator
     assert acc.is_available() and acc.current_accelerator() == torch.device("cuda") and acc.device_count() == 4
@@ -459,3 +460,39 @@ def test_a_gpu_tensor_through_a_multiprocessing_queue_stays_on_its_gpu(monkeypat
     assert got.tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(got) == 1
     assert type(param) is torch.nn.Parameter and gpu_memory.gpu_index(param) == 0
     assert gpu_memory.gpu_index(send(torch.ones(2))) is None
+
+
+_REINIT = ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+           "you must use the 'spawn' start method")
+
+
+@pytest.mark.real
+def test_cuda_in_a_forked_child_raises_as_torch_does(script_zygote):
+    """tests/scripts/cuda_fork.py. There is no GPU here, so what a GPU run prints is taken from
+    torch's source: `torch._C._cuda_init` and `_cuda_getDeviceCount` (behind
+    `torch.cuda.is_available()`) register a pthread_atfork child handler
+    (torch/csrc/cuda/Module.cpp `poison_fork`, torch/csrc/utils/device_lazy_init.cpp
+    `register_fork_handler_for_device_init`); in a child forked after that,
+    `_cuda_isInBadFork()` is true and the first CUDA use goes through `torch.cuda._lazy_init`,
+    which raises `_REINIT` (torch/cuda/__init__.py), while `is_available()`/`device_count()`
+    answer and `is_initialized()` is False. So: a child forked before any of it uses its GPU,
+    one forked after `is_available()` or after `set_device` raises on `.cuda()`, a factory's
+    `device="cuda"`, `set_device`, `current_device`; so does an `os.fork` child, and a
+    DataLoader whose workers' collate calls `.cuda()` re-raises it in the rank
+    (torch/utils/data/_utils ExceptionWrapper: "Caught RuntimeError in DataLoader worker
+    process 0."); pinned batches from workers and a spawned child are fine. Before, every
+    child used its GPU. Both sides run the same rank layer: they must agree."""
+    sim, real = _both("cuda_fork.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rank in (0, 1):
+        got = _keyed(sim.ranks[rank].output)
+        assert got["fork before CUDA"] == "[('cuda', 'ok 2.0')]"
+        assert got["fork after is_available"] == f"[('queries', 'ok (True, True, True, False)'), ('cuda', \"{_REINIT}\")]"
+        after = [f"('{use}', \"{_REINIT}\")" for use in ("cuda", "factory", "set_device", "current_device")]
+        assert got["fork after init"] == f"[{', '.join(after)}, ('queries', 'ok (True, True, True, False)')]"
+        assert got["os.fork after init"] == _REINIT
+        assert got["collate to gpu"] == f"RuntimeError: Caught RuntimeError in DataLoader worker process 0. ... {_REINIT}"
+        assert got["pinned batches"] == "[([0.0, 1.0, 2.0, 3.0], 6.0), ([4.0, 5.0, 6.0, 7.0], 22.0)]"
+        assert got["spawn after init"] == "[('cuda', 'ok 2.0')]"
+        assert got["all_reduce"] == "[3.0, 3.0]"

@@ -108,6 +108,7 @@ class CudaToCpu(TorchFunctionMode):
                 if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
                     out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
+                gpu_shims.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
@@ -184,6 +185,8 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = _move_target(args, kwargs)
+        if is_accelerator(target) or stands_for_gpu(target):  # torch's `to` initialises CUDA for a CUDA device
+            gpu_shims.lazy_init()
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
@@ -203,6 +206,7 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        gpu_shims.lazy_init()  # (torch's `Tensor.cuda` initialises CUDA first)
         if type(self) not in _PLAIN or torch.compiler.is_compiling():
             return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
         dest = _target_index("cuda" if device is None else device)
@@ -248,6 +252,7 @@ def _patch_storage_moves() -> None:
     @functools.wraps(orig)
     def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
         if is_accelerator(device):
+            gpu_shims.lazy_init()
             return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), _target_index(device))
         return orig(self, device, non_blocking)
 
@@ -407,6 +412,7 @@ def _patch_device_context() -> None:
     def __torch_function__(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if is_accelerator(self.device) and kwargs.get("device") is None and func in ud._device_constructors():
+            gpu_shims.lazy_init()
             out = func(*args, **{**kwargs, "device": _CPU})
             gpu_memory.mark_outputs(out, _target_index(self.device))
             return out
