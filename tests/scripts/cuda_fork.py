@@ -2,8 +2,9 @@
 with). A child forked after its parent initialised CUDA, or only asked
 `torch.cuda.is_available()`, cannot initialise CUDA: its first CUDA use raises "Cannot
 re-initialize CUDA in forked subprocess" (an `mp.Process` with the fork start method,
-`os.fork`, DataLoader workers whose collate moves the batch to the GPU); a child forked
-before that, or started with spawn, uses its GPU; pinned batches from workers are legal.
+`os.fork`, DataLoader workers whose collate moves the batch to the GPU, a GPU tensor received
+through a queue); a child forked before that, or started with spawn, uses its GPU; pinned
+batches from workers are legal.
 Each rank prints what each child got. Started torchrun-style."""
 
 import multiprocessing as mp
@@ -27,22 +28,28 @@ def show(rank, key, value):
     print(f"[rank{rank}] {key}: {value}", flush=True)
 
 
-def outcome(use):
+def outcome(fn):
     try:
-        return f"ok {USES[use]()}"
+        return f"ok {fn()}"
     except Exception as e:  # what the child's use raised, as the parent would see it
         return f"{type(e).__name__}: {e}"
 
 
-def child(queue, uses):
-    queue.put([(use, outcome(use)) for use in uses])
+def child(queue, uses, inbox):
+    got = [(use, outcome(USES[use])) for use in uses]
+    if inbox is not None:
+        got.append(("receive", outcome(lambda: inbox.get().device)))
+    queue.put(got)
 
 
-def in_child(method, uses):
+def in_child(method, uses, send=None):
+    """What a child started with `method` got from each use (and from receiving `send`)."""
     ctx = mp.get_context(method)
-    queue = ctx.Queue()
-    proc = ctx.Process(target=child, args=(queue, uses))
+    queue, inbox = ctx.Queue(), (None if send is None else ctx.Queue())
+    proc = ctx.Process(target=child, args=(queue, uses, inbox))
     proc.start()
+    if inbox is not None:
+        inbox.put(send)
     got = queue.get()
     proc.join()
     return got
@@ -53,7 +60,7 @@ def in_os_fork(use):
     pid = os.fork()
     if pid == 0:
         os.close(read)
-        os.write(write, outcome(use).encode())
+        os.write(write, outcome(USES[use]).encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as f:
@@ -74,7 +81,7 @@ def main():
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
     x = torch.full((2,), float(rank + 1), device="cuda")
-    show(rank, "fork after init", in_child("fork", list(USES)))
+    show(rank, "fork after init", in_child("fork", list(USES), send=x))
     show(rank, "os.fork after init", in_os_fork("factory"))
     data = TensorDataset(torch.arange(8.0))
     try:
@@ -86,7 +93,7 @@ def main():
     pinned = [(b.tolist(), b.cuda(non_blocking=True).sum().item())
               for (b,) in DataLoader(data, batch_size=4, num_workers=2, pin_memory=True)]
     show(rank, "pinned batches", pinned)
-    show(rank, "spawn after init", in_child("spawn", ["cuda"]))
+    show(rank, "spawn after init", in_child("spawn", ["cuda"], send=x))
     dist.all_reduce(x)
     show(rank, "all_reduce", x.tolist())
     dist.destroy_process_group()

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import gpu_memory, gpu_shims
+from simdist.script.rank import device_view, gpu_memory, gpu_shims
 
 _CPU = torch.device("cpu")
 
@@ -442,6 +442,7 @@ def install(gpus: int) -> None:
         return
     gpu_shims.install(gpus)
     gpu_memory.install()
+    device_view.install()
     _patch_tensor_moves()
     _patch_module_to()
     _patch_storage_moves()
