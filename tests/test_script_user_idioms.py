@@ -523,6 +523,7 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
                                              f"\"tensor([0., 1.], device='cuda:{rank}')\", True)")
         assert got["output and grad"] == f"({cuda}, {cuda}, device(type='cpu'))"
         assert got["branch"] == "gpu branch"
+        assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
         assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
 
 

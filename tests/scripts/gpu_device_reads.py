@@ -1,8 +1,8 @@
 """What a GPU script reads off its tensors' devices, and what it does with them: `x.device`,
 `str(x.device)`, `.is_cuda`, `.is_cpu`, `.get_device()`, `.type()`, a model's
 `next(model.parameters()).device`, factories and moves placed by a device read off a tensor
-(`torch.zeros(n, device=x.device)`, `batch.to(x.device)`, `x.to(x.device) is x`), and a
-branch on `x.device.type`. Each rank prints what it saw. Started torchrun-style."""
+(`torch.zeros(n, device=x.device)`, `batch.to(x.device)`, `x.to(x.device) is x`), a
+branch on `x.device.type`, and a prefetcher's side-stream copy with `record_stream`. Each rank prints what it saw. Started torchrun-style."""
 
 import os
 
@@ -33,6 +33,13 @@ def main():
     show(rank, "output and grad", (out.device, model.weight.grad.device, x.cpu().device))
     branch = "gpu branch" if x.device.type == "cuda" else "cpu branch"
     show(rank, "branch", branch)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # a prefetcher: copy the next batch on a side stream
+        batch = torch.arange(3.0).to(device, non_blocking=True)
+    torch.cuda.current_stream().wait_stream(side)
+    if batch.is_cuda:
+        batch.record_stream(torch.cuda.current_stream())
+    show(rank, "prefetched", repr(batch))
     total = x.sum()
     dist.all_reduce(total)
     show(rank, "all_reduce", repr(total))

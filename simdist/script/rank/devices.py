@@ -242,6 +242,24 @@ def _patch_tensor_moves() -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
+def _patch_record_stream() -> None:
+    """`t.record_stream(stream)` of a simulated GPU tensor does nothing, as there is nothing to
+    keep: CUDA's caching allocator holds the memory until the work queued on `stream` is done,
+    and a CPU's work is done when it is issued (the streams are `gpu_shims._Stream`). A GPU
+    script's prefetcher calls it after copying a batch on a side stream; it raised (torch:
+    "Could not run 'aten::record_stream' with arguments from the 'CPU' backend"). A host
+    tensor's raises as torch's does."""
+    orig = torch.Tensor.record_stream
+
+    @functools.wraps(orig)
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if stands_for_gpu(self):
+            return None
+        return orig(self, stream)
+
+    torch.Tensor.record_stream = record_stream  # type: ignore[method-assign]
+
+
 def _patch_storage_moves() -> None:
     """Storages placed on a CUDA device are placed on the CPU, on the simulated GPU (see the
     module's docstring)."""
@@ -444,6 +462,7 @@ def install(gpus: int) -> None:
     gpu_memory.install()
     device_view.install()
     _patch_tensor_moves()
+    _patch_record_stream()
     _patch_module_to()
     _patch_storage_moves()
     _patch_autocast()
