@@ -522,6 +522,7 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
         assert got["placed by x.device"] == (f"(\"tensor([0., 0.], device='cuda:{rank}')\", "
                                              f"\"tensor([0., 1.], device='cuda:{rank}')\", True)")
         assert got["output and grad"] == f"({cuda}, {cuda}, device(type='cpu'))"
+        assert got["grad norm device"] == f"cuda:{rank}"  # was a host tensor: torch read the CPU off grads[0]
         assert got["branch"] == "gpu branch"
         assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
         assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
@@ -530,14 +531,17 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
 def test_torchs_own_code_reads_the_memorys_device(monkeypatch):
     """`rank.device_view`: who asks decides. The program's code (this test module) reads a
     simulated GPU tensor as `cuda:1`; code whose module is torch's reads the CPU its memory is
-    on (torch picks its CPU kernels and checks by it), as does anyone for a host tensor.
+    on (torch picks its CPU kernels and checks by it), as does anyone for a host tensor; what
+    torch's code places on the device it read off a GPU tensor is on that GPU, as on a GPU.
     In-process, restored."""
     import torch
 
-    from simdist.script.rank import device_view, gpu_memory
+    from simdist.script.rank import device_view, devices, gpu_memory
 
-    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type"))
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type", "to", "cuda",
+                                                "cpu", "numpy", "pin_memory"))
     device_view.install()
+    devices._patch_tensor_moves()
     gpu, host = gpu_memory.mark(torch.zeros(2), 1), torch.zeros(2)
     internal: dict = {"__name__": "torch.nn.fake_internal"}
     exec("def read(t): return (t.device, t.is_cuda, t.is_cpu, t.get_device(), t.type())", internal)
@@ -546,3 +550,8 @@ def test_torchs_own_code_reads_the_memorys_device(monkeypatch):
     assert internal["read"](gpu) == internal["read"](host) == (torch.device("cpu"), False, True, -1, "torch.FloatTensor")
     assert (host.device, host.is_cuda, host.get_device()) == (torch.device("cpu"), False, -1)
     assert gpu[:1].device == torch.device("cuda", 1) and gpu.type(torch.float64).dtype == torch.float64
+    read_off = internal["read"](gpu)[0]  # what torch's code places there is on the GPU it read it off
+    assert device_view.host_index(read_off) == 1 and device_view.host_index(internal["read"](host)[0]) is None
+    with devices.CudaToCpu():
+        placed, moved = torch.zeros(1, device=read_off), torch.ones(1).to(read_off)
+    assert [gpu_memory.gpu_index(t) for t in (placed, moved)] == [1, 1] and gpu.to(read_off) is gpu

@@ -2,7 +2,8 @@
 `str(x.device)`, `.is_cuda`, `.is_cpu`, `.get_device()`, `.type()`, a model's
 `next(model.parameters()).device`, factories and moves placed by a device read off a tensor
 (`torch.zeros(n, device=x.device)`, `batch.to(x.device)`, `x.to(x.device) is x`), a
-branch on `x.device.type`, and a prefetcher's side-stream copy with `record_stream`. Each rank prints what it saw. Started torchrun-style."""
+branch on `x.device.type`, a prefetcher's side-stream copy with `record_stream`, and what
+torch's own code places on a device it reads off a GPU tensor (`clip_grad_norm_`'s norm). Each rank prints what it saw. Started torchrun-style."""
 
 import os
 
@@ -31,6 +32,8 @@ def main():
     out = model(x.unsqueeze(0))
     out.sum().backward()
     show(rank, "output and grad", (out.device, model.weight.grad.device, x.cpu().device))
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # torch's own norm.to(grads[0].device)
+    show(rank, "grad norm device", norm.device)
     branch = "gpu branch" if x.device.type == "cuda" else "cpu branch"
     show(rank, "branch", branch)
     side = torch.cuda.Stream()

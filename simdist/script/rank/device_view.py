@@ -15,7 +15,13 @@ Who asks is the caller's frame: code whose module is `torch` or `simdist` (or un
 gets torch's own answer; any other module's gets the GPU's (`cuda:N`, `is_cuda` True,
 `is_cpu` False, `get_device()` N, `type()` "torch.cuda.FloatTensor"). A device the script
 passes back to torch is a CUDA device, which the rank layer remaps
-(`simdist.script.rank.devices`). Inside a compiled function (`torch.compile`) dynamo reads
+(`simdist.script.rank.devices`). torch's own answer for a tensor on simulated GPU N is a
+CPU device, but always the same object (`host_device(N)`), which the rank layer's placing
+code recognises (`host_index`): what torch places on a device it read off a GPU tensor
+(`clip_grad_norm_`'s `norm.to(grads[0].device)`, an optimizer's `load_state_dict` moving
+its state to each parameter's device, `torch.empty(..., device=p.device)`) is on that GPU,
+as on a GPU, while torch's kernels and checks see the CPU (`device.type == "cpu"`, equal
+to every CPU device). Inside a compiled function (`torch.compile`) dynamo reads
 devices off its fake tensors, which are the CPU's: `idx.device.type` there is "cpu" (no
 graph break, `fullgraph=True` compiles).
 """
@@ -33,6 +39,8 @@ from simdist.script.rank import gpu_memory
 VIEWS = ("device", "is_cuda", "is_cpu", "get_device", "type")  # what `install` sets on `torch.Tensor`
 _INTERNAL = frozenset({"torch", "simdist"})  # top-level packages whose code sees the memory's own device
 _CUDA: dict[int, torch.device] = {}
+_HOST: dict[int, torch.device] = {}  # GPU index -> the CPU device object torch's code reads for it
+_HOST_INDEX: dict[int, int] = {}  # id() of such an object -> its GPU index (the objects live forever)
 
 
 def _asked_by_program(depth: int) -> bool:
@@ -50,6 +58,22 @@ def program_index(t: Any) -> int | None:
     return gpu_memory.gpu_index(t)
 
 
+def host_device(index: int) -> torch.device:
+    """The CPU device torch's own code reads off a tensor on simulated GPU `index`: one object
+    per GPU, so that a placement on it is recognised (module docstring)."""
+    device = _HOST.get(index)
+    if device is None:
+        device = _HOST[index] = torch.device("cpu")
+        _HOST_INDEX[id(device)] = index
+    return device
+
+
+def host_index(device: Any) -> int | None:
+    """The simulated GPU whose tensor `device` was read off by torch's own code (None: any
+    other device object)."""
+    return _HOST_INDEX.get(id(device))
+
+
 def _cuda(index: int) -> torch.device:
     device = _CUDA.get(index)
     if device is None:
@@ -65,8 +89,11 @@ def install() -> None:
     base_get_device, base_type = base.get_device, torch.Tensor.type
 
     def device(self: torch.Tensor) -> torch.device:
-        index = program_index(self)
-        return base_device.__get__(self) if index is None else _cuda(index)
+        if type(self) in gpu_memory.PLAIN:
+            index = gpu_memory.gpu_index(self)
+            if index is not None:
+                return _cuda(index) if _asked_by_program(2) else host_device(index)
+        return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
         return program_index(self) is not None or base_is_cuda.__get__(self)

@@ -51,7 +51,8 @@ _CPU = torch.device("cpu")
 
 
 def is_accelerator(device: Any) -> bool:
-    """Whether a device argument means a CUDA device (an int is an accelerator index)."""
+    """Whether a device argument means a CUDA device (an int is an accelerator index; a device
+    torch's own code read off a simulated GPU tensor is that GPU: `device_view.host_index`)."""
     if isinstance(device, bool):
         return False
     if isinstance(device, int):
@@ -59,7 +60,7 @@ def is_accelerator(device: Any) -> bool:
     if isinstance(device, str):
         return device.startswith("cuda")
     if isinstance(device, torch.device):
-        return device.type == "cuda"
+        return device.type == "cuda" or device_view.host_index(device) is not None
     return False
 
 
@@ -79,6 +80,9 @@ def stands_for_gpu(t: Any) -> bool:
 def _target_index(device: Any) -> int:
     """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
     if isinstance(device, torch.device):
+        read_off = device_view.host_index(device)
+        if read_off is not None:
+            return read_off
         return gpu_shims._Gpus.current if device.index is None else device.index
     if isinstance(device, str):
         return _target_index(torch.device(device))
