@@ -163,9 +163,9 @@ class _DeviceContext:
 
 
 class _CudaDeviceContext(_DeviceContext):
-    """`torch.cuda.device(n)`: as `_DeviceContext`, but None (or "cuda") names the current
-    device, which torch asks `torch.cuda.current_device()` for (`_get_device_index(None,
-    optional=True)`): CUDA is initialised."""
+    """`torch.cuda.device(n)`: as `_DeviceContext`, but None names the current device, which
+    torch asks `torch.cuda.current_device()` for (`_get_device_index(None, optional=True)`):
+    CUDA is initialised."""
 
     none_initialises = True
 
