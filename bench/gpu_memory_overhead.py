@@ -9,7 +9,9 @@ thread that runs it (`time.thread_time`, torch on one thread: `torch.set_num_thr
 
 * `plain`: no rank layer at all (the CPU path of the same program);
 * `remap`: the rank layer with propagation turned off (what the mode cost before);
-* `device`: the rank layer as installed (remap and propagation).
+* `noview`: the rank layer with torch's own `Tensor.device`/`is_cuda`/`is_cpu`/`get_device`/
+  `type` (without `simdist.script.rank.device_view`, which asks who reads them);
+* `device`: the rank layer as installed (remap, propagation, device view).
 
     python bench/gpu_memory_overhead.py [--steps 200] [--rounds 5] [--hidden 64 512]
 """
@@ -26,7 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from simdist.script.rank import devices, gpu_memory
+from simdist.script.rank import device_view, devices, gpu_memory
 
 
 def _model(hidden: int, device: str) -> nn.Module:
@@ -62,6 +64,18 @@ def _without_propagation() -> Iterator[None]:
         gpu_memory.input_index = orig  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def _without_device_view() -> Iterator[None]:
+    views = {name: torch.Tensor.__dict__[name] for name in device_view.VIEWS}
+    for name in views:
+        delattr(torch.Tensor, name)  # torch's own (TensorBase's) again
+    try:
+        yield
+    finally:
+        for name, view in views.items():
+            setattr(torch.Tensor, name, view)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
@@ -73,18 +87,22 @@ def main() -> None:
     devices.install(1)
     mode = devices._MODE
     for hidden in a.hidden:
-        best = {"plain": float("inf"), "remap": float("inf"), "device": float("inf")}
+        best = {"plain": float("inf"), "remap": float("inf"), "noview": float("inf"), "device": float("inf")}
         for _ in range(a.rounds):
             mode.__exit__(None, None, None)
             try:
-                best["plain"] = min(best["plain"], _steps(hidden, "cpu", a.steps))
+                with _without_device_view():
+                    best["plain"] = min(best["plain"], _steps(hidden, "cpu", a.steps))
             finally:
                 mode.__enter__()
-            with _without_propagation():
+            with _without_propagation(), _without_device_view():
                 best["remap"] = min(best["remap"], _steps(hidden, "cuda", a.steps))
+            with _without_device_view():
+                best["noview"] = min(best["noview"], _steps(hidden, "cuda", a.steps))
             best["device"] = min(best["device"], _steps(hidden, "cuda", a.steps))
         print(f"hidden {hidden}: CPU us/step plain {best['plain'] * 1e6:.0f}  remap {best['remap'] * 1e6:.0f}  "
-              f"device {best['device'] * 1e6:.0f}  device/remap {best['device'] / best['remap']:.3f}  "
+              f"noview {best['noview'] * 1e6:.0f}  device {best['device'] * 1e6:.0f}  "
+              f"device/noview {best['device'] / best['noview']:.3f}  device/remap {best['device'] / best['remap']:.3f}  "
               f"device/plain {best['device'] / best['plain']:.3f}")
     dist.destroy_process_group()
 

@@ -40,7 +40,7 @@ def test_elastic_environment_and_backend_queries_agree_with_real_gloo(script_zyg
     assert sim.ranks[1].output == [
         "[rank1] local 1/2 group_rank 0 role_rank 1 node 0 backend gloo",
         "[rank1] intra backend gloo size 2 rank-in-group 1 global-of-0 0",
-        "[rank1] node sum 1.0 device-type-of-result cpu"]
+        "[rank1] node sum 1.0 device-type-of-result cuda"]  # a GPU tensor, as on a GPU (`rank.device_view`)
 
 
 @pytest.mark.real
@@ -213,7 +213,8 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
 
     from simdist.script.rank import gpu_shims
 
-    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus)
+    _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus,
+          gpu_shims._Init)
     gpu_shims.install(4)
     acc = torch.accelerator
     assert acc.is_available() and acc.current_accelerator() == torch.device("cuda") and acc.device_count() == 4
@@ -459,3 +460,98 @@ def test_a_gpu_tensor_through_a_multiprocessing_queue_stays_on_its_gpu(monkeypat
     assert got.tolist() == [0.0, 1.0, 2.0] and gpu_memory.gpu_index(got) == 1
     assert type(param) is torch.nn.Parameter and gpu_memory.gpu_index(param) == 0
     assert gpu_memory.gpu_index(send(torch.ones(2))) is None
+
+
+_REINIT = ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+           "you must use the 'spawn' start method")
+
+
+@pytest.mark.real
+def test_cuda_in_a_forked_child_raises_as_torch_does(script_zygote):
+    """tests/scripts/cuda_fork.py. There is no GPU here, so what a GPU run prints is taken from
+    torch's source: `torch._C._cuda_init` and `_cuda_getDeviceCount` (behind
+    `torch.cuda.is_available()`) register a pthread_atfork child handler
+    (torch/csrc/cuda/Module.cpp `poison_fork`, torch/csrc/utils/device_lazy_init.cpp
+    `register_fork_handler_for_device_init`); in a child forked after that,
+    `_cuda_isInBadFork()` is true and the first CUDA use goes through `torch.cuda._lazy_init`,
+    which raises `_REINIT` (torch/cuda/__init__.py), while `is_available()`/`device_count()`
+    answer and `is_initialized()` is False. So: a child forked before any of it uses its GPU,
+    one forked after `is_available()` or after `set_device` raises on `.cuda()`, a factory's
+    `device="cuda"`, `set_device`, `current_device`; so does an `os.fork` child, and a
+    DataLoader whose workers' collate calls `.cuda()` re-raises it in the rank
+    (torch/utils/data/_utils ExceptionWrapper: "Caught RuntimeError in DataLoader worker
+    process 0."), and a GPU tensor a forked child receives through a queue raises it there
+    (torch/multiprocessing/reductions.py `rebuild_cuda_tensor` calls `_lazy_init`); pinned
+    batches from workers and a spawned child (which gets the tensor on the sender's GPU) are
+    fine. Before, every child used its GPU. Both sides run the same rank layer: they must
+    agree."""
+    sim, real = _both("cuda_fork.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rank in (0, 1):
+        got = _keyed(sim.ranks[rank].output)
+        assert got["fork before CUDA"] == "[('cuda', 'ok 2.0')]"
+        assert got["fork after is_available"] == f"[('queries', 'ok (True, True, True, False)'), ('cuda', \"{_REINIT}\")]"
+        after = [f"('{use}', \"{_REINIT}\")" for use in ("cuda", "factory", "set_device", "current_device")]
+        assert got["fork after init"] == (f"[{', '.join(after)}, ('queries', 'ok (True, True, True, False)'), "
+                                          f"('receive', \"{_REINIT}\")]")
+        assert got["os.fork after init"] == _REINIT
+        assert got["collate to gpu"] == f"RuntimeError: Caught RuntimeError in DataLoader worker process 0. ... {_REINIT}"
+        assert got["pinned batches"] == "[([0.0, 1.0, 2.0, 3.0], 6.0), ([4.0, 5.0, 6.0, 7.0], 22.0)]"
+        assert got["spawn after init"] == f"[('cuda', 'ok 2.0'), ('receive', 'ok cuda:{rank}')]"
+        assert got["all_reduce"] == "[3.0, 3.0]"
+
+
+@pytest.mark.real
+def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
+    """tests/scripts/gpu_device_reads.py: the script's own reads of a simulated GPU tensor's
+    device say what a GPU run's do (`rank.device_view`): `cuda:N`, `is_cuda`, `get_device()`
+    N, `type()` "torch.cuda.FloatTensor", a model's `next(parameters()).device`; so
+    `torch.zeros(n, device=x.device)` and `batch.to(x.device)` are GPU tensors,
+    `x.to(x.device)` is `x` (torch's `to` returns self when nothing changes), and the GPU
+    branch of `x.device.type == "cuda"` is taken. Before, each said `cpu`: the two tensors
+    were host tensors, `x.to(x.device)` a host copy, the CPU branch taken."""
+    sim, real = _both("gpu_device_reads.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    for rank in (0, 1):
+        got, cuda = _keyed(sim.ranks[rank].output), f"device(type='cuda', index={rank})"
+        assert got["device"] == f"({cuda}, 'cuda:{rank}', 'cuda', {rank})"
+        assert got["flags"] == f"(True, False, {rank}, 'torch.cuda.FloatTensor')"
+        assert got["model device"] == f"cuda:{rank}"
+        assert got["placed by x.device"] == (f"(\"tensor([0., 0.], device='cuda:{rank}')\", "
+                                             f"\"tensor([0., 1.], device='cuda:{rank}')\", True)")
+        assert got["output and grad"] == f"({cuda}, {cuda}, device(type='cpu'))"
+        assert got["grad norm device"] == f"cuda:{rank}"  # was a host tensor: torch read the CPU off grads[0]
+        assert got["branch"] == "gpu branch"
+        assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
+        assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
+
+
+def test_torchs_own_code_reads_the_memorys_device(monkeypatch):
+    """`rank.device_view`: who asks decides. The program's code (this test module) reads a
+    simulated GPU tensor as `cuda:1`; code whose module is torch's reads the CPU its memory is
+    on (torch picks its CPU kernels and checks by it), as does anyone for a host tensor; what
+    torch's code places on the device it read off a GPU tensor is on that GPU, as on a GPU.
+    In-process, restored."""
+    import torch
+
+    from simdist.script.rank import device_view, devices, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type", "to", "cuda",
+                                                "cpu", "numpy", "pin_memory"))
+    device_view.install()
+    devices._patch_tensor_moves()
+    gpu, host = gpu_memory.mark(torch.zeros(2), 1), torch.zeros(2)
+    internal: dict = {"__name__": "torch.nn.fake_internal"}
+    exec("def read(t): return (t.device, t.is_cuda, t.is_cpu, t.get_device(), t.type())", internal)
+    assert (gpu.device, gpu.is_cuda, gpu.is_cpu, gpu.get_device(), gpu.type()) == (
+        torch.device("cuda", 1), True, False, 1, "torch.cuda.FloatTensor")
+    assert internal["read"](gpu) == internal["read"](host) == (torch.device("cpu"), False, True, -1, "torch.FloatTensor")
+    assert (host.device, host.is_cuda, host.get_device()) == (torch.device("cpu"), False, -1)
+    assert gpu[:1].device == torch.device("cuda", 1) and gpu.type(torch.float64).dtype == torch.float64
+    read_off = internal["read"](gpu)[0]  # what torch's code places there is on the GPU it read it off
+    assert device_view.host_index(read_off) == 1 and device_view.host_index(internal["read"](host)[0]) is None
+    with devices.CudaToCpu():
+        placed, moved = torch.zeros(1, device=read_off), torch.ones(1).to(read_off)
+    assert [gpu_memory.gpu_index(t) for t in (placed, moved)] == [1, 1] and gpu.to(read_off) is gpu

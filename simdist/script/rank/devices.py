@@ -45,13 +45,14 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import gpu_memory, gpu_shims
+from simdist.script.rank import device_view, gpu_memory, gpu_shims
 
 _CPU = torch.device("cpu")
 
 
 def is_accelerator(device: Any) -> bool:
-    """Whether a device argument means a CUDA device (an int is an accelerator index)."""
+    """Whether a device argument means a CUDA device (an int is an accelerator index; a device
+    torch's own code read off a simulated GPU tensor is that GPU: `device_view.host_index`)."""
     if isinstance(device, bool):
         return False
     if isinstance(device, int):
@@ -59,7 +60,7 @@ def is_accelerator(device: Any) -> bool:
     if isinstance(device, str):
         return device.startswith("cuda")
     if isinstance(device, torch.device):
-        return device.type == "cuda"
+        return device.type == "cuda" or device_view.host_index(device) is not None
     return False
 
 
@@ -79,6 +80,9 @@ def stands_for_gpu(t: Any) -> bool:
 def _target_index(device: Any) -> int:
     """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
     if isinstance(device, torch.device):
+        read_off = device_view.host_index(device)
+        if read_off is not None:
+            return read_off
         return gpu_shims._Gpus.current if device.index is None else device.index
     if isinstance(device, str):
         return _target_index(torch.device(device))
@@ -108,6 +112,7 @@ class CudaToCpu(TorchFunctionMode):
                 if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
                     out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
+                gpu_shims.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
@@ -184,6 +189,8 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = _move_target(args, kwargs)
+        if is_accelerator(target) or stands_for_gpu(target):  # torch's `to` initialises CUDA for a CUDA device
+            gpu_shims.lazy_init()
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
@@ -203,6 +210,7 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
+        gpu_shims.lazy_init()  # (torch's `Tensor.cuda` initialises CUDA first)
         if type(self) not in _PLAIN or torch.compiler.is_compiling():
             return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
         dest = _target_index("cuda" if device is None else device)
@@ -238,6 +246,24 @@ def _patch_tensor_moves() -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
+def _patch_record_stream() -> None:
+    """`t.record_stream(stream)` of a simulated GPU tensor does nothing, as there is nothing to
+    keep: CUDA's caching allocator holds the memory until the work queued on `stream` is done,
+    and a CPU's work is done when it is issued (the streams are `gpu_shims._Stream`). A GPU
+    script's prefetcher calls it after copying a batch on a side stream; it raised (torch:
+    "Could not run 'aten::record_stream' with arguments from the 'CPU' backend"). A host
+    tensor's raises as torch's does."""
+    orig = torch.Tensor.record_stream
+
+    @functools.wraps(orig)
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if stands_for_gpu(self):
+            return None
+        return orig(self, stream)
+
+    torch.Tensor.record_stream = record_stream  # type: ignore[method-assign]
+
+
 def _patch_storage_moves() -> None:
     """Storages placed on a CUDA device are placed on the CPU, on the simulated GPU (see the
     module's docstring)."""
@@ -248,6 +274,7 @@ def _patch_storage_moves() -> None:
     @functools.wraps(orig)
     def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
         if is_accelerator(device):
+            gpu_shims.lazy_init()
             return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), _target_index(device))
         return orig(self, device, non_blocking)
 
@@ -407,6 +434,7 @@ def _patch_device_context() -> None:
     def __torch_function__(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if is_accelerator(self.device) and kwargs.get("device") is None and func in ud._device_constructors():
+            gpu_shims.lazy_init()
             out = func(*args, **{**kwargs, "device": _CPU})
             gpu_memory.mark_outputs(out, _target_index(self.device))
             return out
@@ -436,7 +464,9 @@ def install(gpus: int) -> None:
         return
     gpu_shims.install(gpus)
     gpu_memory.install()
+    device_view.install()
     _patch_tensor_moves()
+    _patch_record_stream()
     _patch_module_to()
     _patch_storage_moves()
     _patch_autocast()

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from simdist.script.rank import gpu_shims
+
 _ATTR = "_simdist_cuda_index"
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, fake tensors) are left as they are
 
@@ -139,7 +141,11 @@ def location_tag(storage: Any) -> str | None:
 def rebuild_on_gpu(index: int, rebuild: Any, args: tuple) -> Any:
     """The receiving side of a GPU tensor sent through a `multiprocessing` queue or pipe:
     torch's own rebuild (host shared memory), placed on the sender's GPU, as CUDA IPC gives
-    the receiver a tensor on the same device."""
+    the receiver a tensor on the same device. CUDA is initialised first, as torch's
+    `rebuild_cuda_tensor` calls `torch.cuda._lazy_init()` for a storage it has not received
+    before (torch/multiprocessing/reductions.py): a forked child raises "Cannot re-initialize
+    CUDA in forked subprocess" there (`gpu_shims.lazy_init`)."""
+    gpu_shims.lazy_init()
     return mark(rebuild(*args), index)
 
 

@@ -13,13 +13,19 @@ tensor of them on the CPU).
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
   while `torch.cuda` said 8 GPUs, so such a script took its CPU path, or failed ("Cannot
   access accelerator device when none is available"); and `torch._C._get_accelerator`, which
-  torch's own code asks (FSDP2's default mesh, `torch.get_device_module()`).
+  torch's own code asks (FSDP2's default mesh, `torch.get_device_module()`);
+* CUDA's initialisation across `fork` (`_Init`): a process that initialised CUDA, or only
+  asked `is_available()`, forks children in which CUDA cannot be initialised, as torch's
+  own: their first CUDA use raises torch's "Cannot re-initialize CUDA in forked subprocess"
+  (a DataLoader worker's collate that calls `.cuda()`, an `mp.Process` with the fork start
+  method, `os.fork`); a child forked before that, or started with spawn, uses its GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Any
 
 import torch
@@ -40,9 +46,102 @@ def _index(device: Any) -> int:
     return int(device)
 
 
+class _Init:
+    """torch's CUDA initialisation state, as it matters across `fork`.
+
+    torch (torch/csrc/cuda/Module.cpp, torch/csrc/utils/device_lazy_init.cpp): the first
+    CUDA call that needs the runtime goes through `device_lazy_init`, which calls
+    `torch.cuda._lazy_init` (torch/cuda/__init__.py), which calls `torch._C._cuda_init`;
+    that, and `_cuda_getDeviceCount` (behind `torch.cuda.is_available()`, "will poison fork"
+    unless PYTORCH_NVML_BASED_CUDA_CHECK=1: its docstring), register a `pthread_atfork` child
+    handler once per process (`poison_fork` / `register_fork_handler_for_device_init`). In a
+    child forked after that, `torch._C._cuda_isInBadFork()` is true and CUDA counts as not
+    initialised, so the child's first CUDA use calls `_lazy_init` again, which raises
+    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you
+    must use the 'spawn' start method". `is_available()` and `device_count()` still answer
+    there (the device count is cached in the process: c10/cuda/CUDAFunctions.cpp), and
+    `torch.manual_seed` skips CUDA's generators (torch/random.py asks `_is_in_bad_fork`)."""
+
+    initialized = False  # this process initialised CUDA (`lazy_init` passed)
+    poisoned = False  # the fork handler is registered: children are bad forks
+    bad_fork = False  # this process was forked after its parent's `poisoned`
+
+
+def poison_fork() -> None:
+    """What registers torch's fork handler (`_Init`)."""
+    _Init.poisoned = True
+
+
+def in_bad_fork() -> bool:
+    """`torch.cuda._is_in_bad_fork()` (torch's `torch._C._cuda_isInBadFork`, absent from a CPU
+    build: torch.cuda then said False in every child)."""
+    return _Init.bad_fork
+
+
+_TORCH_LAZY_INIT: Any = None  # torch's own `torch.cuda._lazy_init` (install)
+
+
+def lazy_init() -> None:
+    """CUDA initialised, as torch's `_lazy_init` does on a call that needs the runtime: in a
+    bad fork torch's own `_lazy_init` runs, which raises its "Cannot re-initialize CUDA in
+    forked subprocess" from torch/cuda/__init__.py (it asks `_is_in_bad_fork`, `in_bad_fork`
+    here), every time, as there; elsewhere the process is initialised and poisons fork."""
+    if _Init.initialized:
+        return
+    if _Init.bad_fork:
+        _TORCH_LAZY_INIT()
+    _Init.initialized = _Init.poisoned = True
+
+
+def _after_fork_in_child() -> None:
+    """torch's fork handler (`_Init`): a child of a poisoned process is a bad fork, with CUDA
+    not initialised."""
+    if _Init.poisoned:
+        _Init.bad_fork, _Init.initialized = True, False
+
+
+def fresh_process() -> None:
+    """A process that starts as a new interpreter would (a rank the zygote forks: what the
+    zygote's own imports did is not the script's)."""
+    _Init.initialized = _Init.poisoned = _Init.bad_fork = False
+
+
+def _initialising(fn: Any) -> Any:
+    """`fn` after `lazy_init`, as torch's function of that name initialises CUDA first."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        lazy_init()
+        return fn(*args, **kwargs)
+    return call
+
+
+def is_available() -> bool:
+    """`torch.cuda.is_available()`: True, and the process poisons fork as torch's
+    `_cuda_getDeviceCount` does, unless PYTORCH_NVML_BASED_CUDA_CHECK=1 (then torch counts
+    devices through NVML: no CUDA call)."""
+    import torch.cuda as tc
+
+    if not tc._nvml_based_avail():
+        poison_fork()
+    return True
+
+
+def _select(device: Any) -> None:
+    """`torch.cuda.set_device`, `torch.accelerator.set_device_index`: a negative index is a
+    no-op (torch), any other initialises CUDA first (`_cuda_setDevice`,
+    `_accelerator_setDeviceIndex`)."""
+    index = _index(device)
+    if index >= 0:
+        lazy_init()
+        _Gpus.current = index
+
+
 class _DeviceContext:
-    """`torch.cuda.device(n)`, `torch.accelerator.device_index(n)`: the current device is n
-    inside (None: unchanged), as on a GPU; nothing else is selected on the CPU."""
+    """`torch.accelerator.device_index(n)`, `torch.cuda.stream(s)`: the current device is n
+    inside (None: unchanged), as on a GPU; nothing else is selected on the CPU. Entering one
+    with a device index n >= 0 (torch's `_exchange_device`) or a stream (`StreamContext` asks
+    `current_stream`) initialises CUDA; None and a negative n are no-ops, as in torch."""
+
+    none_initialises = False  # whether None means the current device (asked: CUDA initialised)
 
     def __init__(self, device: Any):
         self.device = device
@@ -50,11 +149,25 @@ class _DeviceContext:
 
     def __enter__(self) -> None:
         self._before = _Gpus.current
-        if self.device is not None and not isinstance(self.device, _Stream) and _index(self.device) >= 0:
+        if self.device is None:
+            if self.none_initialises:
+                lazy_init()
+        elif isinstance(self.device, _Stream):
+            lazy_init()
+        elif _index(self.device) >= 0:
+            lazy_init()
             _Gpus.current = _index(self.device)
 
     def __exit__(self, *exc: Any) -> None:
         _Gpus.current = self._before
+
+
+class _CudaDeviceContext(_DeviceContext):
+    """`torch.cuda.device(n)`: as `_DeviceContext`, but None names the current device, which
+    torch asks `torch.cuda.current_device()` for (`_get_device_index(None, optional=True)`):
+    CUDA is initialised."""
+
+    none_initialises = True
 
 
 class _Stream:
@@ -127,14 +240,15 @@ def _install_queries(tc: Any) -> None:
     import types
 
     shims: dict[str, Any] = {
-        "is_bf16_supported": lambda including_emulation=True: True,
-        "get_device_capability": lambda device=None: (_PROPS.major, _PROPS.minor),
-        "get_device_properties": lambda device=None: _PROPS,
-        "mem_get_info": lambda device=None: (_PROPS.total_memory, _PROPS.total_memory),
+        # each asks the current device or the device's properties: CUDA initialised first
+        "is_bf16_supported": _initialising(lambda including_emulation=True: True),
+        "get_device_capability": _initialising(lambda device=None: (_PROPS.major, _PROPS.minor)),
+        "get_device_properties": _initialising(lambda device=None: _PROPS),
+        "mem_get_info": _initialising(lambda device=None: (_PROPS.total_memory, _PROPS.total_memory)),
         "memory_reserved": lambda device=None: 0,
         "max_memory_reserved": lambda device=None: 0,
         "memory_summary": lambda device=None, abbreviated=False: "",
-        "ipc_collect": lambda: None,
+        "ipc_collect": _initialising(lambda: None),
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
@@ -152,26 +266,32 @@ def _install_queries(tc: Any) -> None:
 
 def install(gpus: int) -> None:
     """`torch.cuda` and `torch.accelerator` report `gpus` devices, their streams and
-    generator state work (module docstring)."""
+    generator state work, CUDA's initialisation poisons fork (module docstring)."""
+    global _TORCH_LAZY_INIT
     import torch.cuda as tc
 
     _Gpus.count = gpus
+    if _TORCH_LAZY_INIT is None:  # once per process (the handler cannot be taken back)
+        _TORCH_LAZY_INIT = tc._lazy_init
+        os.register_at_fork(after_in_child=_after_fork_in_child)
     shims: dict[str, Any] = {
-        "is_available": lambda: True,
+        "is_available": is_available,
         "device_count": lambda: _Gpus.count,
-        "set_device": lambda device: setattr(_Gpus, "current", _index(device)),
-        "current_device": lambda: _Gpus.current,
-        "synchronize": lambda device=None: None,
+        "init": lazy_init,
+        "_is_in_bad_fork": in_bad_fork,
+        "set_device": _select,
+        "current_device": _initialising(lambda: _Gpus.current),
+        "synchronize": _initialising(lambda device=None: None),
         "empty_cache": lambda: None,
-        "get_device_name": lambda device=None: "simdist simulated GPU (CPU)",
+        "get_device_name": _initialising(lambda device=None: "simdist simulated GPU (CPU)"),
         "memory_allocated": lambda device=None: 0,
         "max_memory_allocated": lambda device=None: 0,
-        "reset_peak_memory_stats": lambda device=None: None,
-        "device": _DeviceContext,
+        "reset_peak_memory_stats": _initialising(lambda device=None: None),
+        "device": _CudaDeviceContext,
         "Stream": _Stream,
         "Event": _Stream,
-        "current_stream": lambda device=None: _CURRENT_STREAM,
-        "default_stream": lambda device=None: _CURRENT_STREAM,
+        "current_stream": _initialising(lambda device=None: _CURRENT_STREAM),
+        "default_stream": _initialising(lambda device=None: _CURRENT_STREAM),
         "stream": _DeviceContext,
     }
     for name, fn in shims.items():
@@ -191,11 +311,11 @@ def _install_cuda_rng_shims() -> None:
     import torch.cuda.random as tcr
 
     shims: dict[str, Any] = {
-        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "get_rng_state": _initialising(lambda device="cuda": torch.get_rng_state()),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_Gpus.count)],
+        "get_rng_state_all": _initialising(lambda: [torch.get_rng_state() for _ in range(_Gpus.count)]),
         "set_rng_state_all": lambda new_states: [torch.set_rng_state(s) for s in new_states[:1]] and None,
-        "initial_seed": torch.initial_seed,
+        "initial_seed": _initialising(torch.initial_seed),
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
@@ -205,24 +325,25 @@ def _install_cuda_rng_shims() -> None:
 def _install_accelerator_shims() -> None:
     """`torch.accelerator` reports the simulated GPUs `torch.cuda` does (module docstring).
     torch's own callers get the same answers (the DataLoader pins through a pin-memory
-    thread, as on a GPU; its pinning is the tensor itself, `_patch_tensor_moves`)."""
+    thread, as on a GPU; its pinning is the tensor itself, `_patch_tensor_moves`). As
+    torch's, `is_available` is `torch.cuda.is_available` (which poisons fork), and the calls
+    whose C++ binding calls `maybe_initialize_device` initialise CUDA
+    (torch/csrc/DeviceAccelerator.cpp); `synchronize` is a no-op before that."""
     import torch.accelerator as ta
-
-    def set_index(device: Any) -> None:
-        _Gpus.current = _index(device)
+    import torch.cuda as tc
 
     shims: dict[str, Any] = {
-        "is_available": lambda: True,
+        "is_available": lambda: tc.is_available(),
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
         "device_count": lambda: _Gpus.count,
-        "current_device_index": lambda: _Gpus.current,
-        "current_device_idx": lambda: _Gpus.current,
-        "set_device_index": set_index,
-        "set_device_idx": set_index,
+        "current_device_index": _initialising(lambda: _Gpus.current),
+        "current_device_idx": _initialising(lambda: _Gpus.current),
+        "set_device_index": _select,
+        "set_device_idx": _select,
         "device_index": _DeviceContext,
         "synchronize": lambda device=None: None,
-        "current_stream": lambda device=None: _CURRENT_STREAM,
-        "set_stream": lambda stream: None,
+        "current_stream": _initialising(lambda device=None: _CURRENT_STREAM),
+        "set_stream": _initialising(lambda stream: None),
         "empty_cache": lambda: None,
         "memory_allocated": lambda device_index=None: 0,
         "max_memory_allocated": lambda device_index=None: 0,
