@@ -121,7 +121,7 @@ _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:close
 _CHAINED_FIELDS = frozenset({"status", "error", "output"})
 # what a partner that waited for a racer outside any operation may show apart from the simulator
 _STOPPED_FIELDS = _CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
-_WAITED_ERRORS = frozenset({"timeout", "peer_lost"})
+_GLOO_ERRORS = frozenset({"timeout", "peer_lost"})  # how a Gloo wait itself fails: its timeout or a peer's closure
 _R = TypeVar("_R")
 
 
@@ -288,7 +288,7 @@ def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
     done and printed only what the simulator has it do first. A partner that did or printed
     anything else, or waited in an operation, is a difference."""
     ended = real.status == "hang" and real.error is None or (
-        real.status == "error" and real.error is not None and real.error.category in _WAITED_ERRORS)
+        real.status == "error" and real.error is not None and real.error.category in _GLOO_ERRORS)
     return (differ <= _STOPPED_FIELDS and ended and real.blocked_in is None
             and all(e.completed for e in real.trace) and _stopped_short(sim, real))
 
@@ -331,26 +331,32 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
                       differ: set[str]) -> TeardownRace | None:
     """Rank `rank` failed on real Gloo with a lost peer after its last operation, which the
     simulator completes, having done and printed only what the simulator has it do first;
-    and ranks that posted the same collective (group, seq) within `EXIT_RACE_S` of it (the
-    simulated clocks) ended with it as their last on both sides. Else None."""
+    and ranks that left it right after posting it (`_left_with`) ended with it. Else None."""
     s, r = sims[rank], reals[rank]
     if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "peer_lost" or not r.trace:
         return None
     at, mine = r.trace[-1], s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
     if mine is None or not mine.completed or not _stopped_short(s, r):  # (a real entry's `completed` is not
         return None  # reliable here: the recorder marks an operation that raised as completed)
-    left = tuple(p for p in sorted(sims) if p != rank and p in reals
-                 and _ended_with(sims[p], at, mine.t_issue) and _ended_with(reals[p], at, None))
+    left = tuple(p for p in sorted(sims) if p != rank and p in reals and _left_with(sims[p], reals[p], at, mine.t_issue))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
 
 
-def _ended_with(p: RankResult, at: TraceEntry, t_issue: float | None) -> bool:
-    """Rank `p`'s process ended (not a hang) with collective `at` (same group and seq) as its
-    last, issued within `EXIT_RACE_S` of `t_issue` when given."""
-    last = p.trace[-1] if p.trace else None
-    return (p.status in ("error", "completed") and last is not None
-            and (last.group, last.seq, last.op) == (at.group, at.seq, at.op)
-            and (t_issue is None or abs(last.t_issue - t_issue) <= EXIT_RACE_S))
+def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, t_part: float) -> bool:
+    """Rank's process ended (not a hang) with collective `at` as its last, on both sides, and
+    left it unfinished: it ended within `EXIT_RACE_S` of `t_part` on the simulated clocks (when
+    the losing rank posted its part: one that posted much earlier met it up, one much later
+    met its closure for sure), and on real Gloo it neither waited for `at` to end (its entry
+    not retired) nor ended after it otherwise than failing in it with Gloo's error (a
+    collective that ended on the leaver had its messages moved)."""
+    def ended_with(p: RankResult) -> bool:
+        last = p.trace[-1] if p.trace else None
+        return (p.status in ("error", "completed") and last is not None
+                and (last.group, last.seq, last.op) == (at.group, at.seq, at.op))
+
+    failed_in_it = real.error is not None and real.error.category in _GLOO_ERRORS
+    return (ended_with(sim) and ended_with(real) and abs(sim.time - t_part) <= EXIT_RACE_S
+            and (not real.trace[-1].completed or failed_in_it))
 
 
 @dataclass(frozen=True)
