@@ -95,7 +95,8 @@ out, kill then exit: 1, 2, 3 MB 10/0 and 10/0 each (3 MB killed: 19/1 in a secon
 2/8; 16 MB 0/10, 0/10. No size above one copy's worth is safe, none below the ceiling is
 certain to time out (a receiver that lives to read completes any size): the simulator
 completes the send, and a real timeout of one longer than the kernel's default send buffer
-(`whole_write`, read from `net.ipv4.tcp_wmem`) is named this race.
+(`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
+the two posts on the simulated clocks (one that lived on read it), is named this race.
 """
 
 from __future__ import annotations
@@ -332,12 +333,9 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
     """Rank `rank` failed on real Gloo with a lost peer after its last operation, which the
     simulator completes, having done and printed only what the simulator has it do first;
     and ranks that left it right after posting it (`_left_with`) ended with it. Else None."""
-    s, r = sims[rank], reals[rank]
-    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "peer_lost" or not r.trace:
+    if (last := _failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
         return None
-    at, mine = r.trace[-1], s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
-    if mine is None or not mine.completed or not _stopped_short(s, r):  # (a real entry's `completed` is not
-        return None  # reliable here: the recorder marks an operation that raised as completed)
+    at, mine = last
     left = tuple(p for p in sorted(sims) if p != rank and p in reals and _left_with(sims[p], reals[p], at, mine.t_issue))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
 
@@ -392,20 +390,37 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     """Rank `rank`'s last operation is a send longer than the kernel takes whole, which it
     completes in the simulator and times out in on real Gloo, having done and printed only
     what the simulator has it do first; its receiver ended with the matching receive as its
-    last operation on both sides. Else None."""
-    s, r = sims[rank], reals[rank]
-    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "timeout" or not r.trace:
+    last operation on both sides, within `EXIT_RACE_S` of both having posted (simulated
+    clocks: a receiver that lived on read the send, whatever its size). Else None."""
+    if (last := _failed_after_last(sims[rank], reals[rank], differ, "timeout")) is None:
         return None
-    at = r.trace[-1]
-    mine = s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
-    if at.op != "send" or at.peer is None or mine is None or not mine.completed or not _stopped_short(s, r):
+    at, mine = last
+    if at.op != "send" or at.peer is None:
         return None
-    nbytes, whole = at.numel * dtype_bytes(at.dtype.removeprefix("torch.")), whole_write()
-    peer = at.peer
+    nbytes, whole, peer = at.numel * dtype_bytes(at.dtype.removeprefix("torch.")), whole_write(), at.peer
     ended = all(p is not None and p.status in ("error", "completed") and p.trace and p.trace[-1].op == "recv"
                 and p.trace[-1].peer == rank and p.trace[-1].group == at.group
                 for p in (sims.get(peer), reals.get(peer)))
-    return SendBandRace(rank, peer, nbytes, whole) if ended and nbytes > whole else None
+    if not ended or nbytes <= whole:
+        return None
+    receiver = sims[peer]
+    soon = receiver.time - max(mine.t_issue, receiver.trace[-1].t_issue) <= EXIT_RACE_S
+    return SendBandRace(rank, peer, nbytes, whole) if soon else None
+
+
+def _failed_after_last(sim: RankResult, real: RankResult, differ: set[str],
+                       category: str) -> tuple[TraceEntry, TraceEntry] | None:
+    """A rank that on real Gloo failed (`category`) after its last operation, which the
+    simulator completes, having done and printed only what the simulator has it do first, and
+    differing in nothing else: (that real entry, the simulated one); else None. (A real
+    entry's `completed` says nothing here: the recorder marks an operation that raised as
+    completed.)"""
+    if not differ <= _STOPPED_FIELDS or real.error is None or real.error.category != category or not real.trace:
+        return None
+    mine = sim.trace[len(real.trace) - 1] if len(sim.trace) >= len(real.trace) else None
+    if mine is None or not mine.completed or not _stopped_short(sim, real):
+        return None
+    return real.trace[-1], mine
 
 
 _RankNamer = Callable[[dict[int, RankResult], dict[int, RankResult], int, set[str]], _R | None]

@@ -62,6 +62,15 @@ def test_below_the_kernels_capacity_a_timed_out_send_is_a_difference(monkeypatch
     assert Compared.of(sim, real).verdict == "differ"
 
 
+def test_a_receiver_that_lived_on_after_its_receive_makes_a_timed_out_send_a_difference():
+    """The receiver posted its receive and ended with it, but 10 s later on the simulated
+    clocks (it computed): its Gloo thread read the send meanwhile, whatever its size, so real
+    Gloo completes it; a timeout there is no race of its teardown."""
+    sim, real = _saved()
+    sim.ranks[1].time = sim.ranks[1].trace[-1].t_issue + 10.0
+    assert Compared.of(sim, real).verdict == "differ"
+
+
 def _both(args: list[str], zygote, tmp_path) -> tuple[Report, Compared]:
     """The simulated run of `send_to_leaver.py ARGS` and its comparison with a real one."""
     run_id = new_run_id()
