@@ -83,7 +83,7 @@ that posted its receive and then ended. Gloo writes the send once the receiver's
 what the socket does not take waits in the pair's transmit queue, which the receiver's
 closure does not reach for an unbound buffer (`Pair::signalException` looks at `op.buf`), so
 the send then waits out its timeout. What the socket takes is the kernel's: a fresh loopback
-connection here takes 3,919,467 bytes (`simdist.socket_buffers.young_capacity`; tcp_wmem
+connection here takes 3,919,467 bytes (`tests/test_send_band.py`'s `young_capacity`; tcp_wmem
 max 4 MB, tcp_rmem max 32 MB), more once its traffic has grown the receive window, and a
 receiver that dies while the sender copies resets the connection and cuts the copy short.
 Measured with `tests/scripts/send_to_leaver.py BYTES posted kill|exit` (the receiver leaves by
