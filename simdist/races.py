@@ -255,14 +255,8 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
               and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and _stopped_short(sims[r.rank], r)]
     if cmp.agree or not racers:
         return []
-    fields: dict[int, set[str]] = {}
-    for d in cmp.differences:
-        if d.rank is None and (d.field != "outcome" or real.outcome != "error"):  # a racer failed: "error"
-            return []
-        if d.rank is not None:
-            if d.field == "ranks":
-                return []
-            fields.setdefault(d.rank, set()).add(d.field)
+    if (fields := _fields_by_rank(real, cmp)) is None:
+        return []
     lost, waited = [], []
     for rank, differ in sorted(fields.items()):
         if rank in racers:
@@ -430,15 +424,23 @@ def _every_differing_rank(sim: Report, real: Report, cmp: Comparison, namer: _Ra
     """One race per differing rank by `namer` (given both runs' ranks, the rank and the fields
     it differs in), when it names every one and no difference is of no rank, apart from the
     run's outcome turned to an error on real Gloo (a racer's); else empty."""
-    fields: dict[int, set[str]] = {}
-    for d in cmp.differences:
-        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
-            return []
-        if d.rank is not None:
-            fields.setdefault(d.rank, set()).add(d.field)
+    if (fields := _fields_by_rank(real, cmp)) is None:
+        return []
     sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
     races = [namer(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
     return [r for r in races if r is not None] if races and all(r is not None for r in races) else []
+
+
+def _fields_by_rank(real: Report, cmp: Comparison) -> dict[int, set[str]] | None:
+    """The fields each rank differs in, when every difference is a rank's or the run's outcome
+    turned to an error on real Gloo (a racer's), and none is of the ranks' count; else None."""
+    fields: dict[int, set[str]] = {}
+    for d in cmp.differences:
+        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
+            return None
+        if d.rank is not None:
+            fields.setdefault(d.rank, set()).add(d.field)
+    return fields
 
 
 Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace
