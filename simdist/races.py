@@ -102,7 +102,7 @@ the two posts on the simulated clocks (one that lived on read it), is named this
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -206,18 +206,18 @@ def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:
     failed_in = next((e for e in reversed(s.trace) if not e.completed), None)
     if peer is None or waited is None or failed_in is None:
         return None
-    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(sim, rank, frozenset())
+    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(dict(enumerate(sim.ranks)), rank)
     return ExitRace(rank, int(peer.group(1)), gap) if 0 <= gap <= EXIT_RACE_S else None
 
 
-def _failed_at(sim: Report, rank: int, seen: frozenset[int]) -> float:
+def _failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
     """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
     exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
-    r = sim.ranks[rank]
+    r = sims[rank]
     cause = _PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
     if cause is None or int(cause.group(1)) in seen:
         return r.time
-    return max(r.time, _failed_at(sim, int(cause.group(1)), seen | {rank}))
+    return max(r.time, _failed_at(sims, int(cause.group(1)), seen | {rank}))
 
 
 @dataclass(frozen=True)
@@ -330,14 +330,15 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
     if (last := _failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
         return None
     at, mine = last
-    left = tuple(p for p in sorted(sims) if p != rank and p in reals and _left_with(sims[p], reals[p], at, mine.t_issue))
+    left = tuple(p for p in sorted(sims) if p != rank and p in reals
+                 and _left_with(sims[p], reals[p], at, abs(_failed_at(sims, p) - mine.t_issue)))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
 
 
-def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, t_part: float) -> bool:
+def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, gap: float) -> bool:
     """Rank's process ended (not a hang) with collective `at` as its last, on both sides, and
-    left it unfinished: it ended within `EXIT_RACE_S` of `t_part` on the simulated clocks (when
-    the losing rank posted its part: one that posted much earlier met it up, one much later
+    left it unfinished: it ended within `EXIT_RACE_S` (`gap`, the simulated clocks) of when
+    the losing rank posted its part (one that posted much earlier met it up, one much later
     met its closure for sure), and on real Gloo it neither waited for `at` to end (its entry
     not retired) nor ended after it otherwise than failing in it with Gloo's error (a
     collective that ended on the leaver had its messages moved)."""
@@ -347,7 +348,7 @@ def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, t_part: float)
                 and (last.group, last.seq, last.op) == (at.group, at.seq, at.op))
 
     failed_in_it = real.error is not None and real.error.category in _GLOO_ERRORS
-    return (ended_with(sim) and ended_with(real) and abs(sim.time - t_part) <= EXIT_RACE_S
+    return (ended_with(sim) and ended_with(real) and gap <= EXIT_RACE_S
             and (not real.trace[-1].completed or failed_in_it))
 
 

@@ -158,3 +158,14 @@ def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing
 
     assert broken(lambda sim, real: None) == "race"
     assert [broken(f) for f in (root_goes_on, times_out, prints_more, root_waited, root_lingered)] == ["differ"] * 5
+
+
+def test_a_root_that_failed_in_its_collective_long_after_posting_it_makes_no_teardown_race():
+    """`gone`, but the leaf that made the root fail ended 10 s after the root posted (the
+    simulated clocks): the root was up all that while, rank 1's part reached it, so real Gloo
+    completes rank 1's scatter; a loss there is a difference. The root's own clock stops at
+    its last post: it ended when the leaf's exit failed it (`_failed_at`)."""
+    sim, real = _teardown("gone")
+    assert Compared.of(sim, real).verdict == "race"
+    sim.ranks[2].time = sim.ranks[0].trace[-1].t_issue + 10.0
+    assert Compared.of(sim, real).verdict == "differ"
