@@ -109,7 +109,7 @@ from typing import Any, ClassVar, TypeVar
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
-from simdist.vocab import FULL_MESH, dtype_bytes
+from simdist.vocab import FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -330,6 +330,8 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
     if (last := _failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
         return None
     at, mine = last
+    if at.op in P2P_OPS:  # a p2p count pairs no two ranks' calls (`SendBandRace` is the p2p one)
+        return None
     left = tuple(p for p in sorted(sims) if p != rank and p in reals
                  and _left_with(sims[p], reals[p], at, abs(_failed_at(sims, p) - mine.t_issue)))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None

@@ -134,7 +134,8 @@ def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing
     last, so the loss is not its teardown's), rank 1 timed out instead of losing a peer, or printed a
     line the simulator has it print nowhere; the root's scatter ended on real Gloo before it left
     (neither posted-and-gone nor failed in it: its messages had moved), or the root ended long
-    after posting it (10 s: rank 1's part reached it while it was up, so the loss is no teardown's)."""
+    after posting it (10 s: rank 1's part reached it while it was up, so the loss is no teardown's);
+    the operations are point-to-point (their counts pair no two ranks' calls: not one collective)."""
     def broken(change) -> str:
         sim, real = _teardown("async")
         change(sim, real)
@@ -156,8 +157,14 @@ def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing
     def root_lingered(sim: Report, real: Report) -> None:  # it computed 10 s after posting: rank 1's part met it up
         sim.ranks[0].time = sim.ranks[0].trace[-1].t_issue + 10.0
 
+    def point_to_point(sim: Report, real: Report) -> None:  # two receives with the same p2p count: no collective
+        for report in (sim, real):
+            for r in report.ranks:
+                r.trace[-1] = dataclasses.replace(r.trace[-1], op="recv", peer=1 - r.rank, seq=1)
+
     assert broken(lambda sim, real: None) == "race"
-    assert [broken(f) for f in (root_goes_on, times_out, prints_more, root_waited, root_lingered)] == ["differ"] * 5
+    assert [broken(f) for f in (root_goes_on, times_out, prints_more, root_waited, root_lingered,
+                                point_to_point)] == ["differ"] * 6
 
 
 def test_a_root_that_failed_in_its_collective_long_after_posting_it_makes_no_teardown_race():
