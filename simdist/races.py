@@ -75,7 +75,10 @@ process has ended; the root fails as it posts to it) and `fails` (it is still un
 the scatter's leaf lost the root in 1 run of 20 for each at 3 ranks; broadcast and gather
 0 of 20 each at 3 ranks (scatter and broadcast 0 of 20 beside 2 CPU burners), and all four
 ops 0 of 20 at 4 ranks (reduce: every live rank fails,
-as simulated: its ring needs the gone rank). Both outcomes of one program: a race.
+as simulated: its ring needs the gone rank). Both outcomes of one program: a race. Named only
+for that shape: a collective the leavers ended with, unfinished on real Gloo (not waited for, or
+failed in with Gloo's error), their processes ending within `EXIT_RACE_S` of the losing rank's
+post on the simulated clocks (`_left_with`).
 
 A fifth race, of a send's bytes (`SendBandRace`, `send_band_races`): a rank sends to a peer
 that posted its receive and then ended. Gloo writes the send once the receiver's notice came
