@@ -225,9 +225,10 @@ def classify(frames: list[Frame], dtype: str) -> str | None:
 
 
 # What may stand between DDP's C++ reducer (called by autograd) and a collective: its comm
-# hooks, the futures their callbacks chain on, c10d's Python entry points, and simdist's own
-# layer in the rank (the real side's op log wraps c10d's calls).
-_DDP_REDUCER_PATHS = ("torch/distributed/algorithms/ddp_comm_hooks/", "torch/futures/",
+# hooks, the futures their callbacks chain on, DDP's own Python hooks (`_delayed_all_reduce_hook`
+# of `delay_all_reduce_named_params`), c10d's Python entry points, and simdist's own layer in
+# the rank (the real side's op log wraps c10d's calls).
+_DDP_REDUCER_PATHS = ("torch/distributed/algorithms/ddp_comm_hooks/", "torch/futures/", "torch/nn/parallel/distributed.py",
                       "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py")
 _SIMDIST_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

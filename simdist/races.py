@@ -75,7 +75,10 @@ process has ended; the root fails as it posts to it) and `fails` (it is still un
 the scatter's leaf lost the root in 1 run of 20 for each at 3 ranks; broadcast and gather
 0 of 20 each at 3 ranks (scatter and broadcast 0 of 20 beside 2 CPU burners), and all four
 ops 0 of 20 at 4 ranks (reduce: every live rank fails,
-as simulated: its ring needs the gone rank). Both outcomes of one program: a race.
+as simulated: its ring needs the gone rank). Both outcomes of one program: a race. Named only
+for that shape: a collective the leavers ended with, unfinished on real Gloo (not waited for, or
+failed in with Gloo's error), their processes ending within `EXIT_RACE_S` of the losing rank's
+post on the simulated clocks (`_left_with`).
 
 A fifth race, of a send's bytes (`SendBandRace`, `send_band_races`): a rank sends to a peer
 that posted its receive and then ended. Gloo writes the send once the receiver's notice came
@@ -83,7 +86,7 @@ that posted its receive and then ended. Gloo writes the send once the receiver's
 what the socket does not take waits in the pair's transmit queue, which the receiver's
 closure does not reach for an unbound buffer (`Pair::signalException` looks at `op.buf`), so
 the send then waits out its timeout. What the socket takes is the kernel's: a fresh loopback
-connection here takes 3,919,467 bytes (`simdist.socket_buffers.young_capacity`; tcp_wmem
+connection here takes 3,919,467 bytes (`tests/test_send_band.py`'s `young_capacity`; tcp_wmem
 max 4 MB, tcp_rmem max 32 MB), more once its traffic has grown the receive window, and a
 receiver that dies while the sender copies resets the connection and cuts the copy short.
 Measured with `tests/scripts/send_to_leaver.py BYTES posted kill|exit` (the receiver leaves by
@@ -95,20 +98,21 @@ out, kill then exit: 1, 2, 3 MB 10/0 and 10/0 each (3 MB killed: 19/1 in a secon
 2/8; 16 MB 0/10, 0/10. No size above one copy's worth is safe, none below the ceiling is
 certain to time out (a receiver that lives to read completes any size): the simulator
 completes the send, and a real timeout of one longer than the kernel's default send buffer
-(`whole_write`, read from `net.ipv4.tcp_wmem`) is named this race.
+(`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
+the two posts on the simulated clocks (one that lived on read it), is named this race.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeVar
 
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
-from simdist.vocab import FULL_MESH, dtype_bytes
+from simdist.vocab import FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -121,7 +125,7 @@ _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:close
 _CHAINED_FIELDS = frozenset({"status", "error", "output"})
 # what a partner that waited for a racer outside any operation may show apart from the simulator
 _STOPPED_FIELDS = _CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
-_WAITED_ERRORS = frozenset({"timeout", "peer_lost"})
+_GLOO_ERRORS = frozenset({"timeout", "peer_lost"})  # how a Gloo wait itself fails: its timeout or a peer's closure
 _R = TypeVar("_R")
 
 
@@ -205,18 +209,18 @@ def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:
     failed_in = next((e for e in reversed(s.trace) if not e.completed), None)
     if peer is None or waited is None or failed_in is None:
         return None
-    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(sim, rank, frozenset())
+    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(dict(enumerate(sim.ranks)), rank)
     return ExitRace(rank, int(peer.group(1)), gap) if 0 <= gap <= EXIT_RACE_S else None
 
 
-def _failed_at(sim: Report, rank: int, seen: frozenset[int]) -> float:
+def _failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
     """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
     exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
-    r = sim.ranks[rank]
+    r = sims[rank]
     cause = _PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
     if cause is None or int(cause.group(1)) in seen:
         return r.time
-    return max(r.time, _failed_at(sim, int(cause.group(1)), seen | {rank}))
+    return max(r.time, _failed_at(sims, int(cause.group(1)), seen | {rank}))
 
 
 @dataclass(frozen=True)
@@ -254,14 +258,8 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
               and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and _stopped_short(sims[r.rank], r)]
     if cmp.agree or not racers:
         return []
-    fields: dict[int, set[str]] = {}
-    for d in cmp.differences:
-        if d.rank is None and (d.field != "outcome" or real.outcome != "error"):  # a racer failed: "error"
-            return []
-        if d.rank is not None:
-            if d.field == "ranks":
-                return []
-            fields.setdefault(d.rank, set()).add(d.field)
+    if (fields := _fields_by_rank(real, cmp)) is None:
+        return []
     lost, waited = [], []
     for rank, differ in sorted(fields.items()):
         if rank in racers:
@@ -288,7 +286,7 @@ def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
     done and printed only what the simulator has it do first. A partner that did or printed
     anything else, or waited in an operation, is a difference."""
     ended = real.status == "hang" and real.error is None or (
-        real.status == "error" and real.error is not None and real.error.category in _WAITED_ERRORS)
+        real.status == "error" and real.error is not None and real.error.category in _GLOO_ERRORS)
     return (differ <= _STOPPED_FIELDS and ended and real.blocked_in is None
             and all(e.completed for e in real.trace) and _stopped_short(sim, real))
 
@@ -331,26 +329,32 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
                       differ: set[str]) -> TeardownRace | None:
     """Rank `rank` failed on real Gloo with a lost peer after its last operation, which the
     simulator completes, having done and printed only what the simulator has it do first;
-    and ranks that posted the same collective (group, seq) within `EXIT_RACE_S` of it (the
-    simulated clocks) ended with it as their last on both sides. Else None."""
-    s, r = sims[rank], reals[rank]
-    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "peer_lost" or not r.trace:
+    and ranks that left it right after posting it (`_left_with`) ended with it. Else None."""
+    if (last := _failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
         return None
-    at, mine = r.trace[-1], s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
-    if mine is None or not mine.completed or not _stopped_short(s, r):  # (a real entry's `completed` is not
-        return None  # reliable here: the recorder marks an operation that raised as completed)
+    at, mine = last
+    if at.op in P2P_OPS:  # a p2p count pairs no two ranks' calls (`SendBandRace` is the p2p one)
+        return None
     left = tuple(p for p in sorted(sims) if p != rank and p in reals
-                 and _ended_with(sims[p], at, mine.t_issue) and _ended_with(reals[p], at, None))
+                 and _left_with(sims[p], reals[p], at, abs(_failed_at(sims, p) - mine.t_issue)))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
 
 
-def _ended_with(p: RankResult, at: TraceEntry, t_issue: float | None) -> bool:
-    """Rank `p`'s process ended (not a hang) with collective `at` (same group and seq) as its
-    last, issued within `EXIT_RACE_S` of `t_issue` when given."""
-    last = p.trace[-1] if p.trace else None
-    return (p.status in ("error", "completed") and last is not None
-            and (last.group, last.seq, last.op) == (at.group, at.seq, at.op)
-            and (t_issue is None or abs(last.t_issue - t_issue) <= EXIT_RACE_S))
+def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, gap: float) -> bool:
+    """Rank's process ended (not a hang) with collective `at` as its last, on both sides, and
+    left it unfinished: it ended within `EXIT_RACE_S` (`gap`, the simulated clocks) of when
+    the losing rank posted its part (one that posted much earlier met it up, one much later
+    met its closure for sure), and on real Gloo it neither waited for `at` to end (its entry
+    not retired) nor ended after it otherwise than failing in it with Gloo's error (a
+    collective that ended on the leaver had its messages moved)."""
+    def ended_with(p: RankResult) -> bool:
+        last = p.trace[-1] if p.trace else None
+        return (p.status in ("error", "completed") and last is not None
+                and (last.group, last.seq, last.op) == (at.group, at.seq, at.op))
+
+    failed_in_it = real.error is not None and real.error.category in _GLOO_ERRORS
+    return (ended_with(sim) and ended_with(real) and gap <= EXIT_RACE_S
+            and (not real.trace[-1].completed or failed_in_it))
 
 
 @dataclass(frozen=True)
@@ -386,20 +390,37 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     """Rank `rank`'s last operation is a send longer than the kernel takes whole, which it
     completes in the simulator and times out in on real Gloo, having done and printed only
     what the simulator has it do first; its receiver ended with the matching receive as its
-    last operation on both sides. Else None."""
-    s, r = sims[rank], reals[rank]
-    if not differ <= _STOPPED_FIELDS or r.error is None or r.error.category != "timeout" or not r.trace:
+    last operation on both sides, within `EXIT_RACE_S` of both having posted (simulated
+    clocks: a receiver that lived on read the send, whatever its size). Else None."""
+    if (last := _failed_after_last(sims[rank], reals[rank], differ, "timeout")) is None:
         return None
-    at = r.trace[-1]
-    mine = s.trace[len(r.trace) - 1] if len(s.trace) >= len(r.trace) else None
-    if at.op != "send" or at.peer is None or mine is None or not mine.completed or not _stopped_short(s, r):
+    at, mine = last
+    if at.op != "send" or at.peer is None:
         return None
-    nbytes, whole = at.numel * dtype_bytes(at.dtype.removeprefix("torch.")), whole_write()
-    peer = at.peer
+    nbytes, whole, peer = at.numel * dtype_bytes(at.dtype.removeprefix("torch.")), whole_write(), at.peer
     ended = all(p is not None and p.status in ("error", "completed") and p.trace and p.trace[-1].op == "recv"
                 and p.trace[-1].peer == rank and p.trace[-1].group == at.group
                 for p in (sims.get(peer), reals.get(peer)))
-    return SendBandRace(rank, peer, nbytes, whole) if ended and nbytes > whole else None
+    if not ended or nbytes <= whole:
+        return None
+    receiver = sims[peer]
+    soon = receiver.time - max(mine.t_issue, receiver.trace[-1].t_issue) <= EXIT_RACE_S
+    return SendBandRace(rank, peer, nbytes, whole) if soon else None
+
+
+def _failed_after_last(sim: RankResult, real: RankResult, differ: set[str],
+                       category: str) -> tuple[TraceEntry, TraceEntry] | None:
+    """A rank that on real Gloo failed (`category`) after its last operation, which the
+    simulator completes, having done and printed only what the simulator has it do first, and
+    differing in nothing else: (that real entry, the simulated one); else None. (A real
+    entry's `completed` says nothing here: the recorder marks an operation that raised as
+    completed.)"""
+    if not differ <= _STOPPED_FIELDS or real.error is None or real.error.category != category or not real.trace:
+        return None
+    mine = sim.trace[len(real.trace) - 1] if len(sim.trace) >= len(real.trace) else None
+    if mine is None or not mine.completed or not _stopped_short(sim, real):
+        return None
+    return real.trace[-1], mine
 
 
 _RankNamer = Callable[[dict[int, RankResult], dict[int, RankResult], int, set[str]], _R | None]
@@ -409,15 +430,23 @@ def _every_differing_rank(sim: Report, real: Report, cmp: Comparison, namer: _Ra
     """One race per differing rank by `namer` (given both runs' ranks, the rank and the fields
     it differs in), when it names every one and no difference is of no rank, apart from the
     run's outcome turned to an error on real Gloo (a racer's); else empty."""
-    fields: dict[int, set[str]] = {}
-    for d in cmp.differences:
-        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
-            return []
-        if d.rank is not None:
-            fields.setdefault(d.rank, set()).add(d.field)
+    if (fields := _fields_by_rank(real, cmp)) is None:
+        return []
     sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
     races = [namer(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
     return [r for r in races if r is not None] if races and all(r is not None for r in races) else []
+
+
+def _fields_by_rank(real: Report, cmp: Comparison) -> dict[int, set[str]] | None:
+    """The fields each rank differs in, when every difference is a rank's or the run's outcome
+    turned to an error on real Gloo (a racer's), and none is of the ranks' count; else None."""
+    fields: dict[int, set[str]] = {}
+    for d in cmp.differences:
+        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
+            return None
+        if d.rank is not None:
+            fields.setdefault(d.rank, set()).add(d.field)
+    return fields
 
 
 Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace

@@ -15,19 +15,17 @@ What the kernel takes whole on a young connection is its send buffer as sized at
 (grown from `tcp_wmem`'s default towards its maximum by the congestion window, by a
 kernel-version formula) plus the receiver's first window (from `tcp_rmem`'s default); both
 grow with the connection's traffic up to the maxima of `net.ipv4.tcp_wmem` and `tcp_rmem`. The
-first is read here by filling a fresh loopback connection (`young_capacity`), the kernel's own
-answer; the ceiling from the settings (`ceiling`). What is taken whole even while the receiver
-dies is less: one copy of at most the default send buffer (`whole_write`).
+first is measured by filling a fresh loopback connection (`tests/test_send_band.py`'s
+`young_capacity`, the kernel's own answer: 3,919,467 bytes here), the ceiling is the two maxima.
+What is taken whole even while the receiver dies is less: one copy of at most the default send
+buffer (`whole_write`), the only figure `compare` needs (`simdist.races.SendBandRace`).
 """
 
 from __future__ import annotations
 
-import functools
-import socket
 from pathlib import Path
 
 _SYSCTL = Path("/proc/sys/net/ipv4")
-_CHUNK = 1 << 20
 
 
 def tcp_setting(name: str, field: int) -> int | None:
@@ -44,31 +42,6 @@ def whole_write() -> int:
     the default send buffer every socket starts with (`tcp_wmem`'s default; 16 KB where it
     cannot be read, Linux's own default). A longer one is copied segment by segment, and a
     receiver that dies meanwhile resets the connection and cuts the write short (measured: 3
-    and 3.7 MB sends, within `young_capacity`, timed out in 1 of 20 and 1 of 10 runs with
+    and 3.7 MB sends, within a fresh connection's capacity, timed out in 1 of 20 and 1 of 10 runs with
     their receiver killed)."""
     return tcp_setting("tcp_wmem", 1) or 16384
-
-
-def ceiling() -> int | None:
-    """The most bytes a connection's two buffers can ever hold together (the sender's send
-    buffer and the receiver's receive buffer at their maxima); None where unknown."""
-    w, r = tcp_setting("tcp_wmem", 2), tcp_setting("tcp_rmem", 2)
-    return None if w is None or r is None else w + r
-
-
-@functools.lru_cache(maxsize=1)
-def young_capacity() -> int:
-    """The bytes a fresh loopback TCP connection takes from a non-blocking sender before it
-    would block, with nobody reading: the least a Gloo pair's socket takes at once (measured
-    once per process: about 3.9 MB on a kernel with tcp_wmem max 4 MB)."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        with socket.create_connection(server.getsockname()) as tx:
-            rx, _ = server.accept()
-            with rx:
-                tx.setblocking(False)
-                chunk, total = bytes(_CHUNK), 0
-                while True:
-                    try:
-                        total += tx.send(chunk)
-                    except BlockingIOError:
-                        return total

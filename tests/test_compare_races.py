@@ -132,7 +132,10 @@ def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing
     """Each condition of the race, broken one at a time on the saved runs, leaves a difference:
     the root went on to another collective (on both sides: the scatter's messages were not its
     last, so the loss is not its teardown's), rank 1 timed out instead of losing a peer, or printed a
-    line the simulator has it print nowhere."""
+    line the simulator has it print nowhere; the root's scatter ended on real Gloo before it left
+    (neither posted-and-gone nor failed in it: its messages had moved), or the root ended long
+    after posting it (10 s: rank 1's part reached it while it was up, so the loss is no teardown's);
+    the operations are point-to-point (their counts pair no two ranks' calls: not one collective)."""
     def broken(change) -> str:
         sim, real = _teardown("async")
         change(sim, real)
@@ -148,5 +151,28 @@ def test_a_teardown_race_needs_the_leaver_to_end_with_the_collective_and_nothing
     def prints_more(sim: Report, real: Report) -> None:
         real.ranks[1].output = ["[1] a line of its own"]
 
+    def root_waited(sim: Report, real: Report) -> None:  # its scatter ended before it left: its part had moved
+        real.ranks[0].trace[-1] = dataclasses.replace(real.ranks[0].trace[-1], completed=True)
+
+    def root_lingered(sim: Report, real: Report) -> None:  # it computed 10 s after posting: rank 1's part met it up
+        sim.ranks[0].time = sim.ranks[0].trace[-1].t_issue + 10.0
+
+    def point_to_point(sim: Report, real: Report) -> None:  # two receives with the same p2p count: no collective
+        for report in (sim, real):
+            for r in report.ranks:
+                r.trace[-1] = dataclasses.replace(r.trace[-1], op="recv", peer=1 - r.rank, seq=1)
+
     assert broken(lambda sim, real: None) == "race"
-    assert [broken(f) for f in (root_goes_on, times_out, prints_more)] == ["differ"] * 3
+    assert [broken(f) for f in (root_goes_on, times_out, prints_more, root_waited, root_lingered,
+                                point_to_point)] == ["differ"] * 6
+
+
+def test_a_root_that_failed_in_its_collective_long_after_posting_it_makes_no_teardown_race():
+    """`gone`, but the leaf that made the root fail ended 10 s after the root posted (the
+    simulated clocks): the root was up all that while, rank 1's part reached it, so real Gloo
+    completes rank 1's scatter; a loss there is a difference. The root's own clock stops at
+    its last post: it ended when the leaf's exit failed it (`_failed_at`)."""
+    sim, real = _teardown("gone")
+    assert Compared.of(sim, real).verdict == "race"
+    sim.ranks[2].time = sim.ranks[0].trace[-1].t_issue + 10.0
+    assert Compared.of(sim, real).verdict == "differ"

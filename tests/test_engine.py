@@ -420,3 +420,30 @@ def test_a_send_posted_before_its_receiver_left_meets_the_receive_it_had_posted(
     assert work.done and work.call.ok is sent
     if not sent:
         assert work.call.value.error.message == "Connection closed by peer (rank 1 has exited)"
+
+
+def test_a_send_posted_before_its_receiver_left_meets_its_receive_from_any_source():
+    """The same with the receiver's `recv` from any source (`peer=None`): the send, posted
+    before rank 1 ended and heard after, takes that receive as a named one does; before, it
+    met the closed socket, and the order the messages were read in decided again."""
+    eng = Engine(2, {"WORLD": [0, 1]}, AlphaBeta(alpha=0.0, beta=0.0))
+    recv = eng.p2p(1, "recv", Payload.unknown(2, "float32"), None, tag=0, origin="t", t_issue=0.9)
+    eng.rank_gone(1, at=1.0)
+    work = eng.p2p(0, "send", Payload.full(2, "float32", 5), 1, tag=0, origin="t", t_issue=0.5)
+    eng.env.run()
+    assert work.done and work.call.ok and recv.call.entry.peer == 0
+
+
+@pytest.mark.parametrize("send_first", [True, False])
+def test_a_send_at_the_instant_its_receiver_ends_pairs_whichever_the_engine_hears_first(send_first):
+    """A scenario's ranks (no `t_issue`: the engine's own clock): rank 1 posts a receive and
+    ends at t = 0, rank 0 sends at t = 0. Posted no later than the end, the send pairs with the
+    receive in either order of the two, as a script's does; before, the order decided."""
+    eng = Engine(2, {"WORLD": [0, 1]}, AlphaBeta(alpha=0.0, beta=0.0))
+    send = lambda: eng.p2p(0, "send", Payload.full(2, "float32", 5), 1, tag=0, origin="t")  # noqa: E731
+    work = send() if send_first else None
+    eng.p2p(1, "recv", Payload.unknown(2, "float32"), 0, tag=0, origin="t")
+    eng.rank_gone(1)
+    work = work or send()
+    eng.env.run()
+    assert work.done and work.call.ok

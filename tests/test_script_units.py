@@ -107,6 +107,12 @@ def test_script_origin_user_call_inside_torch_context_is_the_users():
         "ddp.backward.bucket_allreduce"
     fsdp2 = _frame("/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", 9, "foreach_reduce")
     assert script_origin([torch_c10d, fsdp2, autograd, backward], [False] * 3 + [True], "float32") == "user.train.py:60"
+    # DDP's own Python under the reducer's backward (`delay_all_reduce_named_params`: its
+    # `_delayed_all_reduce_hook` all-reduces the delayed parameters' gradients) is DDP's too
+    delayed = _frame("/site-packages/torch/nn/parallel/distributed.py", 1203, "_delayed_all_reduce_hook", "ddp",
+                     "DistributedDataParallel._delayed_all_reduce_hook")
+    assert script_origin([torch_c10d, delayed, autograd, backward], [False] * 3 + [True], "float32") == \
+        "ddp.backward.bucket_allreduce"
 
 
 def test_report_json_leaves_script_fields_out_unless_set():

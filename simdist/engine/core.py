@@ -189,9 +189,10 @@ class Engine(GlooExits, GlooTimeouts):
         src, dst, tag) (`calls.P2PKey`: never across groups).
         A recv with `peer=None` takes a message from any source (`any_sender`); its trace
         entry names the source once matched. `t_issue`: when the rank posted it, on the clock
-        of `rank_gone`'s `at` (a script's coordinator keeps the ranks' clocks): a call posted
-        before its peer's process ended pairs with what the peer had posted, however late
-        the engine hears of it (`_posted_before_gone`)."""
+        of `rank_gone`'s `at` (a script's coordinator keeps the ranks' clocks; a scenario's
+        ranks post now, the default): a call posted no later than its peer's process ended
+        pairs with what the peer had posted, however late the engine hears of it
+        (`_posted_before_gone`)."""
         rs = self.ranks[rank]
         self._record_one()
         self._p2p_seq[(group, rank)] += 1
@@ -223,7 +224,9 @@ class Engine(GlooExits, GlooTimeouts):
             self._fail(call, *shut)
             return Work(self.ranks[rank], call)
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
-        if not self.ranks[peer].alive and not self._posted_before_gone(theirs[k], peer, t_issue):
+        posted = theirs[k] or (self._any_recvs[(group, dst, tag)] if op == "send" else theirs[k])
+        if not self.ranks[peer].alive and not self._posted_before_gone(
+                posted, peer, self.env.now if t_issue is None else t_issue):
             self._fail_call(call, peer)
             return Work(self.ranks[rank], call)
         if not theirs[k] and op == "send" and self._any_recvs[(group, dst, tag)]:
@@ -237,14 +240,14 @@ class Engine(GlooExits, GlooTimeouts):
             mine[k].append(call)
         return Work(self.ranks[rank], call)
 
-    def _posted_before_gone(self, theirs: deque[Call], peer: int, t_issue: float | None) -> bool:
+    def _posted_before_gone(self, theirs: deque[Call], peer: int, t_issue: float) -> bool:
         """Whether a call posted at `t_issue` to the gone `peer` meets the peer's own post
-        (first in `theirs`: `rank_gone` leaves the gone rank's posts queued) rather than its
+        (first in `theirs`, its queue of calls to this rank or, for a send, of receives from
+        any source: `rank_gone` leaves the gone rank's posts queued) rather than its
         closed socket: it was posted before the peer's process ended. On Gloo the pair then
         exchanged its notices while both were up (the peer's receive notice reached the
         sender), whatever order the coordinator reads the two ranks' messages in."""
-        return (t_issue is not None and bool(theirs) and theirs[0].rank == peer
-                and t_issue <= self._gone_at.get(peer, float("-inf")))
+        return bool(theirs) and theirs[0].rank == peer and t_issue <= self._gone_at.get(peer, float("-inf"))
 
     @staticmethod
     def any_sender(group: str, dst: int, tag: int, sends: dict[P2PKey, deque]) -> int | None:
