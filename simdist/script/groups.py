@@ -89,7 +89,9 @@ class GroupsMixin:
         if conn.gen is None:
             return
         conn.advance(h.get("cpu"), self.measure_compute)  # it enters at its clock now: past its waits and compute
-        ranks = sorted(int(r) for r in h["ranks"])
+        # group-rank order, as torch made it (sorted unless new_group's sort_ranks=False):
+        # results, the status lines and the store key's member index follow it
+        ranks = [int(r) for r in h["ranks"]]
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
         have = conn.gen.engine.add_group(h["g"], ranks)
