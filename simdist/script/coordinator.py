@@ -227,7 +227,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`rendezvous`)
             self._store_barrier(conn, h)
         elif kind == "exit":
-            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.advance(h, self.measure_compute)
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
@@ -237,14 +237,14 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
             conn.stall_group = h.get("grp")
         elif kind == "sleep":
-            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.advance(h, self.measure_compute)
             conn.sleep(float(h["s"]))
             self._overdue()
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
         assert conn.gen is not None and conn.rank is not None
         engine, timeline = conn.gen.engine, conn.gen.timeline
-        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.advance(h, self.measure_compute)
         conn.unblock()
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
@@ -284,7 +284,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._overdue()
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
-        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.advance(h, self.measure_compute)
         rec = conn.ops.get(int(h["id"]))
         if rec is None:
             return

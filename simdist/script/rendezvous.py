@@ -319,7 +319,7 @@ class RendezvousMixin:
         wait until the group's timeout, 30 min by default)."""
         if conn.gen is None:
             return
-        conn.advance(h.get("cpu"), self.measure_compute)  # past its waits and compute
+        conn.advance(h, self.measure_compute)  # past its waits and compute
         waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
         waiting[conn.rank] = (conn, int(h["req"]))
         conn.wait_in_request(Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER))
