@@ -46,7 +46,7 @@ class Generation:
     entered: dict[int, Any] = field(default_factory=dict)
     # inits that ended with the rendezvous' error (`rendezvous.Failure`)
     failed: list[Any] = field(default_factory=list)
-    # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> (membership, request)
+    # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> `barriers.BarrierWait`
     barriers: dict[str, dict[int, Any]] = field(default_factory=dict)
 
     def complete(self) -> bool:
