@@ -20,15 +20,15 @@ SCRIPT = ROOT / "tests" / "scripts" / "unsorted_group.py"
 pytestmark = pytest.mark.real
 
 
-def _compare(zygote, args: list[str], nproc: int):
+def _compare(zygote, args: list[str], nproc: int, status=None):
     run_id = new_run_id()
     both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
-                          zygotes=zygote, timeout_s=60, hang_after_s=0.3)
+                          zygotes=zygote, timeout_s=60, hang_after_s=0.3, status=status)
     assert tagged_processes(run_id) == []
     return both.sim.report, both.real.report
 
 
-@pytest.mark.parametrize(("args", "nproc"), [([], 2), ([], 3), (["pair"], 3)])
+@pytest.mark.parametrize(("args", "nproc"), [([], 2), ([], 3), (["pair"], 3), (["late"], 3)])
 def test_a_groups_given_order_numbers_its_members_on_both_sides(script_zygote, args, nproc):
     sim, real = _compare(script_zygote, args, nproc)
     c = compare_reports(sim, real)
@@ -54,3 +54,19 @@ def test_a_group_timeout_names_the_missing_member_by_its_given_place(script_zygo
         err = rep.ranks[nproc - 1].error
         assert err.type == "DistStoreError" and err.message.startswith("wait timeout after 500ms, keys: /") \
             and err.message.endswith("//cpu//0/1"), rep.source
+
+
+def test_the_status_lines_name_the_group_in_its_given_order(script_zygote, monkeypatch):
+    """Group [2, 0], rank 0 comes 1.5 s late: both sides' status lines name the group's
+    members in group-rank order, as torch's `global_ranks_in_group` has them."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    lines: list[str] = []
+    sim, real = _compare(script_zygote, ["late"], 3, status=lines.append)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for side in ("simulated side", "real side"):
+        said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
+        assert said and "rank(s) [2] waiting in new_group at unsorted_group.py:" in said[0] \
+            and "for the group of ranks [2, 0]; rank(s) [0] never came; " in said[0], lines

@@ -7,10 +7,12 @@ gather to group rank 0 (`group_dst`), a send/recv between group ranks 0 and 1.
     pair           [world - 1, 0] (ranks in between are not members)
     timeout T      [world - 1, 0] with timeout=T s; rank 0 exits first: the last rank
                    raises the store's error naming the member it waits for by group rank
+    late           [world - 1, 0]; rank 0 sleeps 1.5 s first: the last rank waits for it
 Any world size >= 2.
 """
 
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,8 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ranks = list(reversed(range(world))) if mode == "world" else [world - 1, 0]
+    if mode == "late" and rank == 0:
+        time.sleep(1.5)
     if mode == "timeout":
         dist.barrier()
         if rank == 0:
