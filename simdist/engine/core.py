@@ -91,10 +91,12 @@ class Engine(GlooExits, GlooTimeouts):
 
     def add_group(self, name: str, members: list[int]) -> list[int]:
         """Make a process group known (a script creates them as it runs); returns its members,
-        the earlier ones if `name` exists. Sequence numbers are a list per group, not a dict
-        keyed by (group, rank): `issue` is the engine's hottest function."""
+        the earlier ones if `name` exists. `members` in group-rank order (member i is group rank
+        i: torch's `new_group(ranks, sort_ranks=False)` keeps the given order), which results
+        (all_gather's, scatter's chunks) follow. Sequence numbers are a list per group, not a
+        dict keyed by (group, rank): `issue` is the engine's hottest function."""
         if name not in self.groups:
-            self.groups[name] = sorted(members)
+            self.groups[name] = list(members)
             self._next_seq[name] = [0] * self.world_size
             self._member_sets[name] = frozenset(members)
         return self.groups[name]
