@@ -311,3 +311,22 @@ def test_a_rank_stuck_in_new_group_with_no_rank_failing_to_connect_is_a_differen
     sim, real = _monitored_sub_reports()
     real.ranks[1].output = ["rank 1: a line"]
     assert named_races(sim, real, compare_reports(sim, real)) == []
+
+
+@pytest.mark.real
+def test_premul_sum_on_gloo_fails_each_work_at_wait_and_the_group_still_pairs(script_zygote):
+    """tests/scripts/premul_sum_gloo.py (3 ranks): ReduceOp.PREMUL_SUM handed to Gloo's
+    all_reduce, reduce and reduce_scatter_tensor. ProcessGroupGloo takes each work and fails
+    it at wait() with "Cannot use ReduceOp.PREMUL_SUM with Gloo", tensor untouched, nothing
+    on the wire, so the next all_reduce pairs; the simulator refused the op as unsupported
+    (bad input), and real Gloo's side of simdist raised its own error noting the op."""
+    entry = {"script": "../tests/scripts/premul_sum_gloo.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:other"] * 3
+    assert differences(sim, real) == []
+    refused = "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo"
+    assert sim.ranks[1].output == [f"all_reduce: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"all_reduce async: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"reduce: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"reduce_scatter_tensor: {refused} -> [0.0, 0.0]", "sum after: [6.0]"]
+    assert [e.reduce_op for e in real.ranks[0].trace][:3] == ["premul_sum"] * 3  # (C++ runs reduce_scatter_tensor)

@@ -23,9 +23,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+# The API surface added later (`API_OPS`, `GROUP_KINDS`, `WAIT_KINDS`), drawn from a generator of
+# its own (`_Ctx.api`) so that the draws of the families before it stay as they were.
+API_OPS = ("all_to_all", "all_to_all_uneven", "reduce_scatter", "gather", "scatter", "gather_object",
+           "scatter_object_list", "batch_isend_irecv", "recv_any_source", "send_tags", "monitored_barrier",
+           "coalescing_manager", "bitwise", "gloo_refuses", "complex_bool", "non_contiguous", "group_ranks",
+           "group_src_dst", "wait_reordered")
+GROUP_KINDS = ("local_sync_group", "subgroups_by_enumeration")  # `subgroup` made otherwise than new_group(ranks)
+WAIT_KINDS = ("future_wait",)  # async work waited through its future
 FEATURES = ("uneven", "all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single",
             "barrier", "async", "subgroup", "send_recv", "return", "raise", "sys_exit", "ddp", "ddp_join",
-            "timeout", "no_timeout", "all_gather_into_tensor", "reduce", "objects", "isend_irecv", "rank_only")
+            "timeout", "no_timeout", "all_gather_into_tensor", "reduce", "objects", "isend_irecv",
+            "rank_only") + API_OPS + GROUP_KINDS + WAIT_KINDS
 HANGS = frozenset({"uneven", "return", "raise", "sys_exit", "rank_only"})  # features that can leave a rank stuck
 EXTRA_OPS = ("all_gather_into_tensor", "reduce", "objects", "isend_irecv", "rank_only")
 DTYPES = ("float32", "float64", "int64", "int32", "float16", "bfloat16")
@@ -93,6 +102,7 @@ class _Ctx:
 
     rng: random.Random
     extra: random.Random  # the draws of the operations added later (`EXTRA_OPS`): the others' stay as they were
+    api: random.Random  # the draws of the API surface added last (`API_OPS`, `GROUP_KINDS`, `WAIT_KINDS`)
     world: int
     features: set[str]
     members: list[int] | None = None
@@ -123,7 +133,7 @@ def random_script(rng: random.Random, name: str, worlds: tuple[int, int] = (2, 4
         steps = [base] * world
     if len(set(steps)) > 1:
         feats.add("uneven")
-    ctx = _Ctx(rng, random.Random(f"{name}-extra"), world, feats)
+    ctx = _Ctx(rng, random.Random(f"{name}-extra"), random.Random(f"{name}-api"), world, feats)
     if rng.random() < 0.2:
         body, imports = _ddp_body(ctx), "\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
         if "ddp_join" in feats:
@@ -148,13 +158,21 @@ def _loop_body(ctx: _Ctx) -> list[str]:
     rng, lines = ctx.rng, []
     if ctx.world >= 3 and rng.random() < 0.35:
         ctx.members = sorted(rng.sample(range(ctx.world), rng.randint(2, ctx.world - 1)))
-        lines.append(f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT})")  # the world's timeout, once known
+        lines += _subgroup(ctx)
         ctx.features.add("subgroup")
     lines.append("for step in range(STEPS[rank]):")
-    blocks = [_block(ctx) for _ in range(rng.randint(1, 3))] + [_flush_pending(ctx)]
-    leave = _leave(ctx)
-    if leave:
-        blocks.insert(rng.randint(0, len(blocks)), leave)
+    n_blocks, leave = rng.randint(1, 3), _leave(ctx)
+    at = rng.randint(0, n_blocks + 1) if leave else -1
+    blocks = []
+    for k in range(n_blocks + 1):
+        if k == at:
+            # a rank leaves with no async work of its own pending: whether an exiting rank's
+            # worker thread got its messages out before the process ended is a race of real
+            # processes (seed 2 case 1: which peers fail in the all_to_all changes run to run)
+            blocks.append(_flush_pending(ctx) + leave)
+        blocks.append(_block(ctx) if k < n_blocks else _flush_pending(ctx))
+    if at == n_blocks + 1:
+        blocks.append(leave)
     lines += ["    " + line for block in blocks for line in block]
     lines.append("step = STEPS[rank]")
     for _ in range(rng.randint(0, 2)):
@@ -179,7 +197,26 @@ def _leave(ctx: _Ctx) -> list[str]:
     return [f"if rank == {r} and step == {k}:", f'    print(f"[{{rank}}] leaving ({how})", flush=True)', f"    {act}"]
 
 
+def _subgroup(ctx: _Ctx) -> list[str]:
+    """`sub`, the members' group: new_group of every rank (most often), of its members only
+    (`use_local_synchronization=True`), or this rank's group of new_subgroups_by_enumeration
+    (the other ranks make a group of their own)."""
+    kind = ctx.api.choice(("new_group",) * 4 + GROUP_KINDS)
+    if kind == "new_group":  # the world's timeout, once known
+        return [f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT})"]
+    ctx.features.add(kind)
+    if kind == "local_sync_group":
+        return [f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT}, use_local_synchronization=True) "
+                f"if rank in {ctx.members} else None"]
+    rest = [r for r in range(ctx.world) if r not in ctx.members]
+    return [f"sub, _ = dist.new_subgroups_by_enumeration([{ctx.members}, {rest}]{SUB_TIMEOUT})"]
+
+
 def _flush_pending(ctx: _Ctx) -> list[str]:
+    """Wait for every pending async work: in issue order, or now and then in another."""
+    if len(ctx.pending) > 1 and ctx.api.random() < 0.6:
+        ctx.features.add("wait_reordered")
+        ctx.api.shuffle(ctx.pending)
     out: list[str] = []
     while ctx.pending:
         out += ctx.pending.pop(0).split("\n")
@@ -198,6 +235,8 @@ def _block(ctx: _Ctx) -> list[str]:
     # Gloo's I/O thread throws), whether a send got out first changes run to run on real Gloo
     if rng.random() < 0.12 and ctx.world >= 2:
         return _flush_pending(ctx) + _send_recv(ctx)
+    if ctx.api.random() < 0.35:
+        return _flush_pending(ctx) + _api_op(ctx)
     if ctx.extra.random() < 0.25:
         return _flush_pending(ctx) + _extra_op(ctx)
     op = rng.choice(COLLECTIVES)
@@ -216,7 +255,11 @@ def _block(ctx: _Ctx) -> list[str]:
         w = ctx.var("work")
         lines[-2] = f"{w} = {call.rstrip(')')}, async_op=True)"
         lines = lines[:-1]
-        pend = f"{w}.wait()\n{show}"
+        wait = f"{w}.wait()"
+        if op in ("all_reduce", "broadcast", "all_gather") and ctx.api.random() < 0.3:
+            ctx.features.add("future_wait")
+            wait = f"{w}.get_future().wait()"
+        pend = f"{wait}\n{show}"
         if guard:
             pend = f"{guard}\n" + "\n".join("    " + x for x in pend.split("\n"))
         ctx.pending.append(pend)
@@ -251,7 +294,7 @@ def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> lis
                       f"dist.reduce_scatter_tensor({t}, {t}_in{group})", f'show(rank, step, "reduce_scatter", {t})']
     if op == "all_to_all_single":
         return [f"{t}_in = torch.arange(world * {n}, dtype=torch.{dtype}) + 100 * rank + step",
-                f"{t} = torch.empty_like({t}_in)",
+                f"{t} = torch.zeros_like({t}_in)",  # what a short message leaves unwritten prints the same
                 f"dist.all_to_all_single({t}, {t}_in)", f'show(rank, step, "all_to_all", {t})']
     return [f"dist.barrier({group.removeprefix(', ')})", 'print(f"[{rank}] step {step} barrier", flush=True)']
 
@@ -321,3 +364,262 @@ def _extra_op(ctx: _Ctx) -> list[str]:
     call = f"dist.all_reduce({t})" if coll == "all_reduce" else "dist.barrier()"
     return [f"{t} = {_tensor(ctx, 'float32', n, 'rank + step')}", f"if rank == {r}:  # logged on one rank only",
             f"    {call}", f'    show(rank, step, "{coll} on rank {r} only", {t})']
+
+
+# --------------------------------------------------------------------------- the API surface
+# Each family below writes one operation (or a few that belong together) with its result
+# printed; `_api_op` draws one. Ops on the subgroup (`group_ranks`, `group_src_dst`) fall
+# back to the world's where the script has none.
+
+INT_DTYPES = ("int64", "int32", "uint8", "int8")
+BITWISE_OPS = ("BAND", "BOR", "BXOR")
+# Reductions Gloo refuses, each with the dtype it refuses it for: caught and named by the script
+REFUSED = (("AVG", "int64"), ("AVG", "int32"), ("BAND", "float32"), ("BXOR", "float64"),
+           ("MAX", "complex64"), ("PRODUCT", "complex128"), ("premul", "float32"))
+
+
+def _api_op(ctx: _Ctx) -> list[str]:
+    """One family of `API_OPS`, drawn from `ctx.api`."""
+    op = ctx.api.choice(API_OPS)
+    ctx.features.add(op)
+    return _API_FAMILIES[op](ctx, ctx.var("y"))
+
+
+def _dtype_n(ctx: _Ctx, dtypes: tuple[str, ...] = DTYPES) -> tuple[str, int]:
+    return ctx.api.choice(dtypes), ctx.api.choice([1, 2, 3, 7, 64])
+
+
+def _all_to_all(ctx: _Ctx, t: str) -> list[str]:
+    """The list form: one tensor to and from each rank."""
+    dtype, n = _dtype_n(ctx)
+    return [f"{t}_in = [torch.full(({n},), 10 * rank + k + step, dtype=torch.{dtype}) for k in range(world)]",
+            f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)]",
+            f"dist.all_to_all({t}, {t}_in)", f'show(rank, step, "all_to_all list", torch.stack({t}))']
+
+
+def _all_to_all_uneven(ctx: _Ctx, t: str) -> list[str]:
+    """all_to_all_single with split sizes: rank r sends (r + k) % 3 + 1 elements to rank k."""
+    dtype = ctx.api.choice(DTYPES)
+    return [f"{t}_splits = [(rank + k) % 3 + 1 for k in range(world)]",
+            f"{t}_in = torch.arange(sum({t}_splits), dtype=torch.{dtype}) + 20 * rank + step",
+            f"{t} = torch.zeros(sum({t}_splits), dtype=torch.{dtype})",
+            f"dist.all_to_all_single({t}, {t}_in, {t}_splits, {t}_splits)",
+            f'show(rank, step, "all_to_all uneven", {t})']
+
+
+def _reduce_scatter(ctx: _Ctx, t: str) -> list[str]:
+    """The list form (Gloo runs it as one all_reduce per input)."""
+    dtype, n = _dtype_n(ctx)
+    red = ctx.api.choice(["SUM", "MAX", "MIN"])
+    return [f"{t}_in = [torch.arange({n}, dtype=torch.{dtype}) * (rank + 1) + k + step for k in range(world)]",
+            f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
+            f"dist.reduce_scatter({t}, {t}_in, op=dist.ReduceOp.{red})", f'show(rank, step, "reduce_scatter list", {t})']
+
+
+def _gather(ctx: _Ctx, t: str) -> list[str]:
+    dtype, n = _dtype_n(ctx)
+    root = ctx.api.randrange(ctx.world)
+    return [f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)] if rank == {root} else None",
+            f"dist.gather({_tensor(ctx, dtype, n, 'rank + step')}, {t}, dst={root})",
+            f'show(rank, step, "gather", torch.stack({t}) if {t} else torch.zeros(0))']
+
+
+def _scatter(ctx: _Ctx, t: str) -> list[str]:
+    dtype, n = _dtype_n(ctx)
+    root = ctx.api.randrange(ctx.world)
+    return [f"{t}_in = [torch.arange({n}, dtype=torch.{dtype}) + 10 * k + step for k in range(world)]",
+            f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
+            f"dist.scatter({t}, {t}_in if rank == {root} else None, src={root})", f'show(rank, step, "scatter", {t})']
+
+
+def _gather_object(ctx: _Ctx, t: str) -> list[str]:
+    root = ctx.api.randrange(ctx.world)
+    return [f"{t} = [None] * world if rank == {root} else None",
+            f'dist.gather_object({{"rank": rank, "step": step, "name": "r" * rank}}, {t}, dst={root})',
+            f'print(f"[{{rank}}] step {{step}} gather_object {{{t}}}", flush=True)']
+
+
+def _scatter_object_list(ctx: _Ctx, t: str) -> list[str]:
+    root = ctx.api.randrange(ctx.world)
+    return [f"{t} = [None]",
+            f'dist.scatter_object_list({t}, [{{"to": k, "step": step}} for k in range(world)] if rank == {root} '
+            f"else None, src={root})",
+            f'print(f"[{{rank}}] step {{step}} scatter_object_list {{{t}}}", flush=True)']
+
+
+def _batch_isend_irecv(ctx: _Ctx, t: str) -> list[str]:
+    """A ring exchange: each rank sends to the next and receives from the previous (the
+    P2POps in either order)."""
+    dtype, n = _dtype_n(ctx)
+    ops = [f"dist.P2POp(dist.isend, {t}_out, (rank + 1) % world)", f"dist.P2POp(dist.irecv, {t}, (rank - 1) % world)"]
+    ctx.api.shuffle(ops)
+    return [f"{t}_out = {_tensor(ctx, dtype, n, '10 * rank + step')}", f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
+            f"for w in dist.batch_isend_irecv([{', '.join(ops)}]):", "    w.wait()",
+            f'show(rank, step, "batch_isend_irecv", {t})']
+
+
+def _recv_any_source(ctx: _Ctx, t: str) -> list[str]:
+    """`dist.recv` with no `src` (which returns the sender): one sender, or two told apart
+    by their tags (the receiver asks for the second sender's tag first)."""
+    dtype, n = _dtype_n(ctx, FLOAT_DTYPES)
+    senders = ctx.api.sample(range(ctx.world), 3 if ctx.world >= 3 and ctx.api.random() < 0.5 else 2)
+    dst, srcs = senders[0], senders[1:]
+    lines = []
+    for k, a in enumerate(srcs):
+        lines += [f"{'if' if k == 0 else 'elif'} rank == {a}:",
+                  f"    dist.send({_tensor(ctx, dtype, n, f'{k + 1} * step + {a}')}, dst={dst}, tag={k + 1})"]
+    lines += [f"elif rank == {dst}:"]
+    for k in reversed(range(len(srcs))):
+        lines += [f"    {t} = torch.zeros({n}, dtype=torch.{dtype})", f"    {t}_src = dist.recv({t}, tag={k + 1})",
+                  f'    show(rank, step, f"recv from {{{t}_src}}", {t})']
+    return lines
+
+
+def _send_tags(ctx: _Ctx, t: str) -> list[str]:
+    """Two isends with different tags, received in the other order."""
+    a, b = ctx.api.sample(range(ctx.world), 2)
+    dtype = ctx.api.choice(DTYPES)
+    return [f"if rank == {a}:", f"    {t}_a = dist.isend({_tensor(ctx, dtype, 2, 'step + 1')}, dst={b}, tag=3)",
+            f"    {t}_b = dist.isend({_tensor(ctx, dtype, 3, 'step + 5')}, dst={b}, tag=5)",
+            f"    {t}_a.wait()", f"    {t}_b.wait()", f"elif rank == {b}:",
+            f"    {t}_b = torch.zeros(3, dtype=torch.{dtype})", f"    dist.recv({t}_b, src={a}, tag=5)",
+            f"    {t}_a = torch.zeros(2, dtype=torch.{dtype})", f"    dist.recv({t}_a, src={a}, tag=3)",
+            f'    show(rank, step, "tagged", torch.cat([{t}_a, {t}_b]))']
+
+
+def _monitored_barrier(ctx: _Ctx, t: str) -> list[str]:
+    every = ctx.api.random() < 0.5
+    return [f"dist.monitored_barrier(timeout=datetime.timedelta(seconds=1){', wait_all_ranks=True' if every else ''})",
+            'print(f"[{rank}] step {step} monitored_barrier", flush=True)']
+
+
+def _coalescing_manager(ctx: _Ctx, t: str) -> list[str]:
+    """all_reduces or all_gather_into_tensors issued under `_coalescing_manager` (one
+    coalesced op on Gloo), waited together."""
+    dtype = ctx.api.choice(DTYPES)
+    sizes = [ctx.api.choice([1, 2, 5]) for _ in range(ctx.api.randint(1, 3))]
+    gather = ctx.api.random() < 0.4
+    lines = [f"{t} = [torch.arange(n, dtype=torch.{dtype}) + rank + step for n in {sizes}]"]
+    if gather:
+        lines.append(f"{t}_out = [torch.zeros(world * n, dtype=torch.{dtype}) for n in {sizes}]")
+    lines.append(f"with dist._coalescing_manager(async_ops=True) as {t}_cm:")
+    lines.append(f"    for k in range({len(sizes)}):")
+    lines.append(f"        dist.all_gather_into_tensor({t}_out[k], {t}[k])" if gather else
+                 f"        dist.all_reduce({t}[k])")
+    lines.append(f"{t}_cm.wait()")
+    lines.append(f'show(rank, step, "coalesced", torch.cat({t}_out if {gather} else {t}))')
+    return lines
+
+
+def _bitwise(ctx: _Ctx, t: str) -> list[str]:
+    dtype, n = _dtype_n(ctx, INT_DTYPES + ("bool",))
+    red = ctx.api.choice(BITWISE_OPS)
+    value = "(torch.arange({n}) + rank) % 2 == 0" if dtype == "bool" else \
+        f"(torch.arange({n}) * 3 + rank * 5 + step).to(torch.{dtype})"
+    return [f"{t} = {value.format(n=n)}", f"dist.all_reduce({t}, op=dist.ReduceOp.{red})",
+            f'show(rank, step, "all_reduce {red.lower()}", {t})']
+
+
+def _gloo_refuses(ctx: _Ctx, t: str) -> list[str]:
+    """A reduction Gloo refuses (integer AVG, a bitwise op on floats, MAX of complex, PREMUL_SUM),
+    caught: the script prints the exception's type and what the tensor holds after, and goes on."""
+    red, dtype = ctx.api.choice(REFUSED)
+    op = "dist._make_nccl_premul_sum(2.0)" if red == "premul" else f"dist.ReduceOp.{red}"
+    how = ctx.api.choice(["all_reduce", "reduce", "async"])
+    call = {"all_reduce": f"dist.all_reduce({t}, op={op})",
+            "reduce": f"dist.reduce({t}, dst={ctx.api.randrange(ctx.world)}, op={op})",
+            "async": f"dist.all_reduce({t}, op={op}, async_op=True).wait()"}[how]
+    return [f"{t} = (torch.arange(3) + rank + step).to(torch.{dtype})", "try:", f"    {call}",
+            f'    print(f"[{{rank}}] step {{step}} {red} of {dtype} ran: {{{t}.tolist()}}", flush=True)',
+            "except (RuntimeError, ValueError) as e:",
+            f'    print(f"[{{rank}}] step {{step}} {red} of {dtype} refused: {{type(e).__name__}} {{{t}.tolist()}}",'
+            ' flush=True)']
+
+
+def _complex_bool(ctx: _Ctx, t: str) -> list[str]:
+    """A complex or bool tensor all-reduced, broadcast or all-gathered."""
+    dtype = ctx.api.choice(["complex64", "complex128", "bool"])
+    n = ctx.api.choice([1, 2, 5])
+    value = f"(torch.arange({n}) + rank) % 3 == 0" if dtype == "bool" else \
+        f"torch.complex(torch.arange({n}.0) + rank, torch.full(({n},), step - rank * 1.0)).to(torch.{dtype})"
+    how = ctx.api.choice(["all_reduce", "broadcast", "all_gather"])
+    if how == "all_gather":
+        return [f"{t}_in = {value}", f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)]",
+                f"dist.all_gather({t}, {t}_in)",
+                f'print(f"[{{rank}}] step {{step}} all_gather {dtype} {{torch.stack({t}).tolist()}}", flush=True)']
+    call = f"dist.broadcast({t}, src={ctx.api.randrange(ctx.world)})" if how == "broadcast" else \
+        f"dist.all_reduce({t}, op=dist.ReduceOp.{ctx.api.choice(['SUM', 'SUM', 'MAX'] if dtype == 'bool' else ['SUM'])})"
+    return [f"{t} = {value}", call, f'print(f"[{{rank}}] step {{step}} {how} {dtype} {{{t}.tolist()}}", flush=True)']
+
+
+def _non_contiguous(ctx: _Ctx, t: str) -> list[str]:
+    """A transposed or strided view handed to a collective (Gloo works on its memory)."""
+    dtype = ctx.api.choice(FLOAT_DTYPES + ("int64",))
+    n = ctx.api.choice([2, 3, 4])
+    base = f"(torch.arange(2 * {n}, dtype=torch.{dtype}) + rank + step)"
+    view = ctx.api.choice([f"{base}.reshape(2, {n}).t()", f"{base}[::2]"])
+    how = ctx.api.choice(["all_reduce", "broadcast", "reduce", "all_gather"])
+    lines = [f"{t} = {view}"]
+    if how == "all_gather":
+        return lines + [f"{t}_out = [torch.zeros_like({t}) for _ in range(world)]", f"dist.all_gather({t}_out, {t})",
+                        f'show(rank, step, "all_gather of a view", torch.stack({t}_out))']
+    call = {"all_reduce": f"dist.all_reduce({t})", "broadcast": f"dist.broadcast({t}, src={ctx.api.randrange(ctx.world)})",
+            "reduce": f"dist.reduce({t}, dst={ctx.api.randrange(ctx.world)})"}[how]
+    return lines + [call, f'show(rank, step, "{how} of a view", {t})']
+
+
+def _group_ranks(ctx: _Ctx, t: str) -> list[str]:
+    """What the group translation functions say, on the subgroup (or the world)."""
+    members = ctx.members or list(range(ctx.world))
+    group = "sub" if ctx.members else "dist.group.WORLD"
+    line = (f"print(f\"[{{rank}}] step {{step}} group {{dist.get_process_group_ranks({group})}} "
+            f"{{dist.get_global_rank({group}, {len(members) - 1})}} {{dist.get_group_rank({group}, {members[0]})}} "
+            f"{{dist.get_rank({group})}} {{dist.get_world_size({group})}}\", flush=True)")
+    return [f"if rank in {members}:", "    " + line] if ctx.members else [line]
+
+
+def _group_src_dst(ctx: _Ctx, t: str) -> list[str]:
+    """Rooted ops and p2p on the subgroup named by group ranks (`group_src`, `group_dst`)."""
+    members = ctx.members or list(range(ctx.world))
+    group = "sub" if ctx.members else "dist.group.WORLD"
+    dtype, n = _dtype_n(ctx, FLOAT_DTYPES + ("int64",))
+    k = len(members)
+    root, a, b = ctx.api.randrange(k), *ctx.api.sample(range(k), 2)
+    how = ctx.api.choice(["broadcast", "reduce", "p2p"])
+    body = {"broadcast": [f"dist.broadcast({t}, group={group}, group_src={root})"],
+            "reduce": [f"dist.reduce({t}, group={group}, group_dst={root})"],
+            "p2p": [f"if dist.get_rank({group}) == {a}:", f"    dist.send({t}, group={group}, group_dst={b})",
+                    f"elif dist.get_rank({group}) == {b}:", f"    dist.recv({t}, group={group}, group_src={a})"]}[how]
+    return [f"if rank in {members}:", f"    {t} = {_tensor(ctx, dtype, n, '10 * rank + step')}",
+            *("    " + x for x in body), f'    show(rank, step, "{how} by group rank", {t})']
+
+
+def _wait_reordered(ctx: _Ctx, t: str) -> list[str]:
+    """Two or three async collectives, waited in another order than they were issued."""
+    ops = [ctx.api.choice(["all_reduce", "broadcast", "all_gather_into_tensor"]) for _ in range(ctx.api.randint(2, 3))]
+    issue, waits = [], []
+    for k, op in enumerate(ops):
+        dtype, n, x = *_dtype_n(ctx, FLOAT_DTYPES + ("int64",)), f"{t}_{k}"
+        call = {"all_reduce": f"dist.all_reduce({x}, async_op=True)",
+                "broadcast": f"dist.broadcast({x}, src={ctx.api.randrange(ctx.world)}, async_op=True)",
+                "all_gather_into_tensor": f"dist.all_gather_into_tensor({x}_out, {x}, async_op=True)"}[op]
+        issue += [f"{x} = {_tensor(ctx, dtype, n, f'rank + {k} + step')}"]
+        if op == "all_gather_into_tensor":
+            issue += [f"{x}_out = torch.zeros(world * {n}, dtype=torch.{dtype})"]
+        issue += [f"{x}_work = {call}"]
+        shown = f"{x}_out" if op == "all_gather_into_tensor" else x
+        waits.append([f"{x}_work.wait()", f'show(rank, step, "{op} waited #{k}", {shown})'])
+    order = list(range(len(ops)))
+    while order == sorted(order):
+        ctx.api.shuffle(order)
+    return issue + [line for k in order for line in waits[k]]
+
+
+_API_FAMILIES = {
+    "all_to_all": _all_to_all, "all_to_all_uneven": _all_to_all_uneven, "reduce_scatter": _reduce_scatter,
+    "gather": _gather, "scatter": _scatter, "gather_object": _gather_object, "scatter_object_list": _scatter_object_list,
+    "batch_isend_irecv": _batch_isend_irecv, "recv_any_source": _recv_any_source, "send_tags": _send_tags,
+    "monitored_barrier": _monitored_barrier, "coalescing_manager": _coalescing_manager, "bitwise": _bitwise,
+    "gloo_refuses": _gloo_refuses, "complex_bool": _complex_bool, "non_contiguous": _non_contiguous,
+    "group_ranks": _group_ranks, "group_src_dst": _group_src_dst, "wait_reordered": _wait_reordered,
+}

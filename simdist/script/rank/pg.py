@@ -28,7 +28,7 @@ from simdist.script import env
 from simdist.script.rank import callbacks, client, gloo_args, gpu_memory, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, gloo_empty_is_local
+from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local
 
 BACKEND_NAME = "simdist"
 
@@ -54,14 +54,22 @@ def dtype_name(t: torch.Tensor) -> str:
     return name
 
 
-def reduce_name(op: Any) -> str:
-    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...)."""
+def reduce_label(op: Any) -> str | None:
+    """torch's name of a ReduceOp, lower case (`sum`, `premul_sum`, ...); None for none."""
     for name, value in dist.ReduceOp.RedOpType.__members__.items():
         if op == value:
-            if name == "PREMUL_SUM":
-                break
             return name.lower()
-    raise UnsupportedOperation(f"ReduceOp {op}")
+    return None
+
+
+def reduce_name(op: Any) -> str:
+    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...). PREMUL_SUM is NCCL's:
+    Gloo takes the work and fails it at `wait()` (`engine.results.gloo_local_error`), which
+    the model follows; under NCCL semantics it is not modelled."""
+    name = reduce_label(op)
+    if name is None or (name == PREMUL_SUM and not SimProcessGroup._gloo()):
+        raise UnsupportedOperation(f"ReduceOp {name or op}")
+    return name
 
 
 def _numel(tensors: Sequence[torch.Tensor]) -> int:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from simdist.script import env
 from simdist.script.rank import client, stack
-from simdist.script.rank.pg import reduce_name
+from simdist.script.rank.pg import reduce_label
 
 _ops: list[dict[str, Any]] = []
 _seq: dict[str, int] = {}
@@ -69,7 +69,7 @@ def _wrap_collective(method: str) -> None:
             # collective numbering does not: take away the group's p2p operations so far
             name = _group_name(self)
             _args.append([name, int(self._get_sequence_number_for_group()) - _seq.get(name, 0),
-                          reduce_name(red) if red is not None else None,
+                          reduce_label(red) if red is not None else None,
                           dist.get_process_group_ranks(self)[root] if root is not None else None])
         return work
 
