@@ -330,3 +330,20 @@ def test_premul_sum_on_gloo_fails_each_work_at_wait_and_the_group_still_pairs(sc
                                    f"reduce: {refused} -> [1.0, 2.0, 3.0]",
                                    f"reduce_scatter_tensor: {refused} -> [0.0, 0.0]", "sum after: [6.0]"]
     assert [e.reduce_op for e in real.ranks[0].trace][:3] == ["premul_sum"] * 3  # (C++ runs reduce_scatter_tensor)
+
+
+@pytest.mark.real
+def test_p2p_with_the_rank_itself_raises_at_the_call_as_on_gloo(script_zygote):
+    """tests/scripts/p2p_self.py (2 ranks): each rank sends to and receives from itself.
+    torch's blocking send refuses it in Python; isend, irecv, batch_isend_irecv and recv reach
+    Gloo, whose pair with the rank itself is never connected, and raise at once; the group
+    still pairs after. The simulator issued them and reported a hang (found probing the API
+    surface for bench/script_sweep.py's generator)."""
+    entry = {"script": "../tests/scripts/p2p_self.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:other"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output == ["send: ValueError: Invalid destination rank:", "isend: RuntimeError: [enforce fail at",
+                                   "irecv: RuntimeError: [enforce fail at",
+                                   "batch_isend_irecv: RuntimeError: [enforce fail at", "sum after: [3.0]"]
+    assert "Pair is not connected" in sim.ranks[0].error.message

@@ -402,17 +402,19 @@ class SimProcessGroup(dist.ProcessGroup):
         monitored.barrier(self, timeout, wait_all_ranks)
 
     # ------------------------------------------------------------------ point-to-point
-    def _p2p_check(self, tensors: list[torch.Tensor]) -> None:
+    def _p2p_check(self, tensors: list[torch.Tensor], peer: int | None = None) -> None:
         if self._gloo():  # ProcessGroupGloo's send and recv both say "input"
             gloo_args.require_contiguous("input tensor has to be contiguous", RuntimeError, *tensors)
+            if peer is not None:
+                gloo_args.peer_check(self.rank(), peer)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:
-        self._p2p_check(tensors)
+        self._p2p_check(tensors, dst)
         return _futureless(self._issue("send", tensors, [], tensors, numel=_numel(tensors),
                                        dtype=dtype_name(tensors[0]), peer=self.global_ranks[dst], tag=tag), self._gloo())
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> SimWork:
-        self._p2p_check(tensors)
+        self._p2p_check(tensors, src)
         return _futureless(self._issue("recv", [], tensors, tensors, numel=_numel(tensors),
                                        dtype=dtype_name(tensors[0]), send=False, peer=self.global_ranks[src],
                                        tag=tag), self._gloo())
