@@ -347,3 +347,18 @@ def test_p2p_with_the_rank_itself_raises_at_the_call_as_on_gloo(script_zygote):
                                    "irecv: RuntimeError: [enforce fail at",
                                    "batch_isend_irecv: RuntimeError: [enforce fail at", "sum after: [3.0]"]
     assert "Pair is not connected" in sim.ranks[0].error.message
+
+
+@pytest.mark.real
+def test_an_unfed_recv_from_any_source_times_out_and_names_no_sender(script_zygote):
+    """tests/scripts/recv_any_source_unfed.py (3 ranks): rank 0 leaves; rank 2 receives from
+    any source twice, the first fed by rank 1, the second (a tag nobody sends) by no one. It
+    ends by rank 2's Gloo timeout on both sides (no peer's exit reaches an any-source
+    receive), and neither side's trace names a sender for it: real Gloo's side had named
+    rank 2 itself (torch's source rank of a failed receive is -1, read as the last rank)."""
+    entry = {"script": "../tests/scripts/recv_any_source_unfed.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed", "error:timeout"]
+    assert differences(sim, real) == []
+    assert [(e.op, e.peer) for e in real.ranks[2].trace if e.op == "recv"] == [("recv", 1), ("recv", None)]
+    assert sim.ranks[2].output == ["[2] recv from 1: [7.0, 7.0]"]

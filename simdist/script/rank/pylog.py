@@ -91,13 +91,14 @@ def collective_args() -> list[list[Any]]:
 
 def dump() -> list[dict[str, Any]]:
     """The rank's p2p operations so far, JSON-ready (a recv from any source names its
-    sender once it completed)."""
+    sender once it completed with a message; a failed one names none, as the simulator's)."""
     out = []
     for o in _ops:
         work, peer = o["work"], o["peer"]
         done = bool(work.is_completed())
-        if peer is None and done:
-            peer = o["ranks"][work._source_rank()]
+        # a failed one (its peer gone, timed out) is completed too, with no source: -1
+        if peer is None and done and (src := work._source_rank()) >= 0:
+            peer = o["ranks"][src]
         out.append({k: v for k, v in o.items() if k not in ("work", "ranks", "raw_pg")} | {"peer": peer, "done": done})
     return out
 
