@@ -362,3 +362,17 @@ def test_an_unfed_recv_from_any_source_times_out_and_names_no_sender(script_zygo
     assert differences(sim, real) == []
     assert [(e.op, e.peer) for e in real.ranks[2].trace if e.op == "recv"] == [("recv", 1), ("recv", None)]
     assert sim.ranks[2].output == ["[2] recv from 1: [7.0, 7.0]"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("when", ["late", "early"])
+def test_an_alltoallv_with_peers_gone_fails_with_their_closure(script_zygote, when):
+    """tests/scripts/alltoallv_after_exit.py (3 ranks): the last rank's extra all_to_all_single
+    with split sizes (Gloo's alltoallv), posted after its peers left (`late`) or before they
+    leave (`early`), fails with their closure on both sides: alltoallv posts every send and
+    receive at once, as alltoall does (`collectives.gloo.alltoallv`). The simulator had no
+    message program for it and let the rank wait for its timeout."""
+    entry = {"script": "../tests/scripts/alltoallv_after_exit.py", "nproc": 3, "args": ["--when", when]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed", "error:peer_lost"]
+    assert differences(sim, real) == []

@@ -52,10 +52,13 @@ def _splits_agree(calls: list[Call]) -> bool:
 
 def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
     """Engine calls as the rule's input. An all_to_all with uneven split sizes is Gloo's
-    alltoallv, whose message program the rules do not have (`gloo_rules.ALLTOALLV`: not
-    modelled); even ones are what a call without split sizes (Gloo's alltoall) exchanges."""
-    return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV if _uneven(c) else c.op, c.payload.numel,
-                                      c.payload.dtype, c.reduce_op, c.root) for c in calls]
+    alltoallv (`gloo_rules.ALLTOALLV`, with its split sizes); even ones are what a call
+    without split sizes (Gloo's alltoall) exchanges."""
+    return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV, c.payload.numel, c.payload.dtype, c.reduce_op,
+                                      c.root, (c.payload.meta.send, c.payload.meta.recv))  # type: ignore[union-attr]
+            if _uneven(c) else
+            gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root)
+            for c in calls]
 
 
 def _uneven(c: Call) -> bool:
