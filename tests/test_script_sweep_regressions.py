@@ -376,3 +376,23 @@ def test_an_alltoallv_with_peers_gone_fails_with_their_closure(script_zygote, wh
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert _verdict(sim) == ["completed", "completed", "error:peer_lost"]
     assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_even_split_sizes_given_run_alltoallv_and_a_longer_block_aborts_the_receiver(script_zygote):
+    """tests/scripts/alltoallv_split_sizes.py (2 ranks): split sizes given, even on rank 1,
+    uneven on rank 0, whose block for rank 1 is one element longer than rank 1 expects. Both
+    run Gloo's alltoallv, so rank 1 aborts on the longer message and rank 0 fails in its next
+    all_reduce with rank 1 gone (the simulator took even splits for alltoall and reported a
+    hang). Whether rank 0 read rank 1's block before the abort's reset is a race of the real
+    run: the real side runs again, at most RACE_TRIES times, until it shows the outcome of
+    prompt reading, and must show it once."""
+    entry = {"script": "../tests/scripts/alltoallv_split_sizes.py", "nproc": 2}
+    sim = _run(entry, "sim", script_zygote)
+    assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort"]
+    assert sim.ranks[0].output == ["[0] [0.0, 10.0, 11.0]"]
+    for _ in range(RACE_TRIES):
+        real = _run(entry, "gloo", script_zygote)
+        if not differences(sim, real):
+            break
+    assert differences(sim, real) == []

@@ -182,8 +182,6 @@ def _execute(
 ) -> dict[int, RankRun]:
     """Run the calls' programs on gloo's transport; with `inputs`, on real bytes."""
     _check_size(calls, w, inputs is not None)
-    if inputs is not None and any(c.op == ALLTOALLV for c in calls):
-        raise NotImplementedError("the bytes of an alltoallv's mismatched messages")  # its messages only
     ranks: dict[int, RankRun] = {}
     for c in calls:
         prog = _program(c, w)
@@ -195,10 +193,27 @@ def _execute(
                 run.bufs["in"], blk = run.bufs["out"], prog.out_bytes // w
                 run.bufs["out"] = [UNDEF] * prog.out_bytes
                 run.bufs["out"][c.rank * blk: (c.rank + 1) * blk] = run.bufs["in"][c.rank * blk: (c.rank + 1) * blk]
+            elif c.op == ALLTOALLV:
+                run.bufs["in"], run.bufs["out"] = _alltoallv_buffers(c, prog, inputs, e_size(c))
             run.reduce = partial(reduce_into, dtype=dtype, op=op)
         ranks[c.rank] = run
     run_programs(ranks, exited)
     return ranks
+
+
+def e_size(c: CollectiveCall) -> int:
+    return _elements(c)[1]
+
+
+def _alltoallv_buffers(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], e: int) -> tuple[list, list]:
+    """alltoallv's input bytes and its output before the messages: undefined but for the
+    own block, copied locally (gloo/alltoallv.cc)."""
+    send, recv = (tuple(n * e for n in x) for x in c.splits)  # type: ignore[union-attr]
+    raw = list(b"".join(encode(v, real_dtype(c.dtype)) for v in inputs.get(c.rank, [])))
+    src, dst, n = sum(send[:c.rank]), sum(recv[:c.rank]), min(send[c.rank], recv[c.rank])
+    out = [UNDEF] * prog.out_bytes
+    out[dst: dst + n] = raw[src: src + n]
+    return raw, out
 
 
 def _initial_out(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], dtype: str) -> list:
