@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 API_OPS = ("all_to_all", "all_to_all_uneven", "reduce_scatter", "gather", "scatter", "gather_object",
            "scatter_object_list", "batch_isend_irecv", "recv_any_source", "send_tags", "monitored_barrier",
            "coalescing_manager", "bitwise", "gloo_refuses", "complex_bool", "non_contiguous", "group_ranks",
-           "group_src_dst", "wait_reordered")
+           "group_src_dst", "wait_reordered", "object_p2p", "coalesced_lists")
 GROUP_KINDS = ("local_sync_group", "subgroups_by_enumeration")  # `subgroup` made otherwise than new_group(ranks)
 WAIT_KINDS = ("future_wait",)  # async work waited through its future
 FEATURES = ("uneven", "all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single",
@@ -585,13 +585,42 @@ def _group_src_dst(ctx: _Ctx, t: str) -> list[str]:
     dtype, n = _dtype_n(ctx, FLOAT_DTYPES + ("int64",))
     k = len(members)
     root, a, b = ctx.api.randrange(k), *ctx.api.sample(range(k), 2)
-    how = ctx.api.choice(["broadcast", "reduce", "p2p"])
+    how = ctx.api.choice(["broadcast", "reduce", "p2p", "gather", "scatter", "broadcast_object_list"])
     body = {"broadcast": [f"dist.broadcast({t}, group={group}, group_src={root})"],
             "reduce": [f"dist.reduce({t}, group={group}, group_dst={root})"],
             "p2p": [f"if dist.get_rank({group}) == {a}:", f"    dist.send({t}, group={group}, group_dst={b})",
-                    f"elif dist.get_rank({group}) == {b}:", f"    dist.recv({t}, group={group}, group_src={a})"]}[how]
+                    f"elif dist.get_rank({group}) == {b}:", f"    dist.recv({t}, group={group}, group_src={a})"],
+            "gather": [f"{t}_all = [torch.zeros_like({t}) for _ in range({k})] if dist.get_rank({group}) == {root} "
+                       "else None", f"dist.gather({t}, {t}_all, group={group}, group_dst={root})",
+                       f"{t} = torch.cat({t}_all) if {t}_all else {t}"],
+            "scatter": [f"{t}_all = [{t} + 100 * j for j in range({k})] if dist.get_rank({group}) == {root} else None",
+                        f"dist.scatter({t}, {t}_all, group={group}, group_src={root})"],
+            "broadcast_object_list": [f"{t}_obj = [{t}.tolist()]",
+                                      f"dist.broadcast_object_list({t}_obj, group={group}, group_src={root})",
+                                      f"{t} = torch.tensor({t}_obj[0])"]}[how]
     return [f"if rank in {members}:", f"    {t} = {_tensor(ctx, dtype, n, '10 * rank + step')}",
             *("    " + x for x in body), f'    show(rank, step, "{how} by group rank", {t})']
+
+
+def _object_p2p(ctx: _Ctx, t: str) -> list[str]:
+    """send_object_list / recv_object_list between two ranks."""
+    a, b = ctx.api.sample(range(ctx.world), 2)
+    return [f"{t} = [{{\"from\": rank, \"step\": step}}, \"x\" * (step + 1)] if rank == {a} else [None, None]",
+            f"if rank == {a}:", f"    dist.send_object_list({t}, dst={b})", f"elif rank == {b}:",
+            f"    dist.recv_object_list({t}, src={a})",
+            f'    print(f"[{{rank}}] step {{step}} recv_object_list {{{t}}}", flush=True)']
+
+
+def _coalesced_lists(ctx: _Ctx, t: str) -> list[str]:
+    """The deprecated list forms: all_reduce_coalesced and all_gather_coalesced."""
+    dtype = ctx.api.choice(FLOAT_DTYPES + ("int64",))
+    sizes = [ctx.api.choice([1, 2, 3]) for _ in range(ctx.api.randint(1, 3))]
+    lines = [f"{t} = [torch.arange(n, dtype=torch.{dtype}) + rank + step for n in {sizes}]"]
+    if ctx.api.random() < 0.5:
+        return lines + [f"dist.all_reduce_coalesced({t})", f'show(rank, step, "all_reduce_coalesced", torch.cat({t}))']
+    return lines + [f"{t}_out = [[torch.zeros(n, dtype=torch.{dtype}) for n in {sizes}] for _ in range(world)]",
+                    f"dist.all_gather_coalesced({t}_out, {t})",
+                    f'show(rank, step, "all_gather_coalesced", torch.cat([x for r in {t}_out for x in r]))']
 
 
 def _wait_reordered(ctx: _Ctx, t: str) -> list[str]:
@@ -622,4 +651,5 @@ _API_FAMILIES = {
     "monitored_barrier": _monitored_barrier, "coalescing_manager": _coalescing_manager, "bitwise": _bitwise,
     "gloo_refuses": _gloo_refuses, "complex_bool": _complex_bool, "non_contiguous": _non_contiguous,
     "group_ranks": _group_ranks, "group_src_dst": _group_src_dst, "wait_reordered": _wait_reordered,
+    "object_p2p": _object_p2p, "coalesced_lists": _coalesced_lists,
 }
