@@ -396,3 +396,17 @@ def test_even_split_sizes_given_run_alltoallv_and_a_longer_block_aborts_the_rece
         if not differences(sim, real):
             break
     assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_all_gather_coalesced_fills_the_output_lists_rank_first(script_zygote):
+    """tests/scripts/all_gather_coalesced.py (3 ranks): all_gather_coalesced's output lists
+    are indexed rank first (`output_lists[r][k]`); the simulator read them input first (an
+    IndexError on 3 ranks, blocks in the wrong tensors on 2). Both sides now print rank r's
+    two inputs in list r."""
+    entry = {"script": "../tests/scripts/all_gather_coalesced.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output[0] == ("[1] [[[0.0, 1.0], [0.0, 1.0, 2.0]], [[10.0, 11.0], [100.0, 101.0, 102.0]], "
+                                      "[[20.0, 21.0], [200.0, 201.0, 202.0]]]")

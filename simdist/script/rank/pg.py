@@ -250,8 +250,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ gathers and scatters
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
-        if len(inputs) != 1:
-            return self.allgather_coalesced(output_lists, inputs, opts)
+        if len(inputs) != 1:  # output_lists[k][r] here, [r][k] in the coalesced form
+            return self.allgather_coalesced([list(per_rank) for per_rank in zip(*output_lists, strict=True)], inputs, opts)
         if self._gloo():
             gloo_args.allgather_check(output_lists[0], inputs[0], self.size())
         return self._issue("all_gather", inputs, output_lists[0], _gloo_value(output_lists), numel=inputs[0].numel(),
@@ -259,8 +259,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> SimWork:
-        # one collective over every input; the gathered bytes are rank-major
-        outputs = [output_lists[k][r] for r in range(self.size()) for k in range(len(inputs))]
+        # one collective over every input; the gathered bytes are rank-major, and so are the
+        # output lists (`dist.all_gather_coalesced`: output_lists[r][k], rank r's input k)
+        outputs = [output_lists[r][k] for r in range(self.size()) for k in range(len(inputs))]
         return self._issue("all_gather", inputs, outputs, _gloo_value(output_lists), numel=_numel(inputs),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
 
