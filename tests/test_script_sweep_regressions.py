@@ -410,3 +410,17 @@ def test_all_gather_coalesced_fills_the_output_lists_rank_first(script_zygote):
     assert differences(sim, real) == []
     assert sim.ranks[1].output[0] == ("[1] [[[0.0, 1.0], [0.0, 1.0, 2.0]], [[10.0, 11.0], [100.0, 101.0, 102.0]], "
                                       "[[20.0, 21.0], [200.0, 201.0, 202.0]]]")
+
+
+@pytest.mark.real
+def test_p2p_calls_gloo_fails_as_they_post_are_operations_on_both_sides(script_zygote):
+    """tests/scripts/recv_after_peer_left.py (2 ranks): rank 0 receives from and sends to rank
+    1 a second after rank 1 left; Gloo refuses both at the call (the pair is closed). Both
+    sides trace both operations: real Gloo's side had noted only calls that returned a work,
+    so whether a peer's exit came before the post or before the wait changed its trace."""
+    entry = {"script": "../tests/scripts/recv_after_peer_left.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed"]
+    assert differences(sim, real) == []
+    assert [(e.op, e.peer) for e in real.ranks[0].trace if e.op in ("send", "recv")] == [("recv", 1), ("send", 1)]
+    assert sim.ranks[0].output == ["[0] recv: RuntimeError", "[0] send: RuntimeError"]
