@@ -23,12 +23,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-# The API surface added later (`API_OPS`, `GROUP_KINDS`, `WAIT_KINDS`), drawn from a generator of
-# its own (`_Ctx.api`) so that the draws of the families before it stay as they were.
-API_OPS = ("all_to_all", "all_to_all_uneven", "reduce_scatter", "gather", "scatter", "gather_object",
-           "scatter_object_list", "batch_isend_irecv", "recv_any_source", "send_tags", "monitored_barrier",
-           "coalescing_manager", "bitwise", "gloo_refuses", "complex_bool", "non_contiguous", "group_ranks",
-           "group_src_dst", "wait_reordered", "object_p2p", "coalesced_lists")
+from simdist.testing.script_api import API_OPS, api_op
+from simdist.testing.script_parts import DTYPES, FLOAT_DTYPES, ScriptCtx, tensor_expr
+
+# The groups and waits added with the API surface (`simdist.testing.script_api`), drawn from
+# `ScriptCtx.api` like it, so that the draws of the families before them stay as they were.
 GROUP_KINDS = ("local_sync_group", "subgroups_by_enumeration")  # `subgroup` made otherwise than new_group(ranks)
 WAIT_KINDS = ("future_wait",)  # async work waited through its future
 FEATURES = ("uneven", "all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single",
@@ -37,8 +36,6 @@ FEATURES = ("uneven", "all_reduce", "broadcast", "all_gather", "reduce_scatter_t
             "rank_only") + API_OPS + GROUP_KINDS + WAIT_KINDS
 HANGS = frozenset({"uneven", "return", "raise", "sys_exit", "rank_only"})  # features that can leave a rank stuck
 EXTRA_OPS = ("all_gather_into_tensor", "reduce", "objects", "isend_irecv", "rank_only")
-DTYPES = ("float32", "float64", "int64", "int32", "float16", "bfloat16")
-FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 REDUCE_OPS = ("SUM", "SUM", "MAX", "MIN", "PRODUCT", "AVG")
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single", "barrier")
 TIMEOUT_S = 2  # Gloo's timeout of rank 0's groups, in the scripts that set one; rank r's is r s longer
@@ -95,25 +92,6 @@ class GeneratedScript:
     features: set[str] = field(default_factory=set)
 
 
-@dataclass
-class _Ctx:
-    """What the body generator needs as it draws: the world, the drawn features, a counter
-    for fresh variable names, and async works still to wait for."""
-
-    rng: random.Random
-    extra: random.Random  # the draws of the operations added later (`EXTRA_OPS`): the others' stay as they were
-    api: random.Random  # the draws of the API surface added last (`API_OPS`, `GROUP_KINDS`, `WAIT_KINDS`)
-    world: int
-    features: set[str]
-    members: list[int] | None = None
-    n: int = 0
-    pending: list[str] = field(default_factory=list)
-
-    def var(self, stem: str) -> str:
-        self.n += 1
-        return f"{stem}{self.n}"
-
-
 def sweep_script(seed: int, index: int, worlds: tuple[int, int] = (2, 4)) -> GeneratedScript:
     """Case `index` of the sweep with `seed` (the draws before it are made and dropped)."""
     rng = random.Random(seed)
@@ -133,7 +111,7 @@ def random_script(rng: random.Random, name: str, worlds: tuple[int, int] = (2, 4
         steps = [base] * world
     if len(set(steps)) > 1:
         feats.add("uneven")
-    ctx = _Ctx(rng, random.Random(f"{name}-extra"), random.Random(f"{name}-api"), world, feats)
+    ctx = ScriptCtx(rng, random.Random(f"{name}-extra"), random.Random(f"{name}-api"), world, feats)
     if rng.random() < 0.2:
         body, imports = _ddp_body(ctx), "\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
         if "ddp_join" in feats:
@@ -153,7 +131,7 @@ def random_script(rng: random.Random, name: str, worlds: tuple[int, int] = (2, 4
     return GeneratedScript(name, world, src, feats)
 
 
-def _loop_body(ctx: _Ctx) -> list[str]:
+def _loop_body(ctx: ScriptCtx) -> list[str]:
     """Collectives in a loop of STEPS[rank] steps, then a few after it."""
     rng, lines = ctx.rng, []
     if ctx.world >= 3 and rng.random() < 0.35:
@@ -184,7 +162,7 @@ def _loop_body(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _leave(ctx: _Ctx) -> list[str]:
+def _leave(ctx: ScriptCtx) -> list[str]:
     """A rank that returns early, raises or exits at some step (now and then)."""
     rng = ctx.rng
     if rng.random() >= 0.3:
@@ -197,7 +175,7 @@ def _leave(ctx: _Ctx) -> list[str]:
     return [f"if rank == {r} and step == {k}:", f'    print(f"[{{rank}}] leaving ({how})", flush=True)', f"    {act}"]
 
 
-def _subgroup(ctx: _Ctx) -> list[str]:
+def _subgroup(ctx: ScriptCtx) -> list[str]:
     """`sub`, the members' group: new_group of every rank (most often), of its members only
     (`use_local_synchronization=True`), or this rank's group of new_subgroups_by_enumeration
     (the other ranks make a group of their own)."""
@@ -212,7 +190,7 @@ def _subgroup(ctx: _Ctx) -> list[str]:
     return [f"sub, _ = dist.new_subgroups_by_enumeration([{ctx.members}, {rest}]{SUB_TIMEOUT})"]
 
 
-def _flush_pending(ctx: _Ctx) -> list[str]:
+def _flush_pending(ctx: ScriptCtx) -> list[str]:
     """Wait for every pending async work: in issue order, or now and then in another."""
     if len(ctx.pending) > 1 and ctx.api.random() < 0.6:
         ctx.features.add("wait_reordered")
@@ -223,12 +201,7 @@ def _flush_pending(ctx: _Ctx) -> list[str]:
     return out
 
 
-def _tensor(ctx: _Ctx, dtype: str, n: int, value: str) -> str:
-    return f"torch.arange({n}, dtype=torch.{dtype}) + ({value})" if n > 1 else \
-        f"torch.full((1,), {value}, dtype=torch.{dtype})"
-
-
-def _block(ctx: _Ctx) -> list[str]:
+def _block(ctx: ScriptCtx) -> list[str]:
     """One operation (or a send/recv pair) with its result printed."""
     rng = ctx.rng
     # p2p never overlaps async collectives: should one of them abort a rank (mismatched sizes;
@@ -236,7 +209,7 @@ def _block(ctx: _Ctx) -> list[str]:
     if rng.random() < 0.12 and ctx.world >= 2:
         return _flush_pending(ctx) + _send_recv(ctx)
     if ctx.api.random() < 0.35:
-        return _flush_pending(ctx) + _api_op(ctx)
+        return _flush_pending(ctx) + api_op(ctx)
     if ctx.extra.random() < 0.25:
         return _flush_pending(ctx) + _extra_op(ctx)
     op = rng.choice(COLLECTIVES)
@@ -268,7 +241,7 @@ def _block(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> list[str]:
+def _op_lines(ctx: ScriptCtx, op: str, dtype: str, n: int, t: str, group: str) -> list[str]:
     """The tensors, the call (second-to-last line) and the print (last line) of one collective."""
     rng, size = ctx.rng, "len(sub_ranks)" if group else "world"
     pre = [f"sub_ranks = {ctx.members}"] if group else []
@@ -278,14 +251,14 @@ def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> lis
             red = "SUM"
         if red == "PRODUCT":
             n = min(n, 3)
-        return [f"{t} = {_tensor(ctx, dtype, n, 'rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, 'rank + step')}",
                 f"dist.all_reduce({t}, op=dist.ReduceOp.{red}{group})", f'show(rank, step, "all_reduce", {t})']
     if op == "broadcast":
         src = rng.choice(ctx.members) if group else rng.randrange(ctx.world)
-        return [f"{t} = {_tensor(ctx, dtype, n, '10 * rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, '10 * rank + step')}",
                 f"dist.broadcast({t}, src={src}{group})", f'show(rank, step, "broadcast", {t})']
     if op == "all_gather":
-        return pre + [f"{t}_in = {_tensor(ctx, dtype, n, 'rank * 2 + step')}",
+        return pre + [f"{t}_in = {tensor_expr(ctx, dtype, n, 'rank * 2 + step')}",
                       f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range({size})]",
                       f"dist.all_gather({t}, {t}_in{group})", f'show(rank, step, "all_gather", torch.stack({t}))']
     if op == "reduce_scatter_tensor":
@@ -299,19 +272,19 @@ def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> lis
     return [f"dist.barrier({group.removeprefix(', ')})", 'print(f"[{rank}] step {step} barrier", flush=True)']
 
 
-def _send_recv(ctx: _Ctx) -> list[str]:
+def _send_recv(ctx: ScriptCtx) -> list[str]:
     """Rank a sends to rank b, which receives and prints."""
     rng = ctx.rng
     ctx.features.add("send_recv")
     a, b = rng.sample(range(ctx.world), 2)
     dtype, n = rng.choice(DTYPES), rng.choice([1, 4, 100])
     t = ctx.var("msg")
-    return [f"if rank == {a}:", f"    dist.send({_tensor(ctx, dtype, n, '7 * step + 1')}, dst={b})",
+    return [f"if rank == {a}:", f"    dist.send({tensor_expr(ctx, dtype, n, '7 * step + 1')}, dst={b})",
             f"elif rank == {b}:", f"    {t} = torch.zeros({n}, dtype=torch.{dtype})", f"    dist.recv({t}, src={a})",
             f'    show(rank, step, "recv", {t})']
 
 
-def _ddp_body(ctx: _Ctx) -> list[str]:
+def _ddp_body(ctx: ScriptCtx) -> list[str]:
     """A tiny DDP model trained on STEPS[rank] batches, with Join or without."""
     rng = ctx.rng
     join = rng.random() < 0.5
@@ -334,7 +307,7 @@ def _ddp_body(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _extra_op(ctx: _Ctx) -> list[str]:
+def _extra_op(ctx: ScriptCtx) -> list[str]:
     """all_gather_into_tensor, reduce, the object collectives, isend/irecv, or a collective
     only one rank calls (the classic logging-on-rank-0 bug)."""
     rng = ctx.extra
@@ -342,11 +315,11 @@ def _extra_op(ctx: _Ctx) -> list[str]:
     ctx.features.add(op)
     dtype, n, t = rng.choice(DTYPES), rng.choice([1, 2, 5, 64]), ctx.var("x")
     if op == "all_gather_into_tensor":
-        return [f"{t}_in = {_tensor(ctx, dtype, n, 'rank + step')}", f"{t} = torch.zeros(world * {n}, dtype=torch.{dtype})",
+        return [f"{t}_in = {tensor_expr(ctx, dtype, n, 'rank + step')}", f"{t} = torch.zeros(world * {n}, dtype=torch.{dtype})",
                 f"dist.all_gather_into_tensor({t}, {t}_in)", f'show(rank, step, "all_gather_into_tensor", {t})']
     if op == "reduce":
         red = rng.choice(["SUM", "MAX", "MIN"])
-        return [f"{t} = {_tensor(ctx, dtype, n, '3 * rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, '3 * rank + step')}",
                 f"dist.reduce({t}, dst={rng.randrange(ctx.world)}, op=dist.ReduceOp.{red})",
                 f'show(rank, step, "reduce", {t})']
     if op == "objects":
@@ -357,299 +330,10 @@ def _extra_op(ctx: _Ctx) -> list[str]:
                 f'print(f"[{{rank}}] step {{step}} objects {{{t}}} {{{t}_all}}", flush=True)']
     if op == "isend_irecv":
         a, b = rng.sample(range(ctx.world), 2)
-        return [f"if rank == {a}:", f"    {t} = dist.isend({_tensor(ctx, dtype, n, '5 * step + 2')}, dst={b})",
+        return [f"if rank == {a}:", f"    {t} = dist.isend({tensor_expr(ctx, dtype, n, '5 * step + 2')}, dst={b})",
                 f"    {t}.wait()", f"elif rank == {b}:", f"    {t}_buf = torch.zeros({n}, dtype=torch.{dtype})",
                 f"    {t} = dist.irecv({t}_buf, src={a})", f"    {t}.wait()", f'    show(rank, step, "irecv", {t}_buf)']
     r, coll = rng.randrange(ctx.world), rng.choice(["all_reduce", "barrier"])
     call = f"dist.all_reduce({t})" if coll == "all_reduce" else "dist.barrier()"
-    return [f"{t} = {_tensor(ctx, 'float32', n, 'rank + step')}", f"if rank == {r}:  # logged on one rank only",
+    return [f"{t} = {tensor_expr(ctx, 'float32', n, 'rank + step')}", f"if rank == {r}:  # logged on one rank only",
             f"    {call}", f'    show(rank, step, "{coll} on rank {r} only", {t})']
-
-
-# --------------------------------------------------------------------------- the API surface
-# Each family below writes one operation (or a few that belong together) with its result
-# printed; `_api_op` draws one. Ops on the subgroup (`group_ranks`, `group_src_dst`) fall
-# back to the world's where the script has none.
-
-INT_DTYPES = ("int64", "int32", "uint8", "int8")
-BITWISE_OPS = ("BAND", "BOR", "BXOR")
-# Reductions Gloo refuses, each with the dtype it refuses it for: caught and named by the script
-REFUSED = (("AVG", "int64"), ("AVG", "int32"), ("BAND", "float32"), ("BXOR", "float64"),
-           ("MAX", "complex64"), ("PRODUCT", "complex128"), ("premul", "float32"))
-
-
-def _api_op(ctx: _Ctx) -> list[str]:
-    """One family of `API_OPS`, drawn from `ctx.api`."""
-    op = ctx.api.choice(API_OPS)
-    ctx.features.add(op)
-    return _API_FAMILIES[op](ctx, ctx.var("y"))
-
-
-def _dtype_n(ctx: _Ctx, dtypes: tuple[str, ...] = DTYPES) -> tuple[str, int]:
-    return ctx.api.choice(dtypes), ctx.api.choice([1, 2, 3, 7, 64])
-
-
-def _all_to_all(ctx: _Ctx, t: str) -> list[str]:
-    """The list form: one tensor to and from each rank."""
-    dtype, n = _dtype_n(ctx)
-    return [f"{t}_in = [torch.full(({n},), 10 * rank + k + step, dtype=torch.{dtype}) for k in range(world)]",
-            f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)]",
-            f"dist.all_to_all({t}, {t}_in)", f'show(rank, step, "all_to_all list", torch.stack({t}))']
-
-
-def _all_to_all_uneven(ctx: _Ctx, t: str) -> list[str]:
-    """all_to_all_single with split sizes: rank r sends (r + k) % 3 + 1 elements to rank k."""
-    dtype = ctx.api.choice(DTYPES)
-    return [f"{t}_splits = [(rank + k) % 3 + 1 for k in range(world)]",
-            f"{t}_in = torch.arange(sum({t}_splits), dtype=torch.{dtype}) + 20 * rank + step",
-            f"{t} = torch.zeros(sum({t}_splits), dtype=torch.{dtype})",
-            f"dist.all_to_all_single({t}, {t}_in, {t}_splits, {t}_splits)",
-            f'show(rank, step, "all_to_all uneven", {t})']
-
-
-def _reduce_scatter(ctx: _Ctx, t: str) -> list[str]:
-    """The list form (Gloo runs it as one all_reduce per input)."""
-    dtype, n = _dtype_n(ctx)
-    red = ctx.api.choice(["SUM", "MAX", "MIN"])
-    return [f"{t}_in = [torch.arange({n}, dtype=torch.{dtype}) * (rank + 1) + k + step for k in range(world)]",
-            f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
-            f"dist.reduce_scatter({t}, {t}_in, op=dist.ReduceOp.{red})", f'show(rank, step, "reduce_scatter list", {t})']
-
-
-def _gather(ctx: _Ctx, t: str) -> list[str]:
-    dtype, n = _dtype_n(ctx)
-    root = ctx.api.randrange(ctx.world)
-    return [f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)] if rank == {root} else None",
-            f"dist.gather({_tensor(ctx, dtype, n, 'rank + step')}, {t}, dst={root})",
-            f'show(rank, step, "gather", torch.stack({t}) if {t} else torch.zeros(0))']
-
-
-def _scatter(ctx: _Ctx, t: str) -> list[str]:
-    dtype, n = _dtype_n(ctx)
-    root = ctx.api.randrange(ctx.world)
-    return [f"{t}_in = [torch.arange({n}, dtype=torch.{dtype}) + 10 * k + step for k in range(world)]",
-            f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
-            f"dist.scatter({t}, {t}_in if rank == {root} else None, src={root})", f'show(rank, step, "scatter", {t})']
-
-
-def _gather_object(ctx: _Ctx, t: str) -> list[str]:
-    root = ctx.api.randrange(ctx.world)
-    return [f"{t} = [None] * world if rank == {root} else None",
-            f'dist.gather_object({{"rank": rank, "step": step, "name": "r" * rank}}, {t}, dst={root})',
-            f'print(f"[{{rank}}] step {{step}} gather_object {{{t}}}", flush=True)']
-
-
-def _scatter_object_list(ctx: _Ctx, t: str) -> list[str]:
-    root = ctx.api.randrange(ctx.world)
-    return [f"{t} = [None]",
-            f'dist.scatter_object_list({t}, [{{"to": k, "step": step}} for k in range(world)] if rank == {root} '
-            f"else None, src={root})",
-            f'print(f"[{{rank}}] step {{step}} scatter_object_list {{{t}}}", flush=True)']
-
-
-def _batch_isend_irecv(ctx: _Ctx, t: str) -> list[str]:
-    """A ring exchange: each rank sends to the next and receives from the previous (the
-    P2POps in either order)."""
-    dtype, n = _dtype_n(ctx)
-    ops = [f"dist.P2POp(dist.isend, {t}_out, (rank + 1) % world)", f"dist.P2POp(dist.irecv, {t}, (rank - 1) % world)"]
-    ctx.api.shuffle(ops)
-    return [f"{t}_out = {_tensor(ctx, dtype, n, '10 * rank + step')}", f"{t} = torch.zeros({n}, dtype=torch.{dtype})",
-            f"for w in dist.batch_isend_irecv([{', '.join(ops)}]):", "    w.wait()",
-            f'show(rank, step, "batch_isend_irecv", {t})']
-
-
-def _recv_any_source(ctx: _Ctx, t: str) -> list[str]:
-    """`dist.recv` with no `src` (which returns the sender): one sender, or two told apart
-    by their tags (the receiver asks for the second sender's tag first)."""
-    dtype, n = _dtype_n(ctx, FLOAT_DTYPES)
-    senders = ctx.api.sample(range(ctx.world), 3 if ctx.world >= 3 and ctx.api.random() < 0.5 else 2)
-    dst, srcs = senders[0], senders[1:]
-    lines = []
-    for k, a in enumerate(srcs):
-        lines += [f"{'if' if k == 0 else 'elif'} rank == {a}:",
-                  f"    dist.send({_tensor(ctx, dtype, n, f'{k + 1} * step + {a}')}, dst={dst}, tag={k + 1})"]
-    lines += [f"elif rank == {dst}:"]
-    for k in reversed(range(len(srcs))):
-        lines += [f"    {t} = torch.zeros({n}, dtype=torch.{dtype})", f"    {t}_src = dist.recv({t}, tag={k + 1})",
-                  f'    show(rank, step, f"recv from {{{t}_src}}", {t})']
-    return lines
-
-
-def _send_tags(ctx: _Ctx, t: str) -> list[str]:
-    """Two isends with different tags, received in the other order."""
-    a, b = ctx.api.sample(range(ctx.world), 2)
-    dtype = ctx.api.choice(DTYPES)
-    return [f"if rank == {a}:", f"    {t}_a = dist.isend({_tensor(ctx, dtype, 2, 'step + 1')}, dst={b}, tag=3)",
-            f"    {t}_b = dist.isend({_tensor(ctx, dtype, 3, 'step + 5')}, dst={b}, tag=5)",
-            f"    {t}_a.wait()", f"    {t}_b.wait()", f"elif rank == {b}:",
-            f"    {t}_b = torch.zeros(3, dtype=torch.{dtype})", f"    dist.recv({t}_b, src={a}, tag=5)",
-            f"    {t}_a = torch.zeros(2, dtype=torch.{dtype})", f"    dist.recv({t}_a, src={a}, tag=3)",
-            f'    show(rank, step, "tagged", torch.cat([{t}_a, {t}_b]))']
-
-
-def _monitored_barrier(ctx: _Ctx, t: str) -> list[str]:
-    every = ctx.api.random() < 0.5
-    return [f"dist.monitored_barrier(timeout=datetime.timedelta(seconds=1){', wait_all_ranks=True' if every else ''})",
-            'print(f"[{rank}] step {step} monitored_barrier", flush=True)']
-
-
-def _coalescing_manager(ctx: _Ctx, t: str) -> list[str]:
-    """all_reduces or all_gather_into_tensors issued under `_coalescing_manager` (one
-    coalesced op on Gloo), waited together."""
-    dtype = ctx.api.choice(DTYPES)
-    sizes = [ctx.api.choice([1, 2, 5]) for _ in range(ctx.api.randint(1, 3))]
-    gather = ctx.api.random() < 0.4
-    lines = [f"{t} = [torch.arange(n, dtype=torch.{dtype}) + rank + step for n in {sizes}]"]
-    if gather:
-        lines.append(f"{t}_out = [torch.zeros(world * n, dtype=torch.{dtype}) for n in {sizes}]")
-    lines.append(f"with dist._coalescing_manager(async_ops=True) as {t}_cm:")
-    lines.append(f"    for k in range({len(sizes)}):")
-    lines.append(f"        dist.all_gather_into_tensor({t}_out[k], {t}[k])" if gather else
-                 f"        dist.all_reduce({t}[k])")
-    lines.append(f"{t}_cm.wait()")
-    lines.append(f'show(rank, step, "coalesced", torch.cat({t}_out if {gather} else {t}))')
-    return lines
-
-
-def _bitwise(ctx: _Ctx, t: str) -> list[str]:
-    dtype, n = _dtype_n(ctx, INT_DTYPES + ("bool",))
-    red = ctx.api.choice(BITWISE_OPS)
-    value = "(torch.arange({n}) + rank) % 2 == 0" if dtype == "bool" else \
-        f"(torch.arange({n}) * 3 + rank * 5 + step).to(torch.{dtype})"
-    return [f"{t} = {value.format(n=n)}", f"dist.all_reduce({t}, op=dist.ReduceOp.{red})",
-            f'show(rank, step, "all_reduce {red.lower()}", {t})']
-
-
-def _gloo_refuses(ctx: _Ctx, t: str) -> list[str]:
-    """A reduction Gloo refuses (integer AVG, a bitwise op on floats, MAX of complex, PREMUL_SUM),
-    caught: the script prints the exception's type and what the tensor holds after, and goes on."""
-    red, dtype = ctx.api.choice(REFUSED)
-    op = "dist._make_nccl_premul_sum(2.0)" if red == "premul" else f"dist.ReduceOp.{red}"
-    how = ctx.api.choice(["all_reduce", "reduce", "async"])
-    call = {"all_reduce": f"dist.all_reduce({t}, op={op})",
-            "reduce": f"dist.reduce({t}, dst={ctx.api.randrange(ctx.world)}, op={op})",
-            "async": f"dist.all_reduce({t}, op={op}, async_op=True).wait()"}[how]
-    return [f"{t} = (torch.arange(3) + rank + step).to(torch.{dtype})", "try:", f"    {call}",
-            f'    print(f"[{{rank}}] step {{step}} {red} of {dtype} ran: {{{t}.tolist()}}", flush=True)',
-            "except (RuntimeError, ValueError) as e:",
-            f'    print(f"[{{rank}}] step {{step}} {red} of {dtype} refused: {{type(e).__name__}} {{{t}.tolist()}}",'
-            ' flush=True)']
-
-
-def _complex_bool(ctx: _Ctx, t: str) -> list[str]:
-    """A complex or bool tensor all-reduced, broadcast or all-gathered."""
-    dtype = ctx.api.choice(["complex64", "complex128", "bool"])
-    n = ctx.api.choice([1, 2, 5])
-    value = f"(torch.arange({n}) + rank) % 3 == 0" if dtype == "bool" else \
-        f"torch.complex(torch.arange({n}.0) + rank, torch.full(({n},), step - rank * 1.0)).to(torch.{dtype})"
-    how = ctx.api.choice(["all_reduce", "broadcast", "all_gather"])
-    if how == "all_gather":
-        return [f"{t}_in = {value}", f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range(world)]",
-                f"dist.all_gather({t}, {t}_in)",
-                f'print(f"[{{rank}}] step {{step}} all_gather {dtype} {{torch.stack({t}).tolist()}}", flush=True)']
-    call = f"dist.broadcast({t}, src={ctx.api.randrange(ctx.world)})" if how == "broadcast" else \
-        f"dist.all_reduce({t}, op=dist.ReduceOp.{ctx.api.choice(['SUM', 'SUM', 'MAX'] if dtype == 'bool' else ['SUM'])})"
-    return [f"{t} = {value}", call, f'print(f"[{{rank}}] step {{step}} {how} {dtype} {{{t}.tolist()}}", flush=True)']
-
-
-def _non_contiguous(ctx: _Ctx, t: str) -> list[str]:
-    """A transposed or strided view handed to a collective (Gloo works on its memory)."""
-    dtype = ctx.api.choice(FLOAT_DTYPES + ("int64",))
-    n = ctx.api.choice([2, 3, 4])
-    base = f"(torch.arange(2 * {n}, dtype=torch.{dtype}) + rank + step)"
-    view = ctx.api.choice([f"{base}.reshape(2, {n}).t()", f"{base}[::2]"])
-    how = ctx.api.choice(["all_reduce", "broadcast", "reduce", "all_gather"])
-    lines = [f"{t} = {view}"]
-    if how == "all_gather":
-        return lines + [f"{t}_out = [torch.zeros_like({t}) for _ in range(world)]", f"dist.all_gather({t}_out, {t})",
-                        f'show(rank, step, "all_gather of a view", torch.stack({t}_out))']
-    call = {"all_reduce": f"dist.all_reduce({t})", "broadcast": f"dist.broadcast({t}, src={ctx.api.randrange(ctx.world)})",
-            "reduce": f"dist.reduce({t}, dst={ctx.api.randrange(ctx.world)})"}[how]
-    return lines + [call, f'show(rank, step, "{how} of a view", {t})']
-
-
-def _group_ranks(ctx: _Ctx, t: str) -> list[str]:
-    """What the group translation functions say, on the subgroup (or the world)."""
-    members = ctx.members or list(range(ctx.world))
-    group = "sub" if ctx.members else "dist.group.WORLD"
-    line = (f"print(f\"[{{rank}}] step {{step}} group {{dist.get_process_group_ranks({group})}} "
-            f"{{dist.get_global_rank({group}, {len(members) - 1})}} {{dist.get_group_rank({group}, {members[0]})}} "
-            f"{{dist.get_rank({group})}} {{dist.get_world_size({group})}}\", flush=True)")
-    return [f"if rank in {members}:", "    " + line] if ctx.members else [line]
-
-
-def _group_src_dst(ctx: _Ctx, t: str) -> list[str]:
-    """Rooted ops and p2p on the subgroup named by group ranks (`group_src`, `group_dst`)."""
-    members = ctx.members or list(range(ctx.world))
-    group = "sub" if ctx.members else "dist.group.WORLD"
-    dtype, n = _dtype_n(ctx, FLOAT_DTYPES + ("int64",))
-    k = len(members)
-    root, a, b = ctx.api.randrange(k), *ctx.api.sample(range(k), 2)
-    how = ctx.api.choice(["broadcast", "reduce", "p2p", "gather", "scatter", "broadcast_object_list"])
-    body = {"broadcast": [f"dist.broadcast({t}, group={group}, group_src={root})"],
-            "reduce": [f"dist.reduce({t}, group={group}, group_dst={root})"],
-            "p2p": [f"if dist.get_rank({group}) == {a}:", f"    dist.send({t}, group={group}, group_dst={b})",
-                    f"elif dist.get_rank({group}) == {b}:", f"    dist.recv({t}, group={group}, group_src={a})"],
-            "gather": [f"{t}_all = [torch.zeros_like({t}) for _ in range({k})] if dist.get_rank({group}) == {root} "
-                       "else None", f"dist.gather({t}, {t}_all, group={group}, group_dst={root})",
-                       f"{t} = torch.cat({t}_all) if {t}_all else {t}"],
-            "scatter": [f"{t}_all = [{t} + 100 * j for j in range({k})] if dist.get_rank({group}) == {root} else None",
-                        f"dist.scatter({t}, {t}_all, group={group}, group_src={root})"],
-            "broadcast_object_list": [f"{t}_obj = [{t}.tolist()]",
-                                      f"dist.broadcast_object_list({t}_obj, group={group}, group_src={root})",
-                                      f"{t} = torch.tensor({t}_obj[0])"]}[how]
-    return [f"if rank in {members}:", f"    {t} = {_tensor(ctx, dtype, n, '10 * rank + step')}",
-            *("    " + x for x in body), f'    show(rank, step, "{how} by group rank", {t})']
-
-
-def _object_p2p(ctx: _Ctx, t: str) -> list[str]:
-    """send_object_list / recv_object_list between two ranks."""
-    a, b = ctx.api.sample(range(ctx.world), 2)
-    return [f"{t} = [{{\"from\": rank, \"step\": step}}, \"x\" * (step + 1)] if rank == {a} else [None, None]",
-            f"if rank == {a}:", f"    dist.send_object_list({t}, dst={b})", f"elif rank == {b}:",
-            f"    dist.recv_object_list({t}, src={a})",
-            f'    print(f"[{{rank}}] step {{step}} recv_object_list {{{t}}}", flush=True)']
-
-
-def _coalesced_lists(ctx: _Ctx, t: str) -> list[str]:
-    """The deprecated list forms: all_reduce_coalesced and all_gather_coalesced."""
-    dtype = ctx.api.choice(FLOAT_DTYPES + ("int64",))
-    sizes = [ctx.api.choice([1, 2, 3]) for _ in range(ctx.api.randint(1, 3))]
-    lines = [f"{t} = [torch.arange(n, dtype=torch.{dtype}) + rank + step for n in {sizes}]"]
-    if ctx.api.random() < 0.5:
-        return lines + [f"dist.all_reduce_coalesced({t})", f'show(rank, step, "all_reduce_coalesced", torch.cat({t}))']
-    return lines + [f"{t}_out = [[torch.zeros(n, dtype=torch.{dtype}) for n in {sizes}] for _ in range(world)]",
-                    f"dist.all_gather_coalesced({t}_out, {t})",
-                    f'show(rank, step, "all_gather_coalesced", torch.cat([x for r in {t}_out for x in r]))']
-
-
-def _wait_reordered(ctx: _Ctx, t: str) -> list[str]:
-    """Two or three async collectives, waited in another order than they were issued."""
-    ops = [ctx.api.choice(["all_reduce", "broadcast", "all_gather_into_tensor"]) for _ in range(ctx.api.randint(2, 3))]
-    issue, waits = [], []
-    for k, op in enumerate(ops):
-        dtype, n, x = *_dtype_n(ctx, FLOAT_DTYPES + ("int64",)), f"{t}_{k}"
-        call = {"all_reduce": f"dist.all_reduce({x}, async_op=True)",
-                "broadcast": f"dist.broadcast({x}, src={ctx.api.randrange(ctx.world)}, async_op=True)",
-                "all_gather_into_tensor": f"dist.all_gather_into_tensor({x}_out, {x}, async_op=True)"}[op]
-        issue += [f"{x} = {_tensor(ctx, dtype, n, f'rank + {k} + step')}"]
-        if op == "all_gather_into_tensor":
-            issue += [f"{x}_out = torch.zeros(world * {n}, dtype=torch.{dtype})"]
-        issue += [f"{x}_work = {call}"]
-        shown = f"{x}_out" if op == "all_gather_into_tensor" else x
-        waits.append([f"{x}_work.wait()", f'show(rank, step, "{op} waited #{k}", {shown})'])
-    order = list(range(len(ops)))
-    while order == sorted(order):
-        ctx.api.shuffle(order)
-    return issue + [line for k in order for line in waits[k]]
-
-
-_API_FAMILIES = {
-    "all_to_all": _all_to_all, "all_to_all_uneven": _all_to_all_uneven, "reduce_scatter": _reduce_scatter,
-    "gather": _gather, "scatter": _scatter, "gather_object": _gather_object, "scatter_object_list": _scatter_object_list,
-    "batch_isend_irecv": _batch_isend_irecv, "recv_any_source": _recv_any_source, "send_tags": _send_tags,
-    "monitored_barrier": _monitored_barrier, "coalescing_manager": _coalescing_manager, "bitwise": _bitwise,
-    "gloo_refuses": _gloo_refuses, "complex_bool": _complex_bool, "non_contiguous": _non_contiguous,
-    "group_ranks": _group_ranks, "group_src_dst": _group_src_dst, "wait_reordered": _wait_reordered,
-    "object_p2p": _object_p2p, "coalesced_lists": _coalesced_lists,
-}

@@ -56,10 +56,7 @@ def dtype_name(t: torch.Tensor) -> str:
 
 def reduce_label(op: Any) -> str | None:
     """torch's name of a ReduceOp, lower case (`sum`, `premul_sum`, ...); None for none."""
-    for name, value in dist.ReduceOp.RedOpType.__members__.items():
-        if op == value:
-            return name.lower()
-    return None
+    return next((name.lower() for name, value in dist.ReduceOp.RedOpType.__members__.items() if op == value), None)
 
 
 def reduce_name(op: Any) -> str:
@@ -259,8 +256,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> SimWork:
-        # one collective over every input; the gathered bytes are rank-major, and so are the
-        # output lists (`dist.all_gather_coalesced`: output_lists[r][k], rank r's input k)
+        # one collective over every input; bytes and lists rank-major (output_lists[r][k]: rank r's input k)
         outputs = [output_lists[r][k] for r in range(self.size()) for k in range(len(inputs))]
         return self._issue("all_gather", inputs, outputs, _gloo_value(output_lists), numel=_numel(inputs),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
@@ -385,7 +381,6 @@ class SimProcessGroup(dist.ProcessGroup):
                           input_splits: list[int], opts: Any = None) -> SimWork:
         if self._gloo():
             gloo_args.require_contiguous("Tensors must be contiguous", ValueError, input, output)
-        # ProcessGroupGloo runs alltoallv, not alltoall, once any split sizes are given
         splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()),
                   bool(input_splits or output_splits))
         return self._issue("all_to_all", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
@@ -408,8 +403,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def _p2p_check(self, tensors: list[torch.Tensor], peer: int | None = None) -> None:
         if self._gloo():  # ProcessGroupGloo's send and recv both say "input"
             gloo_args.require_contiguous("input tensor has to be contiguous", RuntimeError, *tensors)
-            if peer is not None:
-                gloo_args.peer_check(self.rank(), peer)
+            gloo_args.peer_check(self.rank(), peer)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:
         self._p2p_check(tensors, dst)
