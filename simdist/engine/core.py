@@ -28,7 +28,7 @@ from simdist.engine.timeouts import GlooTimeouts
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
-from simdist.vocab import BITWISE_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES
+from simdist.vocab import GLOO_LOCAL_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES
 
 
 class RankRaised(Exception):
@@ -163,8 +163,8 @@ class Engine(GlooExits, GlooTimeouts):
         calls = inst.calls
         calls[rank] = call
         gloo = self.backend == "gloo"
-        # (gloo_local_error is None unless the op is bitwise or the dtype has no kernel: tested first)
-        if gloo and (reduce_op in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
+        # (gloo_local_error is None unless Gloo may refuse the reduce op or the dtype has no kernel: tested first)
+        if gloo and (reduce_op in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
                 and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
