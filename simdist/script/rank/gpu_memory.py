@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_shims
+from simdist.script.rank import gpu_allocator, gpu_shims
 
 _ATTR = "_simdist_cuda_index"
+_BLOCK = "_simdist_cuda_block"  # the storage's `_Allocation` on its simulated GPU
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, fake tensors) are left as they are
 
 
@@ -44,27 +45,62 @@ def gpu_index(t: Any) -> int | None:
         return None
 
 
+class _Allocation:
+    """A storage's block in its simulated GPU's caching allocator (`gpu_allocator`), given
+    back when the storage is gone: it is an attribute of the storage's Python object, which
+    torch keeps exactly as long as the storage (module docstring), so it is collected with it,
+    as the CUDA allocator's `free` runs when a storage's memory is released."""
+
+    __slots__ = ("allocator", "block")
+
+    def __init__(self, allocator: gpu_allocator.DeviceAllocator, block: gpu_allocator.Block):
+        self.allocator, self.block = allocator, block
+
+    def __del__(self) -> None:
+        self.allocator.free(self.block)
+
+
+def _place(storage: Any, index: int) -> None:
+    """`storage` is on simulated GPU `index`: its bytes are requested from that GPU's allocator
+    when it is new there (a storage of 0 bytes requests nothing: torch's CUDA allocator calls
+    `malloc` only for a size != 0). A storage that is already there stays as it is (a view's
+    result, an op's output aliasing its input)."""
+    before = getattr(storage, _ATTR, None)
+    if before == index:
+        return
+    nbytes = storage.nbytes()
+    allocation = None
+    if nbytes:
+        allocator = gpu_allocator.device(index)
+        allocation = _Allocation(allocator, allocator.malloc(nbytes))  # (may raise torch.OutOfMemoryError)
+    setattr(storage, _ATTR, index)
+    setattr(storage, _BLOCK, allocation)  # (replacing one on another GPU frees it there)
+
+
 def mark(t: Any, index: int) -> Any:
     """Place `t`'s memory (and every alias of it) on simulated GPU `index`; returns `t`."""
     if type(t) in PLAIN:
         try:
-            setattr(t.untyped_storage(), _ATTR, index)
+            storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            pass
+            return t
+        _place(storage, index)
     return t
 
 
 def unmark(t: Any) -> None:
     """`t`'s memory is host memory again (a module moved to the CPU in place, by the caller)."""
     if gpu_index(t) is not None:
-        delattr(t.untyped_storage(), _ATTR)
+        storage = t.untyped_storage()
+        delattr(storage, _ATTR)
+        delattr(storage, _BLOCK)
 
 
 def mark_storage(storage: Any, index: int) -> Any:
     """A storage placed on a simulated GPU (`torch.load(map_location="cuda")`)."""
     untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
     if isinstance(untyped, torch.UntypedStorage):
-        setattr(untyped, _ATTR, index)
+        _place(untyped, index)
     return storage
 
 
