@@ -23,8 +23,9 @@ def simulated_gpus(monkeypatch):
     import torch.cuda.memory
     import torch.cuda.random
 
-    from simdist.script.rank import devices, gpu_allocator, gpu_shims
+    from simdist.script.rank import devices, gpu_allocator, gpu_memory, gpu_shims
 
+    _keep(monkeypatch, torch.Tensor, torch.UntypedStorage, inherited=("resize_",))
     _keep(monkeypatch, torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl,
           torch.accelerator, gpu_shims._Gpus, gpu_shims._Init)
     for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumulatedMemoryStats",
@@ -34,6 +35,7 @@ def simulated_gpus(monkeypatch):
     monkeypatch.setattr(torch._C, "_get_accelerator", torch._C._get_accelerator)
     gpu_shims.fresh_process()
     gpu_shims.install(4)
+    gpu_memory._install_resizes()
     with devices.CudaToCpu():
         yield torch
 
@@ -76,6 +78,25 @@ def test_memory_figures_follow_the_caching_allocators_rules(simulated_gpus):
     assert torch.cuda.memory_allocated(0) == 4096 and torch.accelerator.memory_allocated(2) == 512
     assert "PyTorch CUDA memory summary, device ID 2" in torch.cuda.memory_summary()
     del b, c
+
+
+def test_a_resized_gpu_storage_is_reallocated(simulated_gpus):
+    """FSDP frees an unsharded parameter with `untyped_storage().resize_(0)` and allocates it
+    again with `resize_(n)`; a CUDA storage's resize allocates new memory and frees the old, and
+    `Tensor.resize_` grows its storage so (`gpu_memory._resized`)."""
+    torch = simulated_gpus
+    t = torch.empty(1000, device="cuda")
+    assert torch.cuda.memory_allocated() == 4096
+    t.untyped_storage().resize_(0)
+    assert torch.cuda.memory_allocated() == 0 and torch.cuda.max_memory_allocated() == 4096
+    t.untyped_storage().resize_(4000)
+    assert torch.cuda.memory_allocated() == 4096
+    t.resize_(2000)  # 8000 B: a new 8192 B block, then the old one freed
+    assert torch.cuda.memory_allocated() == 8192 and torch.cuda.max_memory_allocated() == 4096 + 8192
+    t.resize_(10)  # shrinking keeps the storage
+    assert torch.cuda.memory_allocated() == 8192
+    del t
+    assert torch.cuda.memory_allocated() == 0
 
 
 def test_cuda_device_without_an_index_is_the_current_device(simulated_gpus):

@@ -47,11 +47,16 @@ LARGE_BUFFER = 20971520  # kLargeBuffer: "large" allocations may be packed in 20
 MIN_LARGE_ALLOC = 10485760  # kMinLargeAlloc: allocations between 1 and 10 MiB may use kLargeBuffer
 ROUND_LARGE = 2097152  # kRoundLarge: round up large allocations to 2 MiB
 
-_POOLS = ("all", "small_pool", "large_pool")
-_ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-           "active_bytes", "inactive_split_bytes", "requested_bytes")
+_POOLS = ("all", "small_pool", "large_pool")  # a statistic's rows (StatType: AGGREGATE, SMALL_POOL, LARGE_POOL)
+# The statistics that move, by column. With one stream and no events a block is active exactly
+# while it is allocated, so "active"/"active_bytes" are "allocation"/"allocated_bytes".
+ALLOCATION, SEGMENT, INACTIVE_SPLIT, ALLOCATED_BYTES, RESERVED_BYTES, INACTIVE_SPLIT_BYTES, REQUESTED_BYTES = range(7)
+_COLUMNS = {"allocation": ALLOCATION, "segment": SEGMENT, "active": ALLOCATION, "inactive_split": INACTIVE_SPLIT,
+            "allocated_bytes": ALLOCATED_BYTES, "reserved_bytes": RESERVED_BYTES, "active_bytes": ALLOCATED_BYTES,
+            "inactive_split_bytes": INACTIVE_SPLIT_BYTES, "requested_bytes": REQUESTED_BYTES}
 _COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 _MAX_SPLIT_SIZE = -1  # stats.max_split_size: static_cast<int64_t>(SIZE_MAX), the default
+_ZERO_STAT = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}  # oversize_*: none with no max_split_size
 
 
 def round_size(size: int) -> int:
@@ -68,25 +73,6 @@ def allocation_size(size: int) -> int:
     if size < MIN_LARGE_ALLOC:
         return LARGE_BUFFER
     return ROUND_LARGE * ((size + ROUND_LARGE - 1) // ROUND_LARGE)
-
-
-@dataclasses.dataclass
-class Stat:
-    """c10's `Stat`: current, peak, and the accumulated allocated/freed amounts."""
-
-    current: int = 0
-    peak: int = 0
-    allocated: int = 0
-    freed: int = 0
-
-    def increase(self, amount: int) -> None:
-        self.current += amount
-        self.peak = max(self.current, self.peak)
-        self.allocated += amount
-
-    def decrease(self, amount: int) -> None:
-        self.current -= amount
-        self.freed += amount
 
 
 @dataclasses.dataclass(eq=False)
@@ -136,19 +122,33 @@ class DeviceAllocator:
         self.device = device
         self.capacity = capacity
         self.small, self.large = _Pool(True), _Pool(False)
-        self.arrays = {name: {pool: Stat() for pool in _POOLS} for name in _ARRAYS}
+        # c10's `Stat` of each column and row, in four tables: current, peak, allocated (the
+        # amount ever added), and `freed` kept as allocated - current + the current at the last
+        # `reset_accumulated` (current = that + allocated - freed), so only increases pay for it
+        self._cur = [[0] * 7 for _ in _POOLS]
+        self._peak = [[0] * 7 for _ in _POOLS]
+        self._added = [[0] * 7 for _ in _POOLS]
+        self._base = [[0] * 7 for _ in _POOLS]
         self.counters = dict.fromkeys(_COUNTERS, 0)
-        self.oversize = {"oversize_allocations": Stat(), "oversize_segments": Stat()}
         self._reserved = 0  # total_allocated_memory: what the segments take
         self._next_ptr = 0x7F0000000000  # segment addresses, handed out in increasing order
         self._lock = threading.RLock()
         self._busy = False  # a free that arrives while this thread is inside the allocator waits
         self._deferred: list[Block] = []
 
-    def _change(self, name: str, small: bool, amount: int) -> None:
-        stats = self.arrays[name]
-        for pool in ("all", "small_pool" if small else "large_pool"):
-            stats[pool].increase(amount) if amount >= 0 else stats[pool].decrease(-amount)
+    def _change(self, small: bool, *changes: tuple[int, int]) -> None:
+        """`increase_stat`/`decrease_stat` of each (column, amount) in the row "all" and the
+        block's pool's row."""
+        cur, peak, added = self._cur, self._peak, self._added
+        for row in (0, 1 if small else 2):
+            c = cur[row]
+            for column, amount in changes:
+                value = c[column] + amount
+                c[column] = value
+                if amount > 0:
+                    added[row][column] += amount
+                    if value > peak[row][column]:
+                        peak[row][column] = value
 
     def malloc(self, orig_size: int) -> Block:
         """A block for a request of `orig_size` bytes (> 0), as `DeviceCachingAllocator::malloc`."""
@@ -184,8 +184,7 @@ class DeviceAllocator:
         self._reserved += alloc
         block = Block(alloc, self._next_ptr, small)
         self._next_ptr += alloc
-        self._change("segment", small, 1)
-        self._change("reserved_bytes", small, alloc)
+        self._change(small, (SEGMENT, 1), (RESERVED_BYTES, alloc))
         self.counters["num_device_alloc"] += 1
         return block
 
@@ -203,17 +202,27 @@ class DeviceAllocator:
             rest.size -= size
             pool.insert(rest)
             if already_split:
-                self._change("inactive_split_bytes", block.small, -size)
+                self._change(block.small, (INACTIVE_SPLIT_BYTES, -size))
             else:
-                self._change("inactive_split_bytes", block.small, rest.size)
-                self._change("inactive_split", block.small, 1)
+                self._change(block.small, (INACTIVE_SPLIT_BYTES, rest.size), (INACTIVE_SPLIT, 1))
         elif already_split:
-            self._change("inactive_split_bytes", block.small, -block.size)
-            self._change("inactive_split", block.small, -1)
+            self._change(block.small, (INACTIVE_SPLIT_BYTES, -block.size), (INACTIVE_SPLIT, -1))
         block.allocated, block.requested = True, orig_size
-        for name, amount in (("allocation", 1), ("allocated_bytes", block.size), ("active", 1),
-                             ("active_bytes", block.size), ("requested_bytes", orig_size)):
-            self._change(name, block.small, amount)
+        size = block.size
+        for row in (0, 1 if block.small else 2):  # (`_change` of three increases, unrolled: every malloc)
+            c, p, a = self._cur[row], self._peak[row], self._added[row]
+            c[ALLOCATION] += 1
+            c[ALLOCATED_BYTES] += size
+            c[REQUESTED_BYTES] += orig_size
+            a[ALLOCATION] += 1
+            a[ALLOCATED_BYTES] += size
+            a[REQUESTED_BYTES] += orig_size
+            if c[ALLOCATION] > p[ALLOCATION]:
+                p[ALLOCATION] = c[ALLOCATION]
+            if c[ALLOCATED_BYTES] > p[ALLOCATED_BYTES]:
+                p[ALLOCATED_BYTES] = c[ALLOCATED_BYTES]
+            if c[REQUESTED_BYTES] > p[REQUESTED_BYTES]:
+                p[REQUESTED_BYTES] = c[REQUESTED_BYTES]
         return block
 
     def free(self, block: Block) -> None:
@@ -242,8 +251,6 @@ class DeviceAllocator:
 
     def _free(self, block: Block) -> None:
         block.allocated = False
-        self._change("allocation", block.small, -1)
-        self._change("allocated_bytes", block.small, -block.size)
         original, requested = block.size, block.requested
         pool = self.small if block.small else self.large
         net_blocks = net_size = 0
@@ -256,13 +263,13 @@ class DeviceAllocator:
         if block.is_split():
             net_blocks += 1
             net_size += block.size
-        if net_blocks:
-            self._change("inactive_split", block.small, net_blocks)
-        if net_size:
-            self._change("inactive_split_bytes", block.small, net_size)
-        self._change("active", block.small, -1)
-        self._change("active_bytes", block.small, -original)
-        self._change("requested_bytes", block.small, -requested)
+        for row in (0, 1 if block.small else 2):  # (`_change` of three decreases, unrolled: every free)
+            c = self._cur[row]
+            c[ALLOCATION] -= 1
+            c[ALLOCATED_BYTES] -= original
+            c[REQUESTED_BYTES] -= requested
+        if net_blocks or net_size:
+            self._change(block.small, (INACTIVE_SPLIT, net_blocks), (INACTIVE_SPLIT_BYTES, net_size))
 
     @staticmethod
     def _try_merge(dst: Block, src: Block | None, pool: _Pool) -> int:
@@ -289,8 +296,7 @@ class DeviceAllocator:
                 pool.remove(block)
                 self._reserved -= block.size
                 self.counters["num_device_free"] += 1
-                self._change("segment", block.small, -1)
-                self._change("reserved_bytes", block.small, -block.size)
+                self._change(block.small, (SEGMENT, -1), (RESERVED_BYTES, -block.size))
 
     def empty_cache(self) -> None:
         """`emptyCache`."""
@@ -303,34 +309,37 @@ class DeviceAllocator:
     def reset_peak(self) -> None:
         """`resetPeakStats`."""
         with self._lock:
-            for stat in self._all_stats():
-                stat.peak = stat.current
+            self._peak = [list(row) for row in self._cur]
 
     def reset_accumulated(self) -> None:
         """`resetAccumulatedStats`."""
         with self._lock:
-            for stat in self._all_stats():
-                stat.allocated = stat.freed = 0
+            self._added = [[0] * 7 for _ in _POOLS]
+            self._base = [list(row) for row in self._cur]
             self.counters = dict.fromkeys(_COUNTERS, 0)
 
-    def _all_stats(self) -> list[Stat]:
-        return [s for per_pool in self.arrays.values() for s in per_pool.values()] + list(self.oversize.values())
+    def current(self, column: int, row: int = 0) -> int:
+        return self._cur[row][column]
 
     def stats(self) -> dict[str, Any]:
         """`torch._C._cuda_memoryStats(device)`'s nested dict (torch/csrc/cuda/Module.cpp)."""
         with self._lock:
             out: dict[str, Any] = {**self.counters, "max_split_size": _MAX_SPLIT_SIZE}
-            for name, per_pool in self.arrays.items():
-                out[name] = {pool: dataclasses.asdict(stat) for pool, stat in per_pool.items()}
-            for name, stat in self.oversize.items():
-                out[name] = dataclasses.asdict(stat)
+            for name, column in _COLUMNS.items():
+                out[name] = {pool: self._stat(row, column) for row, pool in enumerate(_POOLS)}
+            out["oversize_allocations"], out["oversize_segments"] = dict(_ZERO_STAT), dict(_ZERO_STAT)
             return out
+
+    def _stat(self, row: int, column: int) -> dict[str, int]:
+        current, added = self._cur[row][column], self._added[row][column]
+        return {"current": current, "peak": self._peak[row][column], "allocated": added,
+                "freed": self._base[row][column] + added - current}
 
     def _out_of_memory(self, alloc: int) -> Exception:
         """torch's "CUDA out of memory" error (`malloc`), with the figures of this device."""
         import torch
 
-        allocated = self.arrays["allocated_bytes"]["all"].current
+        allocated = self._cur[0][ALLOCATED_BYTES]
         return torch.OutOfMemoryError(
             f"CUDA out of memory. Tried to allocate {format_size(alloc)}. GPU {self.device} has a total capacity "
             f"of {format_size(self.capacity)} of which {format_size(self.capacity - self._reserved)} is free. "
@@ -357,10 +366,7 @@ _DEVICES: dict[int, DeviceAllocator] = {}
 
 def device(index: int) -> DeviceAllocator:
     """Simulated GPU `index`'s allocator (made on its first use)."""
-    allocator = _DEVICES.get(index)
-    if allocator is None:
-        allocator = _DEVICES.setdefault(index, DeviceAllocator(index))
-    return allocator
+    return _DEVICES.get(index) or _DEVICES.setdefault(index, DeviceAllocator(index))
 
 
 def known() -> list[DeviceAllocator]:

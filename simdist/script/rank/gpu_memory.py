@@ -77,6 +77,46 @@ def _place(storage: Any, index: int) -> None:
     setattr(storage, _BLOCK, allocation)  # (replacing one on another GPU frees it there)
 
 
+def _resized(storage: Any) -> None:
+    """A storage on a simulated GPU whose size changed in place gets a block of its new size
+    (none for 0 bytes) and gives its old one back, as a CUDA storage's resize allocates new
+    memory, copies, and frees the old (`resize_bytes_cuda`): FSDP frees and re-allocates its
+    unsharded parameters with `untyped_storage().resize_(0)` / `resize_(n)`. Compared with
+    what its block was requested for, so a resize seen twice (torch hands `Tensor.resize_`
+    back to the rank layer's mode, which calls it again) re-allocates once."""
+    index = getattr(storage, _ATTR, None)
+    if index is None:
+        return
+    held = getattr(storage, _BLOCK, None)
+    after = storage.nbytes()
+    if after == (0 if held is None else held.block.requested):
+        return
+    allocator = gpu_allocator.device(index)
+    setattr(storage, _BLOCK, _Allocation(allocator, allocator.malloc(after)) if after else None)
+
+
+def _install_resizes() -> None:
+    """`UntypedStorage.resize_` and `Tensor.resize_` (which grows a storage only) of a simulated
+    GPU's memory re-allocate it (`_resized`)."""
+    orig_storage, orig_tensor = torch.UntypedStorage.resize_, torch.Tensor.resize_
+
+    @functools.wraps(orig_storage)
+    def storage_resize_(self: Any, size: int) -> Any:
+        out = orig_storage(self, size)
+        _resized(self)
+        return out
+
+    @functools.wraps(orig_tensor)
+    def tensor_resize_(self: torch.Tensor, *sizes: Any, **kwargs: Any) -> Any:
+        out = orig_tensor(self, *sizes, **kwargs)
+        if gpu_index(self) is not None:
+            _resized(self.untyped_storage())
+        return out
+
+    torch.UntypedStorage.resize_ = storage_resize_  # type: ignore[method-assign]
+    torch.Tensor.resize_ = tensor_resize_  # type: ignore[method-assign]
+
+
 def mark(t: Any, index: int) -> Any:
     """Place `t`'s memory (and every alias of it) on simulated GPU `index`; returns `t`."""
     if type(t) in PLAIN:
@@ -208,13 +248,15 @@ def _install_sharing() -> None:
 
 def install() -> None:
     """The rank layer's view of simulated GPU memory in printing (`install_repr`), pickling
-    (`location_tag`, asked before torch's own "cpu" tagger, priority 10) and `multiprocessing`
-    (`_install_sharing`). Once per process (`devices.install`)."""
+    (`location_tag`, asked before torch's own "cpu" tagger, priority 10), `multiprocessing`
+    (`_install_sharing`) and in-place resizes (`_install_resizes`). Once per process
+    (`devices.install`)."""
     install_repr()
     import torch.serialization
 
     torch.serialization.register_package(9, location_tag, lambda storage, location: None)
     _install_sharing()
+    _install_resizes()
 
 
 _PRINTING = threading.local()

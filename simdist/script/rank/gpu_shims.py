@@ -6,8 +6,9 @@ tensor of them on the CPU).
   `synchronize`, streams and events that have nothing to wait for, ...;
 * its generator state is the CPU generator's (`_install_cuda_rng_shims`);
 * the device queries scripts make (`is_bf16_supported`, `get_device_capability`,
-  `get_device_properties`, `mem_get_info`, NVTX ranges) answer for one fixed device
-  (`DeviceProperties`);
+  `get_device_properties`, NVTX ranges) answer for one fixed device (`DeviceProperties`);
+* the memory figures (`memory_allocated`, `memory_stats`, `empty_cache`, `mem_get_info`, ...)
+  are each device's simulated caching allocator's (`_install_memory_stats`, `gpu_allocator`);
 * `torch.accelerator`, the device-generic API of current scripts and tutorials
   (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
