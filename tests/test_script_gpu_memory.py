@@ -132,3 +132,19 @@ def test_gpu_memory_figures_agree_with_real_gloo(script_zygote):
         assert got["big"] == f"(({b + 12 * MiB}, {b + 12 * MiB}, {14 * MiB}, {14 * MiB}, 2, 0), {4000 * (rank + 1) + 12_000_000})"
         assert got["empty_cache"].startswith(f"(({b}, {b + 12 * MiB}, {2 * MiB}, {14 * MiB}, 1, 0), ")
         assert got["other device"] == "0"
+
+
+def test_memory_stats_has_every_key_torch_documents(simulated_gpus):
+    """Every statistic the installed torch's `memory_stats` docstring lists is a key of the
+    simulated one (a private pools' dict only while a pool exists, none here). The docstring
+    calls the allocation count "allocated"; torch's binding names it "allocation"
+    (torch/csrc/cuda/Module.cpp `THCPModule_memoryStats`)."""
+    import re
+
+    torch = simulated_gpus
+    documented = set(re.findall(r'``"([a-z_]+)[".{]', torch.cuda.memory.memory_stats.__doc__))
+    documented = (documented - {"_", "allocated"}) | {"allocation"}  # ("_": the doc's tuple-key joiner)
+    torch.empty(1, device="cuda")
+    keys = {key.split(".")[0] for key in torch.cuda.memory_stats()}
+    assert documented - keys == {"reserved_bytes_by_private_pools"}, documented - keys
+    assert len(documented) >= 17 and set(torch.cuda.memory_stats_as_nested_dict()) == documented

@@ -322,12 +322,15 @@ class DeviceAllocator:
         return self._cur[row][column]
 
     def stats(self) -> dict[str, Any]:
-        """`torch._C._cuda_memoryStats(device)`'s nested dict (torch/csrc/cuda/Module.cpp)."""
+        """`torch._C._cuda_memoryStats(device)`'s nested dict (torch/csrc/cuda/Module.cpp), with
+        the keys torch 2.13's `memory_stats` documents (torch/cuda/memory.py)."""
         with self._lock:
             out: dict[str, Any] = {**self.counters, "max_split_size": _MAX_SPLIT_SIZE}
             for name, column in _COLUMNS.items():
                 out[name] = {pool: self._stat(row, column) for row, pool in enumerate(_POOLS)}
             out["oversize_allocations"], out["oversize_segments"] = dict(_ZERO_STAT), dict(_ZERO_STAT)
+            out["num_oom_rejections"] = 0  # (a per-process memory fraction's: none is set)
+            out["reserved_bytes_by_private_pools"] = {}  # (no CUDA graph's or MemPool's pools)
             return out
 
     def _stat(self, row: int, column: int) -> dict[str, int]:
