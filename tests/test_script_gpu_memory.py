@@ -148,3 +148,58 @@ def test_memory_stats_has_every_key_torch_documents(simulated_gpus):
     keys = {key.split(".")[0] for key in torch.cuda.memory_stats()}
     assert documented - keys == {"reserved_bytes_by_private_pools"}, documented - keys
     assert len(documented) >= 17 and set(torch.cuda.memory_stats_as_nested_dict()) == documented
+
+
+def test_the_allocator_model_keeps_its_invariants():
+    """`gpu_allocator.DeviceAllocator` under 3000 random requests and frees (sizes across the
+    small, the 1-10 MiB and the large classes), with `empty_cache` now and then: each segment's
+    blocks tile it, no two free neighbours are left unmerged, every cached free block is in its
+    pool, and the statistics are the sums of the blocks (allocated, requested, segments,
+    reserved, inactive split blocks) with peaks never below the current values."""
+    import random
+
+    from simdist.script.rank import gpu_allocator as ga
+
+    rng = random.Random(0)
+    alloc = ga.DeviceAllocator(0)
+    live: list[ga.Block] = []
+    for step in range(3000):
+        if live and rng.random() < 0.45:
+            alloc.free(live.pop(rng.randrange(len(live))))
+        else:
+            size = rng.choice([rng.randint(1, 4096), rng.randint(4096, ga.SMALL_SIZE),
+                               rng.randint(ga.SMALL_SIZE, 12 * 2**20), rng.randint(12 * 2**20, 40 * 2**20)])
+            live.append(alloc.malloc(size))
+        if step % 500 == 499:
+            alloc.empty_cache()
+        free = {id(b) for pool in (alloc.small, alloc.large) for _, _, b in pool.free}
+        heads = {}
+        for block in live + [b for pool in (alloc.small, alloc.large) for _, _, b in pool.free]:
+            head = block
+            while head.prev is not None:
+                head = head.prev
+            heads[id(head)] = head
+        total = 0
+        for head in heads.values():
+            ptr, block = head.ptr, head
+            while block is not None:
+                assert block.ptr == ptr and block.size >= ga.MIN_BLOCK and block.size % ga.MIN_BLOCK == 0
+                assert block.allocated == (id(block) not in free)
+                if block.next is not None:
+                    assert block.next.prev is block and (block.allocated or block.next.allocated)
+                ptr += block.size
+                block = block.next
+            total += ptr - head.ptr
+        stats = alloc.stats()
+        assert stats["reserved_bytes"]["all"]["current"] == total == alloc.reserved()
+        assert stats["segment"]["all"]["current"] == len(heads)
+        assert stats["allocated_bytes"]["all"]["current"] == sum(b.size for b in live)
+        assert stats["requested_bytes"]["all"]["current"] == sum(b.requested for b in live)
+        assert stats["allocation"]["all"]["current"] == len(live)
+        split_free = [b for pool in (alloc.small, alloc.large) for _, _, b in pool.free if b.is_split()]
+        assert stats["inactive_split"]["all"]["current"] == len(split_free)
+        assert stats["inactive_split_bytes"]["all"]["current"] == sum(b.size for b in split_free)
+        for name in ("allocated_bytes", "reserved_bytes", "segment", "allocation"):
+            for pool in ("all", "small_pool", "large_pool"):
+                s = stats[name][pool]
+                assert s["peak"] >= s["current"] >= 0 and s["allocated"] - s["freed"] == s["current"]
