@@ -203,3 +203,26 @@ def test_the_allocator_model_keeps_its_invariants():
             for pool in ("all", "small_pool", "large_pool"):
                 s = stats[name][pool]
                 assert s["peak"] >= s["current"] >= 0 and s["allocated"] - s["freed"] == s["current"]
+
+
+def test_a_gpu_tensor_received_through_a_queue_is_the_senders_memory(simulated_gpus, monkeypatch):
+    """A receiver maps the sender's block (CUDA IPC): its own allocator is not asked for it, so
+    its `memory_allocated` does not grow (`gpu_memory.rebuild_on_gpu`); it is still on the GPU."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    from simdist.script.rank import gpu_memory
+
+    torch = simulated_gpus
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
+    gpu_memory._install_sharing()
+    sent = torch.arange(3.0, device="cuda:1")
+    assert torch.cuda.memory_allocated(1) == 512
+    wire = ForkingPickler.dumps(sent)
+    reductions.shared_cache.clear()
+    got = ForkingPickler.loads(wire)
+    assert gpu_memory.gpu_index(got) == 1 and got.tolist() == [0.0, 1.0, 2.0]
+    assert torch.cuda.memory_allocated(1) == 512
+    product = got * 2  # a result of a received tensor is the receiver's own memory
+    assert gpu_memory.gpu_index(product) == 1 and torch.cuda.memory_allocated(1) == 1024
