@@ -133,7 +133,8 @@ def unmark(t: Any) -> None:
     if gpu_index(t) is not None:
         storage = t.untyped_storage()
         delattr(storage, _ATTR)
-        delattr(storage, _BLOCK)
+        if hasattr(storage, _BLOCK):  # (a received tensor's memory has none: `rebuild_on_gpu`)
+            delattr(storage, _BLOCK)
 
 
 def mark_storage(storage: Any, index: int) -> Any:
