@@ -555,3 +555,36 @@ def test_torchs_own_code_reads_the_memorys_device(monkeypatch):
     with devices.CudaToCpu():
         placed, moved = torch.zeros(1, device=read_off), torch.ones(1).to(read_off)
     assert [gpu_memory.gpu_index(t) for t in (placed, moved)] == [1, 1] and gpu.to(read_off) is gpu
+
+
+def test_device_reads_make_no_torch_calls_a_program_mode_sees(monkeypatch):
+    """`rank.device_view` reads which simulated GPU a tensor is on off its storage; that read
+    is the rank layer's, not the program's: a `TorchFunctionMode` the program enters (a call
+    logger, a profiler's) sees no `untyped_storage` call the program never made for its
+    `x.device`/`is_cuda`/`is_cpu`/`get_device()`/`type()` reads. It saw one per read (and the
+    dispatch doubled a read's cost under the rank layer's own mode); and `type()`, which torch
+    hands to that mode, which answers it through the view again, says "torch.cuda.FloatTensor"
+    (it said "torch.cuda.cuda.FloatTensor"). In-process, restored."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from simdist.script.rank import device_view, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type"))
+    device_view.install()
+
+    class Log(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    gpu, host = gpu_memory.mark(torch.zeros(2), 1), torch.zeros(2)
+    with Log() as log:
+        reads = [(t.device, t.is_cuda, t.is_cpu, t.get_device(), t.type()) for t in (gpu, host)]
+    assert reads == [(torch.device("cuda", 1), True, False, 1, "torch.cuda.FloatTensor"),
+                     (torch.device("cpu"), False, True, -1, "torch.FloatTensor")]
+    assert "untyped_storage" not in log.seen, log.seen

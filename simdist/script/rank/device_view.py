@@ -50,12 +50,22 @@ def _asked_by_program(depth: int) -> bool:
     return name.partition(".")[0] not in _INTERNAL
 
 
+def _gpu_of(t: Any) -> int | None:
+    """`gpu_memory.gpu_index(t)` with no torch call dispatched: the storage read is the rank
+    layer's, so a `TorchFunctionMode` the program entered sees no `untyped_storage` it never
+    called (and the rank layer's own mode does not double the read's cost)."""
+    if type(t) not in gpu_memory.PLAIN:
+        return None
+    with torch._C.DisableTorchFunction():
+        return gpu_memory.gpu_index(t)
+
+
 def program_index(t: Any) -> int | None:
     """The simulated GPU `t` is on, if the program (the caller's caller) asks; None for host
     memory or torch's own code."""
     if type(t) not in gpu_memory.PLAIN or not _asked_by_program(3):
         return None
-    return gpu_memory.gpu_index(t)
+    return _gpu_of(t)
 
 
 def host_device(index: int) -> torch.device:
@@ -89,10 +99,9 @@ def install() -> None:
     base_get_device, base_type = base.get_device, torch.Tensor.type
 
     def device(self: torch.Tensor) -> torch.device:
-        if type(self) in gpu_memory.PLAIN:
-            index = gpu_memory.gpu_index(self)
-            if index is not None:
-                return _cuda(index) if _asked_by_program(2) else host_device(index)
+        index = _gpu_of(self)
+        if index is not None:
+            return _cuda(index) if _asked_by_program(2) else host_device(index)
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
@@ -109,7 +118,8 @@ def install() -> None:
     @functools.wraps(base_type)
     def type_name(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs and program_index(self) is not None:  # torch: "torch.cuda.FloatTensor"
-            return base_type(self).replace("torch.", "torch.cuda.", 1)
+            name = base_type(self)  # (a program's mode may have answered it through this view: already cuda)
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
         return base_type(self, *args, **kwargs)
 
     torch.Tensor.device = property(device, doc=base_device.__doc__)  # type: ignore[assignment,method-assign]
