@@ -525,6 +525,7 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
         assert got["grad norm device"] == f"cuda:{rank}"  # was a host tensor: torch read the CPU off grads[0]
         assert got["branch"] == "gpu branch"
         assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
+        assert got["fsdp2 param"] == f"('DTensor', 'cuda:{rank}', True, {cuda})"  # was 'cpu', False: host inputs
         assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
 
 
@@ -588,3 +589,28 @@ def test_device_reads_make_no_torch_calls_a_program_mode_sees(monkeypatch):
     assert reads == [(torch.device("cuda", 1), True, False, 1, "torch.cuda.FloatTensor"),
                      (torch.device("cpu"), False, True, -1, "torch.FloatTensor")]
     assert "untyped_storage" not in log.seen, log.seen
+
+
+def test_a_wrapper_subclass_on_a_gpu_reads_as_on_it(monkeypatch):
+    """A tensor subclass that wraps others (DTensor, and so FSDP2's parameters: torch's
+    `_make_wrapper_subclass` takes its device from its local tensor's, which is the CPU here)
+    reads, to the program, as on the simulated GPU its first inner tensor is on, as it does on
+    a GPU: `device = next(model.parameters()).device` after `fully_shard` said `cpu`, so the
+    script's inputs were host tensors and its GPU branches skipped. torch's own code still
+    reads the wrapper's CPU. (`TwoTensor`, torch's test wrapper subclass, stands for DTensor:
+    no process group needed.) In-process, restored."""
+    import torch
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from simdist.script.rank import device_view, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type"))
+    device_view.install()
+    internal: dict = {"__name__": "torch.distributed.fake_internal"}
+    exec("def read(t): return (t.device, t.is_cuda, t.get_device())", internal)
+    wrapped = TwoTensor(gpu_memory.mark(torch.zeros(2), 1), gpu_memory.mark(torch.ones(2), 1))
+    assert (wrapped.device, wrapped.is_cuda, wrapped.is_cpu, wrapped.get_device()) == (
+        torch.device("cuda", 1), True, False, 1)
+    assert internal["read"](wrapped) == (torch.device("cpu"), False, -1)
+    host = TwoTensor(torch.zeros(2), torch.ones(2))
+    assert (host.device, host.is_cuda, host.get_device()) == (torch.device("cpu"), False, -1)
