@@ -614,3 +614,39 @@ def test_a_wrapper_subclass_on_a_gpu_reads_as_on_it(monkeypatch):
     assert internal["read"](wrapped) == (torch.device("cpu"), False, -1)
     host = TwoTensor(torch.zeros(2), torch.ones(2))
     assert (host.device, host.is_cuda, host.get_device()) == (torch.device("cpu"), False, -1)
+
+
+def test_cuda_autocast_state_reads_as_on_a_gpu(monkeypatch):
+    """Inside `torch.autocast("cuda", dtype=torch.bfloat16)` (which autocasts on the CPU here,
+    `rank.devices`) a GPU says CUDA's autocast is on: `torch.is_autocast_enabled()` (no
+    device: CUDA's, as torch documents), `is_autocast_enabled("cuda")` True,
+    `get_autocast_dtype("cuda")` and `get_autocast_gpu_dtype()` bfloat16; outside, False and
+    float16. They said False and float16 inside too (CUDA's state was never set), so code
+    that asks (`torch.amp.custom_fwd(device_type="cuda")`, attention code picking its dtype)
+    took its no-autocast path; a script's `torch.autocast(x.device.type)` reaches it since
+    `x.device.type` is "cuda" (`rank.device_view`). In-process, restored."""
+    import warnings
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    from simdist.script.rank import devices
+
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "get_autocast_gpu_dtype"):
+        monkeypatch.setattr(torch, name, getattr(torch, name))
+    monkeypatch.setattr(autocast, "__init__", autocast.__init__)
+    devices._patch_autocast()
+    warnings.simplefilter("ignore", DeprecationWarning)  # (get_autocast_gpu_dtype's, as torch's)
+
+    def state() -> tuple:
+        return (torch.is_autocast_enabled(), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+                torch.get_autocast_gpu_dtype())
+
+    assert state() == (False, False, torch.float16, torch.float16)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        inside = state()
+        with torch.autocast("cuda", enabled=False):
+            assert not torch.is_autocast_enabled("cuda")
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    assert inside == (True, True, torch.bfloat16, torch.bfloat16)
+    assert state() == (False, False, torch.float16, torch.float16)
