@@ -525,6 +525,7 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
         assert got["grad norm device"] == f"cuda:{rank}"  # was a host tensor: torch read the CPU off grads[0]
         assert got["branch"] == "gpu branch"
         assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
+        assert got["compiled"] == "[2.0, 2.0, 2.0]"  # dynamo raised: device_view.host_index is skipped code
         assert got["fsdp2 param"] == f"('DTensor', 'cuda:{rank}', True, {cuda})"  # was 'cpu', False: host inputs
         assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
 

@@ -59,8 +59,10 @@ def is_accelerator(device: Any) -> bool:
         return True
     if isinstance(device, str):
         return device.startswith("cuda")
-    if isinstance(device, torch.device):
-        return device.type == "cuda" or device_view.host_index(device) is not None
+    if isinstance(device, torch.device):  # (not asked inside a compiled function: dynamo skips
+        # device_view, and its devices there are its fake tensors' own, never one of those objects)
+        return device.type == "cuda" or (device.type == "cpu" and not _compiling()
+                                         and device_view.host_index(device) is not None)
     return False
 
 
@@ -80,7 +82,7 @@ def stands_for_gpu(t: Any) -> bool:
 def _target_index(device: Any) -> int:
     """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
     if isinstance(device, torch.device):
-        read_off = device_view.host_index(device)
+        read_off = device_view.host_index(device) if device.type == "cpu" else None  # (`is_accelerator`)
         if read_off is not None:
             return read_off
         return gpu_shims._Gpus.current if device.index is None else device.index
