@@ -424,3 +424,20 @@ def test_p2p_calls_gloo_fails_as_they_post_are_operations_on_both_sides(script_z
     assert differences(sim, real) == []
     assert [(e.op, e.peer) for e in real.ranks[0].trace if e.op in ("send", "recv")] == [("recv", 1), ("send", 1)]
     assert sim.ranks[0].output == ["[0] recv: RuntimeError", "[0] send: RuntimeError"]
+
+
+@pytest.mark.real
+def test_an_empty_collective_gloo_refuses_fails_at_wait_as_a_non_empty_one(script_zygote):
+    """tests/scripts/gloo_refused_empty.py (3 ranks): zero-element all_reduce, reduce and
+    all_gather with PREMUL_SUM, BAND on floats and int16. Gloo refuses the op or dtype before
+    its algorithm sees the empty tensor, so each work fails at wait(); the simulated rank took
+    every empty call of these ops for local and completed it ("ok")."""
+    entry = {"script": "../tests/scripts/gloo_refused_empty.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[2].output == ["premul all_reduce: RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+                                   "premul reduce async: RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+                                   "band all_reduce: RuntimeError: Cannot use ReduceOp.BAND with non-integral dtype",
+                                   "int16 all_gather: RuntimeError: Invalid scalar type", "sum all_reduce: ok",
+                                   "sum after: [6.0]"]

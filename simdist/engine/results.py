@@ -21,14 +21,11 @@ from simdist.engine.values import (
 )
 from simdist.errors import LimitError
 from simdist.vocab import (
-    BITWISE_REDUCE_OPS,
     FLOAT_DTYPES,
-    GLOO_NO_KERNEL_DTYPES,
-    P2P_OPS,
-    PREMUL_SUM,
     REDUCING_OPS,
     TORCH_DTYPE_NAMES,
     gloo_empty_is_local,
+    gloo_refusal,
 )
 
 
@@ -57,14 +54,7 @@ def gloo_local_error(c: Call) -> str | None:
     messages (measured on torch 2.13). A dtype Gloo has no kernel for (int16) fails the same
     way, at ``wait()``, on every collective but barrier: "Invalid scalar type"; and so does
     PREMUL_SUM, NCCL's alone ("Cannot use ReduceOp.PREMUL_SUM with Gloo")."""
-    # the reduce op first: this runs for every rank-collective on Gloo, and most are no bitwise op
-    if c.reduce_op == PREMUL_SUM and c.op in REDUCING_OPS:  # NCCL's alone: Gloo has no function for it
-        return "Cannot use ReduceOp.PREMUL_SUM with Gloo"
-    if c.reduce_op in BITWISE_REDUCE_OPS and c.op in REDUCING_OPS and c.payload.dtype in FLOAT_DTYPES:
-        return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
-    if c.payload.dtype in GLOO_NO_KERNEL_DTYPES and c.op not in P2P_OPS and c.op != "barrier":
-        return "Invalid scalar type"
-    return None
+    return gloo_refusal(c.op, c.reduce_op, c.payload.dtype)
 
 
 def gloo_exchanges_nothing(c: Call) -> bool:
