@@ -441,3 +441,17 @@ def test_an_empty_collective_gloo_refuses_fails_at_wait_as_a_non_empty_one(scrip
                                    "band all_reduce: RuntimeError: Cannot use ReduceOp.BAND with non-integral dtype",
                                    "int16 all_gather: RuntimeError: Invalid scalar type", "sum all_reduce: ok",
                                    "sum after: [6.0]"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("how", ["single", "empty", "list"])
+def test_alltoall_and_an_alltoallv_of_even_split_sizes_pair(script_zygote, how):
+    """tests/scripts/alltoall_meets_alltoallv.py (3 ranks): rank 0's all_to_all without split
+    sizes (alltoall) meets the others' even ones (alltoallv). Gloo builds both slots from
+    kAlltoallSlotPrefix, so they pair and complete; the simulator took them for different
+    slots (a `given` flag on its split sizes) and let every rank wait for its timeout."""
+    entry = {"script": "../tests/scripts/alltoall_meets_alltoallv.py", "nproc": 3, "args": ["--how", how]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output == ["[0] [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]"]
