@@ -455,3 +455,20 @@ def test_alltoall_and_an_alltoallv_of_even_split_sizes_pair(script_zygote, how):
     assert _verdict(sim) == ["completed"] * 3
     assert differences(sim, real) == []
     assert sim.ranks[0].output == ["[0] [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]"]
+
+
+@pytest.mark.real
+def test_all_to_all_sizes_gloo_refuses_fail_at_wait_before_any_message(script_zygote):
+    """tests/scripts/all_to_all_sizes_refused.py (3 ranks): alltoall with input and output of
+    different sizes, then an alltoallv whose rank 0 sends itself another count than it
+    receives. Gloo's enforce fails each at wait() before any message (the others wait for rank
+    0's until it exits); the simulator ran both as if the sizes fitted."""
+    entry = {"script": "../tests/scripts/all_to_all_sizes_refused.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    gloo = "[enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/"
+    assert sim.ranks[0].output == [f"[0] alltoall: RuntimeError {gloo}alltoall.cc:30] in->size == out->size. ",
+                                   "[0] sum [3.0]", f"[0] alltoallv: RuntimeError {gloo}alltoallv.cc:138] "
+                                   "inLengthPerRank[myRank] == outLengthPerRank[myRank]. "]
+    assert sim.ranks[1].output[2] == "[1] alltoallv: RuntimeError"

@@ -49,12 +49,14 @@ NP_DTYPES: dict[str, Any] = {
 @dataclass(frozen=True)
 class Splits:
     """An all_to_all's element counts, in group-rank order: what this rank sends to each
-    rank and receives from each (uneven for all_to_all_single with split sizes). Whether the
-    caller gave them does not matter to the wire: Gloo's alltoallv (split sizes given) and
-    alltoall (none) share their slot prefix and, for even counts, their messages."""
+    rank and receives from each (uneven for all_to_all_single with split sizes). `given`:
+    the caller passed split sizes, so ProcessGroupGloo runs Gloo's alltoallv (else alltoall).
+    The two share their slot prefix and, for even counts, their messages: it decides only
+    which of their local checks fails (`engine.results.gloo_local_error`)."""
 
     send: tuple[int, ...]
     recv: tuple[int, ...]
+    given: bool = False
 
 
 @dataclass(slots=True)

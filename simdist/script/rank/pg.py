@@ -156,11 +156,11 @@ class SimProcessGroup(dist.ProcessGroup):
     def _issue(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], result: Any, *,
                numel: int, dtype: str, send: bool = True, reduce_op: str | None = None, root: int | None = None,
                peer: int | None = None, tag: int = 0, async_op: bool = True, announce: bool | None = None,
-               splits: tuple[list[int], list[int]] | None = None, after: Any = None,
+               splits: tuple[list[int], list[int], bool] | None = None, after: Any = None,
                frames: list | None = None, limit_s: float | None = None, hidden: str | None = None) -> SimWork:
         """Send one operation to the coordinator. `announce`: the op message says the caller
         waits on it at once (default: a synchronous call); `splits`: all_to_all's element
-        counts (to each rank, from each rank); `after`: run once the outputs hold the result."""
+        counts (to each rank, from each rank) and whether the caller gave them; `after`: run once the outputs hold the result."""
         c = client.CLIENT
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
@@ -373,7 +373,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 if tuple(t.shape) != want:
                     raise RuntimeError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {k} "
                                        f"(expected {shape_text(want)}, got {shape_text(tuple(t.shape))})")
-        splits = ([t.numel() for t in inputs], [t.numel() for t in outputs])
+        splits = ([t.numel() for t in inputs], [t.numel() for t in outputs], False)
         return self._issue("all_to_all", inputs, outputs, outputs, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            async_op=_async(opts), splits=splits)
 
@@ -381,7 +381,8 @@ class SimProcessGroup(dist.ProcessGroup):
                           input_splits: list[int], opts: Any = None) -> SimWork:
         if self._gloo():
             gloo_args.require_contiguous("Tensors must be contiguous", ValueError, input, output)
-        splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()))
+        splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()),
+                  bool(input_splits or output_splits))
         return self._issue("all_to_all", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            async_op=_async(opts), splits=splits)
 
