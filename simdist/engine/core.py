@@ -163,8 +163,7 @@ class Engine(GlooExits, GlooTimeouts):
         calls = inst.calls
         calls[rank] = call
         gloo = self.backend == "gloo"
-        # (gloo_local_error is None unless Gloo may refuse the reduce op, the dtype has no kernel
-        # or an alltoallv's own block differs: tested first)
+        # (gloo_local_error is None but for a reduce op Gloo may refuse, no kernel or an all_to_all)
         if gloo and (reduce_op in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES or op == "all_to_all") \
                 and (local := gloo_local_error(call, members)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
