@@ -369,18 +369,19 @@ def test_a_collective_an_abort_cut_off_fails_its_late_poster_at_once():
 
 
 def test_issues_test_before_gloo_local_error_passes_over_no_call_that_fails():
-    """`Engine.issue` asks `gloo_local_error` only for a bitwise reduce op or a dtype without a
-    Gloo kernel (the hot path's shortcut): every call it passes over must be one that function
-    lets through, whatever op, dtype and reduce op, so a case added there is not hidden."""
+    """`Engine.issue` asks `gloo_local_error` only for a reduce op Gloo may refuse, a dtype
+    without a Gloo kernel or an all_to_all (the hot path's shortcut): every call it passes over
+    must be one that function lets through, whatever op, dtype and reduce op (PREMUL_SUM too),
+    so a case added there is not hidden."""
     from types import SimpleNamespace
 
     from simdist.engine.results import gloo_local_error
-    from simdist.vocab import BITWISE_REDUCE_OPS, DTYPE_BYTES, GLOO_NO_KERNEL_DTYPES, OPS, REDUCE_OPS
+    from simdist.vocab import DTYPE_BYTES, GLOO_LOCAL_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES, OPS, PREMUL_SUM, REDUCE_OPS
 
     for op in OPS:
         for dtype in DTYPE_BYTES:
-            for red in (None, *REDUCE_OPS):
-                if red in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES:
+            for red in (None, *REDUCE_OPS, PREMUL_SUM):
+                if red in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES or op == "all_to_all":
                     continue
                 call = SimpleNamespace(op=op, reduce_op=red, payload=Payload(4, dtype))
                 assert gloo_local_error(call) is None, (op, dtype, red)  # type: ignore[arg-type]

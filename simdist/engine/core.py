@@ -163,9 +163,9 @@ class Engine(GlooExits, GlooTimeouts):
         calls = inst.calls
         calls[rank] = call
         gloo = self.backend == "gloo"
-        # (gloo_local_error is None unless Gloo may refuse the reduce op or the dtype has no kernel: tested first)
-        if gloo and (reduce_op in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
-                and (local := gloo_local_error(call)) is not None:
+        # (gloo_local_error is None but for a reduce op Gloo may refuse, no kernel or an all_to_all)
+        if gloo and (reduce_op in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES or op == "all_to_all") \
+                and (local := gloo_local_error(call, members)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")
             call.settle(False, RankRaised("RuntimeError", local, "other"))

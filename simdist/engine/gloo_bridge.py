@@ -45,28 +45,30 @@ def _splits_agree(calls: list[Call]) -> bool:
     splits = _splits(calls)
     if splits is None or any(c.op != "all_to_all" or c.payload.dtype != calls[0].payload.dtype for c in calls):
         return False
-    if len({s.given for s in splits}) > 1:
-        return False  # alltoall and alltoallv: different slots, nothing is exchanged
     n = len(calls)
     return all(len(s.send) == n == len(s.recv) for s in splits) and all(
         splits[i].send[j] == splits[j].recv[i] for i in range(n) for j in range(n))
 
 
 def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
-    """Engine calls as the rule's input. An all_to_all given split sizes (even ones too) is
-    Gloo's alltoallv (`gloo_rules.ALLTOALLV`, with its split sizes); one without is alltoall."""
+    """Engine calls as the rule's input. Where any rank's all_to_all has uneven split sizes,
+    every all_to_all with split sizes is Gloo's alltoallv (`gloo_rules.ALLTOALLV`, with its
+    split sizes): gloo/alltoall.cc and alltoallv.cc build their slot from the same prefix
+    (kAlltoallSlotPrefix) and post the same messages for even counts, so an alltoall pairs
+    with an alltoallv message by message (torch 2.13, measured: even split sizes given meet
+    none given and complete)."""
+    v = any(_uneven(c) for c in calls)
     return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV, c.payload.numel, c.payload.dtype, c.reduce_op,
                                       c.root, (c.payload.meta.send, c.payload.meta.recv))  # type: ignore[union-attr]
-            if _uneven(c) else
+            if v and c.op == "all_to_all" and isinstance(c.payload.meta, Splits) else
             gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root)
             for c in calls]
 
 
 def _uneven(c: Call) -> bool:
-    """Whether Gloo runs this all_to_all as alltoallv: split sizes given (`Splits.given`), or
-    uneven (a caller that cannot say whether they were given)."""
+    """Whether this all_to_all's split sizes are uneven (an alltoall cannot post its messages)."""
     s = c.payload.meta
-    return c.op == "all_to_all" and isinstance(s, Splits) and (s.given or len(set(s.send) | set(s.recv)) > 1)
+    return c.op == "all_to_all" and isinstance(s, Splits) and len(set(s.send) | set(s.recv)) > 1
 
 
 def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],

@@ -28,7 +28,7 @@ from simdist.script import env
 from simdist.script.rank import callbacks, client, gloo_args, gpu_memory, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local
+from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local, gloo_refusal
 
 BACKEND_NAME = "simdist"
 
@@ -166,8 +166,8 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result, after)
         # what Gloo runs without the wire completes here at once, as Gloo's worker thread
-        # does it: a future's callbacks then run where `then` is called (the engine agrees)
-        local = gloo_empty_is_local(op, numel) and self._gloo()
+        # does it (callbacks run where `then` is called), unless Gloo refuses its op or dtype first
+        local = gloo_empty_is_local(op, numel) and self._gloo() and gloo_refusal(op, reduce_op, dtype) is None
         work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
