@@ -70,3 +70,19 @@ def test_the_status_lines_name_the_group_in_its_given_order(script_zygote, monke
         said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
         assert said and "rank(s) [2] waiting in new_group at unsorted_group.py:" in said[0] \
             and "for the group of ranks [2, 0]; rank(s) [0] never came; " in said[0], lines
+
+
+@pytest.mark.parametrize("mode", ["ops", "sizes"])
+def test_mismatched_calls_pair_in_the_ring_of_group_ranks(script_zygote, mode):
+    """Group [1, 0, 2]: group rank 0 all-reduces with MAX (`ops`) or 8 elements where the
+    others have 6 (`sizes`). Gloo's ring runs over group ranks, so each segment's owner, the
+    values each rank gets, and which rank meets the longer message and aborts, follow the
+    given order. The pairing rules mapped global ranks to group ranks in ascending order
+    (`gloo_rules._rank_maps`): the simulator named rank 0 as the one that aborts where real
+    Gloo aborts rank 2, and mixed segments by the wrong owners' ops."""
+    sim, real = _compare(script_zygote, [mode], 3)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    if mode == "ops":
+        assert [r.status for r in real.ranks] == ["completed"] * 3, real.source
+        assert len({tuple(r.output) for r in real.ranks}) > 1, real.source  # the ops mixed: not one sum
