@@ -86,3 +86,17 @@ def test_mismatched_calls_pair_in_the_ring_of_group_ranks(script_zygote, mode):
     if mode == "ops":
         assert [r.status for r in real.ranks] == ["completed"] * 3, real.source
         assert len({tuple(r.output) for r in real.ranks}) > 1, real.source  # the ops mixed: not one sum
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ranks_passing_the_members_in_different_orders_wait_for_the_group_rank_nobody_took(script_zygote, nproc):
+    """Each rank passes the world with itself first: each registers its address as group
+    rank 0 and waits for group rank 1's, which nobody writes, so every rank raises the
+    store's wait timeout on real torch. The simulator compared the orders, called it a
+    protocol error and let every rank through: they completed."""
+    sim, real = _compare(script_zygote, ["orders", "0.5"], nproc)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [(r.status, r.error.type) for r in rep.ranks] == [("error", "DistStoreError")] * nproc, rep.source
+        assert all(r.error.message.endswith("//cpu//0/1") for r in rep.ranks), rep.source

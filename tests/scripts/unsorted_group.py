@@ -13,6 +13,9 @@ gather to group rank 0 (`group_dst`), a send/recv between group ranks 0 and 1.
                    segment is reduced by its owner's op, the owner a group rank)
     sizes          [1, 0, 2, ...]: group rank 0 all-reduces 8 elements, the others 6: which
                    rank aborts on the longer message follows the ring of group ranks
+    orders T       each rank passes the world with itself first, timeout=T s: each registers
+                   as group rank 0, nobody as 1, and every rank raises the store's wait
+                   timeout for group rank 1
 Any world size >= 2 (ops, sizes: >= 3).
 """
 
@@ -28,6 +31,10 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ranks = list(reversed(range(world))) if mode == "world" else [world - 1, 0]
+    if mode == "orders":
+        dist.new_group([rank, *(r for r in range(world) if r != rank)], sort_ranks=False,
+                       timeout=__import__("datetime").timedelta(seconds=float(sys.argv[2])))
+        return
     if mode in ("ops", "sizes"):
         ranks = [1, 0, *range(2, world)]
         g = dist.new_group(ranks, sort_ranks=False)
