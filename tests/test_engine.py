@@ -448,3 +448,25 @@ def test_a_send_at_the_instant_its_receiver_ends_pairs_whichever_the_engine_hear
     work = work or send()
     eng.env.run()
     assert work.done and work.call.ok
+
+
+def test_a_finished_traces_mismatch_is_judged_in_the_groups_rank_order():
+    """`check.pairing` judges a finished trace's mismatch (real Gloo's, a job's dumps) with
+    Gloo's rules, which run rings over group ranks: on group [1, 0, 2] (sort_ranks=False) with
+    group rank 0 all-reducing 8 elements and the others 6, real Gloo aborts rank 2 (measured:
+    `simdist compare tests/scripts/unsorted_group.py --nproc-per-node 3 -- sizes`). Numbered
+    ascending, the rules aborted rank 0."""
+    from simdist.check.pairing import _consequence, trace_mismatches
+    from simdist.engine.gloo_rules import CollectiveCall
+    from simdist.report import RankResult, Report, TraceEntry
+    from simdist.script.build import Groups
+
+    def rank(r: int) -> RankResult:
+        entry = TraceEntry(1, "all_reduce", 8 if r == 1 else 6, "float32", "g", 3, "user", reduce_op="sum")
+        return RankResult(r, "error", trace=[entry])
+
+    report = Report("t", "real", "error", [rank(r) for r in range(3)], world_size=3)
+    [finding] = trace_mismatches(report, Groups({"WORLD": [0, 1, 2], "g": [1, 0, 2]}))  # type: ignore[arg-type]
+    assert finding.kind == "size_mismatch" and " aborts: " in finding.detail, finding.detail
+    calls = [CollectiveCall(r, "all_reduce", 8 if r == 1 else 6, "float32", "sum") for r in (1, 0, 2)]
+    assert _consequence(report, calls, [1, 0, 2]).aborting_ranks == [2]  # type: ignore[union-attr]

@@ -17,19 +17,20 @@ _OK = gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
 
 
 def classify(calls: list[Call], group_size: int, alike: bool = False) -> gloo_rules.MismatchVerdict:
-    """What the backend does with these calls of one sequence number. `alike`: the caller
-    knows every fingerprint is the same (`Instance.alike`), so only an all_to_all's split
-    sizes are left to compare."""
+    """What the backend does with these calls of one sequence number, one per member in
+    group-rank order (Gloo's rings and trees follow it: a `new_group(ranks, sort_ranks=False)`
+    group's need not be ascending). `alike`: the caller knows every fingerprint is the same
+    (`Instance.alike`), so only an all_to_all's split sizes are left to compare."""
     c0 = calls[0]
     if alike and c0.op != "all_to_all":
         return _OK
     fp0 = (c0.op, c0.payload.numel, c0.payload.dtype, c0.reduce_op, c0.root)
     if all((c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root) == fp0 for c in calls[1:]):
         return _OK if not _splits(calls) or _splits_agree(calls) else gloo_rules.classify_mismatch(
-            rule_calls(calls), group_size)
+            rule_calls(calls), group_size, members=[c.rank for c in calls])
     if _splits_agree(calls):
         return _OK  # an all_to_all with uneven split sizes that every pair of ranks agrees on
-    return gloo_rules.classify_mismatch(rule_calls(calls), group_size)
+    return gloo_rules.classify_mismatch(rule_calls(calls), group_size, members=[c.rank for c in calls])
 
 
 def _splits(calls: list[Call]) -> list[Splits] | None:
@@ -71,10 +72,11 @@ def _uneven(c: Call) -> bool:
     return c.op == "all_to_all" and isinstance(s, Splits) and len(set(s.send) | set(s.recv)) > 1
 
 
-def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
+def absent_outcomes(calls: list[Call], members: list[int], gone: dict[int, float],
                     missing: list[int]) -> gloo_rules.MismatchVerdict:
     """Each posted rank's outcome (`rank_outcomes`; for one left waiting, on whom: `waits_on`)
-    of a collective that members never posted: `gone` ended their processes (member -> when),
+    of a collective of the group `members` (group-rank order) that members never posted:
+    `gone` ended their processes (member -> when),
     `missing` are alive but have not posted it (judged as posting a different kind of
     collective: a separate Gloo slot, so they exchange nothing).
 
@@ -91,7 +93,7 @@ def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
     kind = next((op for op in ("barrier", "all_gather", "all_reduce") if all(c.op != op for c in posted)), "absent")
     entries = posted + [gloo_rules.CollectiveCall(m, kind) for m in missing]
     unaware = {c.rank: frozenset(d for d, t in gone.items() if c.entry.t_issue <= t) for c in calls}
-    return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware)
+    return gloo_rules.classify_mismatch(entries, len(members), exited=set(gone), unaware=unaware, members=members)
 
 
 def mismatch_kind(calls: list[gloo_rules.CollectiveCall]) -> str:

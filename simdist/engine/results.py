@@ -99,11 +99,19 @@ def collective_results(calls: list[Call], gloo: bool = True, alike: bool = False
                          and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
     if c0.op in ("all_reduce", "broadcast", "all_gather") and alike:
         return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
-    if gloo and any(c.payload.numel != c0.payload.numel for c in calls):  # else: reinterpreted below
+    if gloo and (any(c.payload.numel != c0.payload.numel for c in calls) or _ops_mix(calls)):  # else: reinterpreted below
         mixed = _mixed_bytes(calls)
         if mixed is not None:
             return mixed
     return {c.rank: _result_for(c, calls, ranks, gloo) for c in calls}
+
+
+def _ops_mix(calls: list[Call]) -> bool:
+    """An all_reduce whose ranks reduce with different functions (SUM next to MAX): Gloo's ring
+    reduces each segment with its owner's function and copies it verbatim to everyone, so all
+    ranks get one patchwork, not each its own op's result (torch 2.13, 3 ranks, rank 0 MAX).
+    AVG is SUM on the wire (divided locally after), so SUM next to AVG is no mix."""
+    return calls[0].op == "all_reduce" and len({"sum" if c.reduce_op == "avg" else c.reduce_op for c in calls}) > 1
 
 
 def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
@@ -118,8 +126,9 @@ def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
     if any(a is None for a in arrays.values()):
         return None
     try:
-        res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),
-                                      {r: a.tolist() for r, a in arrays.items()})  # type: ignore[union-attr]
+        res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),  # calls: group-rank order
+                                      {r: a.tolist() for r, a in arrays.items()},  # type: ignore[union-attr]
+                                      members=[c.rank for c in calls])
     except (ValueError, KeyError, NotImplementedError, LimitError):
         return None  # too large to model byte by byte (simdist.limits), or a case the model lacks
     out = {}
