@@ -22,7 +22,7 @@ its rank waits on at that step of Gloo's algorithm, which the engine does not mo
 measurements: docs/script-backend.md, "Near ties"). A send's or receive's deadline is armed
 when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is not
 modelled: a run that would sit for 30 minutes is reported as the hang it is, at once (the
-rank layer sends a group's timeout only when it is shorter, `rank.pg.create`).
+rank layer sends a group's timeout only when it is shorter, `rank.backend.create`).
 """
 
 from __future__ import annotations
