@@ -128,15 +128,6 @@ def mark(t: Any, index: int) -> Any:
     return t
 
 
-def unmark(t: Any) -> None:
-    """`t`'s memory is host memory again (a module moved to the CPU in place, by the caller)."""
-    if gpu_index(t) is not None:
-        storage = t.untyped_storage()
-        delattr(storage, _ATTR)
-        if hasattr(storage, _BLOCK):  # (a received tensor's memory has none: `rebuild_on_gpu`)
-            delattr(storage, _BLOCK)
-
-
 def mark_storage(storage: Any, index: int) -> Any:
     """A storage placed on a simulated GPU (`torch.load(map_location="cuda")`)."""
     untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
