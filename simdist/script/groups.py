@@ -13,8 +13,8 @@ Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as 
 collective is (its request carries the rank's claim, `rank.client.Client.request`: a stale one
 kept a rank that ran a collective before new_group from counting as blocked): once every
 live rank is blocked the coordinator's proof of a hang covers it;
-then the waits with a group timeout end with the store's error (`_group_expire`, as
-`rendezvous._init_expire` ends init's), and the rest are the hang, explained by
+then the waits with a group timeout end with the store's error in their turn among every
+kind of deadline (`_group_deadlines`, `deadlines.next_due`), and the rest are the hang, explained by
 `group_notes` (who waits at which line, who never came and why). A member that comes after
 a peer's timeout ran out (on the simulated clocks: its sleeps and compute) makes that peer
 raise first, then is refused by the address the peer left in the store, as on real Gloo
@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from simdist.script.deadlines import Deadline
 from simdist.script.gathering import Gathering, raises_words, timeouts_words
 from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
 
 NEW_GROUP_WAIT = waiting_in("new_group")  # how a member that waits there for the others is reported
+NEW_GROUP = "new_group"  # its kind of `Deadline`
 
 
 @dataclass
@@ -141,16 +143,17 @@ class GroupsMixin:
         w.conn.answered()
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
-    def _group_expire(self) -> bool:
-        """Nothing else can progress: the members waiting in a group's creation with a
-        timeout end with the store's error (`group_timeout`), at their entry + T. Whether one did."""
-        fired = False
-        for waiting in self._creating.values():
-            for w in list(waiting.values()):
-                if w.limit_s is not None and not w.failed and w.conn.active():
-                    self._group_failed(w, waiting)
-                    fired = True
-        return fired
+    def _group_deadlines(self) -> list[Deadline]:
+        """The members waiting in a group's creation with a timeout: each ends with the store's
+        error (`group_timeout`) at its entry + T, in its turn (`expiry.GlooTimeoutsMixin._expire_next`)."""
+        return [Deadline(w.clock + w.limit_s, int(w.conn.rank), NEW_GROUP, w.conn, (w, waiting),  # type: ignore[arg-type]
+                         self._fire_groups)
+                for waiting in self._creating.values() for w in waiting.values()
+                if w.limit_s is not None and not w.failed and w.conn.active()]
+
+    def _fire_groups(self, due: list[tuple[Creating, dict[int, Creating]]]) -> None:
+        for w, waiting in due:
+            self._group_failed(w, waiting)
 
     def gatherings(self) -> list[Gathering]:
         """The groups whose members wait in their creation, as either side sees them: in the
