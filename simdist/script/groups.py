@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simdist.script.deadlines import Deadline
-from simdist.script.gathering import Gathering, raises_words, timeouts_words
+from simdist.script.gathering import Gathering, group_words, raises_words, timeouts_words
 from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
@@ -75,11 +75,6 @@ def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
     rank in the group) runs out."""
     return "DistStoreError", (f"wait timeout after {round(limit_s * 1000)}ms, keys: "
                               f"{STORE_PREFIX}/0//{key}//cpu//0/{missing}")
-
-
-def _whole(members: list[int]) -> str:
-    """What a group's members wait for, in a status line."""
-    return f"the group of ranks {members}"
 
 
 def _at(frames: list[Any]) -> str:
@@ -170,7 +165,7 @@ class GroupsMixin:
             errors = [(int(w.conn.rank), group_timeout(limits[w.conn.rank], w.key,  # type: ignore[index, arg-type]
                                                        first.ranks.index(missing[0]))) for w in here] if missing else []
             found.append(Gathering({int(w.conn.rank): (NEW_GROUP_WAIT, user_line(w.frames) or "?", w.since)  # type: ignore[arg-type]
-                                    for w in here}, _whole(first.ranks), missing,
+                                    for w in here}, group_words(first.ranks), missing,
                                    raises_words(errors, min(limits.values()))))
         return found
 
@@ -191,7 +186,7 @@ class GroupsMixin:
             if store is not None and c.stall_group is not None:
                 by.setdefault(str(c.stall_group[0]), ([int(r) for r in c.stall_group[1]], []))[1].append(c)
         return [Gathering({int(c.rank): (*c.store_wait(), c.stall_since) for c in conns},  # type: ignore[misc, arg-type]
-                          _whole(members), [m for m in members if m not in {c.rank for c in conns}],
+                          group_words(members), [m for m in members if m not in {c.rank for c in conns}],
                           timeouts_words(c.stall_limit for c in conns))
                 for members, conns in by.values()]
 
