@@ -1,10 +1,10 @@
 """Deadlines of different kinds fire in the order of simulated time (`deadlines.next_due`):
 a Gloo timeout and new_group's store wait at once, each run on both sides
 (`tests/scripts/deadline_order.py`). The coordinator ended every new_group wait before any
-Gloo timeout, whichever came first: with the all_reduce's timeout at 1 s and the group's at
-3 s the simulated ranks 1.. raised DistStoreError at 3 s where real Gloo makes the group at
-1 s. The unit tests below take the chooser through the other kinds (init, store barrier,
-`Work.wait(timeout=)`)."""
+Gloo timeout, whichever came first: with the all_reduce's timeout (or monitored_barrier's)
+at 1 s and the group's at 3 s the simulated ranks 1.. raised DistStoreError at 3 s where
+real Gloo makes the group at 1 s. The unit tests below take the chooser through the other
+kinds (init, store barrier, `Work.wait(timeout=)`)."""
 
 from __future__ import annotations
 
@@ -29,15 +29,17 @@ def _compare(zygote, args: list[str], nproc: int):
     return both.sim.report, both.real.report
 
 
-def _all_reduce_lines(nproc: int, gloo_first: bool) -> list[list[str]]:
-    if gloo_first:  # rank 0's all_reduce times out, then it makes the group with the others
-        return [["0 all_reduce raised RuntimeError", "0 new_group ok"]] + [[f"{r} new_group ok"] for r in range(1, nproc)]
-    # the others' new_group raises; they join rank 0's all_reduce; rank 0 is refused by their left addresses
-    return [["0 all_reduce " + str(float(nproc)), "0 new_group raised RuntimeError"]] + \
-        [[f"{r} new_group raised DistStoreError", f"{r} all_reduce {float(nproc)}"] for r in range(1, nproc)]
+def _collective_lines(mode: str, nproc: int, gloo_first: bool) -> list[list[str]]:
+    """`all_reduce` and `monitored` modes: rank 0's collective, the others' new_group first."""
+    if gloo_first:  # rank 0's collective times out, then it makes the group with the others
+        return [[f"0 {mode} raised RuntimeError", "0 new_group ok"]] + [[f"{r} new_group ok"] for r in range(1, nproc)]
+    # the others' new_group raises; they join rank 0's collective; rank 0 is refused by their left addresses
+    done = float(nproc) if mode == "all_reduce" else "ok"
+    return [[f"0 {mode} {done}", "0 new_group raised RuntimeError"]] + \
+        [[f"{r} new_group raised DistStoreError", f"{r} {mode} {done}"] for r in range(1, nproc)]
 
 
-def _relay_lines(nproc: int, gloo_first: bool) -> list[list[str]]:
+def _relay_lines(_mode: str, nproc: int, gloo_first: bool) -> list[list[str]]:
     if gloo_first:  # the receives time out; ranks 2.. then make the group with rank 1
         return [["0 recv raised RuntimeError"], ["1 new_group ok"]] + \
             [[f"{r} recv raised RuntimeError", f"{r} new_group ok"] for r in range(2, nproc)]
@@ -49,13 +51,13 @@ def _relay_lines(nproc: int, gloo_first: bool) -> list[list[str]]:
 @pytest.mark.real
 @pytest.mark.parametrize(("mode", "nproc", "gloo_s", "group_s"), [
     ("all_reduce", 2, 1, 3), ("all_reduce", 2, 3, 1), ("all_reduce", 3, 1, 3),
-    ("relay", 3, 1, 3), ("relay", 3, 3, 1),
+    ("monitored", 3, 1, 3), ("monitored", 3, 3, 1), ("relay", 3, 1, 3), ("relay", 3, 3, 1),
 ])
 def test_the_deadline_due_first_fires_first_whatever_its_kind(script_zygote, mode, nproc, gloo_s, group_s):
     sim, real = _compare(script_zygote, [mode, str(gloo_s), str(group_s)], nproc)
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
-    lines = (_all_reduce_lines if mode == "all_reduce" else _relay_lines)(nproc, gloo_s < group_s)
+    lines = (_relay_lines if mode == "relay" else _collective_lines)(mode, nproc, gloo_s < group_s)
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
         assert [r.output for r in rep.ranks] == lines, rep.source

@@ -142,6 +142,7 @@ class StoreBarrierMixin:
                 if not w.failed and (after := w.raises_after()) is not None and w.conn.active()]
 
     def _fire_barriers(self, due: list[tuple[BarrierWait, str, dict[int, BarrierWait]]]) -> None:
+        """Their turn came first (`deadlines.next_due`): these barrier waits raise torch's error."""
         for w, key, waiting in due:
             self._barrier_failed(w, key, waiting)
 

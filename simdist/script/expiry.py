@@ -68,6 +68,7 @@ class GlooTimeoutsMixin:
         self._pump()
 
     def _fire_waits(self, conns: list[RankConn]) -> None:
+        """These ranks' `Work.wait(timeout=)` ran out first: only the waits end (`_give_up`)."""
         for conn in conns:
             self._give_up(conn)
         self._pump()
@@ -145,4 +146,3 @@ class GlooTimeoutsMixin:
                 conn.clock = max(conn.clock, rec.deadline)
         for gen, calls in expired.items():
             gen.engine.time_out(calls)
-

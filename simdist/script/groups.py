@@ -147,6 +147,7 @@ class GroupsMixin:
                 if w.limit_s is not None and not w.failed and w.conn.active()]
 
     def _fire_groups(self, due: list[tuple[Creating, dict[int, Creating]]]) -> None:
+        """Their turn came first (`deadlines.next_due`): these members' store waits raise."""
         for w, waiting in due:
             self._group_failed(w, waiting)
 

@@ -291,6 +291,7 @@ class RendezvousMixin:
                 for c, f in _timed_waits(gen)]
 
     def _fire_inits(self, due: list[tuple[RankConn, Any, Failure]]) -> None:
+        """Their turn came first (`deadlines.next_due`): these inits end with the rendezvous' error."""
         for c, gen, f in due:
             self._init_failed(c, gen, f)
 

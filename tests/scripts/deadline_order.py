@@ -3,6 +3,7 @@ and new_group's store wait (`new_group(timeout=B)`); whichever comes first frees
 then ends the other's wait. Any world size of 2 or more (3 or more for `relay`).
 
     python deadline_order.py all_reduce A B   # torchrun-style
+    python deadline_order.py monitored A B
     python deadline_order.py relay A B
 
 `all_reduce`: rank 0 all_reduces over the world, then makes the group of every rank; the
@@ -10,6 +11,9 @@ others make the group first, and all_reduce only if that raised. A < B: rank 0's
 times out, it then makes the group with the others. B < A: the others' new_group raises,
 they then join rank 0's all_reduce, and rank 0's new_group meets addresses whose processes
 left it (refused).
+
+`monitored`: the same with `monitored_barrier(timeout=A)` in place of the all_reduce (its
+own timeout, not the group's).
 
 `relay`: rank 1 makes the group of ranks 1.. (not rank 0), and only if that raised sends to
 every other rank; every other rank first receives from rank 1, then ranks 2.. make the
@@ -45,18 +49,23 @@ def all_reduce():
     return t.item()
 
 
+def monitored():
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=a))
+
+
 def receive():
     t = torch.zeros(1)
     dist.recv(t, src=1)
     return t.item()
 
 
-if mode == "all_reduce":
+if mode in ("all_reduce", "monitored"):
+    collective = all_reduce if mode == "all_reduce" else monitored
     if rank == 0:
-        attempt("all_reduce", all_reduce)
+        attempt(mode, collective)
         attempt("new_group", lambda: dist.new_group(list(range(world)), timeout=group_timeout) and None)
     elif attempt("new_group", lambda: dist.new_group(list(range(world)), timeout=group_timeout) and None):
-        attempt("all_reduce", all_reduce)
+        attempt(mode, collective)
 elif mode == "relay":
     members = list(range(1, world))
     if rank == 1:
