@@ -3,8 +3,8 @@ a Gloo timeout and new_group's store wait at once, each run on both sides
 (`tests/scripts/deadline_order.py`). The coordinator ended every new_group wait before any
 Gloo timeout, whichever came first: with the all_reduce's timeout (or monitored_barrier's)
 at 1 s and the group's at 3 s the simulated ranks 1.. raised DistStoreError at 3 s where
-real Gloo makes the group at 1 s. The unit tests below take the chooser through the other
-kinds (init, store barrier, `Work.wait(timeout=)`)."""
+real Gloo makes the group at 1 s; so with `Work.wait(timeout=1 s)`. The unit tests below
+take the chooser through the other kinds (init, store barrier)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,16 @@ def _collective_lines(mode: str, nproc: int, gloo_first: bool) -> list[list[str]
         [[f"{r} new_group raised DistStoreError", f"{r} {mode} {done}"] for r in range(1, nproc)]
 
 
+def _wait_lines(_mode: str, nproc: int, wait_first: bool) -> list[list[str]]:
+    """`wait` mode: rank 0's `Work.wait(timeout=)` against the others' new_group."""
+    total = float(nproc)
+    if wait_first:  # only rank 0's wait ends; it makes the group, the others join its all_reduce
+        return [["0 wait raised RuntimeError", "0 new_group ok", f"0 wait {total}"]] + \
+            [[f"{r} new_group ok", f"{r} all_reduce {total}"] for r in range(1, nproc)]
+    return [[f"0 wait {total}", "0 new_group raised RuntimeError"]] + \
+        [[f"{r} new_group raised DistStoreError", f"{r} all_reduce {total}"] for r in range(1, nproc)]
+
+
 def _relay_lines(_mode: str, nproc: int, gloo_first: bool) -> list[list[str]]:
     if gloo_first:  # the receives time out; ranks 2.. then make the group with rank 1
         return [["0 recv raised RuntimeError"], ["1 new_group ok"]] + \
@@ -51,13 +61,14 @@ def _relay_lines(_mode: str, nproc: int, gloo_first: bool) -> list[list[str]]:
 @pytest.mark.real
 @pytest.mark.parametrize(("mode", "nproc", "gloo_s", "group_s"), [
     ("all_reduce", 2, 1, 3), ("all_reduce", 2, 3, 1), ("all_reduce", 3, 1, 3),
-    ("monitored", 3, 1, 3), ("monitored", 3, 3, 1), ("relay", 3, 1, 3), ("relay", 3, 3, 1),
+    ("monitored", 3, 1, 3), ("monitored", 3, 3, 1), ("wait", 3, 1, 3), ("wait", 3, 3, 1),
+    ("relay", 3, 1, 3), ("relay", 3, 3, 1),
 ])
 def test_the_deadline_due_first_fires_first_whatever_its_kind(script_zygote, mode, nproc, gloo_s, group_s):
     sim, real = _compare(script_zygote, [mode, str(gloo_s), str(group_s)], nproc)
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
-    lines = (_relay_lines if mode == "relay" else _collective_lines)(mode, nproc, gloo_s < group_s)
+    lines = {"relay": _relay_lines, "wait": _wait_lines}.get(mode, _collective_lines)(mode, nproc, gloo_s < group_s)
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
         assert [r.output for r in rep.ranks] == lines, rep.source
