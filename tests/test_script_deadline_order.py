@@ -4,7 +4,7 @@ a Gloo timeout and new_group's store wait at once, each run on both sides
 Gloo timeout, whichever came first: with the all_reduce's timeout (or monitored_barrier's)
 at 1 s and the group's at 3 s the simulated ranks 1.. raised DistStoreError at 3 s where
 real Gloo makes the group at 1 s; so with `Work.wait(timeout=1 s)`. The unit tests below
-take the chooser through the other kinds (init, store barrier)."""
+take the chooser itself through kinds side by side (a new_group wait against a store barrier's)."""
 
 from __future__ import annotations
 
