@@ -13,6 +13,7 @@ from simdist.compare import compare_reports, format_comparison
 from simdist.engine.core import Engine
 from simdist.races import rendezvous_races
 from simdist.script.api import compare_script, run_script
+from simdist.script.deadlines import fire_next
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
@@ -78,9 +79,9 @@ def test_ranks_that_never_come_end_the_timed_waits_only():
     rv = _Rendezvous(4, never={1, 3})
     rv.arrive(0, to=1.0)
     rv.arrive(2)
-    assert rv._unjoinable(rv.gens[0]) and rv._init_expire()
+    assert rv._unjoinable(rv.gens[0]) and fire_next(rv._init_deadlines())
     assert list(rv.answers) == [0] and rv.answers[0]["raise"][1].endswith("//cpu//0/1")
-    assert rv.gens[0].by_rank[2].blocked() and not rv._init_expire()  # the other waits for good: a hang
+    assert rv.gens[0].by_rank[2].blocked() and not fire_next(rv._init_deadlines())  # the other waits for good: a hang
 
 
 def test_a_rank_blocked_in_an_earlier_generation_cannot_come_to_the_next():

@@ -12,22 +12,24 @@ import pytest
 from simdist.compare import compare_reports, format_comparison
 from simdist.engine.core import Engine
 from simdist.script.api import compare_script
-from simdist.script.barriers import StoreBarrierMixin, barrier_timeout
+from simdist.script.barriers import STORE_BARRIER, StoreBarrierMixin, barrier_timeout
+from simdist.script.deadlines import fire_next
 from simdist.script.generations import Generation
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import RankConn, Timeline, ZeroCost
-from simdist.script.stores import STORE_PREFIX
+from simdist.script.stores import BARRIER_CALL, STORE_PREFIX
 from tests.conftest import ROOT, line_of
 
 SCRIPT = ROOT / "tests" / "scripts" / "store_barrier_timeout.py"
+JOINED = ROOT / "tests" / "scripts" / "store_barrier_joined.py"
 TURN_S = 10.003  # torch's turn for a world of 3: max(10 s, 10 s + 3/1000 s)
 
 
-def _compare(zygote, monkeypatch, args: list[str]):
+def _compare(zygote, monkeypatch, args: list[str], script=SCRIPT, nproc: int = 3, status=None):
     monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", "1")
     run_id = new_run_id()
-    both = compare_script(SCRIPT, args, nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
-                          zygotes=zygote, timeout_s=90, hang_after_s=0.3)
+    both = compare_script(script, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=90, hang_after_s=0.3, status=status)
     assert tagged_processes(run_id) == []
     return both.sim.report, both.real.report
 
@@ -73,6 +75,51 @@ def test_a_gloo_timeout_before_the_barriers_turn_frees_the_rank_that_makes_the_c
     assert all(r.time < TURN_S for r in sim.ranks), [r.time for r in sim.ranks]
 
 
+@pytest.mark.real
+def test_the_error_counts_the_ranks_that_entered_before_the_raise_on_the_clocks(script_zygote, monkeypatch):
+    """Rank 0 raises at 10.003 s; rank 1's recv times out at 10.5 s on its world's timeout,
+    then it enters; the others enter at 11 s and make the count whole. Torch's count is the
+    store's counter at rank 0's raise: rank 0 alone. The simulated side fires the barrier's
+    deadline (10.003 s) before the recv's (10.5 s), the kinds in the order of their clocks
+    (`deadlines.next_due`), and counts the entries by their clocks (`barriers.joined_by`)."""
+    sim, real = _compare(script_zygote, monkeypatch, [], JOINED)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
+        assert [r.output for r in rep.ranks] == [["0 DistStoreError num_workers_joined=1"],
+                                                 ["1 recv raised RuntimeError", "1 made the group"],
+                                                 ["2 made the group"]], rep.source
+    assert sim.ranks[0].time == pytest.approx(TURN_S, abs=0.05)
+
+
+@pytest.mark.real
+def test_a_barrier_wait_has_status_lines_and_the_default_timeouts_note(script_zygote, monkeypatch):
+    """T = 30 min (torch's default): ranks 0 and 1 wait in the barrier while the last rank
+    sleeps 1.5 s, then exits: a hang on both sides. Both sides' status lines say the wait in
+    the words of a group's creation, and the simulated report says what real torch raises
+    after 30 min, as for init's waits. Before, neither side had a line for the barrier and
+    the report no note."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    lines: list[str] = []
+    sim, real = _compare(script_zygote, monkeypatch, ["1800", "late"], status=lines.append)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang", "hang", "completed"], rep.source
+    at = line_of(SCRIPT, "dist.new_group(")
+    for side in ("simulated side", "real side"):
+        said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
+        assert said and f"rank(s) [0, 1] {STORE_BARRIER} at store_barrier_timeout.py:{at} for the group of ranks " \
+            "[0, 1, 2]; rank(s) [2] never came; " in said[0], lines
+    for r in (0, 1):
+        kind, message = barrier_timeout(r, "1", 3, 2, 1800.0, TURN_S)
+        assert f"{BARRIER_CALL}: on real torch rank {r}'s wait ends after its default timeout (30 min), at its " \
+            f"first turn past it (30.009 min after it entered): {kind}: {message}" in sim.notes, sim.notes
+
+
 class _Barrier(StoreBarrierMixin):
     """The coordinator's store barrier alone, for a world of 3."""
 
@@ -84,9 +131,6 @@ class _Barrier(StoreBarrierMixin):
 
     def _send(self, conn, h):
         self.answers[conn.rank] = h
-
-    def _next_deadline(self):
-        return None  # no Gloo op waits
 
     def enter(self, rank: int, clock: float, to: float | None) -> None:
         conn = RankConn(None, rank=rank, clock=clock, gen=self.gens[0])  # type: ignore[arg-type]
@@ -112,5 +156,15 @@ def test_only_timed_waits_expire_when_nothing_else_can_progress():
     b = _Barrier()
     b.enter(0, 0.0, 25.0)
     b.enter(1, 0.0, None)
-    assert b._barrier_expire() and list(b.answers) == [0] and not b._barrier_expire()
+    assert fire_next(b._barrier_deadlines()) and list(b.answers) == [0] and not fire_next(b._barrier_deadlines())
     assert b.gens[0].by_rank[0].clock == pytest.approx(3 * TURN_S)
+
+
+def test_the_count_is_of_the_entries_before_the_raise_on_the_clocks_not_as_heard():
+    """Rank 2 (clock 12 s, its clock ran ahead) is heard of before rank 0 (clock 0, T = 1 s):
+    rank 0 raises at 10.003 s, when only it had entered."""
+    b = _Barrier()
+    b.enter(2, 12.0, None)
+    b.enter(0, 0.0, 1.0)
+    assert fire_next(b._barrier_deadlines())
+    assert b.answers[0]["raise"] == barrier_timeout(0, "1", 3, 1, 1.0, TURN_S)

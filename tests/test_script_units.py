@@ -310,7 +310,8 @@ def test_a_forked_rank_forgets_its_parents_thread_waits():
 def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
     """`rank.stall.store_wait` reads where a thread stands: in torch's `_store_based_barrier`
     (a store wait for its peers, here on a HashStore that no peer joins), called from this
-    file's line, with the barrier's timeout as its deadline; elsewhere, no store wait."""
+    file's line, with the barrier's timeout as its deadline, named as the simulator names a
+    wait there (`stores.BARRIER_CALL`; no group: no world here to count); elsewhere, no store wait."""
     import datetime
     import sys
     import time
@@ -319,6 +320,7 @@ def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
     from torch.distributed import distributed_c10d as c10d
 
     from simdist.script.rank import stall
+    from simdist.script.stores import BARRIER_CALL
 
     store, began = dist.HashStore(), threading.Event()
 
@@ -336,7 +338,7 @@ def test_a_thread_in_torchs_store_based_barrier_waits_at_the_store():
             if seen is not None:
                 break
             time.sleep(0.01)
-        assert seen == stall.StoreWait("_store_based_barrier", (__file__, at), 60.0)
+        assert seen == stall.StoreWait(BARRIER_CALL, (__file__, at), 60.0)
         assert stall.store_wait(sys._getframe()) is None and stall.store_wait(None) is None
     finally:
         store.set(f"{c10d.STORE_BASED_BARRIER_PREFIX}:g:last_worker", "1")  # the barrier returns

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import simpy
 
-from simdist.engine import gloo_bridge
+from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call, Instance, P2PKey, RankState, Work
 from simdist.engine.exits import GlooExits
 from simdist.engine.p2p import GlooP2P
@@ -223,7 +223,7 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
             for m in done:
                 self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])
             for r in verdict.aborting_ranks:
-                self.abort_rank(r, verdict.detail, inst.calls[r].entry)
+                self.abort_rank(r, *gloo_rules.abort_words(verdict, r), inst.calls[r].entry)
             dead = verdict.aborting_ranks[0] if verdict.aborting_ranks else inst.members[0]
             for m in inst.members:
                 if outcomes.get(m) == "peer_error":
@@ -337,15 +337,17 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
                 self._fail_instance(inst, rank)
         self._fail_p2p_of(rank)
 
-    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
-        """Gloo's I/O thread threw: std::terminate -> SIGABRT. The process dies at once. What
+    def abort_rank(self, rank: int, what: str, why: str, fatal: TraceEntry | None = None) -> None:
+        """Gloo's I/O thread threw `what` (its words: the rank prints them, `rank.client`; `why`:
+        the simulator's account, in global ranks, which only the report's message adds):
+        std::terminate -> SIGABRT. The process dies at once. What
         it posted after `fatal` (the collective whose message killed it) at this very instant
         may or may not beat the signal (a race: docs/real-backend.md): its trace keeps only
         what is certain, and `compare` accepts a longer real trace for an aborted rank."""
         rs = self.ranks[rank]
         if not rs.alive:
             return
-        rs.abort_error = RankError("gloo::EnforceNotMet", f"{detail} (std::terminate: SIGABRT)", "gloo_abort")
+        rs.abort_error = RankError("gloo::EnforceNotMet", f"{what} (std::terminate: SIGABRT; {why})", "gloo_abort")
         if fatal is not None and (k := next((i for i, e in enumerate(rs.trace) if e is fatal), None)) is not None:
             rs.trace[k + 1:] = [e for e in rs.trace[k + 1:] if e.t_issue < self.env.now]
         proc = rs.process

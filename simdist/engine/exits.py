@@ -46,7 +46,7 @@ class GlooExits:
                 if m in self._member_sets[group] and (m not in posted or (posted[m].ok is False
                                                                           and not _timed_out(posted[m])))}
 
-    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
+    def abort_rank(self, rank: int, what: str, why: str, fatal: TraceEntry | None = None) -> None:
         raise NotImplementedError
 
     def _settle_gone(self, inst: Instance) -> None:
@@ -153,7 +153,7 @@ class GlooExits:
                 ok = verdict.rank_outcomes.get(m) == "ok"  # the abort's reset must not fail it
                 call.waits_on = frozenset() if ok else verdict.waits_on.get(m, call.waits_on)
         for r in aborting:
-            self.abort_rank(r, verdict.detail, inst.calls[r].entry)
+            self.abort_rank(r, *gloo_rules.abort_words(verdict, r), inst.calls[r].entry)
         return bool(aborting)
 
     def settle_absent(self) -> bool:

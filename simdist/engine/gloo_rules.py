@@ -71,7 +71,7 @@ from typing import Literal
 
 from simdist.collectives.gloo import ALLTOALLV, PROGRAM_OPS, MessageProgram, message_count, message_program
 from simdist.engine.gloo_bytes import UNDEF, average, decode_all, encode, real_dtype, reduce_into
-from simdist.engine.gloo_transport import RankRun, run_programs
+from simdist.engine.gloo_transport import RankRun, receives_words, run_programs, size_enforce
 from simdist.limits import MESSAGES
 from simdist.vocab import P2P_OPS, REDUCING_OPS, ROOTED_OPS, dtype_bytes
 
@@ -139,6 +139,8 @@ class MismatchVerdict:
     #: those it has an operation pending with on the buffer it blocks on (Gloo's pair
     #: signals its exception to those buffers only); the others' exits leave it waiting
     waits_on: dict[int, frozenset[int]] = field(default_factory=dict)
+    #: each aborting rank's fatal message: (its sender, bytes sent, bytes of the receive)
+    aborts: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def _esize(dtype: str) -> int:
@@ -332,7 +334,8 @@ def classify_mismatch(
     aborting = sorted(r for r, o in outcomes.items() if o == "abort")
     if aborting:
         return MismatchVerdict("abort", aborting, ranks[aborting[0]].abort_detail, outcomes,
-                               blocked_on=blocked, waits_on=waits_on)
+                               blocked_on=blocked, waits_on=waits_on,
+                               aborts={r: ranks[r].abort_from for r in aborting if ranks[r].abort_from is not None})
     hanging = sorted(blocked)
     if hanging:
         return MismatchVerdict("hang", [], _hang_detail(entries, ranks, hanging, exited),
@@ -354,8 +357,19 @@ def _in_callers_ranks(v: MismatchVerdict, to_caller: dict[int, int], w: int) -> 
     v.rank_outcomes = {to_caller[r]: o for r, o in v.rank_outcomes.items()}
     v.blocked_on = {to_caller[r]: o for r, o in v.blocked_on.items()}
     v.waits_on = {to_caller[r]: frozenset(to_caller[p] for p in ps) for r, ps in v.waits_on.items()}
+    v.aborts = {to_caller[r]: (to_caller[src], sent, room) for r, (src, sent, room) in v.aborts.items()}
+    if v.aborts:  # the account in the caller's ranks (the calls' labels, in group ranks, left out)
+        v.detail = "; ".join(receives_words(r, *v.aborts[r]) for r in v.aborting_ranks) + \
+            f": {size_enforce(*v.aborts[v.aborting_ranks[0]][1:])}"
     v.detail += f" (group ranks {list(range(w))} = ranks {[to_caller[g] for g in range(w)]})"
     return v
+
+
+def abort_words(v: MismatchVerdict, rank: int) -> tuple[str, str]:
+    """What aborting `rank` of `v` prints (Gloo's `what()`, `size_enforce`) and the simulator's
+    account of it in the verdict's ranks (`receives_words`)."""
+    src, sent, room = v.aborts[rank]
+    return size_enforce(sent, room), receives_words(rank, src, sent, room)
 
 
 def _describe(c: CollectiveCall) -> str:

@@ -46,6 +46,7 @@ class RankRun:
     completions: dict = field(default_factory=dict)  # (buf, "send"/"recv") -> count
     pending: dict = field(default_factory=dict)  # (buf, peer) -> number of unmatched ops
     abort_detail: str = ""
+    abort_from: tuple[int, int, int] | None = None  # the message that killed it: (sender, bytes, receive's bytes)
     error_detail: str = ""
     blocked_on: str = ""
     # a blocked rank's peers with an operation pending on the buffer it waits on: when one
@@ -159,17 +160,28 @@ def _match(ranks: dict[int, RankRun], wire: _Wire) -> tuple[bool, set[int]]:
             if sn > rn:
                 newly_aborted.add(dst)
                 if not rd.abort_detail:
-                    rd.abort_detail = (
-                        f"rank {dst} receives {sn} bytes from rank {src} into a {rn}-byte "
-                        f"receive ({rd.label} vs {rs.label}): "
-                        f"op.preamble.length <= op.nbytes. {sn} vs {rn}"
-                    )
+                    rd.abort_from = (src, sn, rn)
+                    rd.abort_detail = f"{receives_words(dst, src, sn, rn)} ({rd.label} vs {rs.label}): {size_enforce(sn, rn)}"
                 continue
             if rd.bufs:
                 rd.bufs[rbuf][roff: roff + sn] = rs.bufs[sbuf][soff: soff + sn]
             rd.completions[(rbuf, "recv")] = rd.completions.get((rbuf, "recv"), 0) + 1
             wire.woken.add(dst)
     return matched, newly_aborted
+
+
+def size_enforce(sent: int, room: int) -> str:
+    """What Gloo's I/O thread throws (`what()`) on a message of `sent` bytes into a receive of
+    `room`, word for word (torch 2.13, `tests/test_script_abort_words.py`) but for its
+    "[enforce fail at .../gloo/transport/tcp/pair.cc:456] " prefix, which the simulator's
+    Gloo messages leave out. It names no rank."""
+    return (f"op.preamble.length <= op.nbytes. {sent} vs {room}. Received data size doesn't match expected size. "
+            f"Is there a distributed collective mismatch in your code?")
+
+
+def receives_words(rank: int, src: int, sent: int, room: int) -> str:
+    """The simulator's account of that abort, which Gloo does not give: who sent what to whom."""
+    return f"rank {rank} receives {sent} bytes from rank {src} into a {room}-byte receive"
 
 
 def _abort(st: RankRun, wire: _Wire) -> None:

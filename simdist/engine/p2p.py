@@ -15,6 +15,7 @@ from typing import Any
 import simpy
 
 from simdist.engine.calls import Call, P2PKey, RankState, Work
+from simdist.engine.gloo_transport import receives_words, size_enforce
 from simdist.engine.values import Payload
 from simdist.report import Finding, TraceEntry
 
@@ -44,7 +45,7 @@ class GlooP2P:
     def _fail(self, call: Call, message: str, category: str) -> None:
         raise NotImplementedError
 
-    def abort_rank(self, rank: int, detail: str, fatal: TraceEntry | None = None) -> None:
+    def abort_rank(self, rank: int, what: str, why: str, fatal: TraceEntry | None = None) -> None:
         raise NotImplementedError
 
     def p2p(self, rank: int, op: str, payload: Payload, peer: int | None, *, tag: int, origin: str,
@@ -141,8 +142,8 @@ class GlooP2P:
                 c.entry.completed = True
             send.settle(True, send.payload)
             if oversized:
-                self.abort_rank(recv.rank, f"rank {recv.rank} receives {sent} bytes from rank {send.rank} into a "
-                                           f"{room}-byte receive (recv): op.preamble.length <= op.nbytes. {sent} vs {room}", recv.entry)
+                self.abort_rank(recv.rank, size_enforce(sent, room),
+                                f"{receives_words(recv.rank, send.rank, sent, room)} (recv)", recv.entry)
             elif not recv.done:
                 recv.settle(True, send.payload.reinterpret(recv.payload.dtype))
 

@@ -148,8 +148,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._init_timeouts()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung() and not (self._init_expire() or self._group_expire() or self._barrier_expire()
-                                     or self._expire()):
+            if self._hung() and not self._expire_next():  # the wait due first ends, whatever its kind
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled

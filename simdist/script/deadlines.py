@@ -9,10 +9,20 @@ deadline when it is issued (its rank's simulated clock plus the group's timeout;
 `monitored_barrier`'s waits bring their own). A deadline fires when what the operation waits
 for can no longer come in time: a rank it awaits is past the deadline on its own clock
 without having posted (`overdue`: once no rank can post anything earlier, or when that rank
-posts or leaves), or no rank can progress at all (the coordinator's hang test: `due`). The
+posts or leaves), or no rank can progress at all (the coordinator's hang test). The
 operations due then fail with Gloo's error, their ranks' clocks move to the deadline, and
 the run goes on. `Work.wait(timeout=)` adds a deadline to one wait only: it raises torch's
 "Operation timed out!" and the operation goes on.
+
+Gloo's are not the only waits with a deadline: a rank's init, a member's store wait in
+`new_group`, the store-based barrier's wait end too. When no rank can progress, the one
+whose deadline comes first in simulated time ends, whatever its kind (`Deadline`,
+`next_due`: one chooser for all), and only it: the rank it frees may post what ends
+the others' waits (torch 2.13, `tests/scripts/deadline_order.py`: rank 0's all_reduce times
+out at 1 s and it then joins the new_group rank 1 waits in with a 3 s timeout; with the
+timeouts the other way round rank 1's new_group raises at 1 s and it joins rank 0's
+all_reduce). A rank blocked in a wait that its own deadline ends before another's counts as
+one that may still post (`overdue`'s `freed`).
 
 `TIE_S` treats deadlines within it of the earliest as simultaneous: all of them fire (what
 real Gloo does when ranks block together with one timeout, the usual case). It is an
@@ -27,7 +37,8 @@ rank layer sends a group's timeout only when it is shorter, `rank.backend.create
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from simdist.report import TraceEntry
@@ -60,32 +71,58 @@ def message(op: str, limit_s: float) -> str:
 WAIT_TIMED_OUT = "Operation timed out!"  # torch's Work::wait(timeout) when the op is still running
 
 
-def first_deadline(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> float | None:
-    """The earliest of `due`'s deadlines: the records' (those that have one) and the waits'; None: none."""
-    return min([r.deadline for _, r in pending if r.deadline is not None] + [u for _, _, u in waits], default=None)
+@dataclass(frozen=True)
+class Deadline:
+    """One wait that ends at simulated time `at` unless what it waits for comes first: a Gloo
+    operation's (`kind` "gloo"), a `Work.wait(timeout=)`'s ("wait"), a rank's init's, a
+    member's in `new_group`'s store wait, a rank's in the store-based barrier. Every kind
+    goes through one chooser (`next_due`), so they fire in the order of simulated time
+    whatever their kind: a rank a deadline frees may post what ends a later one's wait.
+    `conn`: the rank connection that waits; `item`: what `fire` needs to end the wait; `fire`
+    ends a batch of one kind's items."""
+
+    at: float
+    rank: int
+    kind: str
+    conn: Any = field(compare=False)
+    item: Any = field(compare=False)
+    fire: Callable[[list[Any]], None] = field(compare=False)
 
 
-def due(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> tuple[list, list]:
-    """What fires next of `(conn, rec)` pairs whose record has a deadline (the op's own or its
-    group's) and `(conn, rec, until)` waits with their own timeout (`Work.wait(timeout=)`):
-    the earliest and every one within `TIE_S` of it, as (ops, waits). A wait's timeout ends
-    only the wait (torch raises "Operation timed out!", the op goes on); one due before any
-    op's deadline fires alone."""
-    timed = [(c, r) for c, r in pending if r.deadline is not None]
-    first = first_deadline(timed, waits)
-    if first is None:
-        return [], []
-    first_wait = min((u for _, _, u in waits), default=None)
-    if first_wait is not None and first_wait == first:
-        return [], sorted(((c, r, u) for c, r, u in waits if u <= first + TIE_S), key=lambda w: (w[2], w[0].rank))
-    return sorted(((c, r) for c, r in timed if r.deadline <= first + TIE_S), key=lambda cr: (cr[1].deadline, cr[0].rank)), []
+def next_due(pending: Sequence[Deadline]) -> list[Deadline]:
+    """What fires next of `pending`: the earliest deadline (the lowest rank at a tie) and every
+    one of its kind within `TIE_S` of it, earliest first. One of another kind fires only at a
+    later call, once the run is stuck again: the ranks the first frees may end it before. A
+    `Work.wait(timeout=)` due before any op's deadline fires alone (it ends only the wait)."""
+    if not pending:
+        return []
+    first = min(pending, key=lambda d: (d.at, d.rank))
+    return sorted((d for d in pending if d.kind == first.kind and d.at <= first.at + TIE_S),
+                  key=lambda d: (d.at, d.rank))
 
 
-def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], posting: Any = None) -> bool:
+def fire_next(pending: Sequence[Deadline]) -> bool:
+    """End the waits `next_due` picks; whether there were any (False: no deadline is left)."""
+    batch = next_due(pending)
+    if batch:
+        batch[0].fire([d.item for d in batch])
+    return bool(batch)
+
+
+def frees_before(pending: Sequence[Deadline], at: float, kind: str) -> bool:
+    """Whether one of a blocked rank's deadlines (`pending`) ends its wait before `at`, so it
+    may post before then: one of another kind earlier than `at`, or one of `kind` earlier by
+    more than `TIE_S` (one closer fires with the deadline at `at`, `next_due`)."""
+    return any(d.at < at - (TIE_S if d.kind == kind else 0.0) for d in pending)
+
+
+def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], posting: Any = None,
+            freed: Callable[[Any], bool] = lambda c: False) -> bool:
     """Whether `owner`'s `call` (waiting until simulated time `at`) runs out before what it
     waits for can come: a live rank it `awaits` is past `at` without having posted it, and
     either that rank is `posting` now (its post comes too late) or no rank can still post
-    anything before `at` (each is past it, blocked or leaving), so the timeout at `at` acts
-    on no earlier post."""
+    anything before `at` (each is past it, leaving, or blocked and not `freed` before `at`
+    by a deadline of its own: `frees_before`), so the timeout at `at` acts on no earlier post."""
     late = [c for c in live if c is not owner and c.clock > at and awaits(call, c.rank)]
-    return bool(late) and (posting in late or all(c.clock >= at or c.blocked() or c.exit is not None for c in live))
+    return bool(late) and (posting in late or all(c.clock >= at or (c.blocked() and not freed(c)) or c.exit is not None
+                                                  for c in live))

@@ -1,11 +1,14 @@
-"""The coordinator's side of Gloo's timeouts: which waits end, when, and what the ranks hear.
+"""The coordinator's deadlines: which wait ends next, whatever its kind, and Gloo's timeouts.
 
 `simdist.script.deadlines` says what a deadline is and which fire next; this mixin applies
-that to a running `simdist.script.coordinator.Coordinator`: it fires the deadlines due when
-nothing can progress (`_expire`), or when a rank's clock has moved past the deadlines of
-waits that need it (`_overdue`), and ends a `Work.wait(timeout=)` that ran out (`_give_up`).
-A mixin, not a module of functions, because each step reads and moves the coordinator's
-per-rank clocks and answers the rank over its connection.
+that to a running `simdist.script.coordinator.Coordinator`. When nothing can progress it ends
+the wait due first in simulated time, of every kind the coordinator knows (`_expire_next`:
+Gloo's operations and `Work.wait(timeout=)`s here, a rank's init in `rendezvous`, a member's
+in `new_group` in `groups`, the store-based barrier's in `barriers`). It also fires Gloo's
+deadlines when a rank's clock has moved past the deadlines of waits that need it
+(`_overdue`), and ends a `Work.wait(timeout=)` that ran out (`_give_up`). A mixin, not a
+module of functions, because each step reads and moves the coordinator's per-rank clocks and
+answers the rank over its connection.
 """
 
 from __future__ import annotations
@@ -13,45 +16,62 @@ from __future__ import annotations
 from typing import Any
 
 from simdist.script import deadlines
+from simdist.script.deadlines import Deadline
 from simdist.script.ranks import OpRecord, RankConn
+
+GLOO, WAIT = "gloo", "wait"  # the kinds of `Deadline` this mixin fires
 
 
 class GlooTimeoutsMixin:
     """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
-    `_live()`, `_pump()` and `_send()` (see `Coordinator`). Each generation of ranks
-    (`simdist.script.generations`) times out on its own engine: a deadline is its op's, and an
-    op waits only on ranks of its own generation."""
+    `_live()`, `_pump()` and `_send()` (see `Coordinator`), and the other kinds' deadlines:
+    `_init_deadlines()`, `_group_deadlines()`, `_barrier_deadlines()`. Each generation of
+    ranks (`simdist.script.generations`) times out on its own engine: a deadline is its op's,
+    and an op waits only on ranks of its own generation."""
 
     gens: list[Any]
     backend: str | None
     expired: list[deadlines.Expiry]
     _timed: list[tuple[RankConn, OpRecord]]
+    _init_deadlines: Any
+    _group_deadlines: Any
+    _barrier_deadlines: Any
 
-    def _expire(self) -> bool:
-        """Nothing can progress: Gloo's timeout ends the waits due first (`deadlines`). Returns
-        whether one ended (the run goes on); False: no deadline is left, the run hangs."""
+    def _deadlines(self) -> list[Deadline]:
+        """Every wait that a deadline can end now, of every kind."""
+        return self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._gloo_deadlines()
+
+    def _expire_next(self) -> bool:
+        """Nothing can progress: the wait whose deadline comes first in simulated time ends
+        (with those of its kind tied with it, `deadlines.next_due`). Returns whether one
+        ended (the run goes on); False: no deadline is left, the run hangs."""
+        return deadlines.fire_next(self._deadlines())
+
+    def _gloo_deadlines(self) -> list[Deadline]:
+        """The live ranks' unfinished Gloo ops with a deadline and their `Work.wait(timeout=)` waits."""
         if self.backend != "gloo":
-            return False
-        due, waits = deadlines.due(*self._timed_waits())
+            return []
+        seen: set[int] = set()  # an op can be in `_timed` twice (its group's timeout, then its wait's own)
+        ops = []
+        for c, rec in self._timed:
+            if not rec.done and rec.deadline is not None and c.active() and id(rec) not in seen:
+                seen.add(id(rec))
+                ops.append(Deadline(rec.deadline, int(c.rank), GLOO, c, (c, rec), self._fire_ops))  # type: ignore[arg-type]
+        return ops + [Deadline(c.wait_until[1], int(c.rank), WAIT, c, c, self._fire_waits)  # type: ignore[arg-type]
+                      for g in self.gens for c in g.by_rank.values() if c.wait_until is not None and c.active()]
+
+    def _fire_ops(self, due: list[tuple[RankConn, OpRecord]]) -> None:
+        """Gloo's timeout ends these ops' waits: every rank waited until then."""
         self._fire(due)
         for conn, rec in due:
-            conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
-        for conn, _rec, _until in waits:
+            conn.clock = max(conn.clock, rec.deadline or 0.0)
+        self._pump()
+
+    def _fire_waits(self, conns: list[RankConn]) -> None:
+        """These ranks' `Work.wait(timeout=)` ran out first: only the waits end (`_give_up`)."""
+        for conn in conns:
             self._give_up(conn)
         self._pump()
-        return bool(due or waits)
-
-    def _timed_waits(self) -> tuple[list[tuple[RankConn, OpRecord]], list[tuple[RankConn, OpRecord, float]]]:
-        """The live ranks' unfinished ops and their `Work.wait(timeout=)` waits (`deadlines.due`'s input)."""
-        live = self._live()
-        return ([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
-                [(c, *c.wait_until) for c in live if c.wait_until is not None])
-
-    def _next_deadline(self) -> float | None:
-        """The simulated time at which Gloo's timeout ends a wait next (`_expire`); None: none.
-        Other waits that expire when nothing can progress (the store-based barrier's) fire
-        only if they come no later: a rank freed by this one may end them."""
-        return deadlines.first_deadline(*self._timed_waits()) if self.backend == "gloo" else None
 
     def _overdue(self, posting: RankConn | None = None) -> None:
         """Ranks' simulated clocks moved on without them posting what other ranks' waits need
@@ -74,9 +94,18 @@ class GlooTimeoutsMixin:
         """`_overdue` for one generation: its ranks' clocks against its waits."""
         live = [c for c in self._live() if c.gen is gen]
         waits = [c for c in gen.by_rank.values() if c.wait_until is not None]
+        pending: dict[int, list[Deadline]] | None = None  # id(conn) -> its deadlines of every kind
+
+        def freed(c: RankConn, at: float) -> bool:  # (the deadlines are gathered only when one is asked)
+            nonlocal pending
+            if pending is None:
+                pending = {}
+                for d in self._deadlines():
+                    pending.setdefault(id(d.conn), []).append(d)
+            return deadlines.frees_before(pending.get(id(c), []), at, GLOO)
 
         def overdue(call: Any, at: float, owner: RankConn) -> bool:
-            return deadlines.overdue(gen.engine.awaits, call, at, owner, live, posting)
+            return deadlines.overdue(gen.engine.awaits, call, at, owner, live, posting, lambda c: freed(c, at))
 
         for c in waits:
             assert c.wait_until is not None

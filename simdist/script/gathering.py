@@ -38,6 +38,11 @@ class Gathering:
         return f"{said} for {self.whole}; rank(s) {self.missing} never came"
 
 
+def group_words(members: list[int]) -> str:
+    """What ranks wait for in a group's creation (or a store-based barrier), in a status line."""
+    return f"the group of ranks {members}"
+
+
 def span(seconds: float) -> str:
     """A timeout in words: minutes from one minute on (torch's defaults: 30 min, 10 min), else seconds."""
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"

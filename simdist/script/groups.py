@@ -13,8 +13,8 @@ Here a waiting member is blocked (`ranks.Block`, labelled `NEW_GROUP_WAIT`), as 
 collective is (its request carries the rank's claim, `rank.client.Client.request`: a stale one
 kept a rank that ran a collective before new_group from counting as blocked): once every
 live rank is blocked the coordinator's proof of a hang covers it;
-then the waits with a group timeout end with the store's error (`_group_expire`, as
-`rendezvous._init_expire` ends init's), and the rest are the hang, explained by
+then the waits with a group timeout end with the store's error in their turn among every
+kind of deadline (`_group_deadlines`, `deadlines.next_due`), and the rest are the hang, explained by
 `group_notes` (who waits at which line, who never came and why). A member that comes after
 a peer's timeout ran out (on the simulated clocks: its sleeps and compute) makes that peer
 raise first, then is refused by the address the peer left in the store, as on real Gloo
@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from simdist.script.gathering import Gathering, raises_words, timeouts_words
+from simdist.script.deadlines import Deadline
+from simdist.script.gathering import Gathering, group_words, raises_words, timeouts_words
 from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
 from simdist.script.stores import STORE_PREFIX
 
 NEW_GROUP_WAIT = waiting_in("new_group")  # how a member that waits there for the others is reported
+NEW_GROUP = "new_group"  # its kind of `Deadline`
 
 
 @dataclass
@@ -73,11 +75,6 @@ def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
     rank in the group) runs out."""
     return "DistStoreError", (f"wait timeout after {round(limit_s * 1000)}ms, keys: "
                               f"{STORE_PREFIX}/0//{key}//cpu//0/{missing}")
-
-
-def _whole(members: list[int]) -> str:
-    """What a group's members wait for, in a status line."""
-    return f"the group of ranks {members}"
 
 
 def _at(frames: list[Any]) -> str:
@@ -141,16 +138,18 @@ class GroupsMixin:
         w.conn.answered()
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
-    def _group_expire(self) -> bool:
-        """Nothing else can progress: the members waiting in a group's creation with a
-        timeout end with the store's error (`group_timeout`), at their entry + T. Whether one did."""
-        fired = False
-        for waiting in self._creating.values():
-            for w in list(waiting.values()):
-                if w.limit_s is not None and not w.failed and w.conn.active():
-                    self._group_failed(w, waiting)
-                    fired = True
-        return fired
+    def _group_deadlines(self) -> list[Deadline]:
+        """The members waiting in a group's creation with a timeout: each ends with the store's
+        error (`group_timeout`) at its entry + T, in its turn (`expiry.GlooTimeoutsMixin._expire_next`)."""
+        return [Deadline(w.clock + w.limit_s, int(w.conn.rank), NEW_GROUP, w.conn, (w, waiting),  # type: ignore[arg-type]
+                         self._fire_groups)
+                for waiting in self._creating.values() for w in waiting.values()
+                if w.limit_s is not None and not w.failed and w.conn.active()]
+
+    def _fire_groups(self, due: list[tuple[Creating, dict[int, Creating]]]) -> None:
+        """Their turn came first (`deadlines.next_due`): these members' store waits raise."""
+        for w, waiting in due:
+            self._group_failed(w, waiting)
 
     def gatherings(self) -> list[Gathering]:
         """The groups whose members wait in their creation, as either side sees them: in the
@@ -167,7 +166,7 @@ class GroupsMixin:
             errors = [(int(w.conn.rank), group_timeout(limits[w.conn.rank], w.key,  # type: ignore[index, arg-type]
                                                        first.ranks.index(missing[0]))) for w in here] if missing else []
             found.append(Gathering({int(w.conn.rank): (NEW_GROUP_WAIT, user_line(w.frames) or "?", w.since)  # type: ignore[arg-type]
-                                    for w in here}, _whole(first.ranks), missing,
+                                    for w in here}, group_words(first.ranks), missing,
                                    raises_words(errors, min(limits.values()))))
         return found
 
@@ -188,7 +187,7 @@ class GroupsMixin:
             if store is not None and c.stall_group is not None:
                 by.setdefault(str(c.stall_group[0]), ([int(r) for r in c.stall_group[1]], []))[1].append(c)
         return [Gathering({int(c.rank): (*c.store_wait(), c.stall_since) for c in conns},  # type: ignore[misc, arg-type]
-                          _whole(members), [m for m in members if m not in {c.rank for c in conns}],
+                          group_words(members), [m for m in members if m not in {c.rank for c in conns}],
                           timeouts_words(c.stall_limit for c in conns))
                 for members, conns in by.values()]
 

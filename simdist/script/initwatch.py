@@ -248,12 +248,15 @@ class InitWatchMixin:
         """Called at each turn of the serving loop: a status line once members of a group have
         waited in its creation for `STATUS_AFTER_S` with none coming meanwhile (a member that
         computes or sleeps before its `new_group`, or never calls it while its process runs),
-        and again as what it says changes or every `STATUS_EVERY_S`: who waits for whom, in
-        the words init's lines use (`gathering`), on both sides (`GroupsMixin.gatherings`)."""
+        or in the store-based barrier that ends it (TORCH_DIST_INIT_BARRIER=1), and again as
+        what it says changes or every `STATUS_EVERY_S`: who waits for whom, in the words
+        init's lines use (`gathering`), on both sides (`GroupsMixin.gatherings`,
+        `StoreBarrierMixin.barrier_gatherings`)."""
         w, now = self.init_watch, time.time()
         if w is None or w.status is None:
             return
-        due = [g for g in self.gatherings() if now - g.since()[1] >= STATUS_AFTER_S]  # type: ignore[attr-defined]
+        found = self.gatherings() + self.barrier_gatherings()  # type: ignore[attr-defined]
+        due = [g for g in found if now - g.since()[1] >= STATUS_AFTER_S]
         if due:
             _say(w, "new_group", "; ".join(f"{g.words()}; {g.torch}" for g in due),
                  now - min(g.since()[0] for g in due), now)

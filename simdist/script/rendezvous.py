@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simdist.script.deadlines import Deadline
 from simdist.script.generations import latest
 from simdist.script.ranks import RankConn, exit_words, file_line, waiting_in
 from simdist.script.stores import (
@@ -57,6 +58,7 @@ from simdist.script.stores import (
 from simdist.vocab import FULL_MESH
 
 INIT_WAIT = waiting_in("init_process_group")  # how a rank that waits there for its world is reported
+INIT = "init"  # its kind of `Deadline`
 # the simulator's one wording of a late rank's failed connect (a race of real Gloo: `simdist.races`)
 REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ERROR: Connection refused"
 
@@ -222,7 +224,7 @@ class RendezvousMixin:
         """First inits whose deadline passed on the wall clock end with the store's error now,
         whatever their peers do meanwhile (compute before their own init, poll for a file):
         real Gloo's store wait raises at its entry + T. (Later inits, on the simulated clocks,
-        end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_expire`.)"""
+        end at a late peer's arrival, `_arrive`, or once nothing can progress, `_init_deadlines`.)"""
         now = time.time()
         for gen in self.gens:  # (torch's default too: a script that starts its own ranks has nothing else end it)
             for c, f in _timed_waits(gen, self._default_timeout_s()):
@@ -279,18 +281,19 @@ class RendezvousMixin:
         gone = self.never_joins() if missing else set()
         return bool(missing) and all(r in gone or _blocked_elsewhere(self.gens, r, gen) for r in missing)
 
-    def _init_expire(self) -> bool:
-        """Nothing else can progress: in a generation whose missing ranks will never come (or
-        whose store lost a rank that timed out), the inits with a timeout end with the
-        rendezvous' error (the rest wait: a hang). Whether one did."""
-        fired = False
-        for gen in self.gens:
-            if not ((gen.failed and gen.complete()) or self._unjoinable(gen)):
-                continue
-            for c, f in _timed_waits(gen):
-                self._init_failed(c, gen, f)
-                fired = True
-        return fired
+    def _init_deadlines(self) -> list[Deadline]:
+        """In a generation whose missing ranks will never come (or whose store lost a rank
+        that timed out), the inits with a timeout: each ends with the rendezvous' error at its
+        deadline, in its turn among every kind (`expiry.GlooTimeoutsMixin._expire_next`); the
+        rest wait (a hang)."""
+        return [Deadline(c.init_wait.clock + f.after, int(c.rank), INIT, c, (c, gen, f), self._fire_inits)
+                for gen in self.gens if (gen.failed and gen.complete()) or self._unjoinable(gen)
+                for c, f in _timed_waits(gen)]
+
+    def _fire_inits(self, due: list[tuple[RankConn, Any, Failure]]) -> None:
+        """Their turn came first (`deadlines.next_due`): these inits end with the rendezvous' error."""
+        for c, gen, f in due:
+            self._init_failed(c, gen, f)
 
     def init_notes(self) -> list[str]:
         """Why ranks wait in (or timed out of) init: which ranks never came, and how."""

@@ -45,6 +45,10 @@ from urllib.parse import urlparse
 # use it as they use `timeout=` (measured with the default patched to 1 s: the same errors at 1 s)
 DEFAULT_TIMEOUT_S = {"gloo": 1800.0, "nccl": 600.0}
 STORE_PREFIX = "/default_pg"  # the default group's prefix in the store (env://, tcp://, torchrun)
+# TORCH_DIST_INIT_BARRIER=1's barrier at the store (`simdist.script.barriers`): how a wait there is
+# named on either side (the real side's stall, `rank.stall`), and torch's key prefix (STORE_BASED_BARRIER_PREFIX)
+BARRIER_CALL = "the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"
+BARRIER_KEY = "store_based_barrier_key"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # "True": torchrun's agent hosts the store (its default)
 # a connect to a store nobody serves gives up after about twice its timeout (see above)
 CONNECT_FACTOR = 2.0

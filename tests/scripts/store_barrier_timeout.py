@@ -5,13 +5,15 @@ barrier ...` at the first multiple of its wait interval (10 s + world/1000 s) pa
 
     python store_barrier_timeout.py T [exits|waits]   # torchrun-style, 3 ranks or more
 
-`exits`: the last rank exits after init; `waits`: it waits in a barrier of the world, which
-fails once ranks 0 and 1 raised and left; `recv`: the world's timeout is 2 s and the last
+`exits`: the last rank exits after init; `late`: it sleeps 1.5 s first (the others' waits
+get status lines; with T = 1800, torch's default, they wait for good); `waits`: it waits in
+a barrier of the world, which fails once ranks 0 and 1 raised and left; `recv`: the world's timeout is 2 s and the last
 rank first receives from rank 0, which never sends: its recv times out at 2 s, it goes on to
 the group's creation and makes the barrier's count whole, so everyone makes the group.
 """
 import datetime
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -26,7 +28,9 @@ if mode == "recv" and rank == last:
         print(rank, "recv:", type(e).__name__, flush=True)
 if rank == last and mode != "recv":
     print(rank, "never made the group", flush=True)
-    if mode == "exits":
+    if mode == "late":
+        time.sleep(1.5)
+    if mode in ("exits", "late"):
         sys.exit(0)
     dist.barrier()
 elif rank in (0, 1) or mode == "recv":

@@ -64,7 +64,7 @@ import torch.distributed as dist
 
 from simdist.script.rank import client, pylog, stack, threads
 from simdist.script.rank.threads import FUTEX_NR, SLEEP_NRS, syscall, voluntary_switches
-from simdist.script.stores import DEFAULT_TIMEOUT_S
+from simdist.script.stores import BARRIER_CALL, BARRIER_KEY, DEFAULT_TIMEOUT_S
 
 POLL_S = 0.1
 MAIN_CPU_EPS_S = 0.0005  # the main thread's CPU per poll that still counts as none
@@ -186,17 +186,29 @@ def store_wait(frame: Any) -> StoreWait | None:
     except Exception:  # noqa: BLE001 - unreadable: the wait may end at any time, so it bounds the stall
         return StoreWait(found.f_code.co_name, None, 0.0)
     limit = timeout.total_seconds() if hasattr(timeout, "total_seconds") else DEFAULT_TIMEOUT_S["gloo"]
-    what = next((f.f_code.co_name for f in reversed(inner) if f.f_code.co_name not in _WRAPPERS), found.f_code.co_name)
+    what = BARRIER_CALL if found.f_code.co_name == "_store_based_barrier" else \
+        next((f.f_code.co_name for f in reversed(inner) if f.f_code.co_name not in _WRAPPERS), found.f_code.co_name)
     where = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
     return StoreWait(what, where, float(limit), _group_of(found))
 
 
 def _group_of(found: Any) -> tuple[str, tuple[int, ...]] | None:
     """The group a store wait in `_new_process_group_helper` creates (its parameters `group_name`
-    and `global_ranks_in_group`; none for the default group, made at init: no members given).
-    A torch whose helper lacks either parameter names no group: its waits get no status line
-    (one name for all would merge the groups' lines), the hang verdict does not read it."""
-    if found.f_code.co_name != "_new_process_group_helper":
+    and `global_ranks_in_group`; none for the default group, made at init: no members given),
+    or the world a store-based barrier counts (`_store_based_barrier`'s `rendezvous_count`, when
+    it is the world's size: a group made with use_local_synchronization counts its own members,
+    which the barrier is not given), under the barrier's key. A torch whose functions lack these
+    parameters names no group: its waits get no status line (one name for all would merge the
+    groups' lines), the hang verdict does not read it."""
+    code = found.f_code.co_name
+    if code == "_store_based_barrier":
+        try:
+            name, count = found.f_locals.get("group_name"), found.f_locals.get("rendezvous_count")
+            whole = name is not None and count is not None and int(count) == dist.get_world_size()
+            return (f"{BARRIER_KEY}:{name}", tuple(range(int(count)))) if whole else None
+        except Exception:  # noqa: BLE001 - another thread's frame, read only: unreadable, the wait stays unnamed
+            return None
+    if code != "_new_process_group_helper":
         return None
     try:
         name, members = found.f_locals.get("group_name"), found.f_locals.get("global_ranks_in_group")
