@@ -262,10 +262,10 @@ def _memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 
 def _empty_cache() -> None:
     """torch's `empty_cache`: every device's cached free segments are given back (c10's
-    `emptyCache` empties each device's allocator), once CUDA is initialised."""
+    `emptyCache` empties each device's allocator, `gpu_allocator.empty_all`), once CUDA is
+    initialised."""
     if cuda_init._Init.initialized:
-        for allocator in gpu_allocator.known():
-            allocator.empty_cache()
+        gpu_allocator.empty_all(_Gpus.count)
 
 
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
