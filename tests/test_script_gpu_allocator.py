@@ -193,3 +193,35 @@ def test_a_move_to_another_gpu_copies_and_the_source_keeps_its_block(with_moves)
     assert back is not x.untyped_storage() and gpu_memory.storage_index(back) is None
     del y, z, s
     assert (torch.cuda.memory_allocated(0), torch.cuda.memory_allocated(1)) == (4096 + 512, 0)
+
+
+def test_gradients_count_from_the_backward_that_made_them(simulated_gpus, monkeypatch):
+    """A leaf's `.grad` is made in C++ (`AccumulateGrad`), unseen by the rank layer's mode:
+    it counted only once Python read `p.grad`, so `memory_allocated()` right after
+    `loss.backward()` left out every gradient. Now backward places them on their leaves' GPUs
+    (`rank.gpu_grads`): parameters 2 x 512 B, input 512, loss 512, then the two gradients
+    (512 each) count before anything reads them; `inputs=` limits it to those leaves, a host
+    leaf's gradient stays host memory, and `torch.autograd.grad`'s results are on their
+    inputs' GPUs."""
+    import torch.autograd
+
+    from simdist.script.rank import gpu_grads, gpu_memory
+
+    torch = simulated_gpus
+    monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)
+    monkeypatch.setattr(torch.autograd, "grad", torch.autograd.grad)
+    gpu_grads.install()
+    m = torch.nn.Linear(8, 4, device="cuda:1")
+    host = torch.ones(4, requires_grad=True)
+    x = torch.randn(2, 8, device="cuda:1")
+    assert torch.cuda.memory_allocated(1) == 3 * 512
+    loss = (m(x) * host.sum()).sum()
+    loss.backward()
+    assert torch.cuda.memory_allocated(1) == 6 * 512 and torch.cuda.max_memory_allocated(1) >= 6 * 512
+    assert [gpu_memory.gpu_index(p.grad) for p in m.parameters()] == [1, 1] and gpu_memory.gpu_index(host.grad) is None
+    m.zero_grad(set_to_none=True)
+    assert torch.cuda.memory_allocated(1) == 4 * 512
+    m(x).sum().backward(inputs=[m.bias])
+    assert m.weight.grad is None and torch.cuda.memory_allocated(1) == 5 * 512
+    (g,) = torch.autograd.grad(m(x).sum(), [m.weight])
+    assert gpu_memory.gpu_index(g) == 1 and torch.cuda.memory_allocated(1) == 6 * 512

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import amp, cuda_init, device_view, gpu_memory, gpu_shims
+from simdist.script.rank import amp, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims
 from simdist.script.rank.device_args import (
     CPU as _CPU,
 )
@@ -415,6 +415,7 @@ def install(gpus: int) -> None:
         return
     gpu_shims.install(gpus)
     gpu_memory.install()
+    gpu_grads.install()
     device_view.install()
     _patch_tensor_moves()
     _patch_record_stream()
