@@ -67,6 +67,27 @@ def refuse(rank: int, error: str) -> None:
     os.replace(path + ".tmp", path)  # whole or absent, even if the process is killed meanwhile
 
 
+# Every path a process of the run wrote, created, renamed or deleted (`rank.writes`), one a
+# line, in a file of its own beside the coordinator's socket: what `compare` sets aside
+# between its sides is what the first side wrote, never another process's files.
+WRITES = "writes-{}.txt"
+
+
+def writes_file() -> str | None:
+    """This process's list of the paths it wrote (`WRITES`); None outside a run's process (a
+    fork server's own, whose socket is a placeholder, "-": `script.zygote`)."""
+    folder = os.path.dirname(os.environ.get(SOCKET, ""))
+    return os.path.join(folder, WRITES.format(os.getpid())) if folder else None
+
+
+def written(folder: str) -> frozenset[str]:
+    """The absolute paths the run's processes wrote (`WRITES`), read once they have all ended."""
+    out: set[str] = set()
+    for p in Path(folder).glob(WRITES.format("*")):
+        out.update(line for line in p.read_text(errors="surrogateescape").splitlines() if line)
+    return frozenset(out)
+
+
 def refusal(folder: str) -> str | None:
     """The lowest rank's refusal in the run's folder (each refusing process wrote one, in any
     order: the first to write must not decide, or two runs would differ)."""
