@@ -225,3 +225,52 @@ def test_gradients_count_from_the_backward_that_made_them(simulated_gpus, monkey
     assert m.weight.grad is None and torch.cuda.memory_allocated(1) == 5 * 512
     (g,) = torch.autograd.grad(m(x).sum(), [m.weight])
     assert gpu_memory.gpu_index(g) == 1 and torch.cuda.memory_allocated(1) == 6 * 512
+
+
+def test_cuda_counts_as_initialised_as_torchs_does(simulated_gpus):
+    """`torch.cuda.is_initialized()` was False whatever the script did on its GPUs (torch's flag
+    was never set: torch's own `_lazy_init` cannot run on a CPU build), so library checks such as
+    "CUDA was initialised before the fork" passed where a GPU's fail. Now it says what torch's
+    does: False before, True after the first CUDA use; and torch's seed calls, which then run at
+    once instead of being queued (`_lazy_call`), seed the generator the simulated GPUs draw
+    from: a "cuda" tensor drawn after `torch.cuda.manual_seed(3)` is the one drawn after
+    `torch.manual_seed(3)`."""
+    torch = simulated_gpus
+    assert not torch.cuda.is_initialized()
+    kept = torch.empty(1, device="cuda")
+    assert torch.cuda.is_initialized() and torch.cuda.memory_stats()["allocation.all.current"] == 1 and kept.numel()
+    torch.manual_seed(3)
+    a = torch.randn(3, device="cuda")
+    torch.randn(5)
+    torch.cuda.manual_seed(3)
+    assert torch.equal(torch.randn(3, device="cuda"), a)
+    torch.cuda.manual_seed_all(3)
+    torch.cuda.seed_all()
+    torch.cuda.manual_seed(3)
+    assert torch.equal(torch.randn(3, device="cuda:1"), a)
+
+
+def test_legacy_tensor_types_convert_as_on_a_gpu(with_moves, monkeypatch):
+    """`x.type(torch.cuda.FloatTensor)` and its string form raised "Cannot initialize CUDA
+    without ATen_cuda library". As torch's `type`: a CUDA type keeps a GPU tensor's device (the
+    tensor itself when the dtype is the same), puts a host tensor on the current device as a
+    copy; a CPU type of a GPU tensor is a host copy; what `.type()` then reads is the CUDA name."""
+    from simdist.script.rank import device_view, gpu_memory, legacy_types
+
+    torch = with_moves
+    monkeypatch.setattr(torch.Tensor, "type", torch.Tensor.type)
+    legacy_types.install()
+    device_view.install()
+    for name in device_view.VIEWS:
+        monkeypatch.setattr(torch.Tensor, name, getattr(torch.Tensor, name))  # (already patched: restored as found)
+    x = torch.ones(2, device="cuda:1")
+    assert x.type(torch.cuda.FloatTensor) is x and x.type("torch.cuda.FloatTensor") is x
+    d = x.type(torch.cuda.DoubleTensor)
+    assert d.dtype == torch.float64 and gpu_memory.gpu_index(d) == 1 and d.type() == "torch.cuda.DoubleTensor"
+    torch.cuda.set_device(2)
+    h = torch.ones(2)
+    g = h.type(torch.cuda.FloatTensor)
+    assert g is not h and gpu_memory.gpu_index(g) == 2 and gpu_memory.gpu_index(h) is None
+    back = x.type(torch.FloatTensor)
+    assert gpu_memory.gpu_index(back) is None and back.type() == "torch.FloatTensor" and back.tolist() == [1.0, 1.0]
+    assert x.type(torch.float16).dtype == torch.float16 and h.type(torch.DoubleTensor).dtype == torch.float64

@@ -50,9 +50,14 @@ def mode() -> str:
 # the failure is a gap of the simulator, not the program's error. "Cannot access accelerator
 # device": `torch.device(index)`, which a CPU build cannot resolve and a GPU one makes cuda:index
 # (a ShardedTensor with no local shard under a non-Gloo backend: FSDP's sharded state dict).
+# Once CUDA counts as initialised (`rank.cuda_init`), torch's `_lazy_init` passes and a call
+# reaches the CUDA binding a CPU build lacks (`torch._C._cuda_setMemoryFraction`) or CUDA's
+# own allocation ("Cannot initialize CUDA without ATen_cuda library").
 _NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
                       r"|Cannot get CUDA generator without ATen_cuda library"
-                      r"|Cannot access accelerator device when none is available")
+                      r"|Cannot access accelerator device when none is available"
+                      r"|Cannot initialize CUDA without ATen_cuda library"
+                      r"|module 'torch\._C' has no attribute '_cuda_\w+'")
 
 
 # A process that calls an API the simulator cannot model outside any group (`init_rpc`; it may

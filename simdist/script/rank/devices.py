@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import amp, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims
+from simdist.script.rank import amp, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims, legacy_types
 from simdist.script.rank.device_args import (
     CPU as _CPU,
 )
@@ -416,6 +416,7 @@ def install(gpus: int) -> None:
     gpu_shims.install(gpus)
     gpu_memory.install()
     gpu_grads.install()
+    legacy_types.install()  # (before the device view, whose `type` must be the outer: it reads its caller)
     device_view.install()
     _patch_tensor_moves()
     _patch_record_stream()

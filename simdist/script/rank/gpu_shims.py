@@ -321,6 +321,9 @@ def _install_cuda_rng_shims() -> None:
     for name, fn in shims.items():
         setattr(tc, name, fn)
         setattr(tcr, name, fn)
+    # torch's seed calls run once CUDA is initialised (`cuda_init._mark_torch`), on these
+    tc.default_generators = (torch.default_generator,) * _Gpus.count
+    tcr.current_device, tcr.device_count = tc.current_device, tc.device_count  # (imported there by name)
 
 
 def _install_accelerator_shims() -> None:
