@@ -404,6 +404,11 @@ def device(index: int) -> DeviceAllocator:
     return _DEVICES.get(index) or _DEVICES.setdefault(index, DeviceAllocator(index))
 
 
+def used() -> bool:
+    """Whether any simulated GPU has been asked for memory in this process."""
+    return bool(_DEVICES)
+
+
 def empty_all(count: int) -> None:
     """`emptyCache` of c10's `NativeCachingAllocator`: every device's allocator empties its
     cache (`device_allocator`, made for each of the `count` devices when CUDA is initialised,

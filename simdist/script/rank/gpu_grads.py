@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_memory
+from simdist.script.rank import gpu_allocator, gpu_memory
 
 
 def _as_list(tensors: Any) -> list:
@@ -37,8 +37,10 @@ def _as_list(tensors: Any) -> list:
 
 
 def leaves(outputs: Iterable[Any]) -> list[torch.Tensor]:
-    """The leaf tensors whose gradients a backward from `outputs` accumulates (each once)."""
-    seen: set[int] = set()
+    """The leaf tensors whose gradients a backward from `outputs` accumulates (each once).
+    The nodes visited are kept until the walk ends: a node's Python object may be made anew
+    on each `next_functions` read, and a freed one's `id` reused by the next."""
+    visited: dict[int, Any] = {}
     found: list[torch.Tensor] = []
     todo = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     for t in outputs:
@@ -46,13 +48,13 @@ def leaves(outputs: Iterable[Any]) -> list[torch.Tensor]:
             found.append(t)  # a leaf differentiated itself
     while todo:
         node = todo.pop()
-        if node is None or id(node) in seen:
+        if node is None or id(node) in visited:
             continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)
-        if isinstance(variable, torch.Tensor):
-            found.append(variable)
-        todo.extend(nxt for nxt, _ in node.next_functions)
+        visited[id(node)] = node
+        if type(node).__name__ == "AccumulateGrad":
+            found.append(node.variable)
+        else:
+            todo.extend([nxt for nxt, _ in node.next_functions])
     return found
 
 
@@ -73,7 +75,7 @@ def install() -> None:
 
     @functools.wraps(orig_backward)
     def backward(tensors: Any, *args: Any, inputs: Any = None, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():  # (a traced graph places nothing)
+        if torch.compiler.is_compiling() or not gpu_allocator.used():  # (a traced graph, a CPU program: nothing)
             return orig_backward(tensors, *args, inputs=inputs, **kwargs)
         targets = [t for t in _as_list(inputs) if isinstance(t, torch.Tensor)] if inputs is not None \
             else leaves(_as_list(tensors))
