@@ -17,6 +17,7 @@ import pytest
 from simdist.script.rank import gpu_allocator as ga
 from tests import test_script_gpu_memory as gpu_memory_tests
 from tests.test_script_gpu_memory import check_invariants
+from tests.test_script_user_idioms import _keep
 
 MiB = 2**20
 simulated_gpus = gpu_memory_tests.simulated_gpus  # (the fixture, shared)
@@ -164,6 +165,8 @@ def with_moves(simulated_gpus, monkeypatch):
 
     monkeypatch.setattr(torch.storage, "_to", torch.storage._to)
     monkeypatch.setattr(torch.storage._StorageBase, "cpu", torch.storage._StorageBase.cpu)
+    _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
+    monkeypatch.setattr(devices, "_MOVES", set(devices._MOVES))
     devices._patch_tensor_moves()
     devices._patch_storage_moves()
     return simulated_gpus
@@ -258,11 +261,10 @@ def test_legacy_tensor_types_convert_as_on_a_gpu(with_moves, monkeypatch):
     from simdist.script.rank import device_view, gpu_memory, legacy_types
 
     torch = with_moves
-    monkeypatch.setattr(torch.Tensor, "type", torch.Tensor.type)
+    for name in device_view.VIEWS:  # (restored after the test, "type" included)
+        monkeypatch.setattr(torch.Tensor, name, getattr(torch.Tensor, name))
     legacy_types.install()
     device_view.install()
-    for name in device_view.VIEWS:
-        monkeypatch.setattr(torch.Tensor, name, getattr(torch.Tensor, name))  # (already patched: restored as found)
     x = torch.ones(2, device="cuda:1")
     assert x.type(torch.cuda.FloatTensor) is x and x.type("torch.cuda.FloatTensor") is x
     d = x.type(torch.cuda.DoubleTensor)
