@@ -5,6 +5,8 @@ and `torch.cuda.device("cuda")`, which names the current device."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.test_script_examples import _verdict, differences
@@ -12,6 +14,48 @@ from tests.test_script_modern_apis import _both
 from tests.test_script_user_idioms import _keep, _keyed
 
 MiB = 2**20
+
+
+def check_invariants(alloc: Any, live: list) -> None:
+    """Each segment's blocks tile it, no two free neighbours are left unmerged, every cached
+    free block is in its pool once, and the statistics are the sums of the blocks (allocated,
+    requested, segments, reserved, inactive split blocks) with peaks never below the current
+    (`alloc` a `gpu_allocator.DeviceAllocator`, `live` its allocated blocks)."""
+    from simdist.script.rank import gpu_allocator as ga
+
+    cached = [b for pool in (alloc.small, alloc.large) for _, _, b in pool.free]
+    free = {id(b) for b in cached}
+    assert len(free) == len(cached)
+    heads = {}
+    for block in live + cached:
+        head = block
+        while head.prev is not None:
+            head = head.prev
+        heads[id(head)] = head
+    total = 0
+    for head in heads.values():
+        ptr, block = head.ptr, head
+        while block is not None:
+            assert block.ptr == ptr and block.size >= ga.MIN_BLOCK and block.size % ga.MIN_BLOCK == 0
+            assert block.allocated == (id(block) not in free)
+            if block.next is not None:
+                assert block.next.prev is block and (block.allocated or block.next.allocated)
+            ptr += block.size
+            block = block.next
+        total += ptr - head.ptr
+    stats = alloc.stats()
+    assert stats["reserved_bytes"]["all"]["current"] == total == alloc.reserved()
+    assert stats["segment"]["all"]["current"] == len(heads)
+    assert stats["allocated_bytes"]["all"]["current"] == sum(b.size for b in live)
+    assert stats["requested_bytes"]["all"]["current"] == sum(b.requested for b in live)
+    assert stats["allocation"]["all"]["current"] == len(live)
+    split_free = [b for b in cached if b.is_split()]
+    assert stats["inactive_split"]["all"]["current"] == len(split_free)
+    assert stats["inactive_split_bytes"]["all"]["current"] == sum(b.size for b in split_free)
+    for name in ("allocated_bytes", "reserved_bytes", "segment", "allocation"):
+        for pool in ("all", "small_pool", "large_pool"):
+            s = stats[name][pool]
+            assert s["peak"] >= s["current"] >= 0 and s["allocated"] - s["freed"] == s["current"]
 
 
 @pytest.fixture
@@ -172,37 +216,7 @@ def test_the_allocator_model_keeps_its_invariants():
             live.append(alloc.malloc(size))
         if step % 500 == 499:
             alloc.empty_cache()
-        free = {id(b) for pool in (alloc.small, alloc.large) for _, _, b in pool.free}
-        heads = {}
-        for block in live + [b for pool in (alloc.small, alloc.large) for _, _, b in pool.free]:
-            head = block
-            while head.prev is not None:
-                head = head.prev
-            heads[id(head)] = head
-        total = 0
-        for head in heads.values():
-            ptr, block = head.ptr, head
-            while block is not None:
-                assert block.ptr == ptr and block.size >= ga.MIN_BLOCK and block.size % ga.MIN_BLOCK == 0
-                assert block.allocated == (id(block) not in free)
-                if block.next is not None:
-                    assert block.next.prev is block and (block.allocated or block.next.allocated)
-                ptr += block.size
-                block = block.next
-            total += ptr - head.ptr
-        stats = alloc.stats()
-        assert stats["reserved_bytes"]["all"]["current"] == total == alloc.reserved()
-        assert stats["segment"]["all"]["current"] == len(heads)
-        assert stats["allocated_bytes"]["all"]["current"] == sum(b.size for b in live)
-        assert stats["requested_bytes"]["all"]["current"] == sum(b.requested for b in live)
-        assert stats["allocation"]["all"]["current"] == len(live)
-        split_free = [b for pool in (alloc.small, alloc.large) for _, _, b in pool.free if b.is_split()]
-        assert stats["inactive_split"]["all"]["current"] == len(split_free)
-        assert stats["inactive_split_bytes"]["all"]["current"] == sum(b.size for b in split_free)
-        for name in ("allocated_bytes", "reserved_bytes", "segment", "allocation"):
-            for pool in ("all", "small_pool", "large_pool"):
-                s = stats[name][pool]
-                assert s["peak"] >= s["current"] >= 0 and s["allocated"] - s["freed"] == s["current"]
+        check_invariants(alloc, live)
 
 
 def test_a_gpu_tensor_received_through_a_queue_is_the_senders_memory(simulated_gpus, monkeypatch):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -82,7 +84,8 @@ def test_nothing_written_moves_nothing_and_creates_nothing(tmp_path):
     backup = rec.backup
     assert rec.backed_up == {os.path.join("a", "f.txt")} and backup is not None and backup.is_dir()
     moved = workdir.set_aside(rec)
-    assert moved.to_jsonable() == {"set_aside": None, "truncated": False, "changes": []} and moved.lines() == []
+    assert moved.to_jsonable() == {"set_aside": None, "truncated": False, "changes": [], "left_alone": []}
+    assert moved.lines() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and not backup.exists()
 
 
@@ -162,3 +165,145 @@ def test_an_edit_to_a_source_and_tool_caches_are_left_alone(tmp_path):
     assert [(c.path, c.change) for c in moved.changes] == [("gen.py", workdir.CREATED), ("log.txt", workdir.MODIFIED)]
     assert (tmp_path / "train.py").read_text() == "the user's edit\n" and not (tmp_path / "lib.py").exists()
     assert (tmp_path / ".pytest_cache" / "v").exists() and (tmp_path / "log.txt").read_text() == "old\n"
+
+
+OUTSIDE = """
+import os, time, torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+resumed = os.path.exists("ckpt.pt")  # torch.save writes it in C++ (its zip writer)
+print("resumed" if resumed else "fresh", torch.load("ckpt.pt")["w"].tolist() if resumed else "")
+if rank == 0:
+    with open("started.txt", "w") as f:
+        f.write("x")
+    deadline = time.time() + 30
+    while not os.path.exists("outside.log") and time.time() < deadline:  # another process's write comes
+        time.sleep(0.05)
+dist.barrier()
+if rank == 0:
+    torch.save({"w": torch.ones(2)}, "ckpt.pt")
+dist.barrier()
+"""
+
+
+@pytest.mark.real
+def test_compare_sets_aside_only_what_the_first_sides_processes_wrote(script_zygote, tmp_path, monkeypatch):
+    """While the simulated side runs, another process (a thread of this test's, no rank)
+    creates outside.log and appends to the pre-existing other.log: both stay as it left them,
+    and the report names them as not the side's. Before, both were set aside and other.log
+    put back (two helpers lost their logs so). The checkpoint the script writes with
+    `torch.save` (opened in C++) on the simulated side is still set aside: the real side
+    starts fresh as well."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(OUTSIDE))
+    (tmp_path / "other.log").write_text("before\n")
+
+    def outsider() -> None:
+        deadline = time.time() + 60
+        while not (tmp_path / "started.txt").exists() and time.time() < deadline:
+            time.sleep(0.02)
+        with open(tmp_path / "other.log", "a") as f:
+            f.write("another process\n")
+        (tmp_path / "outside.log").write_text("mine\n")
+
+    monkeypatch.chdir(tmp_path)
+    t = threading.Thread(target=outsider)
+    t.start()
+    try:
+        both = compare_script(script, nproc_per_node=2, backend="gloo", timeout_s=300, measure_compute=False,
+                              zygotes=script_zygote)
+    finally:
+        t.join()
+    for side in (both.sim.report, both.real.report):
+        assert [r.output for r in side.ranks] == [["fresh "]] * 2
+    assert differences(both.sim.report, both.real.report) == []
+    w = both.workdir.to_jsonable()
+    assert [(c["path"], c["change"]) for c in w["changes"]] == [("ckpt.pt", "created"), ("started.txt", "created")]
+    assert w["left_alone"] == [{"path": "other.log", "change": "modified"}, {"path": "outside.log", "change": "created"}]
+    assert (tmp_path / "other.log").read_text() == "before\nanother process\n"
+    assert (tmp_path / "outside.log").read_text() == "mine\n"
+    assert (tmp_path / w["set_aside"] / "ckpt.pt").is_file() and (tmp_path / "ckpt.pt").is_file()
+    assert both.workdir.lines()[-3:] == [
+        "working directory: changed while the simulated side ran, but not by its processes (left as they are):",
+        "  other.log: modified", "  outside.log: created"]
+
+
+def test_only_the_changes_the_side_wrote_are_set_aside(tmp_path):
+    """`set_aside(..., written=)`: a change is the side's when it wrote the path, a folder
+    above it, or a path inside it (a created folder); the rest is left as it is and named.
+    The folder is recorded through a link and the paths written name it resolved."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    for name in ("ours.log", "theirs.log"):
+        (real / name).write_text("old\n")
+    rec = workdir.record(tmp_path / "link")
+    (real / "ours.log").write_text("the side's\n")
+    (real / "theirs.log").write_text("another's\n")
+    (real / "ckpt" / "step1").mkdir(parents=True)
+    (real / "ckpt" / "step1" / "model.pt").write_text("w")
+    (real / "other").mkdir()
+    (real / "other" / "x").write_text("x")
+    written = [str(real / "ours.log"), str(real / "ckpt" / "step1" / "model.pt"), "/elsewhere/file",
+               str(tmp_path / "outside-the-folder")]
+    moved = workdir.set_aside(rec, stamp="w", written=written)
+    assert [(c.path, c.change, c.restored) for c in moved.changes] == [
+        ("ckpt", workdir.CREATED, False), ("ours.log", workdir.MODIFIED, True)]
+    assert moved.left == [("other", workdir.CREATED), ("theirs.log", workdir.MODIFIED)]
+    assert (real / "ours.log").read_text() == "old\n" and (real / "theirs.log").read_text() == "another's\n"
+    assert (real / "other" / "x").exists() and not (real / "ckpt").exists()
+
+
+def test_a_ranks_writes_are_listed_whichever_call_made_them(tmp_path, monkeypatch):
+    """`rank.writes` lists what the process wrote through each Python-level call a write takes
+    (open, pathlib, os.makedirs, os.replace, os.remove, shutil.rmtree, numpy.save, torch.save's
+    C++ writer) and not what it only read; a forked child lists its own."""
+    import builtins
+    import io
+    import shutil
+
+    import numpy as np
+    import torch
+    import torch.serialization
+
+    from simdist.script import env
+    from simdist.script.rank import writes
+
+    run = tmp_path / "run"
+    run.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv(env.SOCKET, str(run / "coordinator.sock"))
+    monkeypatch.chdir(work)
+    for owner, names in ((builtins, ("open",)), (io, ("open",)), (shutil, ("rmtree",)),
+                         (os, ("open", "remove", "unlink", "rmdir", "mkdir", "truncate", "rename", "replace"))):
+        for name in names:
+            monkeypatch.setattr(owner, name, getattr(owner, name))
+    cls = torch.serialization._open_zipfile_writer_file
+    monkeypatch.setattr(cls, "__init__", cls.__init__)
+    monkeypatch.setattr(writes, "_seen", set())
+    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)  # (the test's process keeps no handler)
+    (work / "read.txt").write_bytes(b"r")
+    writes.install()
+    writes.install_torch(torch.serialization)
+    with open("read.txt") as f:
+        f.read()
+    with open("a.txt", "w") as f:
+        f.write("a")
+    (work / "b.txt").write_text("b")
+    os.makedirs("d/e")
+    os.replace("a.txt", "d/a.txt")
+    os.remove("b.txt")
+    np.save("n.npy", np.zeros(2))
+    torch.save({"w": torch.ones(1)}, "t.pt")
+    shutil.rmtree("d")
+    pid = os.fork()
+    if pid == 0:
+        writes._forget_after_fork()
+        (work / "child.txt").write_text("c")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    names = {os.path.relpath(p, work) for p in env.written(str(run))}
+    assert names == {"a.txt", "b.txt", "d", "d/e", "d/a.txt", "n.npy", "t.pt", "child.txt"}, names
+    assert len(list(run.glob("writes-*.txt"))) == 2

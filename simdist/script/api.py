@@ -96,6 +96,7 @@ class ScriptRun:
     longest_epoch: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C ended it (`execute`'s `status`): the report is the run as it stood
+    written: frozenset[str] = frozenset()  # absolute paths the run's processes wrote (`rank.writes`)
 
     def verdict(self) -> Verdict:
         """The checker's verdict, as for a scenario without [expect]: failed when the run did
@@ -260,6 +261,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         coord.close()
         listener.close()
         refused = env.refusal(tmp)  # every process has ended (`launch.end`)
+        written = env.written(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     if refused is not None:
         raise ScriptError(refused)
@@ -280,7 +282,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     members = [memberships(coord.gens, r) for r in range(coord.world_size)]
     return ScriptRun(report, merged_groups(coord.gens), [max((c.longest_epoch for c in m), default=0) for m in members],
-                     [per_process(m, lambda c: c.capped) for m in members], ending.kind == "interrupted")
+                     [per_process(m, lambda c: c.capped) for m in members], ending.kind == "interrupted", written)
 
 
 @dataclass
@@ -312,8 +314,9 @@ def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
                    zygotes: Callable[[str], Zygote] | None = None,
                    status: Callable[[str], None] | None = None, **kw: Any) -> ScriptComparison:
     """The script on simulated ranks, then on real Gloo (`execute`'s arguments, `backend`
-    gloo), each side from the same files: what the simulated side wrote in the working
-    directory is set aside before the real side starts. `zygotes(mode)`: a fork server per
+    gloo), each side from the same files: what the simulated side's processes wrote in the
+    working directory (`ScriptRun.written`) is set aside before the real side starts; what
+    anything else changed meanwhile is left alone. `zygotes(mode)`: a fork server per
     mode (the tests'), else the plain launch. `status`: each side's status lines, named by
     side after their subject ("init: real side: waiting ...", `execute`); given, Ctrl-C ends
     the comparison with what each side had (a simulated side it ended: no real side follows)."""
@@ -330,7 +333,7 @@ def compare_script(path: str | os.PathLike, args: Sequence[str] = (), *,
     if sim.interrupted:
         before.discard()
         return ScriptComparison(sim, None, SetAside())
-    moved = workdir.set_aside(before)
+    moved = workdir.set_aside(before, written=sim.written)
     try:
         real = side(env.GLOO)
     except KeyboardInterrupt:  # before any real rank came: the simulated side's report still stands

@@ -50,9 +50,14 @@ def mode() -> str:
 # the failure is a gap of the simulator, not the program's error. "Cannot access accelerator
 # device": `torch.device(index)`, which a CPU build cannot resolve and a GPU one makes cuda:index
 # (a ShardedTensor with no local shard under a non-Gloo backend: FSDP's sharded state dict).
+# Once CUDA counts as initialised (`rank.cuda_init`), torch's `_lazy_init` passes and a call
+# reaches the CUDA binding a CPU build lacks (`torch._C._cuda_setMemoryFraction`) or CUDA's
+# own allocation ("Cannot initialize CUDA without ATen_cuda library").
 _NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|PyTorch is not linked with support for cuda devices"
                       r"|Cannot get CUDA generator without ATen_cuda library"
-                      r"|Cannot access accelerator device when none is available")
+                      r"|Cannot access accelerator device when none is available"
+                      r"|Cannot initialize CUDA without ATen_cuda library"
+                      r"|module 'torch\._C' has no attribute '_cuda_\w+'")
 
 
 # A process that calls an API the simulator cannot model outside any group (`init_rpc`; it may
@@ -65,6 +70,27 @@ def refuse(rank: int, error: str) -> None:
     path = os.path.join(os.path.dirname(os.environ[SOCKET]), _REFUSED.format(os.getpid()))
     Path(path + ".tmp").write_text(json.dumps({"rank": rank, "error": error}))
     os.replace(path + ".tmp", path)  # whole or absent, even if the process is killed meanwhile
+
+
+# Every path a process of the run wrote, created, renamed or deleted (`rank.writes`), one a
+# line, in a file of its own beside the coordinator's socket: what `compare` sets aside
+# between its sides is what the first side wrote, never another process's files.
+WRITES = "writes-{}.txt"
+
+
+def writes_file() -> str | None:
+    """This process's list of the paths it wrote (`WRITES`); None outside a run's process (a
+    fork server's own, whose socket is a placeholder, "-": `script.zygote`)."""
+    folder = os.path.dirname(os.environ.get(SOCKET, ""))
+    return os.path.join(folder, WRITES.format(os.getpid())) if folder else None
+
+
+def written(folder: str) -> frozenset[str]:
+    """The absolute paths the run's processes wrote (`WRITES`), read once they have all ended."""
+    out: set[str] = set()
+    for p in Path(folder).glob(WRITES.format("*")):
+        out.update(line for line in p.read_text(errors="surrogateescape").splitlines() if line)
+    return frozenset(out)
 
 
 def refusal(folder: str) -> str | None:

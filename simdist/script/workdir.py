@@ -10,7 +10,10 @@ Before the first side, `record` lists the directory (breadth first, at most `MAX
 entries; not `.simdist/`, `.git/`, `__pycache__/`, tool caches (`SKIPPED`) or a virtual environment, which a
 script's behaviour does not depend on, nor a file simdist's own output goes to) and copies its small regular files
 (`BACKUP_FILE_BYTES` each, `BACKUP_BYTES` in all) to a temporary folder. After it, `set_aside` compares the
-directory with that record:
+directory with that record, and keeps the changes the first side's processes made (the paths
+they wrote, created, renamed or deleted: `rank.writes` lists them, `set_aside`'s `written`);
+a change nothing of the side made (another process writing in the folder meanwhile: an
+editor, a log of another program's) is left as it is, and the report names it:
 
 * what the side created moves (a rename: no copy) to `.simdist/compare/<stamp>/sim/`,
   under the same relative path (a created folder moves whole);
@@ -29,6 +32,11 @@ version back would silently undo it in the working copy (measured: edits to a ch
 Nothing either side wrote is lost: the first side's files are in the set-aside folder, the
 second side's stay where it wrote them (as after a real run). Nothing is created when the
 first side wrote nothing; then the cost is two listings of the directory and the backup copy.
+
+Why not run each side in a copy of the folder, so that nothing needs putting back: a script
+reads and prints its own paths (`__file__`, `os.getcwd()`, absolute checkpoint paths in its
+arguments), which would then differ between the sides and from the user's run, and a copy
+costs the whole folder (datasets included) where this costs what the side wrote.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +114,7 @@ class SetAside:
     folder: str | None = None
     changes: list[Change] = field(default_factory=list)
     truncated: bool = False
+    left: list[tuple[str, str]] = field(default_factory=list)  # (path, change) no process of the side made
 
     def lines(self, first: str = "simulated", second: str = "real") -> list[str]:
         """One line per file, naming it; none when the first side changed nothing."""
@@ -120,6 +130,10 @@ class SetAside:
                            f"{BACKUP_FILE_BYTES >> 20} MiB, past the backups' bounds, or not a regular file): the "
                            f"{second} side started from the changed state" +
                            (f" (a copy is in {c.moved_to})" if c.moved_to else ""))
+        if self.left:
+            out.append(f"working directory: changed while the {first} side ran, but not by its processes "
+                       f"(left as they are):")
+            out.extend(f"  {path}: {change}" for path, change in self.left)
         if self.truncated:
             out.append(f"working directory: more than {MAX_ENTRIES:,} entries; changes below the first "
                        f"{MAX_ENTRIES:,} (breadth first) were not set aside")
@@ -128,7 +142,8 @@ class SetAside:
     def to_jsonable(self) -> dict[str, Any]:
         return {"set_aside": self.folder, "truncated": self.truncated,
                 "changes": [{"path": c.path, "change": c.change, "moved_to": c.moved_to, "restored": c.restored}
-                            for c in self.changes]}
+                            for c in self.changes],
+                "left_alone": [{"path": path, "change": change} for path, change in self.left]}
 
 
 def _entry(st: os.stat_result) -> Entry:
@@ -235,14 +250,51 @@ def _source(path: str, was: Entry) -> bool:
     return was.kind == "file" and os.path.splitext(path)[1] in SOURCES
 
 
-def set_aside(rec: Record, side: str = "sim", stamp: str | None = None) -> SetAside:
+def claimed(root: Path, written: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a changed path (relative to `root`) is the side's: its processes wrote it, or a
+    folder above it (one they created, renamed or removed), or a path inside it (a folder they
+    created: it moves whole). `written`: absolute paths (`rank.writes`), their folders resolved
+    as `root` is (a link in either names the same file), the name itself not (a link it wrote)."""
+    base = os.path.realpath(root)
+    wrote: set[str] = set()
+    for w in written:
+        rel = os.path.relpath(os.path.join(os.path.realpath(os.path.dirname(w)), os.path.basename(w)), base)
+        if rel != os.curdir and rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            wrote.add(rel)
+    holding = {os.path.dirname(p) for p in wrote}  # folders with something the side wrote inside
+    for p in list(holding):
+        while p:
+            holding.add(p)
+            p = os.path.dirname(p)
+
+    def is_mine(path: str) -> bool:
+        if path in holding:
+            return True
+        while path:
+            if path in wrote:
+                return True
+            path = os.path.dirname(path)
+        return False
+    return is_mine
+
+
+def set_aside(rec: Record, side: str = "sim", stamp: str | None = None,
+              written: Iterable[str] | None = None) -> SetAside:
     """Move what the first side wrote under `.simdist/compare/<stamp>/<side>/` (relative to the
     recorded folder; `stamp` unique by default: no earlier compare's files are overwritten) and put back
-    what it changed (see the module's docstring); the backup is discarded."""
+    what it changed (see the module's docstring); the backup is discarded. `written`: the paths
+    the side's processes wrote (`ScriptRun.written`); a change to any other path is left where
+    it is (another process's: an editor's save, a log something else appends to) and named in
+    `SetAside.left`. None: every change is the side's."""
     try:
         changes = _changes(rec)
+        left: list[tuple[str, str]] = []
+        if written is not None:
+            is_mine = claimed(rec.root, written)
+            left = [(p, c) for p, c in changes if not is_mine(p)]
+            changes = [(p, c) for p, c in changes if is_mine(p)]
         folder = SET_ASIDE_DIR / (stamp or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}") / side
-        out = SetAside(str(folder) if changes else None, truncated=rec.truncated)
+        out = SetAside(str(folder) if changes else None, truncated=rec.truncated, left=left)
         for path, change in changes:
             if any(path.startswith(c.path + os.sep) for c in out.changes if c.change == CREATED):
                 continue  # inside a created folder that moved whole

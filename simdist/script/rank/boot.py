@@ -5,6 +5,7 @@ Every process of a script run, whether the launcher started it or the script did
 * dies with its parent (`simdist.procs.die_with_parent`, re-armed in forked children), and
   exits at once if its parent is already gone, so killing `simdist` leaves no process behind;
 * reports its printed lines and how it ends (`output`, `exits`);
+* lists the files it writes (`writes`: what `compare` sets aside between its sides);
 * counts `time.sleep` as busy (a sleeping rank is not blocked in a collective) and as
   simulated time passing;
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
@@ -28,7 +29,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, client, exits, output
+from simdist.script.rank import callbacks, client, exits, output, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -69,6 +70,7 @@ def _on_torch(_torch: Any) -> None:
     devices.install(int(os.environ.get(env.GPUS, "8")))
     batches.install()
     _after_import("torch._dynamo", _on_dynamo)
+    _after_import("torch.serialization", writes.install_torch)
     _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
@@ -139,5 +141,6 @@ def install() -> None:
     os.register_at_fork(after_in_child=_after_fork_child)
     output.install()
     exits.install()
+    writes.install()
     _patch_sleep()
     _after_import("torch", _on_torch)

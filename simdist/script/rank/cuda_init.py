@@ -64,6 +64,18 @@ def lazy_init() -> None:
     if _Init.bad_fork:
         _TORCH_LAZY_INIT()
     _Init.initialized = _Init.poisoned = True
+    _mark_torch(True)
+
+
+def _mark_torch(initialized: bool) -> None:
+    """torch's own flag (`torch.cuda._initialized`, which its `_lazy_init` sets): then
+    `torch.cuda.is_initialized()` says True as on a GPU (and False in a bad fork, which it asks
+    `_is_in_bad_fork` for), torch's `memory_stats`/`empty_cache` act, and `_lazy_call` runs a
+    CUDA seed call at once instead of queueing it for an initialisation that never comes
+    (`gpu_shims`: the CUDA generators are the CPU one)."""
+    import torch.cuda
+
+    torch.cuda._initialized = initialized
 
 
 def _after_fork_in_child() -> None:
@@ -77,6 +89,7 @@ def fresh_process() -> None:
     """A process that starts as a new interpreter would (a rank the zygote forks: what the
     zygote's own imports did is not the script's)."""
     _Init.initialized = _Init.poisoned = _Init.bad_fork = False
+    _mark_torch(False)
     gpu_allocator.reset()
 
 

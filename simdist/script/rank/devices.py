@@ -19,7 +19,9 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
 * `torch.autocast("cuda")` autocasts on the CPU (`simdist.script.rank.amp`);
 * storages move through `torch.storage._to`, which `torch.load` calls for every storage whose
   location (saved, or `map_location=`) is a CUDA device (`map_location=f"cuda:{rank}"`, a
-  checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
+  checkpoint written on a GPU), and `UntypedStorage.cuda()`/`.cpu()` too: remapped there, a
+  copy whenever the simulated device changes (torch returns the storage itself only when it
+  is already there), as for tensors;
 * `torch.cuda` and `torch.accelerator` report `SIMDIST_SCRIPT_GPUS` simulated devices
   (`simdist.script.rank.gpu_shims`);
 * DDP is given no `device_ids`/`output_device` for a module on the CPU (which it rejects).
@@ -43,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import amp, cuda_init, device_view, gpu_memory, gpu_shims
+from simdist.script.rank import amp, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims, legacy_types
 from simdist.script.rank.device_args import (
     CPU as _CPU,
 )
@@ -226,12 +228,23 @@ def _patch_storage_moves() -> None:
 
     @functools.wraps(orig)
     def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
+        here = gpu_memory.storage_index(self)
         if is_accelerator(device):
             cuda_init.lazy_init()
-            return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), target_index(device))
+            index = target_index(device)
+            return self if here == index else gpu_memory.mark_storage(gpu_memory.storage_copy(self), index)
+        if here is not None and is_cpu(device):
+            return gpu_memory.storage_copy(self)
         return orig(self, device, non_blocking)
 
+    orig_cpu = ts._StorageBase.cpu
+
+    @functools.wraps(orig_cpu)
+    def cpu(self: Any) -> Any:
+        return orig_cpu(self) if gpu_memory.storage_index(self) is None else gpu_memory.storage_copy(self)
+
     ts._to = _to
+    ts._StorageBase.cpu = cpu  # type: ignore[method-assign]
 
 
 def _enter_in_new_threads() -> None:
@@ -402,6 +415,8 @@ def install(gpus: int) -> None:
         return
     gpu_shims.install(gpus)
     gpu_memory.install()
+    gpu_grads.install()
+    legacy_types.install()  # (before the device view, whose `type` must be the outer: it reads its caller)
     device_view.install()
     _patch_tensor_moves()
     _patch_record_stream()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import os
 import threading
 from typing import Any
 
@@ -103,7 +104,12 @@ class _Pool:
         bisect.insort(self.free, (block.size, block.ptr, block))  # (size, ptr) is unique: never compares blocks
 
     def remove(self, block: Block) -> None:
+        """`block` out of the pool; it must be there (a block dropped in its place would stay
+        cached nowhere, or twice: say so, never corrupt the pool quietly)."""
         i = bisect.bisect_left(self.free, (block.size, block.ptr))
+        if i == len(self.free) or self.free[i][2] is not block:
+            raise AssertionError(f"simulated GPU allocator: block {block.ptr:#x} ({block.size} B) is not cached "
+                                 f"in its pool")
         del self.free[i]
 
     def best_fit(self, size: int) -> Block | None:
@@ -133,8 +139,14 @@ class DeviceAllocator:
         self._reserved = 0  # total_allocated_memory: what the segments take
         self._next_ptr = 0x7F0000000000  # segment addresses, handed out in increasing order
         self._lock = threading.RLock()
-        self._busy = False  # a free that arrives while this thread is inside the allocator waits
+        # While this thread is inside the allocator (`_busy`), a free or an `empty_cache` that
+        # arrives on it (a storage's finalizer, run by a garbage collection that an allocation in
+        # here triggered, may free a block or call `torch.cuda.empty_cache()`) waits until it
+        # leaves (`_drain`): run there, it would change the pools in the middle of an operation
+        # (a nested `empty_cache` released the segments an outer one was still walking).
+        self._busy = False
         self._deferred: list[Block] = []
+        self._empty_pending = False
 
     def _change(self, small: bool, *changes: tuple[int, int]) -> None:
         """`increase_stat`/`decrease_stat` of each (column, amount) in the row "all" and the
@@ -153,6 +165,8 @@ class DeviceAllocator:
     def malloc(self, orig_size: int) -> Block:
         """A block for a request of `orig_size` bytes (> 0), as `DeviceCachingAllocator::malloc`."""
         with self._lock:
+            if self._busy:  # a finalizer's allocation inside the allocator: it cannot wait for a result
+                return self._malloc(orig_size)
             self._busy = True
             try:
                 return self._malloc(orig_size)
@@ -241,11 +255,15 @@ class DeviceAllocator:
                 self._drain()
 
     def _drain(self) -> None:
-        while self._deferred:
-            block = self._deferred.pop()
+        """What waited while this thread was inside the allocator: the frees, then an `empty_cache`."""
+        while self._deferred or self._empty_pending:
             self._busy = True
             try:
-                self._free(block)
+                if self._deferred:
+                    self._free(self._deferred.pop())
+                else:
+                    self._empty_pending = False
+                    self._release_cached_blocks()
             finally:
                 self._busy = False
 
@@ -299,9 +317,17 @@ class DeviceAllocator:
                 self._change(block.small, (SEGMENT, -1), (RESERVED_BYTES, -block.size))
 
     def empty_cache(self) -> None:
-        """`emptyCache`."""
+        """`emptyCache` (done when this thread leaves the allocator, if it is inside: `_busy`)."""
         with self._lock:
-            self._release_cached_blocks()
+            if self._busy:
+                self._empty_pending = True
+                return
+            self._busy = True
+            try:
+                self._release_cached_blocks()
+            finally:
+                self._busy = False
+                self._drain()
 
     def reserved(self) -> int:
         return self._reserved
@@ -325,9 +351,15 @@ class DeviceAllocator:
         """`torch._C._cuda_memoryStats(device)`'s nested dict (torch/csrc/cuda/Module.cpp), with
         the keys torch 2.13's `memory_stats` documents (torch/cuda/memory.py)."""
         with self._lock:
-            out: dict[str, Any] = {**self.counters, "max_split_size": _MAX_SPLIT_SIZE}
-            for name, column in _COLUMNS.items():
-                out[name] = {pool: self._stat(row, column) for row, pool in enumerate(_POOLS)}
+            busy, self._busy = self._busy, True  # one moment's figures: a free collected meanwhile waits
+            try:
+                out: dict[str, Any] = {**self.counters, "max_split_size": _MAX_SPLIT_SIZE}
+                for name, column in _COLUMNS.items():
+                    out[name] = {pool: self._stat(row, column) for row, pool in enumerate(_POOLS)}
+            finally:
+                self._busy = busy
+                if not busy:
+                    self._drain()
             out["oversize_allocations"], out["oversize_segments"] = dict(_ZERO_STAT), dict(_ZERO_STAT)
             out["num_oom_rejections"] = 0  # (a per-process memory fraction's: none is set)
             out["reserved_bytes_by_private_pools"] = {}  # (no CUDA graph's or MemPool's pools)
@@ -372,11 +404,31 @@ def device(index: int) -> DeviceAllocator:
     return _DEVICES.get(index) or _DEVICES.setdefault(index, DeviceAllocator(index))
 
 
-def known() -> list[DeviceAllocator]:
-    """The allocators of every simulated GPU used so far (`empty_cache` releases all of them)."""
-    return list(_DEVICES.values())
+def used() -> bool:
+    """Whether any simulated GPU has been asked for memory in this process."""
+    return bool(_DEVICES)
+
+
+def empty_all(count: int) -> None:
+    """`emptyCache` of c10's `NativeCachingAllocator`: every device's allocator empties its
+    cache (`device_allocator`, made for each of the `count` devices when CUDA is initialised,
+    whether the process used it or not: each one's `num_sync_all_streams` counts the call)."""
+    for index in range(count):
+        device(index).empty_cache()
 
 
 def reset() -> None:
     """No memory on any simulated GPU (a process that starts as a new interpreter)."""
     _DEVICES.clear()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) has one thread: a lock that another thread of the
+    parent held at the fork would be held forever, and the child's first free of a GPU storage
+    it inherited would hang. Each allocator gets a new lock, as at its start."""
+    for allocator in _DEVICES.values():
+        allocator._lock = threading.RLock()
+        allocator._busy = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

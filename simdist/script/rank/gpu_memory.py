@@ -60,13 +60,26 @@ class _Allocation:
         self.allocator.free(self.block)
 
 
+def storage_index(storage: Any) -> int | None:
+    """The simulated GPU whose memory an (untyped or typed) storage is (None: host memory)."""
+    untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
+    return getattr(untyped, _ATTR, None) if isinstance(untyped, torch.UntypedStorage) else None
+
+
+def storage_copy(storage: Any) -> torch.UntypedStorage:
+    """A new host storage holding `storage`'s bytes (a move that changes the device copies)."""
+    out = torch.UntypedStorage(storage.nbytes())
+    out.copy_(getattr(storage, "_untyped_storage", storage))
+    return out
+
+
 def _place(storage: Any, index: int) -> None:
     """`storage` is on simulated GPU `index`: its bytes are requested from that GPU's allocator
     when it is new there (a storage of 0 bytes requests nothing: torch's CUDA allocator calls
-    `malloc` only for a size != 0). A storage that is already there stays as it is (a view's
-    result, an op's output aliasing its input)."""
-    before = getattr(storage, _ATTR, None)
-    if before == index:
+    `malloc` only for a size != 0). A storage that is already on a simulated GPU stays where
+    it is (a view's result, an op's output aliasing its input): memory never changes device,
+    a move copies it (`devices._patch_tensor_moves`, storage moves)."""
+    if getattr(storage, _ATTR, None) is not None:
         return
     nbytes = storage.nbytes()
     allocation = None
@@ -74,7 +87,7 @@ def _place(storage: Any, index: int) -> None:
         allocator = gpu_allocator.device(index)
         allocation = _Allocation(allocator, allocator.malloc(nbytes))  # (may raise torch.OutOfMemoryError)
     setattr(storage, _ATTR, index)
-    setattr(storage, _BLOCK, allocation)  # (replacing one on another GPU frees it there)
+    setattr(storage, _BLOCK, allocation)
 
 
 def _resized(storage: Any) -> None:
@@ -201,8 +214,7 @@ def location_tag(storage: Any) -> str | None:
     cuda deserializer restores through `torch.storage._to`, remapped by the rank layer).
     A file written here is a CUDA checkpoint for torch outside simdist too, readable on a
     machine without a GPU only with `map_location`, as a real one is."""
-    untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
-    index = getattr(untyped, _ATTR, None) if isinstance(untyped, torch.UntypedStorage) else None
+    index = storage_index(storage)
     return None if index is None else f"cuda:{index}"
 
 

@@ -262,10 +262,10 @@ def _memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 
 def _empty_cache() -> None:
     """torch's `empty_cache`: every device's cached free segments are given back (c10's
-    `emptyCache` empties each device's allocator), once CUDA is initialised."""
+    `emptyCache` empties each device's allocator, `gpu_allocator.empty_all`), once CUDA is
+    initialised."""
     if cuda_init._Init.initialized:
-        for allocator in gpu_allocator.known():
-            allocator.empty_cache()
+        gpu_allocator.empty_all(_Gpus.count)
 
 
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -321,6 +321,9 @@ def _install_cuda_rng_shims() -> None:
     for name, fn in shims.items():
         setattr(tc, name, fn)
         setattr(tcr, name, fn)
+    # torch's seed calls run once CUDA is initialised (`cuda_init._mark_torch`), on these
+    tc.default_generators = (torch.default_generator,) * _Gpus.count
+    tcr.current_device, tcr.device_count = tc.current_device, tc.device_count  # (imported there by name)
 
 
 def _install_accelerator_shims() -> None:
