@@ -22,9 +22,10 @@ from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
+from simdist.script.agent import Agent
 from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
-from simdist.script.generations import memberships, merged_groups
+from simdist.script.generations import latest, memberships, merged_groups
 from simdist.script.initwatch import InitWatch
 from simdist.script.rendezvous import ended_without_init, left_words
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
@@ -249,7 +250,9 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         started = run  # torchrun-style: process r is rank r, so one that ended will never join (`rendezvous`)
         ended = None if nproc_per_node is None else (
             lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
-        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote, ended=ended)
+        done = run.done if nproc_per_node is None or mode != env.GLOO else Agent(  # torchrun's agent's SIGTERMs
+            run.procs.procs, lambda r: latest(coord.gens, r), coord._send).poll
+        ending = coord.serve(done, Watchdog(timeout_s), exits=zygote, ended=ended)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind in ("hang", "interrupted")):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them

@@ -96,8 +96,18 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
     return out
 
 
+def _terminated(conn: RankConn, returncode: int | None) -> str | None:
+    """How torchrun's agent ended the rank, when it did (`simdist.script.agent`): it was
+    asked to, and its process died of that SIGTERM without reporting an end of its own."""
+    if conn.terminated is not None and conn.exit is None and returncode == -signal.SIGTERM:
+        return conn.terminated
+    return None
+
+
 def _how(conn: RankConn, returncode: int | None) -> str:
     x = conn.exit
+    if (term := _terminated(conn, returncode)) is not None:
+        return term
     if x is None:
         if returncode is not None and returncode < 0:
             return f"killed by signal {-returncode}"
@@ -109,6 +119,8 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
     if aborted is not None:
         return "aborted", aborted
     x = conn.exit
+    if (term := _terminated(conn, returncode)) is not None:
+        return "error", RankError("SIGTERM", f"{term} (exit code -15)", "killed")
     if x is None and returncode == -signal.SIGABRT:
         # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
         return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
@@ -186,7 +198,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
             (conn.block.label or STORE_BARRIER) if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
-        x = conn.exit or {}
+        x = conn.exit or (conn.record if _terminated(conn, returncode) else None) or {}  # (its answer to the agent)
         if x.get("where"):
             where = location(*x["where"][:3])
         how = _how(conn, returncode)

@@ -1,0 +1,126 @@
+"""torchrun's agent on the real side: once a worker fails, the others are ended by SIGTERM.
+
+What torch 2.13's torchrun does with its workers (`--max-restarts 0`, its default):
+`launcher/api.py` runs the agent with `monitor_interval` 0.1 s; `SimpleElasticAgent._invoke_run`
+(`elastic/agent/server/api.py`) polls the workers' exits every interval, and once one has
+exited non-zero (or by a signal) the group is FAILED: `_stop_workers` -> `_shutdown(SIGTERM)`
+-> `PContext.close` -> `_close` (`elastic/multiprocessing/api.py`): `os.killpg` SIGTERM to every
+live worker (each leads its own session), a wait of at most 30 s, then SIGKILL to any left. A
+worker with no SIGTERM handler of its own ends with exit code -15 wherever it stood (asleep,
+computing, blocked in a collective with no peer failure); one already blocked in a collective
+with the failed worker has usually failed by itself before ("Connection closed by peer", at
+once on Gloo) and keeps that error. torchrun then raises ChildFailedError naming the first
+failure by time as the root cause.
+
+`Agent.poll` is the coordinator's `launched_done` for torchrun-style runs on real Gloo
+(`api.execute`). Before it sends SIGTERM it asks each worker it is about to end for its
+record (`Coordinator`'s "dump": the Flight Recorder and the user's line where the main thread
+stands, answered from the rank's reader thread, `rank.client`), so the report says where the
+rank was and which operations it had issued; it waits for the answers at most
+`RECORD_WAIT_S` (milliseconds once a dump has been taken; the first one in a process imports
+what FR's stack symbolization needs). That is the one departure from torchrun's timing: the
+SIGTERM comes that much later than the poll that saw the failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simdist.procs import LocalProcess
+from simdist.script.ranks import RankConn
+
+MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
+CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
+RECORD_WAIT_S = 5.0  # at most this long for the records of the ranks about to be ended
+
+
+def terminated_words(by: int) -> str:
+    """How the report names a rank the agent ended (both sides)."""
+    return f"terminated by torchrun's agent (SIGTERM) after rank {by} failed"
+
+
+def failed(code: int | None) -> bool:
+    """A worker's exit that makes torchrun's agent stop the others: non-zero, or a signal."""
+    return code is not None and code != 0
+
+
+@dataclass
+class Failure:
+    """The root cause: the first worker seen to fail (torchrun's "first observed failure")."""
+
+    rank: int
+    code: int
+    seen_at: float  # time.monotonic() of the poll that saw it
+
+
+class Agent:
+    """Polls the workers as torchrun's agent does and ends the rest once one fails.
+    `procs[r]` is rank r's launched process; `conn(r)` its connection to the coordinator
+    (None before its init or once it ended), to ask for its record and to mark it."""
+
+    def __init__(self, procs: list[LocalProcess], conn: Callable[[int], RankConn | None],
+                 send: Callable[[RankConn, dict], None], interval_s: float = MONITOR_INTERVAL_S):
+        self.procs = procs
+        self.conn = conn
+        self.send = send
+        self.interval_s = interval_s
+        self.failure: Failure | None = None
+        self._next = 0.0
+        self._asked: dict[int, RankConn | None] = {}  # rank -> its connection when asked (None: none)
+        self._asked_at = 0.0
+        self._termed_at: float | None = None
+        self._killed = False
+
+    def poll(self) -> bool:
+        """One look (at most every monitor interval); whether every worker has ended."""
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval_s
+            self._monitor(now)
+        self._act(now)
+        return all(not p.alive() for p in self.procs)
+
+    def _monitor(self, now: float) -> None:
+        if self.failure is not None:
+            return
+        codes = [p.popen.poll() for p in self.procs]
+        bad = [r for r, c in enumerate(codes) if failed(c)]
+        if not bad:
+            return
+        first = bad[0]
+        self.failure = Failure(first, int(codes[first]), now)  # type: ignore[arg-type]
+        for r, p in enumerate(self.procs):
+            if p.alive():
+                c = self.conn(r)
+                if c is not None and c.connected and c.exit is None:
+                    c.terminated = terminated_words(first)
+                    c.record = None
+                    self.send(c, {"t": "dump"})
+                self._asked[r] = c
+        self._asked_at = now
+
+    def _act(self, now: float) -> None:
+        if self.failure is None:
+            return
+        if self._termed_at is None:
+            waiting = [c for c in self._asked.values() if c is not None and c.connected and c.exit is None
+                       and c.record is None]
+            if waiting and now - self._asked_at < RECORD_WAIT_S:
+                return
+            self._termed_at = now
+            self._signal(signal.SIGTERM)
+        elif not self._killed and now - self._termed_at >= CLOSE_TIMEOUT_S:
+            self._killed = True
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for r in self._asked:
+            p = self.procs[r]
+            if p.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, sig)  # as torchrun: the worker's whole process group
