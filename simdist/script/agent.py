@@ -14,12 +14,17 @@ failure by time as the root cause.
 
 `Agent.poll` is the coordinator's `launched_done` for torchrun-style runs on real Gloo
 (`api.execute`). Before it sends SIGTERM it asks each worker it is about to end for its
-record (`Coordinator`'s "dump": the Flight Recorder and the user's line where the main thread
-stands, answered from the rank's reader thread, `rank.client`), so the report says where the
-rank was and which operations it had issued; it waits for the answers at most
-`RECORD_WAIT_S` (milliseconds once a dump has been taken; the first one in a process imports
-what FR's stack symbolization needs). That is the one departure from torchrun's timing: the
-SIGTERM comes that much later than the poll that saw the failure.
+record, halted (a "dump" with `halt`, answered from the rank's reader thread, `rank.client`):
+the user's line where the main thread stands at that instant, and the Flight Recorder's and
+p2p operations issued until then, so the report says where the rank was and what it had
+issued. The answer may take seconds (a process's first FR dump imports what its stack
+symbolization needs: 2.2-2.5 s measured on a loaded 2-core host; milliseconds in a fork
+server that imported it, `rank.zygote`), so the SIGTERM comes that much later than torchrun's;
+meanwhile the halted rank tells the coordinator nothing more (no printed line, sleep or end of
+its own: `Client._parked`), and its operations after the instant are dropped from its record,
+so the report is the rank as torchrun's SIGTERM found it. The wait is bounded by
+`RECORD_WAIT_S`. Once the agent acts, the stall rule's hang verdict is off: the agent ends
+every live worker, so the run cannot hang.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from simdist.procs import LocalProcess
+from simdist.script.coordinator import Coordinator
+from simdist.script.generations import latest
 from simdist.script.ranks import RankConn
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
@@ -60,14 +66,12 @@ class Failure:
 
 class Agent:
     """Polls the workers as torchrun's agent does and ends the rest once one fails.
-    `procs[r]` is rank r's launched process; `conn(r)` its connection to the coordinator
-    (None before its init or once it ended), to ask for its record and to mark it."""
+    `procs[r]` is rank r's launched process; the coordinator holds its connection (none
+    before its init), by which it is asked for its record and marked."""
 
-    def __init__(self, procs: list[LocalProcess], conn: Callable[[int], RankConn | None],
-                 send: Callable[[RankConn, dict], None], interval_s: float = MONITOR_INTERVAL_S):
+    def __init__(self, procs: list[LocalProcess], coord: Coordinator, interval_s: float = MONITOR_INTERVAL_S):
         self.procs = procs
-        self.conn = conn
-        self.send = send
+        self.coord = coord
         self.interval_s = interval_s
         self.failure: Failure | None = None
         self._next = 0.0
@@ -75,6 +79,7 @@ class Agent:
         self._asked_at = 0.0
         self._termed_at: float | None = None
         self._killed = False
+        self.record_wait_s: float | None = None  # how much later than torchrun's the SIGTERM came
 
     def poll(self) -> bool:
         """One look (at most every monitor interval); whether every worker has ended."""
@@ -94,13 +99,14 @@ class Agent:
             return
         first = bad[0]
         self.failure = Failure(first, int(codes[first]), now)  # type: ignore[arg-type]
+        self.coord.stalls = None  # no hang verdict from now on: the agent ends every live worker
         for r, p in enumerate(self.procs):
             if p.alive():
-                c = self.conn(r)
+                c = latest(self.coord.gens, r)
                 if c is not None and c.connected and c.exit is None:
                     c.terminated = terminated_words(first)
                     c.record = None
-                    self.send(c, {"t": "dump"})
+                    self.coord._send(c, {"t": "dump", "halt": True})
                 self._asked[r] = c
         self._asked_at = now
 
@@ -113,6 +119,7 @@ class Agent:
             if waiting and now - self._asked_at < RECORD_WAIT_S:
                 return
             self._termed_at = now
+            self.record_wait_s = now - self._asked_at
             self._signal(signal.SIGTERM)
         elif not self._killed and now - self._termed_at >= CLOSE_TIMEOUT_S:
             self._killed = True

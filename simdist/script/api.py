@@ -25,7 +25,7 @@ from simdist.script import env, launch, workdir
 from simdist.script.agent import Agent
 from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
-from simdist.script.generations import latest, memberships, merged_groups
+from simdist.script.generations import memberships, merged_groups
 from simdist.script.initwatch import InitWatch
 from simdist.script.rendezvous import ended_without_init, left_words
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
@@ -238,6 +238,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps,
                         stalls=stalls, rendezvous=mode == env.SIM)
     run: launch.Launch | None = None
+    agent: Agent | None = None
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
@@ -250,9 +251,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         started = run  # torchrun-style: process r is rank r, so one that ended will never join (`rendezvous`)
         ended = None if nproc_per_node is None else (
             lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
-        done = run.done if nproc_per_node is None or mode != env.GLOO else Agent(  # torchrun's agent's SIGTERMs
-            run.procs.procs, lambda r: latest(coord.gens, r), coord._send).poll
-        ending = coord.serve(done, Watchdog(timeout_s), exits=zygote, ended=ended)
+        agent = None if nproc_per_node is None or mode != env.GLOO else Agent(run.procs.procs, coord)  # torchrun's agent's SIGTERMs
+        ending = coord.serve(run.done if agent is None else agent.poll, Watchdog(timeout_s), exits=zygote, ended=ended)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind in ("hang", "interrupted")):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them
@@ -274,6 +274,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise ScriptError(never_initialised(script, coord, run.returncodes() if run is not None else [],
                                             nproc_per_node))
     timings = {"wall_s": round(time.time() - t0, 4)}
+    if agent is not None and agent.record_wait_s is not None:  # its SIGTERM's delay for the records
+        timings["agent_record_wait_s"] = round(agent.record_wait_s, 4)
     if ending.kind == "hang" and ending.last_blocked is not None:
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank

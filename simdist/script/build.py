@@ -98,16 +98,25 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
 
 def _terminated(conn: RankConn, returncode: int | None) -> str | None:
     """How torchrun's agent ended the rank, when it did (`simdist.script.agent`): it was
-    asked to, and its process died of that SIGTERM without reporting an end of its own."""
-    if conn.terminated is not None and conn.exit is None and returncode == -signal.SIGTERM:
+    asked to, and its process died of that SIGTERM."""
+    if conn.terminated is not None and returncode == -signal.SIGTERM:
         return conn.terminated
     return None
 
 
+def _own_end(conn: RankConn, returncode: int | None) -> dict[str, Any] | None:
+    """How the rank itself was ending: what it told (`exit`), or, ended by torchrun's agent
+    while on its way out (an exception raised, its report not sent yet), what it answered
+    the agent (`rank.exits.snapshot`'s `exiting`)."""
+    if conn.exit is not None or _terminated(conn, returncode) is None:
+        return conn.exit
+    return (conn.record or {}).get("exiting")
+
+
 def _how(conn: RankConn, returncode: int | None) -> str:
-    x = conn.exit
+    x = _own_end(conn, returncode)
     if (term := _terminated(conn, returncode)) is not None:
-        return term
+        return f"{exit_words(x)}, then {term}" if x is not None and x.get("error") else term
     if x is None:
         if returncode is not None and returncode < 0:
             return f"killed by signal {-returncode}"
@@ -118,9 +127,9 @@ def _how(conn: RankConn, returncode: int | None) -> str:
 def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) -> tuple[str, RankError | None]:
     if aborted is not None:
         return "aborted", aborted
-    x = conn.exit
-    if (term := _terminated(conn, returncode)) is not None:
-        return "error", RankError("SIGTERM", f"{term} (exit code -15)", "killed")
+    x = _own_end(conn, returncode)
+    if _terminated(conn, returncode) is not None and not (x or {}).get("error"):
+        return "error", RankError("SIGTERM", "Signal 15 (SIGTERM) received: exit code -15", "killed")
     if x is None and returncode == -signal.SIGABRT:
         # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
         return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
@@ -198,7 +207,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
             (conn.block.label or STORE_BARRIER) if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
-        x = conn.exit or (conn.record if _terminated(conn, returncode) else None) or {}  # (its answer to the agent)
+        x = _own_end(conn, returncode) or (conn.record if _terminated(conn, returncode) else None) or {}
         if x.get("where"):
             where = location(*x["where"][:3])
         how = _how(conn, returncode)

@@ -1,0 +1,62 @@
+"""torchrun's agent: once a worker fails, the others end by SIGTERM (`simdist.script.agent`).
+
+Checked against the real thing: the same script under `python -m torch.distributed.run`
+(torch's torchrun) and on simdist's real side (`run_script(mode="gloo")`, torchrun-style),
+per rank: the exit code torchrun's ChildFailedError names, and what each rank raised.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from simdist.script import run_script
+from simdist.script.agent import terminated_words
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.real
+
+SCRIPT = ROOT / "tests" / "scripts" / "agent_sigterm.py"
+
+
+def torchrun(script, nproc: int, cwd) -> dict[int, tuple[int, str | None]]:
+    """Per rank under real torchrun: (exit code, the exception type it printed or None)."""
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                          "--standalone", str(script)], cwd=cwd, capture_output=True, text=True,
+                         timeout=120).stderr
+    codes = {int(r): int(c) for r, c in re.findall(r"rank\s*: (\d+) \(local_rank.*?\n\s*exitcode\s*: (-?\d+)", out)}
+    raised = dict(re.findall(r"^\[rank(\d+)\]: (\w+(?:Error|Exception)):", out, flags=re.M))
+    return {r: (codes.get(r, 0), raised.get(str(r))) for r in range(nproc)}
+
+
+def simdist_real(script, nproc: int) -> dict[int, tuple[int, str | None]]:
+    """The same view of simdist's real side: -15 for a rank it says torchrun's agent ended."""
+    run_id = new_run_id()
+    report = run_script(script, nproc_per_node=nproc, mode="gloo", run_id=run_id, timeout_s=120,
+                        stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == []
+    out = {}
+    for r in report.ranks:
+        term = r.exit is not None and "terminated by torchrun's agent" in r.exit
+        own = r.error.type if r.error is not None and r.error.type != "SIGTERM" else None
+        out[r.rank] = (-15 if term else 1 if r.status == "error" else 0, own)
+    return out
+
+
+def test_a_sleeping_peer_is_ended_by_sigterm_as_under_torchrun(tmp_path):
+    real = torchrun(SCRIPT, 2, tmp_path)
+    assert real == {0: (-15, None), 1: (1, "RuntimeError")}, real  # torchrun itself, as documented
+    assert simdist_real(SCRIPT, 2) == real
+
+
+def test_the_report_says_who_ended_the_rank_and_where(tmp_path):
+    report = run_script(SCRIPT, nproc_per_node=2, mode="gloo", timeout_s=120, stdout=subprocess.DEVNULL)
+    r0 = report.ranks[0]
+    assert r0.exit == terminated_words(1) and r0.error is not None and r0.error.category == "killed"
+    assert r0.location is not None and r0.location.line == 21  # the sleep: it never reached line 22
+    assert [e.op for e in r0.trace] == ["all_reduce"] and r0.output == []
+    assert report.timings["agent_record_wait_s"] < 10
