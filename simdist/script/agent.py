@@ -36,18 +36,24 @@ import time
 from dataclasses import dataclass
 
 from simdist.procs import LocalProcess
+from simdist.report import RankError
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import latest
 from simdist.script.ranks import RankConn
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
 CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
-RECORD_WAIT_S = 5.0  # at most this long for the records of the ranks about to be ended
+RECORD_WAIT_S = 30.0  # at most this long for the records of the ranks about to be ended (halted meanwhile)
 
 
 def terminated_words(by: int) -> str:
     """How the report names a rank the agent ended (both sides)."""
     return f"terminated by torchrun's agent (SIGTERM) after rank {by} failed"
+
+
+def sigterm_error() -> RankError:
+    """The error of a rank the agent ended (both sides): its process died of the SIGTERM."""
+    return RankError("SIGTERM", "Signal 15 (SIGTERM) received: exit code -15", "killed")
 
 
 def failed(code: int | None) -> bool:

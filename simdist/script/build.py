@@ -7,6 +7,7 @@ findings, the wait-for graph, `--json` and the Chrome trace work unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import signal
 from typing import Any
@@ -29,6 +30,7 @@ from simdist.report import (
     shutdown_abort,
 )
 from simdist.script import env
+from simdist.script.agent import MONITOR_INTERVAL_S, sigterm_error, terminated_words
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
@@ -129,7 +131,7 @@ def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) ->
         return "aborted", aborted
     x = _own_end(conn, returncode)
     if _terminated(conn, returncode) is not None and not (x or {}).get("error"):
-        return "error", RankError("SIGTERM", "Signal 15 (SIGTERM) received: exit code -15", "killed")
+        return "error", sigterm_error()
     if x is None and returncode == -signal.SIGABRT:
         # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
         return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
@@ -221,6 +223,41 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
                       location=where, exit=how, compute=[s for m in members for s in m.compute])
 
 
+def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
+    """The user's line a simulated rank stood at at clock `t`: the last operation it issued
+    or sleep it began by then."""
+    marks = [(c, raw) for c, raw in conn.sleeps if c <= t]
+    marks += [(rec.entry.t_issue, None, rec) for rec in conn.ops.values() if rec.entry.t_issue <= t]  # type: ignore[misc]
+    if not marks:
+        return None
+    last = max(marks, key=lambda m: m[0])
+    return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
+
+
+def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> None:
+    """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
+    clock. The first rank to fail (by its clock at its end) makes it act one monitor interval
+    later, at `t`; every other rank that had not ended by then is ended there by SIGTERM:
+    what it did after `t` (operations issued, lines printed, its own end) did not happen.
+    A rank that ended by `t` (a peer's loss in a collective with the failed rank) keeps its end.
+    The simulated ranks ran on past `t`, but an event after `t` cannot change one before it
+    (a completion comes at or after every member's post), so what stands at `t` is the same."""
+    failed = [r for r in ranks if r.status in ("error", "aborted") and r.exit is not None and r.time is not None]
+    if not failed:
+        return
+    first = min(failed, key=lambda r: (r.time, r.rank))
+    t = first.time + MONITOR_INTERVAL_S
+    for i, r in enumerate(ranks):
+        conn = latest(coord.gens, r.rank)
+        if r is first or conn is None or (r.status != "hang" and r.time is not None and r.time <= t):
+            continue
+        out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
+        ranks[i] = dataclasses.replace(
+            r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
+            trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
+            blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
+
+
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     notes: list[str] = []
     for r in report.ranks:
@@ -305,6 +342,8 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
     assert coord.gens
     ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
+    if returncodes and not real:  # torchrun-style (the real side's agent is a process: `api.execute`)
+        _agent_on_clock(coord, ranks)
     report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
                     findings=[f for g in coord.gens for f in g.engine.findings], backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))

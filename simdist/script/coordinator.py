@@ -218,6 +218,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
+            if h["s"] == "stdout":
+                conn.stdout_at.append(conn.clock)  # (`script.agent`: a line after the agent's SIGTERM never came)
         elif kind == "init":
             self._init(conn, h)
         elif kind == "destroy":
@@ -238,6 +240,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.stall_group = h.get("grp")
         elif kind == "sleep":
             conn.advance(h.get("cpu"), self.measure_compute)
+            conn.sleeps.append((conn.clock, h.get("frames") or []))
             conn.sleep(float(h["s"]))
             self._overdue()
 
