@@ -43,6 +43,11 @@ from simdist.script.ranks import RankConn
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
 CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
+# How long after a worker's raise real torchrun's SIGTERM reached a peer (the failed process's
+# teardown, then the agent's poll): 1.39-2.07 s in 4 runs on a loaded 2-core host (load ~5;
+# docs/script-backend.md, "torchrun's agent"). The simulator's agent acts one monitor interval
+# after the failure; a rank whose own end falls within this much after that is noted as racy.
+AGENT_WINDOW_S = 2.1
 RECORD_WAIT_S = 30.0  # at most this long for the records of the ranks about to be ended (halted meanwhile)
 
 

@@ -30,7 +30,7 @@ from simdist.report import (
     shutdown_abort,
 )
 from simdist.script import env
-from simdist.script.agent import MONITOR_INTERVAL_S, sigterm_error, terminated_words
+from simdist.script.agent import AGENT_WINDOW_S, MONITOR_INTERVAL_S, sigterm_error, terminated_words
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
@@ -234,28 +234,39 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
     return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
 
 
-def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> None:
+def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
     clock. The first rank to fail (by its clock at its end) makes it act one monitor interval
     later, at `t`; every other rank that had not ended by then is ended there by SIGTERM:
     what it did after `t` (operations issued, lines printed, its own end) did not happen.
     A rank that ended by `t` (a peer's loss in a collective with the failed rank) keeps its end.
     The simulated ranks ran on past `t`, but an event after `t` cannot change one before it
-    (a completion comes at or after every member's post), so what stands at `t` is the same."""
+    (a completion comes at or after every member's post), so what stands at `t` is the same.
+    Returns the report's notes: the agent's instant, and each rank whose own end came within
+    `AGENT_WINDOW_S` after it (on real torchrun the failed process's teardown comes first:
+    such a rank may get there)."""
     failed = [r for r in ranks if r.status in ("error", "aborted") and r.exit is not None and r.time is not None]
     if not failed:
-        return
+        return []
     first = min(failed, key=lambda r: (r.time, r.rank))
     t = first.time + MONITOR_INTERVAL_S
+    notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
         if r is first or conn is None or (r.status != "hang" and r.time is not None and r.time <= t):
             continue
+        if r.status != "hang" and r.time is not None and r.time <= t + AGENT_WINDOW_S:
+            notes.append(f"rank {r.rank}: its own end ({r.exit}) came {r.time - t:.2f} s after torchrun's agent's "
+                         f"SIGTERM on the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed "
+                         f"rank's teardown delays the SIGTERM by about that much, so it may end its own way there")
         out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
             blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
+        notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
+                     f"failed at t={first.time:.3f} s, the agent polls every {MONITOR_INTERVAL_S:g} s)")
+    return notes
 
 
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
@@ -342,8 +353,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
     assert coord.gens
     ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
-    if returncodes and not real:  # torchrun-style (the real side's agent is a process: `api.execute`)
-        _agent_on_clock(coord, ranks)
+    agent = _agent_on_clock(coord, ranks) if returncodes and not real else []  # torchrun-style (real: `api.execute`)
     report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
                     findings=[f for g in coord.gens for f in g.engine.findings], backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
@@ -352,7 +362,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
-    report.notes = _notes(report, coord, ending)
+    report.notes = _notes(report, coord, ending) + agent
     # why, read from the traces (the call sites that met at one sequence number, a rank that
     # finished while others wait): what a scenario's explanation says, for the user's script
     report.notes.extend(trace_hints(report, judge(report, list(report.findings))))
