@@ -1,4 +1,4 @@
-"""torchrun's agent on the real side: once a worker fails, the others are ended by SIGTERM.
+"""torchrun's agent: once a worker fails, the others end by SIGTERM (real side; simulated: build).
 
 What torch 2.13's torchrun does with its workers (`--max-restarts 0`, its default):
 `launcher/api.py` runs the agent with `monitor_interval` 0.1 s; `SimpleElasticAgent._invoke_run`
