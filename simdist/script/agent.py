@@ -142,3 +142,29 @@ class Agent:
             if p.alive():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(p.pid, sig)  # as torchrun: the worker's whole process group
+
+
+class ClockAgent:
+    """Simulated, torchrun-style: the agent on the simulated clock, as far as processes go.
+    The report's side is `build._agent_on_clock` (what stands at the agent's instant); this
+    only ends the process of a rank whose clock has passed that instant, so a rank that would
+    run on for long (a loop with no collective with the failed rank) is not left to the
+    watchdog: what it does after the instant is dropped from the report anyway, and its
+    process's end fails its peers' operations only at or after its clock, past the instant."""
+
+    def __init__(self, procs: list[LocalProcess], coord: Coordinator):
+        self.procs = procs
+        self.coord = coord
+        self.at: float | None = None  # the agent's instant on the simulated clock, once a rank failed
+
+    def poll(self) -> bool:
+        if self.at is None:
+            ends = [c.clock for c in self.coord.members() if not c.connected and c.rank is not None
+                    and (c.exit is None or (c.exit.get("error") or c.exit.get("code")))]
+            if ends:
+                self.at = min(ends) + MONITOR_INTERVAL_S
+        if self.at is not None:
+            for c in self.coord.members():
+                if c.connected and c.clock > self.at and c.rank is not None and c.rank < len(self.procs):
+                    self.procs[c.rank].kill()
+        return all(not p.alive() for p in self.procs)

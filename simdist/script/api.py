@@ -22,7 +22,7 @@ from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
-from simdist.script.agent import Agent
+from simdist.script.agent import Agent, ClockAgent
 from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
@@ -252,7 +252,9 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         ended = None if nproc_per_node is None else (
             lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
         agent = None if nproc_per_node is None or mode != env.GLOO else Agent(run.procs.procs, coord)  # torchrun's agent's SIGTERMs
-        ending = coord.serve(run.done if agent is None else agent.poll, Watchdog(timeout_s), exits=zygote, ended=ended)
+        done = run.done if nproc_per_node is None else agent.poll if agent is not None else ClockAgent(
+            run.procs.procs, coord).poll  # (simulated: the report's side is `build`)
+        ending = coord.serve(done, Watchdog(timeout_s), exits=zygote, ended=ended)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind in ("hang", "interrupted")):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them

@@ -255,7 +255,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
         conn = latest(coord.gens, r.rank)
         if r is first or conn is None or (r.status != "hang" and r.time is not None and r.time <= t):
             continue
-        if r.status != "hang" and r.time is not None and r.time <= t + AGENT_WINDOW_S:
+        if conn.exit is not None and r.time is not None and r.time <= t + AGENT_WINDOW_S:  # (its own end, not our kill)
             notes.append(f"rank {r.rank}: its own end ({r.exit}) came {r.time - t:.2f} s after torchrun's agent's "
                          f"SIGTERM on the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed "
                          f"rank's teardown delays the SIGTERM by about that much, so it may end its own way there")
