@@ -13,8 +13,10 @@ import sys
 
 import pytest
 
+from simdist.compare import compare_reports, format_comparison
 from simdist.script import run_script
 from simdist.script.agent import terminated_words
+from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT
 
@@ -60,3 +62,19 @@ def test_the_report_says_who_ended_the_rank_and_where(tmp_path):
     assert r0.location is not None and r0.location.line == 21  # the sleep: it never reached line 22
     assert [e.op for e in r0.trace] == ["all_reduce"] and r0.output == []
     assert report.timings["agent_record_wait_s"] < 10
+
+
+@pytest.mark.parametrize("args", [[], ["0"]], ids=["asleep", "in_the_collective"])
+def test_the_simulated_side_agrees(tmp_path, monkeypatch, args):
+    """Asleep: both sides end rank 0 by SIGTERM in its sleep. In the collective with the
+    failed rank (no sleep): rank 0 fails there by itself first on both (torchrun: 20 of 20)."""
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(SCRIPT, args, nproc_per_node=2, timeout_s=120, stdout=subprocess.DEVNULL)
+    cmp = compare_reports(both.sim.report, both.real.report)
+    assert cmp.agree, format_comparison(cmp)
+    r0 = both.sim.report.ranks[0]
+    if args:
+        assert r0.error is not None and r0.error.category == "peer_lost"
+    else:
+        assert r0.exit == terminated_words(1) and r0.location is not None and r0.location.line == 21
+        assert len(r0.trace) == 1 and r0.output == []
