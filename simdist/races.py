@@ -100,6 +100,16 @@ certain to time out (a receiver that lives to read completes any size): the simu
 completes the send, and a real timeout of one longer than the kernel's default send buffer
 (`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
 the two posts on the simulated clocks (one that lived on read it), is named this race.
+
+A sixth race, of torchrun's agent (`AgentRace`, `agent_races`): torchrun-style, once a worker
+fails the agent SIGTERMs the others (`simdist.script.agent`). The simulator acts one monitor
+interval (0.1 s) after the failure on the simulated clock; real torchrun's SIGTERM comes once
+the failed process has torn down and the next poll saw it: 1.39-2.07 s after the `raise` in 4
+runs on this loaded 2-core host (docs/script-backend.md, "torchrun's agent"). A rank whose next
+step (its own end, an operation, a sleep) came within `AGENT_WINDOW_S` after the simulated agent's instant (the simulated report's note says so) is ended by SIGTERM
+in the simulator and may end its own way on real Gloo, having done no more than the
+simulator's rank plus that end (`tests/scripts/agent_sigterm.py 0.5`: on real torchrun rank 0
+got past its 0.5 s sleep and lost rank 1 in the next all-reduce in 3 of 3 runs).
 """
 
 from __future__ import annotations
@@ -112,7 +122,7 @@ from typing import Any, ClassVar, TypeVar
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
-from simdist.vocab import FULL_MESH, P2P_OPS, dtype_bytes
+from simdist.vocab import AGENT_TERMINATED, FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -449,7 +459,45 @@ def _fields_by_rank(real: Report, cmp: Comparison) -> dict[int, set[str]] | None
     return fields
 
 
-Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace
+@dataclass(frozen=True)
+class AgentRace:
+    """The simulator's torchrun agent ended rank `rank` by SIGTERM; its next step came `gap_s`
+    after that instant on the simulated clock, within `AGENT_WINDOW_S`; on real Gloo it got
+    there before the agent's SIGTERM (the failed process's teardown comes first)."""
+
+    kind: ClassVar[str] = "agent"
+    rank: int
+    gap_s: float
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}: agent race, not a model difference: the simulator's torchrun agent ends it "
+                f"{self.gap_s:.2f} s before its next step; on real torchrun the SIGTERM waits for the failed "
+                f"process's teardown, and the rank ended its own way first")
+
+
+_AGENT_NOTE = re.compile(r"^rank (\d+): its next step came ([\d.]+) s after torchrun's agent's SIGTERM")
+
+
+def agent_races(sim: Report, real: Report, cmp: Comparison) -> list[AgentRace]:
+    """The agent races that make up every difference of `cmp` (the module's docstring): each
+    differing rank was ended by the simulator's agent within the window before its next step
+    (the simulated report's note), and on real Gloo ended its own way, having done what the
+    simulator's rank did first. Empty when the runs agree or anything else differs."""
+    gaps = {int(m.group(1)): float(m.group(2)) for m in map(_AGENT_NOTE.match, sim.notes) if m}
+
+    def namer(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
+              differ: set[str]) -> AgentRace | None:
+        s, r = sims[rank], reals.get(rank)
+        if rank not in gaps or r is None or not differ <= _STOPPED_FIELDS or r.status == "hang":
+            return None
+        if r.exit is not None and r.exit.startswith(AGENT_TERMINATED):
+            return None
+        return AgentRace(rank, gaps[rank]) if _stopped_short(r, s) else None
+
+    return _every_differing_rank(sim, real, cmp, namer)
+
+
+Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace
 
 
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
@@ -458,7 +506,7 @@ def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
     a difference."""
     return (_each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
-            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp))
+            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp))
 
 
 def race_jsonable(race: Race) -> dict[str, Any]:

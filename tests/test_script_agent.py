@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
+from simdist.races import named_races
 from simdist.script import run_script
 from simdist.script.agent import terminated_words
 from simdist.script.api import compare_script
@@ -78,3 +79,18 @@ def test_the_simulated_side_agrees(tmp_path, monkeypatch, args):
     else:
         assert r0.exit == terminated_words(1) and r0.location is not None and r0.location.line == 21
         assert len(r0.trace) == 1 and r0.output == []
+
+
+def test_a_rank_whose_next_step_is_within_the_window_is_an_agent_race(tmp_path, monkeypatch):
+    """Rank 0 sleeps 0.5 s: the simulator's agent (0.1 s after rank 1's failure) ends it in the
+    sleep; on real torchrun rank 1's teardown comes first and rank 0 loses it in the next
+    all-reduce (3 of 3 runs): both are this program, so the difference is a race, named."""
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(SCRIPT, ["0.5"], nproc_per_node=2, timeout_s=120, stdout=subprocess.DEVNULL)
+    sim, real = both.sim.report, both.real.report
+    assert sim.ranks[0].exit == terminated_words(1)
+    assert any(n.startswith("rank 0: its next step came") for n in sim.notes)
+    cmp = compare_reports(sim, real)
+    if not cmp.agree:  # (a real run whose SIGTERM came first agrees)
+        races = named_races(sim, real, cmp)
+        assert [(r.kind, r.rank) for r in races] == [("agent", 0)], format_comparison(cmp)

@@ -40,6 +40,7 @@ from simdist.report import RankError
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import latest
 from simdist.script.ranks import RankConn
+from simdist.vocab import AGENT_TERMINATED
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
 CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
@@ -53,7 +54,7 @@ RECORD_WAIT_S = 30.0  # at most this long for the records of the ranks about to 
 
 def terminated_words(by: int) -> str:
     """How the report names a rank the agent ended (both sides)."""
-    return f"terminated by torchrun's agent (SIGTERM) after rank {by} failed"
+    return f"{AGENT_TERMINATED} after rank {by} failed"
 
 
 def sigterm_error() -> RankError:

@@ -242,9 +242,9 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
     A rank that ended by `t` (a peer's loss in a collective with the failed rank) keeps its end.
     The simulated ranks ran on past `t`, but an event after `t` cannot change one before it
     (a completion comes at or after every member's post), so what stands at `t` is the same.
-    Returns the report's notes: the agent's instant, and each rank whose own end came within
-    `AGENT_WINDOW_S` after it (on real torchrun the failed process's teardown comes first:
-    such a rank may get there)."""
+    Returns the report's notes: the agent's instant, and each rank whose next step (its own
+    end, an operation, a sleep) came within `AGENT_WINDOW_S` after it (on real torchrun the
+    failed process's teardown comes first: such a rank may get there, `races.AgentRace`)."""
     failed = [r for r in ranks if r.status in ("error", "aborted") and r.exit is not None and r.time is not None]
     if not failed:
         return []
@@ -255,10 +255,11 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
         conn = latest(coord.gens, r.rank)
         if r is first or conn is None or (r.status != "hang" and r.time is not None and r.time <= t):
             continue
-        if conn.exit is not None and r.time is not None and r.time <= t + AGENT_WINDOW_S:  # (its own end, not our kill)
-            notes.append(f"rank {r.rank}: its own end ({r.exit}) came {r.time - t:.2f} s after torchrun's agent's "
-                         f"SIGTERM on the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed "
-                         f"rank's teardown delays the SIGTERM by about that much, so it may end its own way there")
+        # its first step past the instant: its own end, or (`agent.ClockAgent` ended it there) its next message
+        if r.status != "hang" and r.time is not None and r.time <= t + AGENT_WINDOW_S:
+            notes.append(f"rank {r.rank}: its next step came {r.time - t:.2f} s after torchrun's agent's SIGTERM on "
+                         f"the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed rank's "
+                         f"teardown delays the SIGTERM by about that much, so it may get further there")
         out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
