@@ -159,11 +159,12 @@ class ClockAgent:
         self.at: float | None = None  # the agent's instant on the simulated clock, once a rank failed
 
     def poll(self) -> bool:
-        if self.at is None:
-            ends = [c.clock for c in self.coord.members() if not c.connected and c.rank is not None
-                    and (c.exit is None or (c.exit.get("error") or c.exit.get("code")))]
-            if ends:
-                self.at = min(ends) + MONITOR_INTERVAL_S
+        # every poll: a failure seen later in wall time may be earlier on the simulated clock
+        # (the instant only moves earlier, so a rank ended for passing it has passed the final one)
+        ends = [c.clock for c in self.coord.members() if not c.connected and c.rank is not None
+                and (c.exit is None or (c.exit.get("error") or c.exit.get("code")))]
+        if ends:
+            self.at = min(ends) + MONITOR_INTERVAL_S
         if self.at is not None:
             for c in self.coord.members():
                 if c.connected and c.clock > self.at and c.rank is not None and c.rank < len(self.procs):
