@@ -11,7 +11,9 @@ thread that runs it (`time.thread_time`, torch on one thread: `torch.set_num_thr
 * `remap`: the rank layer with propagation turned off (what the mode cost before);
 * `noview`: the rank layer with torch's own `Tensor.device`/`is_cuda`/`is_cpu`/`get_device`/
   `type` (without `simdist.script.rank.device_view`, which asks who reads them);
-* `device`: the rank layer as installed (remap, propagation, device view).
+* `noalloc`: the rank layer as installed but for the simulated allocator
+  (`simdist.script.rank.gpu_allocator`: a storage placed on a GPU is only tagged);
+* `device`: the rank layer as installed (remap, propagation, device view, allocator).
 
     python bench/gpu_memory_overhead.py [--steps 200] [--rounds 5] [--hidden 64 512]
 """
@@ -76,6 +78,20 @@ def _without_device_view() -> Iterator[None]:
             setattr(torch.Tensor, name, view)
 
 
+@contextlib.contextmanager
+def _without_accounting() -> Iterator[None]:
+    orig = gpu_memory._place
+
+    def tag_only(storage: object, index: int) -> None:
+        setattr(storage, gpu_memory._ATTR, index)
+
+    gpu_memory._place = tag_only  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gpu_memory._place = orig  # type: ignore[assignment]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
@@ -87,7 +103,7 @@ def main() -> None:
     devices.install(1)
     mode = devices._MODE
     for hidden in a.hidden:
-        best = {"plain": float("inf"), "remap": float("inf"), "noview": float("inf"), "device": float("inf")}
+        best = dict.fromkeys(("plain", "remap", "noview", "noalloc", "device"), float("inf"))
         for _ in range(a.rounds):
             mode.__exit__(None, None, None)
             try:
@@ -99,9 +115,12 @@ def main() -> None:
                 best["remap"] = min(best["remap"], _steps(hidden, "cuda", a.steps))
             with _without_device_view():
                 best["noview"] = min(best["noview"], _steps(hidden, "cuda", a.steps))
+            with _without_accounting():
+                best["noalloc"] = min(best["noalloc"], _steps(hidden, "cuda", a.steps))
             best["device"] = min(best["device"], _steps(hidden, "cuda", a.steps))
         print(f"hidden {hidden}: CPU us/step plain {best['plain'] * 1e6:.0f}  remap {best['remap'] * 1e6:.0f}  "
-              f"noview {best['noview'] * 1e6:.0f}  device {best['device'] * 1e6:.0f}  "
+              f"noview {best['noview'] * 1e6:.0f}  noalloc {best['noalloc'] * 1e6:.0f}  device {best['device'] * 1e6:.0f}  "
+              f"device/noalloc {best['device'] / best['noalloc']:.3f}  "
               f"device/noview {best['device'] / best['noview']:.3f}  device/remap {best['device'] / best['remap']:.3f}  "
               f"device/plain {best['device'] / best['plain']:.3f}")
     dist.destroy_process_group()

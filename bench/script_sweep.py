@@ -2,7 +2,8 @@
 
 Generates N random torch.distributed scripts (`simdist.testing.scripts`: uneven per-rank
 loops, collectives of random dtypes and sizes, async work, a subgroup, send/recv, a rank
-that returns, raises or exits, DDP with and without Join, Gloo timeouts), runs each on
+that returns, raises or exits, DDP with and without Join, Gloo timeouts, and the rest of
+torch.distributed's Gloo surface: `simdist.testing.script_api`), runs each on
 simulated ranks and on real Gloo (each mode's ranks forked by one fork server for the whole
 sweep), and diffs them as `simdist compare SCRIPT.py` does (`simdist.compare`: outcome,
 status and error category per rank, the sequence of operations, where each rank ended, the

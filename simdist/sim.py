@@ -74,7 +74,8 @@ def simulate(scenario: Scenario, cost: CostLike | None = None) -> Report:
 
 def _simulate(scenario: Scenario, cost: CostLike | None) -> Report:
     groups = {WORLD: list(range(scenario.world_size))}
-    groups.update({g.name: list(g.ranks) for g in scenario.groups})
+    # sorted: the real side makes them with new_group's default (sort_ranks=True)
+    groups.update({g.name: sorted(g.ranks) for g in scenario.groups})
     engine = Engine(scenario.world_size, groups, cost or default_cost(scenario), scenario.backend)
     programs = [SimRank(scenario, engine, r) for r in range(scenario.world_size)]
     status: dict[int, str] = {}

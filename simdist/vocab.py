@@ -68,6 +68,11 @@ CollectiveOp = Literal[
 ReduceOp = Literal["sum", "avg", "product", "min", "max", "band", "bor", "bxor"]
 REDUCE_OPS: tuple[str, ...] = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
 BITWISE_REDUCE_OPS: frozenset[str] = frozenset({"band", "bor", "bxor"})
+# NCCL's pre-multiplied sum (`dist._make_nccl_premul_sum`, FSDP's gradient division): a script
+# may hand it to Gloo, which fails the work at wait() without the wire (torch 2.13, measured)
+PREMUL_SUM = "premul_sum"
+# the reduce ops Gloo may refuse for a rank alone, before the wire (`engine.results.gloo_local_error`)
+GLOO_LOCAL_REDUCE_OPS: frozenset[str] = BITWISE_REDUCE_OPS | {PREMUL_SUM}
 # the ops whose Gloo algorithm returns at once for a tensor of zero elements: the rank's call
 # completes without the wire, whether or not its peers call it (measured, torch 2.13, 2 and 3
 # ranks; broadcast, gather, scatter and all_to_all wait for their peers even then). Gloo's

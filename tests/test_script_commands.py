@@ -279,6 +279,8 @@ def test_cuda_autocast_autocasts_on_the_cpu(monkeypatch):
     from simdist.script.rank import devices
 
     monkeypatch.setattr(autocast, "__init__", autocast.__init__)
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "get_autocast_gpu_dtype"):  # (its state reads)
+        monkeypatch.setattr(torch, name, getattr(torch, name))
     devices._patch_autocast()
     lin, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):

@@ -30,8 +30,9 @@ def test_scripts_are_valid_python_with_a_main_that_initialises_gloo():
         assert ("uneven" in g.features) == (len(set(steps)) > 1)
         # a script that can hang sets Gloo's timeout, so that real Gloo ends it too
         assert ("timeout" in g.features) == ('dist.init_process_group("gloo", timeout=timeout)' in g.source)
-        if "new_group" in g.source:  # a subgroup gets the same timeout (torch's default is 30 min)
-            assert ("timeout" in g.features) == ("], timeout=timeout)" in g.source)
+        for line in g.source.splitlines():  # a subgroup gets the same timeout (torch's default is 30 min)
+            if "dist.new_group(" in line or "dist.new_subgroups" in line:
+                assert ("timeout" in g.features) == ("], timeout=timeout" in line), (g.name, line)
         if g.features & HANGS:
             assert "timeout" in g.features
         _no_p2p_while_async_work_is_pending(g)

@@ -12,8 +12,8 @@ import pytest
 
 from simdist.compare import compare_reports, format_comparison
 from simdist.script.api import compare_script, run_script
+from simdist.script.barriers import STORE_BARRIER
 from simdist.script.launch import new_run_id, tagged_processes
-from simdist.script.rendezvous import STORE_BARRIER
 from tests.conftest import ROOT, line_of
 
 SCRIPTS = ROOT / "tests" / "scripts"

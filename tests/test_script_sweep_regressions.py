@@ -311,3 +311,116 @@ def test_a_rank_stuck_in_new_group_with_no_rank_failing_to_connect_is_a_differen
     sim, real = _monitored_sub_reports()
     real.ranks[1].output = ["rank 1: a line"]
     assert named_races(sim, real, compare_reports(sim, real)) == []
+
+
+@pytest.mark.real
+def test_premul_sum_on_gloo_fails_each_work_at_wait_and_the_group_still_pairs(script_zygote):
+    """tests/scripts/premul_sum_gloo.py (3 ranks): ReduceOp.PREMUL_SUM handed to Gloo's
+    all_reduce, reduce and reduce_scatter_tensor. ProcessGroupGloo takes each work and fails
+    it at wait() with "Cannot use ReduceOp.PREMUL_SUM with Gloo", tensor untouched, nothing
+    on the wire, so the next all_reduce pairs; the simulator refused the op as unsupported
+    (bad input), and real Gloo's side of simdist raised its own error noting the op."""
+    entry = {"script": "../tests/scripts/premul_sum_gloo.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:other"] * 3
+    assert differences(sim, real) == []
+    refused = "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo"
+    assert sim.ranks[1].output == [f"all_reduce: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"all_reduce async: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"reduce: {refused} -> [1.0, 2.0, 3.0]",
+                                   f"reduce_scatter_tensor: {refused} -> [0.0, 0.0]", "sum after: [6.0]"]
+    assert [e.reduce_op for e in real.ranks[0].trace][:3] == ["premul_sum"] * 3  # (C++ runs reduce_scatter_tensor)
+
+
+@pytest.mark.real
+def test_p2p_with_the_rank_itself_raises_at_the_call_as_on_gloo(script_zygote):
+    """tests/scripts/p2p_self.py (2 ranks): each rank sends to and receives from itself.
+    torch's blocking send refuses it in Python; isend, irecv, batch_isend_irecv and recv reach
+    Gloo, whose pair with the rank itself is never connected, and raise at once; the group
+    still pairs after. The simulator issued them and reported a hang (found probing the API
+    surface for bench/script_sweep.py's generator)."""
+    entry = {"script": "../tests/scripts/p2p_self.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["error:other"] * 2
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output == ["send: ValueError: Invalid destination rank:", "isend: RuntimeError: [enforce fail at",
+                                   "irecv: RuntimeError: [enforce fail at",
+                                   "batch_isend_irecv: RuntimeError: [enforce fail at", "sum after: [3.0]"]
+    assert "Pair is not connected" in sim.ranks[0].error.message
+
+
+@pytest.mark.real
+def test_an_unfed_recv_from_any_source_times_out_and_names_no_sender(script_zygote):
+    """tests/scripts/recv_any_source_unfed.py (3 ranks): rank 0 leaves; rank 2 receives from
+    any source twice, the first fed by rank 1, the second (a tag nobody sends) by no one. It
+    ends by rank 2's Gloo timeout on both sides (no peer's exit reaches an any-source
+    receive), and neither side's trace names a sender for it: real Gloo's side had named
+    rank 2 itself (torch's source rank of a failed receive is -1, read as the last rank)."""
+    entry = {"script": "../tests/scripts/recv_any_source_unfed.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed", "error:timeout"]
+    assert differences(sim, real) == []
+    assert [(e.op, e.peer) for e in real.ranks[2].trace if e.op == "recv"] == [("recv", 1), ("recv", None)]
+    assert sim.ranks[2].output == ["[2] recv from 1: [7.0, 7.0]"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("when", ["late", "early"])
+def test_an_alltoallv_with_peers_gone_fails_with_their_closure(script_zygote, when):
+    """tests/scripts/alltoallv_after_exit.py (3 ranks): the last rank's extra all_to_all_single
+    with split sizes (Gloo's alltoallv), posted after its peers left (`late`) or before they
+    leave (`early`), fails with their closure on both sides: alltoallv posts every send and
+    receive at once, as alltoall does (`collectives.gloo.alltoallv`). The simulator had no
+    message program for it and let the rank wait for its timeout."""
+    entry = {"script": "../tests/scripts/alltoallv_after_exit.py", "nproc": 3, "args": ["--when", when]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed", "error:peer_lost"]
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_even_split_sizes_given_run_alltoallv_and_a_longer_block_aborts_the_receiver(script_zygote):
+    """tests/scripts/alltoallv_split_sizes.py (2 ranks): split sizes given, even on rank 1,
+    uneven on rank 0, whose block for rank 1 is one element longer than rank 1 expects. Both
+    run Gloo's alltoallv, so rank 1 aborts on the longer message and rank 0 fails in its next
+    all_reduce with rank 1 gone (the simulator took even splits for alltoall and reported a
+    hang). Whether rank 0 read rank 1's block before the abort's reset is a race of the real
+    run: the real side runs again, at most RACE_TRIES times, until it shows the outcome of
+    prompt reading, and must show it once."""
+    entry = {"script": "../tests/scripts/alltoallv_split_sizes.py", "nproc": 2}
+    sim = _run(entry, "sim", script_zygote)
+    assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort"]
+    assert sim.ranks[0].output == ["[0] [0.0, 10.0, 11.0]"]
+    for _ in range(RACE_TRIES):
+        real = _run(entry, "gloo", script_zygote)
+        if not differences(sim, real):
+            break
+    assert differences(sim, real) == []
+
+
+@pytest.mark.real
+def test_all_gather_coalesced_fills_the_output_lists_rank_first(script_zygote):
+    """tests/scripts/all_gather_coalesced.py (3 ranks): all_gather_coalesced's output lists
+    are indexed rank first (`output_lists[r][k]`); the simulator read them input first (an
+    IndexError on 3 ranks, blocks in the wrong tensors on 2). Both sides now print rank r's
+    two inputs in list r."""
+    entry = {"script": "../tests/scripts/all_gather_coalesced.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[1].output[0] == ("[1] [[[0.0, 1.0], [0.0, 1.0, 2.0]], [[10.0, 11.0], [100.0, 101.0, 102.0]], "
+                                      "[[20.0, 21.0], [200.0, 201.0, 202.0]]]")
+
+
+@pytest.mark.real
+def test_p2p_calls_gloo_fails_as_they_post_are_operations_on_both_sides(script_zygote):
+    """tests/scripts/recv_after_peer_left.py (2 ranks): rank 0 receives from and sends to rank
+    1 a second after rank 1 left; Gloo refuses both at the call (the pair is closed). Both
+    sides trace both operations: real Gloo's side had noted only calls that returned a work,
+    so whether a peer's exit came before the post or before the wait changed its trace."""
+    entry = {"script": "../tests/scripts/recv_after_peer_left.py", "nproc": 2}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed", "completed"]
+    assert differences(sim, real) == []
+    assert [(e.op, e.peer) for e in real.ranks[0].trace if e.op in ("send", "recv")] == [("recv", 1), ("send", 1)]
+    assert sim.ranks[0].output == ["[0] recv: RuntimeError", "[0] send: RuntimeError"]

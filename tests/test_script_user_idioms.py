@@ -525,6 +525,8 @@ def test_a_gpu_tensors_device_reads_as_on_a_gpu(script_zygote):
         assert got["grad norm device"] == f"cuda:{rank}"  # was a host tensor: torch read the CPU off grads[0]
         assert got["branch"] == "gpu branch"
         assert got["prefetched"] == f"tensor([0., 1., 2.], device='cuda:{rank}')"  # record_stream raised
+        assert got["compiled"] == "[2.0, 2.0, 2.0]"  # dynamo raised: device_view.host_index is skipped code
+        assert got["fsdp2 param"] == f"('DTensor', 'cuda:{rank}', True, {cuda})"  # was 'cpu', False: host inputs
         assert got["all_reduce"] == f"tensor(6., device='cuda:{rank}')"
 
 
@@ -555,3 +557,97 @@ def test_torchs_own_code_reads_the_memorys_device(monkeypatch):
     with devices.CudaToCpu():
         placed, moved = torch.zeros(1, device=read_off), torch.ones(1).to(read_off)
     assert [gpu_memory.gpu_index(t) for t in (placed, moved)] == [1, 1] and gpu.to(read_off) is gpu
+
+
+def test_device_reads_make_no_torch_calls_a_program_mode_sees(monkeypatch):
+    """`rank.device_view` reads which simulated GPU a tensor is on off its storage; that read
+    is the rank layer's, not the program's: a `TorchFunctionMode` the program enters (a call
+    logger, a profiler's) sees no `untyped_storage` call the program never made for its
+    `x.device`/`is_cuda`/`is_cpu`/`get_device()`/`type()` reads. It saw one per read (and the
+    dispatch doubled a read's cost under the rank layer's own mode); and `type()`, which torch
+    hands to that mode, which answers it through the view again, says "torch.cuda.FloatTensor"
+    (it said "torch.cuda.cuda.FloatTensor"). In-process, restored."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from simdist.script.rank import device_view, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type"))
+    device_view.install()
+
+    class Log(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    gpu, host = gpu_memory.mark(torch.zeros(2), 1), torch.zeros(2)
+    with Log() as log:
+        reads = [(t.device, t.is_cuda, t.is_cpu, t.get_device(), t.type()) for t in (gpu, host)]
+    assert reads == [(torch.device("cuda", 1), True, False, 1, "torch.cuda.FloatTensor"),
+                     (torch.device("cpu"), False, True, -1, "torch.FloatTensor")]
+    assert "untyped_storage" not in log.seen, log.seen
+
+
+def test_a_wrapper_subclass_on_a_gpu_reads_as_on_it(monkeypatch):
+    """A tensor subclass that wraps others (DTensor, and so FSDP2's parameters: torch's
+    `_make_wrapper_subclass` takes its device from its local tensor's, which is the CPU here)
+    reads, to the program, as on the simulated GPU its first inner tensor is on, as it does on
+    a GPU: `device = next(model.parameters()).device` after `fully_shard` said `cpu`, so the
+    script's inputs were host tensors and its GPU branches skipped. torch's own code still
+    reads the wrapper's CPU. (`TwoTensor`, torch's test wrapper subclass, stands for DTensor:
+    no process group needed.) In-process, restored."""
+    import torch
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from simdist.script.rank import device_view, gpu_memory
+
+    _keep(monkeypatch, torch.Tensor, inherited=("device", "is_cuda", "is_cpu", "get_device", "type"))
+    device_view.install()
+    internal: dict = {"__name__": "torch.distributed.fake_internal"}
+    exec("def read(t): return (t.device, t.is_cuda, t.get_device())", internal)
+    wrapped = TwoTensor(gpu_memory.mark(torch.zeros(2), 1), gpu_memory.mark(torch.ones(2), 1))
+    assert (wrapped.device, wrapped.is_cuda, wrapped.is_cpu, wrapped.get_device()) == (
+        torch.device("cuda", 1), True, False, 1)
+    assert internal["read"](wrapped) == (torch.device("cpu"), False, -1)
+    host = TwoTensor(torch.zeros(2), torch.ones(2))
+    assert (host.device, host.is_cuda, host.get_device()) == (torch.device("cpu"), False, -1)
+
+
+def test_cuda_autocast_state_reads_as_on_a_gpu(monkeypatch):
+    """Inside `torch.autocast("cuda", dtype=torch.bfloat16)` (which autocasts on the CPU here,
+    `rank.devices`) a GPU says CUDA's autocast is on: `torch.is_autocast_enabled()` (no
+    device: CUDA's, as torch documents), `is_autocast_enabled("cuda")` True,
+    `get_autocast_dtype("cuda")` and `get_autocast_gpu_dtype()` bfloat16; outside, False and
+    float16. They said False and float16 inside too (CUDA's state was never set), so code
+    that asks (`torch.amp.custom_fwd(device_type="cuda")`, attention code picking its dtype)
+    took its no-autocast path; a script's `torch.autocast(x.device.type)` reaches it since
+    `x.device.type` is "cuda" (`rank.device_view`). In-process, restored."""
+    import warnings
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    from simdist.script.rank import devices
+
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "get_autocast_gpu_dtype"):
+        monkeypatch.setattr(torch, name, getattr(torch, name))
+    monkeypatch.setattr(autocast, "__init__", autocast.__init__)
+    devices._patch_autocast()
+    warnings.simplefilter("ignore", DeprecationWarning)  # (get_autocast_gpu_dtype's, as torch's)
+
+    def state() -> tuple:
+        return (torch.is_autocast_enabled(), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+                torch.get_autocast_gpu_dtype())
+
+    assert state() == (False, False, torch.float16, torch.float16)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        inside = state()
+        with torch.autocast("cuda", enabled=False):
+            assert not torch.is_autocast_enabled("cuda")
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    assert inside == (True, True, torch.bfloat16, torch.bfloat16)
+    assert state() == (False, False, torch.float16, torch.float16)

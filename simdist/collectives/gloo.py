@@ -34,8 +34,10 @@ from simdist.collectives.schedule import Transfer
 MAX_SEGMENT_BYTES = 1 << 20
 
 #: Ops whose message program is known (the others are not modelled at message level).
+# all_to_all with split sizes: Gloo's alltoallv (gloo/alltoallv.cc, its own slot prefix)
+ALLTOALLV = "all_to_allv"
 PROGRAM_OPS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "barrier", "all_to_all", "gather", "scatter",
-                         "send", "recv"})
+                         "send", "recv", ALLTOALLV})
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,25 @@ def alltoall(rank: int, p: int, nbytes: int) -> MessageProgram:
     return MessageProgram(prog, blk * p)
 
 
+def alltoallv(rank: int, p: int, send: tuple[int, ...], recv: tuple[int, ...]) -> MessageProgram:
+    """gloo/alltoallv.cc: alltoall's order (the own block copied locally; the p - 1 sends to
+    rank + i and receives from rank - i posted at once, then waited for), with each pair's
+    own byte count: `send[k]` bytes to rank k from offset sum(send[:k]) of the input,
+    `recv[k]` from rank k at offset sum(recv[:k]) of the output."""
+    def offsets(sizes: tuple[int, ...]) -> list[int]:
+        return [sum(sizes[:k]) for k in range(p)]
+
+    s_off, r_off = offsets(send), offsets(recv)
+    prog: list[tuple] = []
+    for i in range(1, p):
+        to, frm = (rank + i) % p, (rank - i) % p
+        prog += [("send", "in", to, ALLTOALLV, s_off[to], send[to]),
+                 ("recv", "out", frm, ALLTOALLV, r_off[frm], recv[frm])]
+    for _ in range(1, p):
+        prog += [("wait_send", "in"), ("wait_recv", "out")]
+    return MessageProgram(prog, sum(recv))
+
+
 def scatter(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:
     """gloo/scatter.cc: the root posts a send of block i to each rank i (ascending), copies
     its own block, then waits for the sends in turn; any other rank receives its block from
@@ -318,14 +339,20 @@ def message_count(op: str, p: int, elements: int, elem: int) -> int:
         return 4 * (p - 1) if elements else 0
     if op in ("broadcast", "barrier"):
         return 2 * p.bit_length()
-    if op in ("all_to_all", "gather", "scatter"):  # gather, scatter: the root's p - 1, a leaf's 1
+    if op in ("all_to_all", ALLTOALLV, "gather", "scatter"):  # gather, scatter: the root's p - 1, a leaf's 1
         return 2 * (p - 1)
     return 1  # send, recv
 
 
-def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None) -> MessageProgram:
-    """The program of one rank's call (`root`: the broadcast/reduce root, or the send/recv peer)."""
+def message_program(op: str, rank: int, p: int, elements: int, elem: int, root: int | None,
+                    splits: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> MessageProgram:
+    """The program of one rank's call (`root`: the broadcast/reduce root, or the send/recv peer;
+    `splits`: alltoallv's elements to and from each rank)."""
     nbytes = elements * elem
+    if op == ALLTOALLV:
+        if splits is None:
+            raise ValueError("all_to_allv needs its split sizes")
+        return alltoallv(rank, p, tuple(n * elem for n in splits[0]), tuple(n * elem for n in splits[1]))
     if op == "all_reduce":
         return ring_allreduce(rank, p, elements, elem)
     if op == "reduce":

@@ -28,7 +28,7 @@ from simdist.engine.timeouts import GlooTimeouts
 from simdist.engine.values import Payload
 from simdist.limits import OPS
 from simdist.report import Finding, RankError, TraceEntry
-from simdist.vocab import BITWISE_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES
+from simdist.vocab import GLOO_LOCAL_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES
 
 
 class RankRaised(Exception):
@@ -91,10 +91,12 @@ class Engine(GlooExits, GlooTimeouts):
 
     def add_group(self, name: str, members: list[int]) -> list[int]:
         """Make a process group known (a script creates them as it runs); returns its members,
-        the earlier ones if `name` exists. Sequence numbers are a list per group, not a dict
-        keyed by (group, rank): `issue` is the engine's hottest function."""
+        the earlier ones if `name` exists. `members` in group-rank order (member i is group rank
+        i: torch's `new_group(ranks, sort_ranks=False)` keeps the given order), which results
+        (all_gather's, scatter's chunks) follow. Sequence numbers are a list per group, not a
+        dict keyed by (group, rank): `issue` is the engine's hottest function."""
         if name not in self.groups:
-            self.groups[name] = sorted(members)
+            self.groups[name] = list(members)
             self._next_seq[name] = [0] * self.world_size
             self._member_sets[name] = frozenset(members)
         return self.groups[name]
@@ -161,8 +163,8 @@ class Engine(GlooExits, GlooTimeouts):
         calls = inst.calls
         calls[rank] = call
         gloo = self.backend == "gloo"
-        # (gloo_local_error is None unless the op is bitwise or the dtype has no kernel: tested first)
-        if gloo and (reduce_op in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
+        # (gloo_local_error is None unless Gloo may refuse the reduce op or the dtype has no kernel: tested first)
+        if gloo and (reduce_op in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES) \
                 and (local := gloo_local_error(call)) is not None:
             # failed before the wire: peers that do exchange wait for it forever (see _match),
             # and fail only when its process goes (rank_gone: a stuck instance is not "posted")

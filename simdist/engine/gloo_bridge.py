@@ -45,22 +45,28 @@ def _splits_agree(calls: list[Call]) -> bool:
     splits = _splits(calls)
     if splits is None or any(c.op != "all_to_all" or c.payload.dtype != calls[0].payload.dtype for c in calls):
         return False
+    if len({s.given for s in splits}) > 1:
+        return False  # alltoall and alltoallv: different slots, nothing is exchanged
     n = len(calls)
     return all(len(s.send) == n == len(s.recv) for s in splits) and all(
         splits[i].send[j] == splits[j].recv[i] for i in range(n) for j in range(n))
 
 
 def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
-    """Engine calls as the rule's input. An all_to_all with uneven split sizes is Gloo's
-    alltoallv, whose message program the rules do not have (`gloo_rules.ALLTOALLV`: not
-    modelled); even ones are what a call without split sizes (Gloo's alltoall) exchanges."""
-    return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV if _uneven(c) else c.op, c.payload.numel,
-                                      c.payload.dtype, c.reduce_op, c.root) for c in calls]
+    """Engine calls as the rule's input. An all_to_all given split sizes (even ones too) is
+    Gloo's alltoallv (`gloo_rules.ALLTOALLV`, with its split sizes); one without is alltoall."""
+    return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV, c.payload.numel, c.payload.dtype, c.reduce_op,
+                                      c.root, (c.payload.meta.send, c.payload.meta.recv))  # type: ignore[union-attr]
+            if _uneven(c) else
+            gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root)
+            for c in calls]
 
 
 def _uneven(c: Call) -> bool:
+    """Whether Gloo runs this all_to_all as alltoallv: split sizes given (`Splits.given`), or
+    uneven (a caller that cannot say whether they were given)."""
     s = c.payload.meta
-    return c.op == "all_to_all" and isinstance(s, Splits) and len(set(s.send) | set(s.recv)) > 1
+    return c.op == "all_to_all" and isinstance(s, Splits) and (s.given or len(set(s.send) | set(s.recv)) > 1)
 
 
 def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],

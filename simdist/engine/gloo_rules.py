@@ -54,7 +54,10 @@ other rank and waits for them in turn, the others send to (receive from) the roo
 that exited fails exactly the ranks with a message pending with it (the values of mismatched
 ones are not modelled byte by byte: `mixed_result` refuses them).
 
-Not modelled (reduce_scatter as one op, all_to_all with split sizes): identical calls are
+all_to_all with split sizes is gloo/alltoallv.cc (`ALLTOALLV`): alltoall's program with each
+pair's own byte count, its messages only (the bytes of mismatched ones are not modelled).
+
+Not modelled (reduce_scatter as one op): identical calls are
 "ok", a different kind on the other side is "hang" (rule 1), same kind with different
 arguments is reported conservatively as "hang" with a detail saying it is unmodelled.
 """
@@ -65,7 +68,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
 
-from simdist.collectives.gloo import PROGRAM_OPS, MessageProgram, message_count, message_program
+from simdist.collectives.gloo import ALLTOALLV, PROGRAM_OPS, MessageProgram, message_count, message_program
 from simdist.engine.gloo_bytes import UNDEF, average, decode_all, encode, real_dtype, reduce_into
 from simdist.engine.gloo_transport import RankRun, run_programs
 from simdist.limits import MESSAGES
@@ -82,8 +85,6 @@ __all__ = [
 
 #: Ops whose gloo message schedule is re-executed here.
 MODELLED_OPS = PROGRAM_OPS
-# all_to_all with split sizes: Gloo's alltoallv (its own slot prefix), whose program is not modelled
-ALLTOALLV = "all_to_allv"
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ class CollectiveCall:
     dtype: str = "float32"
     reduce_op: str | None = None
     root: int | None = None
+    #: alltoallv's (`ALLTOALLV`) elements to and from each group rank
+    splits: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 RankOutcome = Literal["ok", "hang", "abort", "peer_error"]
@@ -155,7 +158,7 @@ def _elements(c: CollectiveCall) -> tuple[int, int]:
 def _program(c: CollectiveCall, w: int) -> MessageProgram:
     """The gloo message program of one rank's call."""
     elements, e = _elements(c) if c.op != "barrier" else (0, 1)
-    return message_program(c.op, c.rank, w, elements, e, c.root)
+    return message_program(c.op, c.rank, w, elements, e, c.root, c.splits)
 
 
 def _check_size(calls: list[CollectiveCall], w: int, per_byte: bool) -> None:
@@ -190,10 +193,27 @@ def _execute(
                 run.bufs["in"], blk = run.bufs["out"], prog.out_bytes // w
                 run.bufs["out"] = [UNDEF] * prog.out_bytes
                 run.bufs["out"][c.rank * blk: (c.rank + 1) * blk] = run.bufs["in"][c.rank * blk: (c.rank + 1) * blk]
+            elif c.op == ALLTOALLV:
+                run.bufs["in"], run.bufs["out"] = _alltoallv_buffers(c, prog, inputs, e_size(c))
             run.reduce = partial(reduce_into, dtype=dtype, op=op)
         ranks[c.rank] = run
     run_programs(ranks, exited)
     return ranks
+
+
+def e_size(c: CollectiveCall) -> int:
+    return _elements(c)[1]
+
+
+def _alltoallv_buffers(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], e: int) -> tuple[list, list]:
+    """alltoallv's input bytes and its output before the messages: undefined but for the
+    own block, copied locally (gloo/alltoallv.cc)."""
+    send, recv = (tuple(n * e for n in x) for x in c.splits)  # type: ignore[union-attr]
+    raw = list(b"".join(encode(v, real_dtype(c.dtype)) for v in inputs.get(c.rank, [])))
+    src, dst, n = sum(send[:c.rank]), sum(recv[:c.rank]), min(send[c.rank], recv[c.rank])
+    out = [UNDEF] * prog.out_bytes
+    out[dst: dst + n] = raw[src: src + n]
+    return raw, out
 
 
 def _initial_out(c: CollectiveCall, prog: MessageProgram, inputs: dict[int, list], dtype: str) -> list:
@@ -217,7 +237,7 @@ def _signature(c: CollectiveCall, w: int) -> tuple:
     numel = 0 if c.op == "barrier" else c.numel
     dtype = None if c.op == "barrier" else real_dtype(c.dtype)
     red = (c.reduce_op or "SUM").upper() if c.op in REDUCING_OPS else None
-    return (c.op, numel, dtype, red, root)
+    return (c.op, numel, dtype, red, root, c.splits)
 
 
 def _rank_maps(entries, w: int, exited) -> tuple[dict | None, dict | None]:
@@ -240,7 +260,7 @@ def _remap(e: CollectiveCall, to_group: dict) -> CollectiveCall:
         if root not in to_group:
             raise ValueError(f"rank {e.rank}: root/peer {root} is not a member of the group")
         root = to_group[root]
-    return CollectiveCall(to_group[e.rank], e.op, e.numel, e.dtype, e.reduce_op, root)
+    return CollectiveCall(to_group[e.rank], e.op, e.numel, e.dtype, e.reduce_op, root, e.splits)
 
 
 def classify_mismatch(

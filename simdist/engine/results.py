@@ -25,6 +25,7 @@ from simdist.vocab import (
     FLOAT_DTYPES,
     GLOO_NO_KERNEL_DTYPES,
     P2P_OPS,
+    PREMUL_SUM,
     REDUCING_OPS,
     TORCH_DTYPE_NAMES,
     gloo_empty_is_local,
@@ -54,8 +55,11 @@ def gloo_local_error(c: Call) -> str | None:
     (``Cannot use ReduceOp.BAND with non-integral dtype``): the work fails at ``wait()``, the
     tensor is untouched and the rank never joins the wire, so peers that did wait for its
     messages (measured on torch 2.13). A dtype Gloo has no kernel for (int16) fails the same
-    way, at ``wait()``, on every collective but barrier: "Invalid scalar type"."""
+    way, at ``wait()``, on every collective but barrier: "Invalid scalar type"; and so does
+    PREMUL_SUM, NCCL's alone ("Cannot use ReduceOp.PREMUL_SUM with Gloo")."""
     # the reduce op first: this runs for every rank-collective on Gloo, and most are no bitwise op
+    if c.reduce_op == PREMUL_SUM and c.op in REDUCING_OPS:  # NCCL's alone: Gloo has no function for it
+        return "Cannot use ReduceOp.PREMUL_SUM with Gloo"
     if c.reduce_op in BITWISE_REDUCE_OPS and c.op in REDUCING_OPS and c.payload.dtype in FLOAT_DTYPES:
         return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
     if c.payload.dtype in GLOO_NO_KERNEL_DTYPES and c.op not in P2P_OPS and c.op != "barrier":

@@ -31,10 +31,11 @@ from simdist.report import (
 )
 from simdist.script import env
 from simdist.script.agent import AGENT_WINDOW_S, MONITOR_INTERVAL_S, sigterm_error, terminated_words
+from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
-from simdist.script.rendezvous import INIT_WAIT, STORE_BARRIER, ended_without_init
+from simdist.script.rendezvous import INIT_WAIT, ended_without_init
 from simdist.script.stalls import WATCHDOG
 
 

@@ -39,6 +39,7 @@ from simdist.engine.values import Splits
 from simdist.frames import Frame, phase_of, script_origin
 from simdist.procs import Watchdog
 from simdist.script import deadlines, payloads, wire
+from simdist.script.barriers import StoreBarrierMixin
 from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
 from simdist.script.groups import Creating, GroupsMixin
@@ -66,7 +67,8 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
     return frames, user, script_origin(frames, user, dtype)
 
 
-class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, InitWatchMixin):
+class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
+                  InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -146,7 +148,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._init_timeouts()
             if launched_done() and not any(c.connected for c in self.conns):
                 return Ending("finished", time.time())
-            if self._hung() and not (self._init_expire() or self._group_expire() or self._expire()):
+            if self._hung() and not (self._init_expire() or self._group_expire() or self._barrier_expire()
+                                     or self._expire()):
                 return Ending("hang", time.time(), self._last_event())
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
@@ -226,10 +229,10 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._destroyed(conn, h)
         elif kind == "group":
             self._group(conn, h)
-        elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`rendezvous`)
+        elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`barriers`)
             self._store_barrier(conn, h)
         elif kind == "exit":
-            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.advance(h, self.measure_compute)
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
@@ -239,7 +242,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
             conn.stall_group = h.get("grp")
         elif kind == "sleep":
-            conn.advance(h.get("cpu"), self.measure_compute)
+            conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
             conn.sleep(float(h["s"]))
             self._overdue()
@@ -247,7 +250,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:
         assert conn.gen is not None and conn.rank is not None
         engine, timeline = conn.gen.engine, conn.gen.timeline
-        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.advance(h, self.measure_compute)
         conn.unblock()
         self._overdue(conn)  # before it posts: what timed out waiting for it meets a closed pair
         rank, op, group = conn.rank, h["op"], h["g"]
@@ -255,7 +258,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         frames, user, origin = _site(h["dt"], tuple(tuple(f) for f in raw))
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
         if h.get("splits"):
-            payload = dataclasses.replace(payload, meta=Splits(*(tuple(int(n) for n in x) for x in h["splits"])))
+            send, recv, *given = h["splits"]
+            payload = dataclasses.replace(payload, meta=Splits(tuple(int(n) for n in send), tuple(int(n) for n in recv),
+                                                               bool(given and given[0])))
         if op in P2P_OPS:
             peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
             work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,
@@ -287,7 +292,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._overdue()
 
     def _wait(self, conn: RankConn, h: dict[str, Any]) -> None:
-        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.advance(h, self.measure_compute)
         rec = conn.ops.get(int(h["id"]))
         if rec is None:
             return

@@ -46,7 +46,7 @@ class Generation:
     entered: dict[int, Any] = field(default_factory=dict)
     # inits that ended with the rendezvous' error (`rendezvous.Failure`)
     failed: list[Any] = field(default_factory=list)
-    # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> (membership, request)
+    # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> `barriers.BarrierWait`
     barriers: dict[str, dict[int, Any]] = field(default_factory=dict)
 
     def complete(self) -> bool:
@@ -133,7 +133,7 @@ class GenerationsMixin:
         if "never" in h:  # its process ends without an init: how (`rendezvous`)
             return self._never_came(h)
         rank, size = int(h["rank"]), int(h["world_size"])
-        conn.advance(h.get("cpu"), self.measure_compute)  # its clock starts here: compute is measured from now
+        conn.advance(h, self.measure_compute)  # its clock starts here: compute is measured from now
         fresh = conn.rank is None
         error, gen = self._join(conn, rank, size, str(h.get("backend") or ""))
         if error is None and not fresh:  # the same process again, after destroy_process_group: a new membership
@@ -195,7 +195,7 @@ class GenerationsMixin:
         """A process initialises its default group again: the membership it had ends as a
         normal destroy (if the destroy was not reported, as it ends at an exit), and a new one
         carries on its connection, clock and compute measure."""
-        new = RankConn(old.sock, old.decoder, clock=old.clock, cpu_mark=old.cpu_mark, claim=old.claim)
+        new = RankConn(old.sock, old.decoder, clock=old.clock, cpu_marks=dict(old.cpu_marks), claim=old.claim)
         if not old.destroyed:
             self._destroyed(old, {})
         if old.exit is None:
@@ -211,7 +211,7 @@ class GenerationsMixin:
         close, failing what its peers still need from it, as at an exit)."""
         if conn.rank is None or conn.destroyed or conn.gen is None:
             return
-        conn.advance(h.get("cpu"), self.measure_compute)
+        conn.advance(h, self.measure_compute)
         conn.destroyed, conn.destroy_frames = True, list(h.get("frames") or [])
         conn.block = None
         self._overdue(conn)

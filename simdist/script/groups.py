@@ -88,8 +88,10 @@ class GroupsMixin:
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         if conn.gen is None:
             return
-        conn.advance(h.get("cpu"), self.measure_compute)  # it enters at its clock now: past its waits and compute
-        ranks = sorted(int(r) for r in h["ranks"])
+        conn.advance(h, self.measure_compute)  # it enters at its clock now: past its waits and compute
+        # group-rank order, as torch made it (sorted unless new_group's sort_ranks=False):
+        # results, the status lines and the store key's member index follow it
+        ranks = [int(r) for r in h["ranks"]]
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
         have = conn.gen.engine.add_group(h["g"], ranks)

@@ -132,7 +132,11 @@ class RankConn:
     # another thread's operation may replace `block` and end, and the rank waits here again (`unblock`)
     request_wait: Block | None = None
     clock: float = 0.0
-    cpu_mark: float | None = None
+    # per thread of its process (`threading.get_ident`): the CPU time that thread had at its last
+    # message. Each message carries its sending thread's `time.thread_time()`, so one mark for all
+    # threads took a side thread's post as the mark and then counted the main thread's whole CPU
+    # since its start (imports included) as compute at its next message
+    cpu_marks: dict[int | None, float] = field(default_factory=dict)
     to_sync: list[OpRecord] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -197,18 +201,23 @@ class RankConn:
         call, _, at = self.stall_in.partition(" at ")
         return waiting_in(call), at or "?"
 
-    def advance(self, cpu: float | None, measure: bool) -> None:
-        """At a message: catch up with completed waits, then add the compute since the last one."""
+    def advance(self, h: dict[str, Any] | None, measure: bool) -> None:
+        """At a message `h` (None: none, the connection closed): catch up with completed waits,
+        then add the compute its sending thread (`tid`) did since that thread's last message (a
+        thread's first message only sets its mark, as the process's first, init's, does)."""
         for rec in [r for r in self.to_sync if r.done]:
             end = rec.entry.t_done if rec.entry.t_done is not None else rec.ended_at
             if end is not None:
                 self.clock = max(self.clock, end)
             self.to_sync.remove(rec)
+        cpu = None if h is None else h.get("cpu")
         if cpu is not None:
-            if measure and self.cpu_mark is not None and cpu > self.cpu_mark:
-                self.compute.append(Span(self.clock, self.clock + cpu - self.cpu_mark))
-                self.clock += cpu - self.cpu_mark
-            self.cpu_mark = cpu
+            tid = h.get("tid")  # type: ignore[union-attr]
+            mark = self.cpu_marks.get(tid)
+            if measure and mark is not None and cpu > mark:
+                self.compute.append(Span(self.clock, self.clock + cpu - mark))
+                self.clock += cpu - mark
+            self.cpu_marks[tid] = cpu
 
     def sleep(self, seconds: float) -> None:
         """`time.sleep` on its main thread: simulated time passes as it does for the script

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simdist.script.generations import latest
-from simdist.script.ranks import Block, RankConn, exit_words, file_line, waiting_in
+from simdist.script.ranks import RankConn, exit_words, file_line, waiting_in
 from simdist.script.stores import (
     CONNECT_FACTOR,
     DEFAULT_TIMEOUT_S,
@@ -57,7 +57,6 @@ from simdist.script.stores import (
 from simdist.vocab import FULL_MESH
 
 INIT_WAIT = waiting_in("init_process_group")  # how a rank that waits there for its world is reported
-STORE_BARRIER = "waiting in the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"  # `_store_barrier`
 # the simulator's one wording of a late rank's failed connect (a race of real Gloo: `simdist.races`)
 REFUSED = f"{FULL_MESH} [gloo/transport/tcp/pair.cc] timed out connecting: SO_ERROR: Connection refused"
 
@@ -310,25 +309,6 @@ class RendezvousMixin:
                              f"{gen.world_size} (real Gloo's store rendezvous): {why}")
             notes.extend(f"init: rank {f.rank}'s init_process_group {f.why}" for f in gen.failed)
         return notes
-
-    def _store_barrier(self, conn: RankConn, h: dict[str, Any]) -> None:
-        """A rank entered torch's store-based barrier under `key` (a group's name: with
-        TORCH_DIST_INIT_BARRIER=1 new_group ends with one over the whole world, non-members
-        too): it returns once `count` ranks of its generation entered it, as the store's counter
-        says. Meanwhile the rank is blocked (a hang if the others never come: on real torch a
-        wait until the group's timeout, 30 min by default)."""
-        if conn.gen is None:
-            return
-        conn.advance(h.get("cpu"), self.measure_compute)  # past its waits and compute
-        waiting = conn.gen.barriers.setdefault(str(h["key"]), {})
-        waiting[conn.rank] = (conn, int(h["req"]))
-        conn.wait_in_request(Block([], time.time(), list(h.get("frames") or []), STORE_BARRIER))
-        if len(waiting) >= int(h["count"]):
-            start = max(c.clock for c, _ in waiting.values())
-            for c, req in conn.gen.barriers.pop(str(h["key"])).values():
-                c.clock = max(c.clock, start)
-                c.answered()
-                self._send(c, {"t": "reply", "req": req})
 
     def _default_timeout_s(self) -> float:
         """torch's init timeout for the run's backend where the script gives none."""

@@ -23,13 +23,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from simdist.testing.script_api import API_OPS, api_op
+from simdist.testing.script_parts import DTYPES, FLOAT_DTYPES, ScriptCtx, tensor_expr
+
+# The groups and waits added with the API surface (`simdist.testing.script_api`), drawn from
+# `ScriptCtx.api` like it, so that the draws of the families before them stay as they were.
+GROUP_KINDS = ("local_sync_group", "subgroups_by_enumeration")  # `subgroup` made otherwise than new_group(ranks)
+WAIT_KINDS = ("future_wait",)  # async work waited through its future
 FEATURES = ("uneven", "all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single",
             "barrier", "async", "subgroup", "send_recv", "return", "raise", "sys_exit", "ddp", "ddp_join",
-            "timeout", "no_timeout", "all_gather_into_tensor", "reduce", "objects", "isend_irecv", "rank_only")
+            "timeout", "no_timeout", "all_gather_into_tensor", "reduce", "objects", "isend_irecv",
+            "rank_only") + API_OPS + GROUP_KINDS + WAIT_KINDS
 HANGS = frozenset({"uneven", "return", "raise", "sys_exit", "rank_only"})  # features that can leave a rank stuck
 EXTRA_OPS = ("all_gather_into_tensor", "reduce", "objects", "isend_irecv", "rank_only")
-DTYPES = ("float32", "float64", "int64", "int32", "float16", "bfloat16")
-FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 REDUCE_OPS = ("SUM", "SUM", "MAX", "MIN", "PRODUCT", "AVG")
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter_tensor", "all_to_all_single", "barrier")
 TIMEOUT_S = 2  # Gloo's timeout of rank 0's groups, in the scripts that set one; rank r's is r s longer
@@ -86,24 +92,6 @@ class GeneratedScript:
     features: set[str] = field(default_factory=set)
 
 
-@dataclass
-class _Ctx:
-    """What the body generator needs as it draws: the world, the drawn features, a counter
-    for fresh variable names, and async works still to wait for."""
-
-    rng: random.Random
-    extra: random.Random  # the draws of the operations added later (`EXTRA_OPS`): the others' stay as they were
-    world: int
-    features: set[str]
-    members: list[int] | None = None
-    n: int = 0
-    pending: list[str] = field(default_factory=list)
-
-    def var(self, stem: str) -> str:
-        self.n += 1
-        return f"{stem}{self.n}"
-
-
 def sweep_script(seed: int, index: int, worlds: tuple[int, int] = (2, 4)) -> GeneratedScript:
     """Case `index` of the sweep with `seed` (the draws before it are made and dropped)."""
     rng = random.Random(seed)
@@ -123,7 +111,7 @@ def random_script(rng: random.Random, name: str, worlds: tuple[int, int] = (2, 4
         steps = [base] * world
     if len(set(steps)) > 1:
         feats.add("uneven")
-    ctx = _Ctx(rng, random.Random(f"{name}-extra"), world, feats)
+    ctx = ScriptCtx(rng, random.Random(f"{name}-extra"), random.Random(f"{name}-api"), world, feats)
     if rng.random() < 0.2:
         body, imports = _ddp_body(ctx), "\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
         if "ddp_join" in feats:
@@ -143,18 +131,26 @@ def random_script(rng: random.Random, name: str, worlds: tuple[int, int] = (2, 4
     return GeneratedScript(name, world, src, feats)
 
 
-def _loop_body(ctx: _Ctx) -> list[str]:
+def _loop_body(ctx: ScriptCtx) -> list[str]:
     """Collectives in a loop of STEPS[rank] steps, then a few after it."""
     rng, lines = ctx.rng, []
     if ctx.world >= 3 and rng.random() < 0.35:
         ctx.members = sorted(rng.sample(range(ctx.world), rng.randint(2, ctx.world - 1)))
-        lines.append(f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT})")  # the world's timeout, once known
+        lines += _subgroup(ctx)
         ctx.features.add("subgroup")
     lines.append("for step in range(STEPS[rank]):")
-    blocks = [_block(ctx) for _ in range(rng.randint(1, 3))] + [_flush_pending(ctx)]
-    leave = _leave(ctx)
-    if leave:
-        blocks.insert(rng.randint(0, len(blocks)), leave)
+    n_blocks, leave = rng.randint(1, 3), _leave(ctx)
+    at = rng.randint(0, n_blocks + 1) if leave else -1
+    blocks = []
+    for k in range(n_blocks + 1):
+        if k == at:
+            # a rank leaves with no async work of its own pending: whether an exiting rank's
+            # worker thread got its messages out before the process ended is a race of real
+            # processes (seed 2 case 1: which peers fail in the all_to_all changes run to run)
+            blocks.append(_flush_pending(ctx) + leave)
+        blocks.append(_block(ctx) if k < n_blocks else _flush_pending(ctx))
+    if at == n_blocks + 1:
+        blocks.append(leave)
     lines += ["    " + line for block in blocks for line in block]
     lines.append("step = STEPS[rank]")
     for _ in range(rng.randint(0, 2)):
@@ -166,7 +162,7 @@ def _loop_body(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _leave(ctx: _Ctx) -> list[str]:
+def _leave(ctx: ScriptCtx) -> list[str]:
     """A rank that returns early, raises or exits at some step (now and then)."""
     rng = ctx.rng
     if rng.random() >= 0.3:
@@ -179,25 +175,41 @@ def _leave(ctx: _Ctx) -> list[str]:
     return [f"if rank == {r} and step == {k}:", f'    print(f"[{{rank}}] leaving ({how})", flush=True)', f"    {act}"]
 
 
-def _flush_pending(ctx: _Ctx) -> list[str]:
+def _subgroup(ctx: ScriptCtx) -> list[str]:
+    """`sub`, the members' group: new_group of every rank (most often), of its members only
+    (`use_local_synchronization=True`), or this rank's group of new_subgroups_by_enumeration
+    (the other ranks make a group of their own)."""
+    kind = ctx.api.choice(("new_group",) * 4 + GROUP_KINDS)
+    if kind == "new_group":  # the world's timeout, once known
+        return [f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT})"]
+    ctx.features.add(kind)
+    if kind == "local_sync_group":
+        return [f"sub = dist.new_group({ctx.members}{SUB_TIMEOUT}, use_local_synchronization=True) "
+                f"if rank in {ctx.members} else None"]
+    rest = [r for r in range(ctx.world) if r not in ctx.members]
+    return [f"sub, _ = dist.new_subgroups_by_enumeration([{ctx.members}, {rest}]{SUB_TIMEOUT})"]
+
+
+def _flush_pending(ctx: ScriptCtx) -> list[str]:
+    """Wait for every pending async work: in issue order, or now and then in another."""
+    if len(ctx.pending) > 1 and ctx.api.random() < 0.6:
+        ctx.features.add("wait_reordered")
+        ctx.api.shuffle(ctx.pending)
     out: list[str] = []
     while ctx.pending:
         out += ctx.pending.pop(0).split("\n")
     return out
 
 
-def _tensor(ctx: _Ctx, dtype: str, n: int, value: str) -> str:
-    return f"torch.arange({n}, dtype=torch.{dtype}) + ({value})" if n > 1 else \
-        f"torch.full((1,), {value}, dtype=torch.{dtype})"
-
-
-def _block(ctx: _Ctx) -> list[str]:
+def _block(ctx: ScriptCtx) -> list[str]:
     """One operation (or a send/recv pair) with its result printed."""
     rng = ctx.rng
     # p2p never overlaps async collectives: should one of them abort a rank (mismatched sizes;
     # Gloo's I/O thread throws), whether a send got out first changes run to run on real Gloo
     if rng.random() < 0.12 and ctx.world >= 2:
         return _flush_pending(ctx) + _send_recv(ctx)
+    if ctx.api.random() < 0.35:
+        return _flush_pending(ctx) + api_op(ctx)
     if ctx.extra.random() < 0.25:
         return _flush_pending(ctx) + _extra_op(ctx)
     op = rng.choice(COLLECTIVES)
@@ -216,7 +228,11 @@ def _block(ctx: _Ctx) -> list[str]:
         w = ctx.var("work")
         lines[-2] = f"{w} = {call.rstrip(')')}, async_op=True)"
         lines = lines[:-1]
-        pend = f"{w}.wait()\n{show}"
+        wait = f"{w}.wait()"
+        if op in ("all_reduce", "broadcast", "all_gather") and ctx.api.random() < 0.3:
+            ctx.features.add("future_wait")
+            wait = f"{w}.get_future().wait()"
+        pend = f"{wait}\n{show}"
         if guard:
             pend = f"{guard}\n" + "\n".join("    " + x for x in pend.split("\n"))
         ctx.pending.append(pend)
@@ -225,7 +241,7 @@ def _block(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> list[str]:
+def _op_lines(ctx: ScriptCtx, op: str, dtype: str, n: int, t: str, group: str) -> list[str]:
     """The tensors, the call (second-to-last line) and the print (last line) of one collective."""
     rng, size = ctx.rng, "len(sub_ranks)" if group else "world"
     pre = [f"sub_ranks = {ctx.members}"] if group else []
@@ -235,14 +251,14 @@ def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> lis
             red = "SUM"
         if red == "PRODUCT":
             n = min(n, 3)
-        return [f"{t} = {_tensor(ctx, dtype, n, 'rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, 'rank + step')}",
                 f"dist.all_reduce({t}, op=dist.ReduceOp.{red}{group})", f'show(rank, step, "all_reduce", {t})']
     if op == "broadcast":
         src = rng.choice(ctx.members) if group else rng.randrange(ctx.world)
-        return [f"{t} = {_tensor(ctx, dtype, n, '10 * rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, '10 * rank + step')}",
                 f"dist.broadcast({t}, src={src}{group})", f'show(rank, step, "broadcast", {t})']
     if op == "all_gather":
-        return pre + [f"{t}_in = {_tensor(ctx, dtype, n, 'rank * 2 + step')}",
+        return pre + [f"{t}_in = {tensor_expr(ctx, dtype, n, 'rank * 2 + step')}",
                       f"{t} = [torch.zeros({n}, dtype=torch.{dtype}) for _ in range({size})]",
                       f"dist.all_gather({t}, {t}_in{group})", f'show(rank, step, "all_gather", torch.stack({t}))']
     if op == "reduce_scatter_tensor":
@@ -251,24 +267,24 @@ def _op_lines(ctx: _Ctx, op: str, dtype: str, n: int, t: str, group: str) -> lis
                       f"dist.reduce_scatter_tensor({t}, {t}_in{group})", f'show(rank, step, "reduce_scatter", {t})']
     if op == "all_to_all_single":
         return [f"{t}_in = torch.arange(world * {n}, dtype=torch.{dtype}) + 100 * rank + step",
-                f"{t} = torch.empty_like({t}_in)",
+                f"{t} = torch.zeros_like({t}_in)",  # what a short message leaves unwritten prints the same
                 f"dist.all_to_all_single({t}, {t}_in)", f'show(rank, step, "all_to_all", {t})']
     return [f"dist.barrier({group.removeprefix(', ')})", 'print(f"[{rank}] step {step} barrier", flush=True)']
 
 
-def _send_recv(ctx: _Ctx) -> list[str]:
+def _send_recv(ctx: ScriptCtx) -> list[str]:
     """Rank a sends to rank b, which receives and prints."""
     rng = ctx.rng
     ctx.features.add("send_recv")
     a, b = rng.sample(range(ctx.world), 2)
     dtype, n = rng.choice(DTYPES), rng.choice([1, 4, 100])
     t = ctx.var("msg")
-    return [f"if rank == {a}:", f"    dist.send({_tensor(ctx, dtype, n, '7 * step + 1')}, dst={b})",
+    return [f"if rank == {a}:", f"    dist.send({tensor_expr(ctx, dtype, n, '7 * step + 1')}, dst={b})",
             f"elif rank == {b}:", f"    {t} = torch.zeros({n}, dtype=torch.{dtype})", f"    dist.recv({t}, src={a})",
             f'    show(rank, step, "recv", {t})']
 
 
-def _ddp_body(ctx: _Ctx) -> list[str]:
+def _ddp_body(ctx: ScriptCtx) -> list[str]:
     """A tiny DDP model trained on STEPS[rank] batches, with Join or without."""
     rng = ctx.rng
     join = rng.random() < 0.5
@@ -291,7 +307,7 @@ def _ddp_body(ctx: _Ctx) -> list[str]:
     return lines
 
 
-def _extra_op(ctx: _Ctx) -> list[str]:
+def _extra_op(ctx: ScriptCtx) -> list[str]:
     """all_gather_into_tensor, reduce, the object collectives, isend/irecv, or a collective
     only one rank calls (the classic logging-on-rank-0 bug)."""
     rng = ctx.extra
@@ -299,11 +315,11 @@ def _extra_op(ctx: _Ctx) -> list[str]:
     ctx.features.add(op)
     dtype, n, t = rng.choice(DTYPES), rng.choice([1, 2, 5, 64]), ctx.var("x")
     if op == "all_gather_into_tensor":
-        return [f"{t}_in = {_tensor(ctx, dtype, n, 'rank + step')}", f"{t} = torch.zeros(world * {n}, dtype=torch.{dtype})",
+        return [f"{t}_in = {tensor_expr(ctx, dtype, n, 'rank + step')}", f"{t} = torch.zeros(world * {n}, dtype=torch.{dtype})",
                 f"dist.all_gather_into_tensor({t}, {t}_in)", f'show(rank, step, "all_gather_into_tensor", {t})']
     if op == "reduce":
         red = rng.choice(["SUM", "MAX", "MIN"])
-        return [f"{t} = {_tensor(ctx, dtype, n, '3 * rank + step')}",
+        return [f"{t} = {tensor_expr(ctx, dtype, n, '3 * rank + step')}",
                 f"dist.reduce({t}, dst={rng.randrange(ctx.world)}, op=dist.ReduceOp.{red})",
                 f'show(rank, step, "reduce", {t})']
     if op == "objects":
@@ -314,10 +330,10 @@ def _extra_op(ctx: _Ctx) -> list[str]:
                 f'print(f"[{{rank}}] step {{step}} objects {{{t}}} {{{t}_all}}", flush=True)']
     if op == "isend_irecv":
         a, b = rng.sample(range(ctx.world), 2)
-        return [f"if rank == {a}:", f"    {t} = dist.isend({_tensor(ctx, dtype, n, '5 * step + 2')}, dst={b})",
+        return [f"if rank == {a}:", f"    {t} = dist.isend({tensor_expr(ctx, dtype, n, '5 * step + 2')}, dst={b})",
                 f"    {t}.wait()", f"elif rank == {b}:", f"    {t}_buf = torch.zeros({n}, dtype=torch.{dtype})",
                 f"    {t} = dist.irecv({t}_buf, src={a})", f"    {t}.wait()", f'    show(rank, step, "irecv", {t}_buf)']
     r, coll = rng.randrange(ctx.world), rng.choice(["all_reduce", "barrier"])
     call = f"dist.all_reduce({t})" if coll == "all_reduce" else "dist.barrier()"
-    return [f"{t} = {_tensor(ctx, 'float32', n, 'rank + step')}", f"if rank == {r}:  # logged on one rank only",
+    return [f"{t} = {tensor_expr(ctx, 'float32', n, 'rank + step')}", f"if rank == {r}:  # logged on one rank only",
             f"    {call}", f'    show(rank, step, "{coll} on rank {r} only", {t})']

@@ -3,12 +3,14 @@
 `next(model.parameters()).device`, factories and moves placed by a device read off a tensor
 (`torch.zeros(n, device=x.device)`, `batch.to(x.device)`, `x.to(x.device) is x`), a
 branch on `x.device.type`, a prefetcher's side-stream copy with `record_stream`, and what
-torch's own code places on a device it reads off a GPU tensor (`clip_grad_norm_`'s norm). Each rank prints what it saw. Started torchrun-style."""
+torch's own code places on a device it reads off a GPU tensor (`clip_grad_norm_`'s norm),
+an FSDP2 parameter's device (a DTensor), and a compiled function placing by `a.device`. Each rank prints what it saw. Started torchrun-style."""
 
 import os
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
 
 
 def show(rank, key, value):
@@ -43,6 +45,14 @@ def main():
     if batch.is_cuda:
         batch.record_stream(torch.cuda.current_stream())
     show(rank, "prefetched", repr(batch))
+    def shifted(a):  # compiled whole: a factory placed by the device read off its input
+        return a + torch.ones(3, device=a.device)
+
+    show(rank, "compiled", torch.compile(shifted, fullgraph=True, backend="eager")(x).tolist())
+    sharded = fully_shard(torch.nn.Linear(3, 1).cuda())  # FSDP2: its parameters are DTensors
+    param = next(sharded.parameters())
+    inputs = torch.ones(2, 3, device=param.device)
+    show(rank, "fsdp2 param", (type(param).__name__, str(param.device), param.is_cuda, inputs.device))
     total = x.sum()
     dist.all_reduce(total)
     show(rank, "all_reduce", repr(total))

@@ -92,6 +92,8 @@ class Client:
         (tests/scripts/thread_wait_times_out.py, 1 run in ~15)."""
         registered = None
         self._parked()
+        if "cpu" in header:  # its sender's `time.thread_time()`: the coordinator keeps a mark per thread
+            header["tid"] = threading.get_ident()
         try:
             with self._send_lock:
                 if register is not None:

@@ -13,7 +13,8 @@ memory, `y.to(x.device)` of a GPU tensor a host copy) and GPU branches were skip
 
 Who asks is the caller's frame: code whose module is `torch` or `simdist` (or under them)
 gets torch's own answer; any other module's gets the GPU's (`cuda:N`, `is_cuda` True,
-`is_cpu` False, `get_device()` N, `type()` "torch.cuda.FloatTensor"). A device the script
+`is_cpu` False, `get_device()` N, `type()` "torch.cuda.FloatTensor"); a wrapper subclass
+(DTensor, FSDP2's parameters) answers the program by its first inner tensor. A device the script
 passes back to torch is a CUDA device, which the rank layer remaps
 (`simdist.script.rank.devices`). torch's own answer for a tensor on simulated GPU N is a
 CPU device, but always the same object (`host_device(N)`), which the rank layer's placing
@@ -33,6 +34,7 @@ import sys
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from simdist.script.rank import gpu_memory
 
@@ -50,12 +52,35 @@ def _asked_by_program(depth: int) -> bool:
     return name.partition(".")[0] not in _INTERNAL
 
 
-def program_index(t: Any) -> int | None:
-    """The simulated GPU `t` is on, if the program (the caller's caller) asks; None for host
-    memory or torch's own code."""
-    if type(t) not in gpu_memory.PLAIN or not _asked_by_program(3):
+def _gpu_of(t: Any) -> int | None:
+    """`gpu_memory.gpu_index(t)` with no torch call dispatched: the storage read is the rank
+    layer's, so a `TorchFunctionMode` the program entered sees no `untyped_storage` it never
+    called (and the rank layer's own mode does not double the read's cost)."""
+    if type(t) not in gpu_memory.PLAIN:
         return None
-    return gpu_memory.gpu_index(t)
+    with torch._C.DisableTorchFunction():
+        return gpu_memory.gpu_index(t)
+
+
+def _wrapped_gpu(t: Any) -> int | None:
+    """The simulated GPU a wrapper subclass (DTensor, so FSDP2's parameters) stands on: its
+    first inner tensor's. torch makes the wrapper with its local tensor's device
+    (`_make_wrapper_subclass`), the CPU here, where on a GPU it is the GPU's."""
+    if not is_traceable_wrapper_subclass(t):
+        return None
+    names, _ = t.__tensor_flatten__()
+    if not names:
+        return None
+    inner = getattr(t, names[0])
+    return _gpu_of(inner) if type(inner) in gpu_memory.PLAIN else _wrapped_gpu(inner)
+
+
+def program_index(t: Any) -> int | None:
+    """The simulated GPU `t` (or the tensor a wrapper subclass wraps) is on, if the program
+    (the caller's caller) asks; None for host memory or torch's own code."""
+    if not _asked_by_program(3):
+        return None
+    return _gpu_of(t) if type(t) in gpu_memory.PLAIN else _wrapped_gpu(t)
 
 
 def host_device(index: int) -> torch.device:
@@ -89,10 +114,13 @@ def install() -> None:
     base_get_device, base_type = base.get_device, torch.Tensor.type
 
     def device(self: torch.Tensor) -> torch.device:
-        if type(self) in gpu_memory.PLAIN:
-            index = gpu_memory.gpu_index(self)
+        index = _gpu_of(self)
+        if index is not None:
+            return _cuda(index) if _asked_by_program(2) else host_device(index)
+        if type(self) not in gpu_memory.PLAIN and _asked_by_program(2):  # a wrapper: the program's read only
+            index = _wrapped_gpu(self)
             if index is not None:
-                return _cuda(index) if _asked_by_program(2) else host_device(index)
+                return _cuda(index)
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
@@ -109,7 +137,8 @@ def install() -> None:
     @functools.wraps(base_type)
     def type_name(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs and program_index(self) is not None:  # torch: "torch.cuda.FloatTensor"
-            return base_type(self).replace("torch.", "torch.cuda.", 1)
+            name = base_type(self)  # (a program's mode may have answered it through this view: already cuda)
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
         return base_type(self, *args, **kwargs)
 
     torch.Tensor.device = property(device, doc=base_device.__doc__)  # type: ignore[assignment,method-assign]

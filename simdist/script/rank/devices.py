@@ -59,8 +59,10 @@ def is_accelerator(device: Any) -> bool:
         return True
     if isinstance(device, str):
         return device.startswith("cuda")
-    if isinstance(device, torch.device):
-        return device.type == "cuda" or device_view.host_index(device) is not None
+    if isinstance(device, torch.device):  # (not asked inside a compiled function: dynamo skips
+        # device_view, and its devices there are its fake tensors' own, never one of those objects)
+        return device.type == "cuda" or (device.type == "cpu" and not _compiling()
+                                         and device_view.host_index(device) is not None)
     return False
 
 
@@ -80,7 +82,7 @@ def stands_for_gpu(t: Any) -> bool:
 def _target_index(device: Any) -> int:
     """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
     if isinstance(device, torch.device):
-        read_off = device_view.host_index(device)
+        read_off = device_view.host_index(device) if device.type == "cpu" else None  # (`is_accelerator`)
         if read_off is not None:
             return read_off
         return gpu_shims._Gpus.current if device.index is None else device.index
@@ -294,6 +296,42 @@ def _patch_autocast() -> None:
         orig(self, device_type, dtype, *args, **kwargs)
 
     autocast.__init__ = __init__  # type: ignore[method-assign]
+    _patch_autocast_state()
+
+
+def _patch_autocast_state() -> None:
+    """Whether CUDA's autocast is on, and its dtype, read as the CPU's, which `autocast("cuda")`
+    sets here: inside one a GPU's `torch.is_autocast_enabled()` (no device: CUDA's),
+    `is_autocast_enabled("cuda")`, `get_autocast_dtype("cuda")` and `get_autocast_gpu_dtype()`
+    say it is on and to which dtype; CUDA's own state here is never set (False, float16), so
+    `torch.amp.custom_fwd(device_type="cuda")` and code picking its dtype by them took their
+    no-autocast path. The dtype outside is CUDA's default (float16). A GPU script's own
+    `torch.autocast("cpu")` reads as CUDA's too (one state for both here)."""
+    orig_enabled, orig_dtype, orig_gpu_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype, \
+        torch.get_autocast_gpu_dtype
+
+    def names_cuda(device_type: Any) -> bool:
+        return device_type is None or (isinstance(device_type, str) and device_type.startswith("cuda"))
+
+    @functools.wraps(orig_enabled)
+    def is_autocast_enabled(*args: Any, **kwargs: Any) -> bool:
+        device_type = args[0] if args else kwargs.get("device_type")
+        return orig_enabled("cpu") if names_cuda(device_type) else orig_enabled(*args, **kwargs)
+
+    @functools.wraps(orig_dtype)
+    def get_autocast_dtype(device_type: Any) -> torch.dtype:
+        if names_cuda(device_type) and orig_enabled("cpu"):
+            return orig_dtype("cpu")
+        return orig_dtype(device_type)
+
+    @functools.wraps(orig_gpu_dtype)
+    def get_autocast_gpu_dtype() -> torch.dtype:
+        dtype = orig_gpu_dtype()  # (its deprecation warning, as torch's)
+        return orig_dtype("cpu") if orig_enabled("cpu") else dtype
+
+    torch.is_autocast_enabled = is_autocast_enabled  # type: ignore[assignment]
+    torch.get_autocast_dtype = get_autocast_dtype  # type: ignore[assignment]
+    torch.get_autocast_gpu_dtype = get_autocast_gpu_dtype  # type: ignore[assignment]
 
 
 def _enter_in_new_threads() -> None:

@@ -17,12 +17,14 @@ from simdist.script.rank import client, stack
 
 
 def _groups() -> dict[str, list[int]]:
+    """Each group's members in group-rank order (member i is group rank i: not sorted where
+    new_group had sort_ranks=False), as the rebuild maps a group rank to a global one."""
     world = dist.distributed_c10d._world
     out = {}
     for group, ranks in world.pg_group_ranks.items():
         name = world.pg_names.get(group)
         if name is not None:
-            out[env.group_name(str(name), group is world.default_pg, _generation())] = sorted(ranks)
+            out[env.group_name(str(name), group is world.default_pg, _generation())] = sorted(ranks, key=ranks.__getitem__)
     return out
 
 

@@ -94,3 +94,19 @@ def sizes_check(op: str, tensors: Sequence[torch.Tensor], like: torch.Tensor) ->
         if tuple(t.shape) != tuple(like.shape):
             raise RuntimeError(f"ProcessGroupGloo::{op}: invalid tensor size at index {k} "
                                f"(expected {shape_text(tuple(like.shape))}, got {shape_text(tuple(t.shape))})")
+
+
+def p2p_issued(tensors: Sequence[torch.Tensor], me: int, peer: int | None) -> bool:
+    """Whether a send or recv passes Gloo's argument checks (`require_contiguous`,
+    `peer_check`), so that it is an operation even if it fails as it posts."""
+    return all(t.is_contiguous() for t in tensors) and peer != me
+
+
+def peer_check(me: int, peer: int | None) -> None:
+    """A send to or receive from the rank itself, which Gloo refuses at the call (torch 2.13,
+    measured: `isend`, `irecv`, `recv` and `batch_isend_irecv`; torch's blocking `send` says
+    so in Python first): a rank's pair with itself is never connected. Gloo's message names
+    the rank's address after these words. `peer` None: a receive from any source."""
+    if peer == me:
+        raise RuntimeError("[enforce fail at third_party/gloo/gloo/transport/tcp/pair.cc:801] state_ >= CONNECTED. "
+                           "1 vs 4. Pair is not connected (a rank's pair with itself)")

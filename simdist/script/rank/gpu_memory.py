@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_shims
+from simdist.script.rank import gpu_allocator, gpu_shims
 
 _ATTR = "_simdist_cuda_index"
+_BLOCK = "_simdist_cuda_block"  # the storage's `_Allocation` on its simulated GPU
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # subclasses (DTensor, fake tensors) are left as they are
 
 
@@ -44,27 +45,103 @@ def gpu_index(t: Any) -> int | None:
         return None
 
 
+class _Allocation:
+    """A storage's block in its simulated GPU's caching allocator (`gpu_allocator`), given
+    back when the storage is gone: it is an attribute of the storage's Python object, which
+    torch keeps exactly as long as the storage (module docstring), so it is collected with it,
+    as the CUDA allocator's `free` runs when a storage's memory is released."""
+
+    __slots__ = ("allocator", "block")
+
+    def __init__(self, allocator: gpu_allocator.DeviceAllocator, block: gpu_allocator.Block):
+        self.allocator, self.block = allocator, block
+
+    def __del__(self) -> None:
+        self.allocator.free(self.block)
+
+
+def _place(storage: Any, index: int) -> None:
+    """`storage` is on simulated GPU `index`: its bytes are requested from that GPU's allocator
+    when it is new there (a storage of 0 bytes requests nothing: torch's CUDA allocator calls
+    `malloc` only for a size != 0). A storage that is already there stays as it is (a view's
+    result, an op's output aliasing its input)."""
+    before = getattr(storage, _ATTR, None)
+    if before == index:
+        return
+    nbytes = storage.nbytes()
+    allocation = None
+    if nbytes:
+        allocator = gpu_allocator.device(index)
+        allocation = _Allocation(allocator, allocator.malloc(nbytes))  # (may raise torch.OutOfMemoryError)
+    setattr(storage, _ATTR, index)
+    setattr(storage, _BLOCK, allocation)  # (replacing one on another GPU frees it there)
+
+
+def _resized(storage: Any) -> None:
+    """A storage on a simulated GPU whose size changed in place gets a block of its new size
+    (none for 0 bytes) and gives its old one back, as a CUDA storage's resize allocates new
+    memory, copies, and frees the old (`resize_bytes_cuda`): FSDP frees and re-allocates its
+    unsharded parameters with `untyped_storage().resize_(0)` / `resize_(n)`. Compared with
+    what its block was requested for, so a resize seen twice (torch hands `Tensor.resize_`
+    back to the rank layer's mode, which calls it again) re-allocates once."""
+    index = getattr(storage, _ATTR, None)
+    if index is None:
+        return
+    held = getattr(storage, _BLOCK, None)
+    after = storage.nbytes()
+    if after == (0 if held is None else held.block.requested):
+        return
+    allocator = gpu_allocator.device(index)
+    setattr(storage, _BLOCK, _Allocation(allocator, allocator.malloc(after)) if after else None)
+
+
+def _install_resizes() -> None:
+    """`UntypedStorage.resize_` and `Tensor.resize_` (which grows a storage only) of a simulated
+    GPU's memory re-allocate it (`_resized`)."""
+    orig_storage, orig_tensor = torch.UntypedStorage.resize_, torch.Tensor.resize_
+
+    @functools.wraps(orig_storage)
+    def storage_resize_(self: Any, size: int) -> Any:
+        out = orig_storage(self, size)
+        _resized(self)
+        return out
+
+    @functools.wraps(orig_tensor)
+    def tensor_resize_(self: torch.Tensor, *sizes: Any, **kwargs: Any) -> Any:
+        out = orig_tensor(self, *sizes, **kwargs)
+        if gpu_index(self) is not None:
+            _resized(self.untyped_storage())
+        return out
+
+    torch.UntypedStorage.resize_ = storage_resize_  # type: ignore[method-assign]
+    torch.Tensor.resize_ = tensor_resize_  # type: ignore[method-assign]
+
+
 def mark(t: Any, index: int) -> Any:
     """Place `t`'s memory (and every alias of it) on simulated GPU `index`; returns `t`."""
     if type(t) in PLAIN:
         try:
-            setattr(t.untyped_storage(), _ATTR, index)
+            storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            pass
+            return t
+        _place(storage, index)
     return t
 
 
 def unmark(t: Any) -> None:
     """`t`'s memory is host memory again (a module moved to the CPU in place, by the caller)."""
     if gpu_index(t) is not None:
-        delattr(t.untyped_storage(), _ATTR)
+        storage = t.untyped_storage()
+        delattr(storage, _ATTR)
+        if hasattr(storage, _BLOCK):  # (a received tensor's memory has none: `rebuild_on_gpu`)
+            delattr(storage, _BLOCK)
 
 
 def mark_storage(storage: Any, index: int) -> Any:
     """A storage placed on a simulated GPU (`torch.load(map_location="cuda")`)."""
     untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
     if isinstance(untyped, torch.UntypedStorage):
-        setattr(untyped, _ATTR, index)
+        _place(untyped, index)
     return storage
 
 
@@ -144,9 +221,14 @@ def rebuild_on_gpu(index: int, rebuild: Any, args: tuple) -> Any:
     the receiver a tensor on the same device. CUDA is initialised first, as torch's
     `rebuild_cuda_tensor` calls `torch.cuda._lazy_init()` for a storage it has not received
     before (torch/multiprocessing/reductions.py): a forked child raises "Cannot re-initialize
-    CUDA in forked subprocess" there (`gpu_shims.lazy_init`)."""
+    CUDA in forked subprocess" there (`gpu_shims.lazy_init`). The memory is the sender's
+    (`cudaIpcOpenMemHandle` maps the sender's block): the receiver's allocator is not asked for
+    it, so its `memory_allocated` does not count it, as a receiver's does not."""
     gpu_shims.lazy_init()
-    return mark(rebuild(*args), index)
+    t = rebuild(*args)
+    if type(t) in PLAIN:
+        setattr(t.untyped_storage(), _ATTR, index)
+    return t
 
 
 def _install_sharing() -> None:
@@ -172,13 +254,15 @@ def _install_sharing() -> None:
 
 def install() -> None:
     """The rank layer's view of simulated GPU memory in printing (`install_repr`), pickling
-    (`location_tag`, asked before torch's own "cpu" tagger, priority 10) and `multiprocessing`
-    (`_install_sharing`). Once per process (`devices.install`)."""
+    (`location_tag`, asked before torch's own "cpu" tagger, priority 10), `multiprocessing`
+    (`_install_sharing`) and in-place resizes (`_install_resizes`). Once per process
+    (`devices.install`)."""
     install_repr()
     import torch.serialization
 
     torch.serialization.register_package(9, location_tag, lambda storage, location: None)
     _install_sharing()
+    _install_resizes()
 
 
 _PRINTING = threading.local()

@@ -6,8 +6,9 @@ tensor of them on the CPU).
   `synchronize`, streams and events that have nothing to wait for, ...;
 * its generator state is the CPU generator's (`_install_cuda_rng_shims`);
 * the device queries scripts make (`is_bf16_supported`, `get_device_capability`,
-  `get_device_properties`, `mem_get_info`, NVTX ranges) answer for one fixed device
-  (`DeviceProperties`);
+  `get_device_properties`, NVTX ranges) answer for one fixed device (`DeviceProperties`);
+* the memory figures (`memory_allocated`, `memory_stats`, `empty_cache`, `mem_get_info`, ...)
+  are each device's simulated caching allocator's (`_install_memory_stats`, `gpu_allocator`);
 * `torch.accelerator`, the device-generic API of current scripts and tutorials
   (`current_accelerator()` -> cuda, `device_count`, `set_device_index`, `device_index`,
   `current_stream`, ...), reports the same devices: left alone it said "no accelerator"
@@ -29,6 +30,8 @@ import os
 from typing import Any
 
 import torch
+
+from simdist.script.rank import gpu_allocator
 
 
 class _Gpus:
@@ -104,6 +107,7 @@ def fresh_process() -> None:
     """A process that starts as a new interpreter would (a rank the zygote forks: what the
     zygote's own imports did is not the script's)."""
     _Init.initialized = _Init.poisoned = _Init.bad_fork = False
+    gpu_allocator.reset()
 
 
 def _initialising(fn: Any) -> Any:
@@ -125,14 +129,37 @@ def is_available() -> bool:
     return True
 
 
-def _select(device: Any) -> None:
-    """`torch.cuda.set_device`, `torch.accelerator.set_device_index`: a negative index is a
-    no-op (torch), any other initialises CUDA first (`_cuda_setDevice`,
-    `_accelerator_setDeviceIndex`)."""
-    index = _index(device)
+def _cuda_device_index(device: Any, optional: bool = False) -> int:
+    """torch's own reading of a CUDA device argument (`torch.cuda._utils._get_device_index`):
+    an int as it is, `cuda:N` -> N, and a device with no index (or None) the current device when
+    `optional` (asked through `torch.cuda.current_device()`, which initialises CUDA), else
+    torch's ValueError, as torch's own callers raise it."""
+    from torch.cuda._utils import _get_device_index
+
+    return _get_device_index(device, optional=optional)
+
+
+def _select_index(index: int) -> None:
+    """Device `index` becomes the current one: a negative index is a no-op (torch), any other
+    initialises CUDA first (`_cuda_setDevice`, `_accelerator_setDeviceIndex`)."""
     if index >= 0:
         lazy_init()
         _Gpus.current = index
+
+
+def _set_device(device: Any) -> None:
+    """`torch.cuda.set_device`: torch reads the device with `_get_device_index(device)`, so
+    `set_device("cuda")` raises torch's "Expected a torch.device with a specified index or an
+    integer" (it selected device 0)."""
+    _select_index(_cuda_device_index(device))
+
+
+def _set_device_index(device: Any) -> None:
+    """`torch.accelerator.set_device_index`: torch reads the device with its accelerator
+    `_get_device_index(device, optional=False)`."""
+    from torch.accelerator._utils import _get_device_index
+
+    _select_index(_get_device_index(device, optional=False))
 
 
 class _DeviceContext:
@@ -141,8 +168,6 @@ class _DeviceContext:
     with a device index n >= 0 (torch's `_exchange_device`) or a stream (`StreamContext` asks
     `current_stream`) initialises CUDA; None and a negative n are no-ops, as in torch."""
 
-    none_initialises = False  # whether None means the current device (asked: CUDA initialised)
-
     def __init__(self, device: Any):
         self.device = device
         self._before = _Gpus.current
@@ -150,8 +175,7 @@ class _DeviceContext:
     def __enter__(self) -> None:
         self._before = _Gpus.current
         if self.device is None:
-            if self.none_initialises:
-                lazy_init()
+            pass
         elif isinstance(self.device, _Stream):
             lazy_init()
         elif _index(self.device) >= 0:
@@ -163,11 +187,13 @@ class _DeviceContext:
 
 
 class _CudaDeviceContext(_DeviceContext):
-    """`torch.cuda.device(n)`: as `_DeviceContext`, but None names the current device, which
-    torch asks `torch.cuda.current_device()` for (`_get_device_index(None, optional=True)`):
-    CUDA is initialised."""
+    """`torch.cuda.device(d)`: torch reads `d` when it is made, with
+    `_get_device_index(d, optional=True)`: None, "cuda" and `torch.device("cuda")` name the
+    current device (asked through `current_device()`: CUDA is initialised); "cuda" selected
+    device 0 before."""
 
-    none_initialises = True
+    def __init__(self, device: Any):
+        super().__init__(_cuda_device_index(device, optional=True))
 
 
 class _Stream:
@@ -226,7 +252,7 @@ class DeviceProperties:
     name: str = "simdist simulated GPU (CPU)"
     major: int = 8
     minor: int = 0
-    total_memory: int = 80 * 2**30
+    total_memory: int = gpu_allocator.CAPACITY
     multi_processor_count: int = 108
     is_integrated: bool = False
 
@@ -244,10 +270,6 @@ def _install_queries(tc: Any) -> None:
         "is_bf16_supported": _initialising(lambda including_emulation=True: True),
         "get_device_capability": _initialising(lambda device=None: (_PROPS.major, _PROPS.minor)),
         "get_device_properties": _initialising(lambda device=None: _PROPS),
-        "mem_get_info": _initialising(lambda device=None: (_PROPS.total_memory, _PROPS.total_memory)),
-        "memory_reserved": lambda device=None: 0,
-        "max_memory_reserved": lambda device=None: 0,
-        "memory_summary": lambda device=None, abbreviated=False: "",
         "ipc_collect": _initialising(lambda: None),
     }
     for name, fn in shims.items():
@@ -279,14 +301,10 @@ def install(gpus: int) -> None:
         "device_count": lambda: _Gpus.count,
         "init": lazy_init,
         "_is_in_bad_fork": in_bad_fork,
-        "set_device": _select,
+        "set_device": _set_device,
         "current_device": _initialising(lambda: _Gpus.current),
         "synchronize": _initialising(lambda device=None: None),
-        "empty_cache": lambda: None,
         "get_device_name": _initialising(lambda device=None: "simdist simulated GPU (CPU)"),
-        "memory_allocated": lambda device=None: 0,
-        "max_memory_allocated": lambda device=None: 0,
-        "reset_peak_memory_stats": _initialising(lambda device=None: None),
         "device": _CudaDeviceContext,
         "Stream": _Stream,
         "Event": _Stream,
@@ -297,8 +315,67 @@ def install(gpus: int) -> None:
     for name, fn in shims.items():
         setattr(tc, name, fn)
     _install_queries(tc)
+    _install_memory_stats()
     _install_cuda_rng_shims()
     _install_accelerator_shims()
+
+
+def _allocator(index: int) -> gpu_allocator.DeviceAllocator:
+    """Device `index`'s allocator, as c10's `assertValidDevice` admits it: CUDA initialised
+    (before that torch has no allocator for any device) and a device that exists."""
+    if not (_Init.initialized and 0 <= index < _Gpus.count):
+        raise RuntimeError(f"Invalid device argument {index}: did you call init?")
+    return gpu_allocator.device(index)
+
+
+def _memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    """torch's `memory_stats_as_nested_dict`: {} until CUDA is initialised (and in a bad
+    fork), else the device's allocator statistics (`gpu_allocator`)."""
+    if not _Init.initialized:
+        return {}
+    return _allocator(_cuda_device_index(device, optional=True)).stats()
+
+
+def _empty_cache() -> None:
+    """torch's `empty_cache`: every device's cached free segments are given back (c10's
+    `emptyCache` empties each device's allocator), once CUDA is initialised."""
+    if _Init.initialized:
+        for allocator in gpu_allocator.known():
+            allocator.empty_cache()
+
+
+def _mem_get_info(device: Any = None) -> tuple[int, int]:
+    """torch's `mem_get_info`: (free, total) of the device, free being what the device's
+    segments leave (a GPU's CUDA context, ~0.5 GiB, and other processes are not modelled)."""
+    lazy_init()
+    index = _cuda_device_index(torch.cuda.current_device() if device is None else device, optional=True)
+    return _PROPS.total_memory - _allocator(index).reserved(), _PROPS.total_memory
+
+
+def _install_memory_stats() -> None:
+    """`torch.cuda`'s memory statistics are the simulated GPUs' allocators' (`gpu_allocator`,
+    fed by `gpu_memory` with every storage placed on a simulated GPU): torch's own Python
+    functions (`memory_stats`, `memory_allocated`, `max_memory_allocated`, `memory_reserved`,
+    `max_memory_reserved`, `reset_peak_memory_stats`, `reset_max_memory_allocated`, ...) run
+    as they are, on the bindings they call (`torch._C._cuda_memoryStats`,
+    `_cuda_resetPeakMemoryStats`, `_cuda_resetAccumulatedMemoryStats`, `_cuda_emptyCache`),
+    except the three that ask torch's own CUDA state (`is_initialized`, `cudart`). Each said 0
+    before, whatever the script had placed on its GPU."""
+    import torch.cuda as tc
+    import torch.cuda.memory as tcm
+
+    bindings: dict[str, Any] = {
+        "_cuda_memoryStats": lambda index: _allocator(index).stats(),
+        "_cuda_resetPeakMemoryStats": lambda index: _allocator(index).reset_peak(),
+        "_cuda_resetAccumulatedMemoryStats": lambda index: _allocator(index).reset_accumulated(),
+        "_cuda_emptyCache": _empty_cache,
+    }
+    for name, fn in bindings.items():
+        setattr(torch._C, name, fn)
+    for name, fn in (("memory_stats_as_nested_dict", _memory_stats_as_nested_dict),
+                     ("empty_cache", _empty_cache), ("mem_get_info", _mem_get_info)):
+        setattr(tcm, name, fn)
+        setattr(tc, name, fn)
 
 
 def _install_cuda_rng_shims() -> None:
@@ -338,18 +415,22 @@ def _install_accelerator_shims() -> None:
         "device_count": lambda: _Gpus.count,
         "current_device_index": _initialising(lambda: _Gpus.current),
         "current_device_idx": _initialising(lambda: _Gpus.current),
-        "set_device_index": _select,
-        "set_device_idx": _select,
+        "set_device_index": _set_device_index,
+        "set_device_idx": _set_device_index,
         "device_index": _DeviceContext,
         "synchronize": lambda device=None: None,
         "current_stream": _initialising(lambda device=None: _CURRENT_STREAM),
         "set_stream": _initialising(lambda stream: None),
-        "empty_cache": lambda: None,
-        "memory_allocated": lambda device_index=None: 0,
-        "max_memory_allocated": lambda device_index=None: 0,
-        "memory_reserved": lambda device_index=None: 0,
-        "max_memory_reserved": lambda device_index=None: 0,
-        "reset_peak_memory_stats": lambda device_index=None: None,
+        # the allocator's figures are torch.cuda's (`_install_memory_stats`)
+        "empty_cache": lambda: tc.empty_cache(),
+        "memory_stats": lambda device_index=None, /: tc.memory_stats(device_index),
+        "memory_allocated": lambda device_index=None, /: tc.memory_allocated(device_index),
+        "max_memory_allocated": lambda device_index=None, /: tc.max_memory_allocated(device_index),
+        "memory_reserved": lambda device_index=None, /: tc.memory_reserved(device_index),
+        "max_memory_reserved": lambda device_index=None, /: tc.max_memory_reserved(device_index),
+        "reset_peak_memory_stats": lambda device_index=None, /: tc.reset_peak_memory_stats(device_index),
+        "reset_accumulated_memory_stats":
+            lambda device_index=None, /: tc.reset_accumulated_memory_stats(device_index),
     }
     for name, fn in shims.items():
         setattr(ta, name, fn)

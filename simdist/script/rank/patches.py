@@ -19,6 +19,7 @@ import numbers
 import os
 import sys
 import time
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -195,15 +196,22 @@ def _patch_store_barrier() -> None:
     group's creation waited for."""
 
     def _store_based_barrier(rank: int, store: Any, group_name: str, rendezvous_count: int, timeout: Any,
-                             *args: Any, **kwargs: Any) -> None:
+                             logging_interval: Any = timedelta(seconds=10)) -> None:
         c = client.CLIENT
         pg_of = c10d._world.pg_names  # noqa: SLF001 (the default group's name: its init's barrier)
         default = c10d.GroupMember.WORLD
         if c is None or (default is not None and pg_of.get(default) == group_name):
             return
         if rendezvous_count >= dist.get_world_size():
-            c.request({"t": "barrier", "key": str(group_name), "count": int(rendezvous_count),
-                       "frames": stack.caller_stack(1), "cpu": time.thread_time()}, blocks=True)
+            # torch's turn: it waits for the last worker's key this long, then checks its timeout
+            turn = max(logging_interval, timedelta(seconds=10 + rendezvous_count / 1000))
+            reply = c.request({"t": "barrier", "key": str(group_name), "count": int(rendezvous_count),
+                               "to": timeout.total_seconds() if timeout < c10d.default_pg_timeout else None,
+                               "turn": turn.total_seconds(), "frames": stack.caller_stack(1),
+                               "cpu": time.thread_time()}, blocks=True)
+            if reply.get("raise"):  # its timeout ran out (`simdist.script.barriers`)
+                kind, message = reply["raise"]
+                raise getattr(dist, kind, RuntimeError)(message)
 
     c10d._store_based_barrier = _store_based_barrier
 

@@ -28,7 +28,7 @@ from simdist.script import env
 from simdist.script.rank import callbacks, client, gloo_args, gpu_memory, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, gloo_empty_is_local
+from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local
 
 BACKEND_NAME = "simdist"
 
@@ -54,14 +54,19 @@ def dtype_name(t: torch.Tensor) -> str:
     return name
 
 
+def reduce_label(op: Any) -> str | None:
+    """torch's name of a ReduceOp, lower case (`sum`, `premul_sum`, ...); None for none."""
+    return next((name.lower() for name, value in dist.ReduceOp.RedOpType.__members__.items() if op == value), None)
+
+
 def reduce_name(op: Any) -> str:
-    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...)."""
-    for name, value in dist.ReduceOp.RedOpType.__members__.items():
-        if op == value:
-            if name == "PREMUL_SUM":
-                break
-            return name.lower()
-    raise UnsupportedOperation(f"ReduceOp {op}")
+    """The simulator's name of a torch ReduceOp (`sum`, `avg`, ...). PREMUL_SUM is NCCL's:
+    Gloo takes the work and fails it at `wait()` (`engine.results.gloo_local_error`), which
+    the model follows; under NCCL semantics it is not modelled."""
+    name = reduce_label(op)
+    if name is None or (name == PREMUL_SUM and not SimProcessGroup._gloo()):
+        raise UnsupportedOperation(f"ReduceOp {name or op}")
+    return name
 
 
 def _numel(tensors: Sequence[torch.Tensor]) -> int:
@@ -151,11 +156,11 @@ class SimProcessGroup(dist.ProcessGroup):
     def _issue(self, op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], result: Any, *,
                numel: int, dtype: str, send: bool = True, reduce_op: str | None = None, root: int | None = None,
                peer: int | None = None, tag: int = 0, async_op: bool = True, announce: bool | None = None,
-               splits: tuple[list[int], list[int]] | None = None, after: Any = None,
+               splits: tuple[list[int], list[int], bool] | None = None, after: Any = None,
                frames: list | None = None, limit_s: float | None = None, hidden: str | None = None) -> SimWork:
         """Send one operation to the coordinator. `announce`: the op message says the caller
         waits on it at once (default: a synchronous call); `splits`: all_to_all's element
-        counts (to each rank, from each rank); `after`: run once the outputs hold the result."""
+        counts (to each rank, from each rank) and whether the caller gave them; `after`: run once the outputs hold the result."""
         c = client.CLIENT
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
@@ -242,8 +247,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ gathers and scatters
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
-        if len(inputs) != 1:
-            return self.allgather_coalesced(output_lists, inputs, opts)
+        if len(inputs) != 1:  # output_lists[k][r] here, [r][k] in the coalesced form
+            return self.allgather_coalesced([list(per_rank) for per_rank in zip(*output_lists, strict=True)], inputs, opts)
         if self._gloo():
             gloo_args.allgather_check(output_lists[0], inputs[0], self.size())
         return self._issue("all_gather", inputs, output_lists[0], _gloo_value(output_lists), numel=inputs[0].numel(),
@@ -251,8 +256,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> SimWork:
-        # one collective over every input; the gathered bytes are rank-major
-        outputs = [output_lists[k][r] for r in range(self.size()) for k in range(len(inputs))]
+        # one collective over every input; bytes and lists rank-major (output_lists[r][k]: rank r's input k)
+        outputs = [output_lists[r][k] for r in range(self.size()) for k in range(len(inputs))]
         return self._issue("all_gather", inputs, outputs, _gloo_value(output_lists), numel=_numel(inputs),
                            dtype=dtype_name(inputs[0]), async_op=_async(opts))
 
@@ -368,7 +373,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 if tuple(t.shape) != want:
                     raise RuntimeError(f"ProcessGroupGloo::alltoall: invalid tensor size at index {k} "
                                        f"(expected {shape_text(want)}, got {shape_text(tuple(t.shape))})")
-        splits = ([t.numel() for t in inputs], [t.numel() for t in outputs])
+        splits = ([t.numel() for t in inputs], [t.numel() for t in outputs], False)
         return self._issue("all_to_all", inputs, outputs, outputs, numel=_numel(inputs), dtype=dtype_name(inputs[0]),
                            async_op=_async(opts), splits=splits)
 
@@ -376,7 +381,8 @@ class SimProcessGroup(dist.ProcessGroup):
                           input_splits: list[int], opts: Any = None) -> SimWork:
         if self._gloo():
             gloo_args.require_contiguous("Tensors must be contiguous", ValueError, input, output)
-        splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()))
+        splits = (_element_splits(input, input_splits, self.size()), _element_splits(output, output_splits, self.size()),
+                  bool(input_splits or output_splits))
         return self._issue("all_to_all", [input], [output], [output], numel=input.numel(), dtype=dtype_name(input),
                            async_op=_async(opts), splits=splits)
 
@@ -394,17 +400,18 @@ class SimProcessGroup(dist.ProcessGroup):
         monitored.barrier(self, timeout, wait_all_ranks)
 
     # ------------------------------------------------------------------ point-to-point
-    def _p2p_check(self, tensors: list[torch.Tensor]) -> None:
+    def _p2p_check(self, tensors: list[torch.Tensor], peer: int | None = None) -> None:
         if self._gloo():  # ProcessGroupGloo's send and recv both say "input"
             gloo_args.require_contiguous("input tensor has to be contiguous", RuntimeError, *tensors)
+            gloo_args.peer_check(self.rank(), peer)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimWork:
-        self._p2p_check(tensors)
+        self._p2p_check(tensors, dst)
         return _futureless(self._issue("send", tensors, [], tensors, numel=_numel(tensors),
                                        dtype=dtype_name(tensors[0]), peer=self.global_ranks[dst], tag=tag), self._gloo())
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> SimWork:
-        self._p2p_check(tensors)
+        self._p2p_check(tensors, src)
         return _futureless(self._issue("recv", [], tensors, tensors, numel=_numel(tensors),
                                        dtype=dtype_name(tensors[0]), send=False, peer=self.global_ranks[src],
                                        tag=tag), self._gloo())

@@ -19,8 +19,8 @@ from typing import Any
 import torch.distributed as dist
 
 from simdist.script import env
-from simdist.script.rank import client, stack
-from simdist.script.rank.pg import reduce_name
+from simdist.script.rank import client, gloo_args, stack
+from simdist.script.rank.pg import reduce_label
 
 _ops: list[dict[str, Any]] = []
 _seq: dict[str, int] = {}
@@ -38,22 +38,47 @@ def _group_name(pg: Any) -> str:
     return env.group_name(_raw_name(pg), pg is world.default_pg, client.CLIENT.generation if client.CLIENT else 1)
 
 
+class _FailedAtCall:
+    """A p2p call Gloo failed as it was posted (its peer's pair already closed): it was
+    issued, and has ended, as the simulator records one that fails as it posts."""
+
+    @staticmethod
+    def is_completed() -> bool:
+        return True
+
+    @staticmethod
+    def _source_rank() -> int:
+        return -1
+
+
 def _wrap(method: str, op: str) -> None:
     orig = getattr(dist.ProcessGroup, method)
 
     def call(self: Any, tensors: list, *args: Any) -> Any:
         frames = stack.caller_stack(1)
-        work = orig(self, tensors, *args)
-        name = _group_name(self)
-        _seq[name] = _seq.get(name, 0) + 1
         ranks = dist.get_process_group_ranks(self)  # kept: the group may be destroyed before the dump
         peer = ranks[args[0]] if method != "recv_anysource" else None
-        _ops.append({"seq": _seq[name], "op": op, "pg": name, "raw_pg": _raw_name(self), "peer": peer, "ranks": ranks,
-                     "n": sum(t.numel() for t in tensors), "dt": str(tensors[0].dtype).removeprefix("torch."),
-                     "frames": frames, "t": time.time_ns(), "work": work})
+        try:
+            work = orig(self, tensors, *args)
+        except RuntimeError:
+            # whether a peer's exit had closed the pair before this call or only before its
+            # wait is a race of the processes: either way the operation was issued. One that
+            # Gloo's argument checks refused never was (nor is it in the simulator)
+            if gloo_args.p2p_issued(tensors, self.rank(), args[0] if peer is not None else None):
+                _note(self, op, peer, ranks, tensors, frames, _FailedAtCall())
+            raise
+        _note(self, op, peer, ranks, tensors, frames, work)
         return work
 
     setattr(dist.ProcessGroup, method, call)
+
+
+def _note(pg: Any, op: str, peer: int | None, ranks: list[int], tensors: list, frames: list, work: Any) -> None:
+    name = _group_name(pg)
+    _seq[name] = _seq.get(name, 0) + 1
+    _ops.append({"seq": _seq[name], "op": op, "pg": name, "raw_pg": _raw_name(pg), "peer": peer, "ranks": ranks,
+                 "n": sum(t.numel() for t in tensors), "dt": str(tensors[0].dtype).removeprefix("torch."),
+                 "frames": frames, "t": time.time_ns(), "work": work})
 
 
 def _wrap_collective(method: str) -> None:
@@ -69,7 +94,7 @@ def _wrap_collective(method: str) -> None:
             # collective numbering does not: take away the group's p2p operations so far
             name = _group_name(self)
             _args.append([name, int(self._get_sequence_number_for_group()) - _seq.get(name, 0),
-                          reduce_name(red) if red is not None else None,
+                          reduce_label(red) if red is not None else None,
                           dist.get_process_group_ranks(self)[root] if root is not None else None])
         return work
 
@@ -91,13 +116,14 @@ def collective_args() -> list[list[Any]]:
 
 def dump() -> list[dict[str, Any]]:
     """The rank's p2p operations so far, JSON-ready (a recv from any source names its
-    sender once it completed)."""
+    sender once it completed with a message; a failed one names none, as the simulator's)."""
     out = []
     for o in _ops:
         work, peer = o["work"], o["peer"]
         done = bool(work.is_completed())
-        if peer is None and done:
-            peer = o["ranks"][work._source_rank()]
+        # a failed one (its peer gone, timed out) is completed too, with no source: -1
+        if peer is None and done and (src := work._source_rank()) >= 0:
+            peer = o["ranks"][src]
         out.append({k: v for k, v in o.items() if k not in ("work", "ranks", "raw_pg")} | {"peer": peer, "done": done})
     return out
 

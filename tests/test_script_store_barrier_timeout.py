@@ -1,0 +1,96 @@
+"""TORCH_DIST_INIT_BARRIER=1: `new_group(timeout=T)` ends with torch's store-based barrier
+over the whole world (`simdist.script.barriers`); a rank that never enters it makes the others
+raise torch's `DistStoreError: Timed out initializing process group in store based barrier
+...` at the first whole turn of its wait (10 s + world/1000 s) past T, not at T. The
+simulator reported a hang (the barrier's request carried no timeout). Each script runs on
+both sides (`tests/scripts/store_barrier_timeout.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.engine.core import Engine
+from simdist.script.api import compare_script
+from simdist.script.barriers import StoreBarrierMixin, barrier_timeout
+from simdist.script.generations import Generation
+from simdist.script.launch import new_run_id, tagged_processes
+from simdist.script.ranks import RankConn, Timeline, ZeroCost
+from simdist.script.stores import STORE_PREFIX
+from tests.conftest import ROOT, line_of
+
+SCRIPT = ROOT / "tests" / "scripts" / "store_barrier_timeout.py"
+TURN_S = 10.003  # torch's turn for a world of 3: max(10 s, 10 s + 3/1000 s)
+
+
+def _compare(zygote, monkeypatch, args: list[str]):
+    monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", "1")
+    run_id = new_run_id()
+    both = compare_script(SCRIPT, args, nproc_per_node=3, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=90, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    return both.sim.report, both.real.report
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("args", "turns", "last"), [
+    (["1"], 1, "completed"),  # the last rank exits after init
+    (["10.5", "waits"], 2, "error"),  # ... waits in a world barrier, which fails once 0 and 1 left
+])
+def test_a_store_barrier_s_timeout_raises_torchs_error_at_a_whole_turn_on_both_sides(
+        script_zygote, monkeypatch, args, turns, last):
+    sim, real = _compare(script_zygote, monkeypatch, args)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    at = line_of(SCRIPT, "dist.new_group(")
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["error", "error", last], rep.source
+        for r in rep.ranks[:2]:
+            assert (r.error.type, r.location.line) == ("DistStoreError", at), rep.source
+    for r in sim.ranks[:2]:
+        assert r.error.message == barrier_timeout(r.rank, "1", 3, 2, float(args[0]), TURN_S)[1]
+        assert r.time == pytest.approx(turns * TURN_S, abs=0.05)
+    # the real side's store has its own prefix; the rest of torch's words are the same
+    assert [r.error.message.replace("/simdist/gen1", STORE_PREFIX) for r in real.ranks[:2]] == \
+        [r.error.message for r in sim.ranks[:2]]
+    assert real.timings["wall_s"] >= turns * TURN_S
+
+
+class _Barrier(StoreBarrierMixin):
+    """The coordinator's store barrier alone, for a world of 3."""
+
+    measure_compute = False
+
+    def __init__(self):
+        self.gens = [Generation(1, 3, Engine(3, {"WORLD": [0, 1, 2]}, ZeroCost()), Timeline(ZeroCost()))]
+        self.answers: dict[int, dict] = {}
+
+    def _send(self, conn, h):
+        self.answers[conn.rank] = h
+
+    def enter(self, rank: int, clock: float, to: float | None) -> None:
+        conn = RankConn(None, rank=rank, clock=clock, gen=self.gens[0])  # type: ignore[arg-type]
+        self.gens[0].by_rank[rank] = conn
+        self._store_barrier(conn, {"key": "1", "count": 3, "req": rank + 1, "to": to, "turn": TURN_S})
+
+
+def test_a_rank_later_than_a_peers_turns_still_makes_the_count_whole():
+    """Rank 0 (T = 1 s) raises at its first turn, 10.003 s after it entered, before rank 2
+    enters at 12 s; the store's counter keeps rank 0's count, so rank 2 makes it whole and it
+    and rank 1 (no timeout: torch's default) go on, as torch's `_store_based_barrier` does."""
+    b = _Barrier()
+    b.enter(0, 0.0, 1.0)
+    b.enter(1, 0.5, None)
+    assert b.answers == {}
+    b.enter(2, 12.0, 1.0)
+    assert b.answers[0]["raise"] == barrier_timeout(0, "1", 3, 2, 1.0, TURN_S)
+    assert [b.answers[r].get("raise") for r in (1, 2)] == [None, None]
+    assert [b.gens[0].by_rank[r].clock for r in range(3)] == [TURN_S, 12.0, 12.0]
+
+
+def test_only_timed_waits_expire_when_nothing_else_can_progress():
+    b = _Barrier()
+    b.enter(0, 0.0, 25.0)
+    b.enter(1, 0.0, None)
+    assert b._barrier_expire() and list(b.answers) == [0] and not b._barrier_expire()
+    assert b.gens[0].by_rank[0].clock == pytest.approx(3 * TURN_S)

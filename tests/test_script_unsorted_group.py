@@ -1,0 +1,72 @@
+"""`new_group(ranks, sort_ranks=False)` keeps the given order on real torch: group rank i is
+ranks[i], so all_gather's and gather's lists, the group rank a rank has, roots given as group
+ranks (broadcast's and scatter's `group_src`, gather's `group_dst`, a send's `group_dst`) and
+the member a group timeout names in the store's key follow it. The simulator sorted the
+members (`GroupsMixin._group`, `Engine.add_group`): an all_gather on [1, 0] gave [0.0, 1.0]
+where real Gloo gives [1.0, 0.0]. Each script runs on both sides
+(`tests/scripts/unsorted_group.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.script.api import compare_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "tests" / "scripts" / "unsorted_group.py"
+
+pytestmark = pytest.mark.real
+
+
+def _compare(zygote, args: list[str], nproc: int, status=None):
+    run_id = new_run_id()
+    both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=60, hang_after_s=0.3, status=status)
+    assert tagged_processes(run_id) == []
+    return both.sim.report, both.real.report
+
+
+@pytest.mark.parametrize(("args", "nproc"), [([], 2), ([], 3), (["pair"], 3), (["late"], 3)])
+def test_a_groups_given_order_numbers_its_members_on_both_sides(script_zygote, args, nproc):
+    sim, real = _compare(script_zygote, args, nproc)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    ranks = list(reversed(range(nproc))) if not args else [nproc - 1, 0]
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        for me, r in enumerate(ranks):
+            assert rep.ranks[r].output == [
+                f"rank {r}: group rank {me} of {ranks}; all_gather {[float(x) for x in ranks]}; "
+                f"broadcast {float(ranks[0])}; scatter {10.0 + me}; "
+                f"gather {[float(x) for x in ranks] if me == 0 else None}; "
+                f"p2p {float(ranks[0]) if me < 2 else float(r)}"], rep.source
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_group_timeout_names_the_missing_member_by_its_given_place(script_zygote, nproc):
+    """Group [last, 0], rank 0 exits: the last rank waits for group rank 1's address."""
+    sim, real = _compare(script_zygote, ["timeout", "0.5"], nproc)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        err = rep.ranks[nproc - 1].error
+        assert err.type == "DistStoreError" and err.message.startswith("wait timeout after 500ms, keys: /") \
+            and err.message.endswith("//cpu//0/1"), rep.source
+
+
+def test_the_status_lines_name_the_group_in_its_given_order(script_zygote, monkeypatch):
+    """Group [2, 0], rank 0 comes 1.5 s late: both sides' status lines name the group's
+    members in group-rank order, as torch's `global_ranks_in_group` has them."""
+    from simdist.script import initwatch
+
+    monkeypatch.setattr(initwatch, "STATUS_AFTER_S", 0.3)
+    lines: list[str] = []
+    sim, real = _compare(script_zygote, ["late"], 3, status=lines.append)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for side in ("simulated side", "real side"):
+        said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
+        assert said and "rank(s) [2] waiting in new_group at unsorted_group.py:" in said[0] \
+            and "for the group of ranks [2, 0]; rank(s) [0] never came; " in said[0], lines
