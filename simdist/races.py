@@ -127,7 +127,7 @@ from simdist.vocab import AGENT_TERMINATED, FULL_MESH, P2P_OPS, dtype_bytes
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
 _PEER_EXITED = re.compile(r"Connection (?:closed|reset) by peer \(rank (\d+) has exited\)")
-_PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
+PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
 _TIMED_OUT_IN = re.compile(r"timed out in (\w+)\)$")  # the simulator's refused connect names its peers' call
 _TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
 _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
@@ -219,18 +219,18 @@ def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:
     failed_in = next((e for e in reversed(s.trace) if not e.completed), None)
     if peer is None or waited is None or failed_in is None:
         return None
-    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - _failed_at(dict(enumerate(sim.ranks)), rank)
+    gap = failed_in.t_issue + int(waited.group(1)) / 1000 - failed_at(dict(enumerate(sim.ranks)), rank)
     return ExitRace(rank, int(peer.group(1)), gap) if 0 <= gap <= EXIT_RACE_S else None
 
 
-def _failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
+def failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
     """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
     exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
     r = sims[rank]
-    cause = _PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
+    cause = PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
     if cause is None or int(cause.group(1)) in seen:
         return r.time
-    return max(r.time, _failed_at(sims, int(cause.group(1)), seen | {rank}))
+    return max(r.time, failed_at(sims, int(cause.group(1)), seen | {rank}))
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,7 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
     if at.op in P2P_OPS:  # a p2p count pairs no two ranks' calls (`SendBandRace` is the p2p one)
         return None
     left = tuple(p for p in sorted(sims) if p != rank and p in reals
-                 and _left_with(sims[p], reals[p], at, abs(_failed_at(sims, p) - mine.t_issue)))
+                 and _left_with(sims[p], reals[p], at, abs(failed_at(sims, p) - mine.t_issue)))
     return TeardownRace(rank, at.op, at.seq, at.group, left) if left else None
 
 

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 
 from simdist.procs import LocalProcess
+from simdist.races import PEER_GONE
 from simdist.report import RankError
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import latest
@@ -161,8 +162,7 @@ class ClockAgent:
     def poll(self) -> bool:
         # every poll: a failure seen later in wall time may be earlier on the simulated clock
         # (the instant only moves earlier, so a rank ended for passing it has passed the final one)
-        ends = [c.clock for c in self.coord.members() if not c.connected and c.rank is not None
-                and (c.exit is None or (c.exit.get("error") or c.exit.get("code")))]
+        ends = [t for c in self.coord.members() if (t := self._failed(c)) is not None]
         if ends:
             self.at = min(ends) + MONITOR_INTERVAL_S
         if self.at is not None:
@@ -170,3 +170,17 @@ class ClockAgent:
                 if c.connected and c.clock > self.at and c.rank is not None and c.rank < len(self.procs):
                     self.procs[c.rank].kill()
         return all(not p.alive() for p in self.procs)
+
+    def _failed(self, c: RankConn, seen: frozenset[int] = frozenset()) -> float | None:
+        """When an ended membership failed on the simulated clock; None: not a failure, or one
+        whose time is not known yet (it lost a peer that has not ended: the peer's end is when)."""
+        if c.connected or c.rank is None or (c.exit is not None and not (c.exit.get("error") or c.exit.get("code"))):
+            return None
+        cause = PEER_GONE.search(str((c.exit or {}).get("error", {}).get("message", "")))
+        if cause is None or int(cause.group(1)) in seen:
+            return c.clock
+        peer = next((m for m in self.coord.members() if m.rank == int(cause.group(1)) and m.gen is c.gen), None)
+        if peer is None or peer.connected:
+            return None
+        t = self._failed(peer, seen | {c.rank}) if peer.exit is None or peer.exit.get("error") else peer.clock
+        return None if t is None else max(c.clock, t)

@@ -17,6 +17,7 @@ from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
+from simdist.races import failed_at
 from simdist.report import (
     SHUTDOWN_ABORT,
     CodeLocation,
@@ -246,19 +247,24 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
     end, an operation, a sleep) came within `AGENT_WINDOW_S` after it (on real torchrun the
     failed process's teardown comes first: such a rank may get there, `races.AgentRace`)."""
-    failed = [r for r in ranks if r.status in ("error", "aborted") and r.exit is not None and r.time is not None]
+    by_rank = {r.rank: r for r in ranks}
+    # when each failed (a rank that lost a peer: when that peer exited or timed out, `races.failed_at`)
+    failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
+              if r.status in ("error", "aborted") and r.exit is not None and r.time is not None}
     if not failed:
         return []
-    first = min(failed, key=lambda r: (r.time, r.rank))
-    t = first.time + MONITOR_INTERVAL_S
+    first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
+    t = failed[first.rank] + MONITOR_INTERVAL_S
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
-        if r is first or conn is None or (r.status != "hang" and r.time is not None and r.time <= t):
+        if r is first or conn is None or (r.status != "hang" and r.time is not None
+                                          and failed.get(r.rank, r.time) <= t):
             continue
         # its first step past the instant: its own end, or (`agent.ClockAgent` ended it there) its next message
-        if r.status != "hang" and r.time is not None and r.time <= t + AGENT_WINDOW_S:
-            notes.append(f"rank {r.rank}: its next step came {r.time - t:.2f} s after torchrun's agent's SIGTERM on "
+        step = failed.get(r.rank, r.time)
+        if r.status != "hang" and step is not None and step <= t + AGENT_WINDOW_S:
+            notes.append(f"rank {r.rank}: its next step came {step - t:.2f} s after torchrun's agent's SIGTERM on "
                          f"the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed rank's "
                          f"teardown delays the SIGTERM by about that much, so it may get further there")
         out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
@@ -267,7 +273,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
             blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
         notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
-                     f"failed at t={first.time:.3f} s, the agent polls every {MONITOR_INTERVAL_S:g} s)")
+                     f"failed at t={failed[first.rank]:.3f} s, the agent polls every {MONITOR_INTERVAL_S:g} s)")
     return notes
 
 
