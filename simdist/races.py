@@ -101,42 +101,41 @@ completes the send, and a real timeout of one longer than the kernel's default s
 (`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
 the two posts on the simulated clocks (one that lived on read it), is named this race.
 
-A sixth race, of torchrun's agent (`AgentRace`, `agent_races`): torchrun-style, once a worker
-fails the agent SIGTERMs the others (`simdist.script.agent`). The simulator acts one monitor
-interval (0.1 s) after the failure on the simulated clock; real torchrun's SIGTERM comes once
-the failed process has torn down and the next poll saw it: 1.39-2.07 s after the `raise` in 4
-runs on this loaded 2-core host (docs/script-backend.md, "torchrun's agent"). A rank whose next
-step (its own end, an operation, a sleep) came within `AGENT_WINDOW_S` after the simulated agent's instant (the simulated report's note says so) is ended by SIGTERM
-in the simulator and may end its own way on real Gloo, having done no more than the
-simulator's rank plus that end (`tests/scripts/agent_sigterm.py 0.5`: on real torchrun rank 0
-got past its 0.5 s sleep and lost rank 1 in the next all-reduce in 3 of 3 runs).
+A sixth race, of torchrun's agent (`AgentRace`), is `simdist.agent_race`'s.
+
+The per-rank walk the kinds share (which fields each rank differs in, whether a rank stopped
+short, when it failed on the simulated clocks) is `simdist.race_walk`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
+from simdist.agent_race import AgentRace, agent_races
 from simdist.compare import Comparison
+from simdist.race_walk import (
+    CHAINED_FIELDS,
+    GLOO_ERRORS,
+    STOPPED_FIELDS,
+    each_rank,
+    every_differing_rank,
+    failed_after_last,
+    failed_at,
+    fields_by_rank,
+    stopped_short,
+)
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
-from simdist.vocab import AGENT_TERMINATED, FULL_MESH, P2P_OPS, dtype_bytes
+from simdist.vocab import FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
 _PEER_EXITED = re.compile(r"Connection (?:closed|reset) by peer \(rank (\d+) has exited\)")
-PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
 _TIMED_OUT_IN = re.compile(r"timed out in (\w+)\)$")  # the simulator's refused connect names its peers' call
 _TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
 _CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
-# what a partner of a rank that left early may show apart from the simulator: how it failed
-_CHAINED_FIELDS = frozenset({"status", "error", "output"})
-# what a partner that waited for a racer outside any operation may show apart from the simulator
-_STOPPED_FIELDS = _CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
-_GLOO_ERRORS = frozenset({"timeout", "peer_lost"})  # how a Gloo wait itself fails: its timeout or a peer's closure
-_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -176,24 +175,13 @@ class RendezvousRace:
 def exit_races(sim: Report, real: Report, cmp: Comparison) -> list[ExitRace]:
     """The exit races that make up every difference of `cmp` (each an `error` of a rank, each
     such rank an `exit_race`); empty when the runs agree or anything else differs."""
-    return _each_rank(sim, real, cmp, (exit_race,))
+    return each_rank(sim, real, cmp, (exit_race,))
 
 
 def rendezvous_races(sim: Report, real: Report, cmp: Comparison) -> list[RendezvousRace]:
     """The rendezvous races that make up every difference of `cmp` (each an `error` of a rank,
     each such rank a `rendezvous_race`); empty when the runs agree or anything else differs."""
-    return _each_rank(sim, real, cmp, (rendezvous_race,))
-
-
-def _each_rank(sim: Report, real: Report, cmp: Comparison,
-               namers: tuple[Callable[[Report, Report, int], _R | None], ...]) -> list[_R]:
-    """One race per differing rank, by the first of `namers` that names it, when every
-    difference of `cmp` is a rank's error and each such rank is named; else empty."""
-    if cmp.agree or any(d.field != "error" or d.rank is None for d in cmp.differences):
-        return []
-    races = [next((r for r in (namer(sim, real, d.rank) for namer in namers) if r is not None), None)
-             for d in cmp.differences if d.rank is not None]
-    return [r for r in races if r is not None] if all(r is not None for r in races) else []
+    return each_rank(sim, real, cmp, (rendezvous_race,))
 
 
 def rendezvous_race(sim: Report, real: Report, rank: int) -> RendezvousRace | None:
@@ -221,16 +209,6 @@ def exit_race(sim: Report, real: Report, rank: int) -> ExitRace | None:
         return None
     gap = failed_in.t_issue + int(waited.group(1)) / 1000 - failed_at(dict(enumerate(sim.ranks)), rank)
     return ExitRace(rank, int(peer.group(1)), gap) if 0 <= gap <= EXIT_RACE_S else None
-
-
-def failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
-    """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
-    exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
-    r = sims[rank]
-    cause = PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
-    if cause is None or int(cause.group(1)) in seen:
-        return r.time
-    return max(r.time, failed_at(sims, int(cause.group(1)), seen | {rank}))
 
 
 @dataclass(frozen=True)
@@ -265,10 +243,10 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
     is something else: then all of it counts as a difference."""
     sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
     racers = [r.rank for r in real.ranks if r.error is not None and r.error.category == "peer_lost"
-              and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and _stopped_short(sims[r.rank], r)]
+              and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and stopped_short(sims[r.rank], r)]
     if cmp.agree or not racers:
         return []
-    if (fields := _fields_by_rank(real, cmp)) is None:
+    if (fields := fields_by_rank(real, cmp)) is None:
         return []
     lost, waited = [], []
     for rank, differ in sorted(fields.items()):
@@ -286,7 +264,7 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
 def _lost_it(real: RankResult, differ: set[str]) -> bool:
     """A partner that lost a peer with an operation pending with it: the same operations, the
     same end; only how it failed (status, error, printed lines) differs."""
-    return differ <= _CHAINED_FIELDS and real.error is not None and real.error.category == "peer_lost"
+    return differ <= CHAINED_FIELDS and real.error is not None and real.error.category == "peer_lost"
 
 
 def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
@@ -296,15 +274,9 @@ def _waited_for_it(sim: RankResult, real: RankResult, differ: set[str]) -> bool:
     done and printed only what the simulator has it do first. A partner that did or printed
     anything else, or waited in an operation, is a difference."""
     ended = real.status == "hang" and real.error is None or (
-        real.status == "error" and real.error is not None and real.error.category in _GLOO_ERRORS)
-    return (differ <= _STOPPED_FIELDS and ended and real.blocked_in is None
-            and all(e.completed for e in real.trace) and _stopped_short(sim, real))
-
-
-def _stopped_short(sim: RankResult, real: RankResult) -> bool:
-    """The real rank did and printed a beginning of what the simulated one did and printed."""
-    return ([e.key() for e in real.trace] == [e.key() for e in sim.trace[:len(real.trace)]]
-            and real.output == sim.output[:len(real.output)] and real.inputs_processed <= sim.inputs_processed)
+        real.status == "error" and real.error is not None and real.error.category in GLOO_ERRORS)
+    return (differ <= STOPPED_FIELDS and ended and real.blocked_in is None
+            and all(e.completed for e in real.trace) and stopped_short(sim, real))
 
 
 @dataclass(frozen=True)
@@ -332,7 +304,7 @@ def teardown_races(sim: Report, real: Report, cmp: Comparison) -> list[TeardownR
     differing rank lost, on real Gloo only, a collective that others posted and ended with
     (`_lost_to_a_leaver`); a difference of no rank may only be the run's outcome, an error on
     real Gloo. Empty when the runs agree or anything else differs."""
-    return _every_differing_rank(sim, real, cmp, _lost_to_a_leaver)
+    return every_differing_rank(sim, real, cmp, _lost_to_a_leaver)
 
 
 def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
@@ -340,7 +312,7 @@ def _lost_to_a_leaver(sims: dict[int, RankResult], reals: dict[int, RankResult],
     """Rank `rank` failed on real Gloo with a lost peer after its last operation, which the
     simulator completes, having done and printed only what the simulator has it do first;
     and ranks that left it right after posting it (`_left_with`) ended with it. Else None."""
-    if (last := _failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
+    if (last := failed_after_last(sims[rank], reals[rank], differ, "peer_lost")) is None:
         return None
     at, mine = last
     if at.op in P2P_OPS:  # a p2p count pairs no two ranks' calls (`SendBandRace` is the p2p one)
@@ -362,7 +334,7 @@ def _left_with(sim: RankResult, real: RankResult, at: TraceEntry, gap: float) ->
         return (p.status in ("error", "completed") and last is not None
                 and (last.group, last.seq, last.op) == (at.group, at.seq, at.op))
 
-    failed_in_it = real.error is not None and real.error.category in _GLOO_ERRORS
+    failed_in_it = real.error is not None and real.error.category in GLOO_ERRORS
     return (ended_with(sim) and ended_with(real) and gap <= EXIT_RACE_S
             and (not real.trace[-1].completed or failed_in_it))
 
@@ -392,7 +364,7 @@ def send_band_races(sim: Report, real: Report, cmp: Comparison) -> list[SendBand
     """The send-band races that make up every difference of `cmp`: each differing rank timed
     out in a send on real Gloo only (`_send_outlived`); a difference of no rank may only be the
     run's outcome, an error on real Gloo. Empty when the runs agree or anything else differs."""
-    return _every_differing_rank(sim, real, cmp, _send_outlived)
+    return every_differing_rank(sim, real, cmp, _send_outlived)
 
 
 def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
@@ -402,7 +374,7 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     what the simulator has it do first; its receiver ended with the matching receive as its
     last operation on both sides, within `EXIT_RACE_S` of both having posted (simulated
     clocks: a receiver that lived on read the send, whatever its size). Else None."""
-    if (last := _failed_after_last(sims[rank], reals[rank], differ, "timeout")) is None:
+    if (last := failed_after_last(sims[rank], reals[rank], differ, "timeout")) is None:
         return None
     at, mine = last
     if at.op != "send" or at.peer is None:
@@ -418,85 +390,6 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     return SendBandRace(rank, peer, nbytes, whole) if soon else None
 
 
-def _failed_after_last(sim: RankResult, real: RankResult, differ: set[str],
-                       category: str) -> tuple[TraceEntry, TraceEntry] | None:
-    """A rank that on real Gloo failed (`category`) after its last operation, which the
-    simulator completes, having done and printed only what the simulator has it do first, and
-    differing in nothing else: (that real entry, the simulated one); else None. (A real
-    entry's `completed` says nothing here: the recorder marks an operation that raised as
-    completed.)"""
-    if not differ <= _STOPPED_FIELDS or real.error is None or real.error.category != category or not real.trace:
-        return None
-    mine = sim.trace[len(real.trace) - 1] if len(sim.trace) >= len(real.trace) else None
-    if mine is None or not mine.completed or not _stopped_short(sim, real):
-        return None
-    return real.trace[-1], mine
-
-
-_RankNamer = Callable[[dict[int, RankResult], dict[int, RankResult], int, set[str]], _R | None]
-
-
-def _every_differing_rank(sim: Report, real: Report, cmp: Comparison, namer: _RankNamer[_R]) -> list[_R]:
-    """One race per differing rank by `namer` (given both runs' ranks, the rank and the fields
-    it differs in), when it names every one and no difference is of no rank, apart from the
-    run's outcome turned to an error on real Gloo (a racer's); else empty."""
-    if (fields := _fields_by_rank(real, cmp)) is None:
-        return []
-    sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
-    races = [namer(sims, reals, rank, differ) for rank, differ in sorted(fields.items())]
-    return [r for r in races if r is not None] if races and all(r is not None for r in races) else []
-
-
-def _fields_by_rank(real: Report, cmp: Comparison) -> dict[int, set[str]] | None:
-    """The fields each rank differs in, when every difference is a rank's or the run's outcome
-    turned to an error on real Gloo (a racer's), and none is of the ranks' count; else None."""
-    fields: dict[int, set[str]] = {}
-    for d in cmp.differences:
-        if d.field == "ranks" or d.rank is None and (d.field != "outcome" or real.outcome != "error"):
-            return None
-        if d.rank is not None:
-            fields.setdefault(d.rank, set()).add(d.field)
-    return fields
-
-
-@dataclass(frozen=True)
-class AgentRace:
-    """The simulator's torchrun agent ended rank `rank` by SIGTERM; its next step came `gap_s`
-    after that instant on the simulated clock, within `AGENT_WINDOW_S`; on real Gloo it got
-    there before the agent's SIGTERM (the failed process's teardown comes first)."""
-
-    kind: ClassVar[str] = "agent"
-    rank: int
-    gap_s: float
-
-    def describe(self) -> str:
-        return (f"rank {self.rank}: agent race, not a model difference: the simulator's torchrun agent ends it "
-                f"{self.gap_s:.2f} s before its next step; on real torchrun the SIGTERM waits for the failed "
-                f"process's teardown, and the rank ended its own way first")
-
-
-_AGENT_NOTE = re.compile(r"^rank (\d+): its next step came ([\d.]+) s after torchrun's agent's SIGTERM")
-
-
-def agent_races(sim: Report, real: Report, cmp: Comparison) -> list[AgentRace]:
-    """The agent races that make up every difference of `cmp` (the module's docstring): each
-    differing rank was ended by the simulator's agent within the window before its next step
-    (the simulated report's note), and on real Gloo ended its own way, having done what the
-    simulator's rank did first. Empty when the runs agree or anything else differs."""
-    gaps = {int(m.group(1)): float(m.group(2)) for m in map(_AGENT_NOTE.match, sim.notes) if m}
-
-    def namer(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
-              differ: set[str]) -> AgentRace | None:
-        s, r = sims[rank], reals.get(rank)
-        if rank not in gaps or r is None or not differ <= _STOPPED_FIELDS or r.status == "hang":
-            return None
-        if r.exit is not None and r.exit.startswith(AGENT_TERMINATED):
-            return None
-        return AgentRace(rank, gaps[rank]) if _stopped_short(r, s) else None
-
-    return _every_differing_rank(sim, real, cmp, namer)
-
-
 Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace
 
 
@@ -505,7 +398,7 @@ def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     (ranks' errors that are each an exit or a rendezvous race, a group-connection race, a
     teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
     a difference."""
-    return (_each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
+    return (each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
             or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp))
 
 

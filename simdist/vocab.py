@@ -142,6 +142,21 @@ FLOAT_DTYPES: frozenset[str] = frozenset({"float32", "float64", "float16", "bflo
 # double, half, bfloat16, int8, uint8, int32, int64, bool): every collective but barrier
 # fails with "Invalid scalar type" (send/recv copy bytes and work). Measured on torch 2.13.
 GLOO_NO_KERNEL_DTYPES: frozenset[str] = frozenset({"int16"})
+
+
+def gloo_refusal(op: str, reduce_op: str | None, dtype: str) -> str | None:
+    """The error ProcessGroupGloo raises on its worker thread for one rank's call of `op`
+    before anything reaches the wire, None if none (`engine.results.gloo_local_error`): the
+    reduce op first (PREMUL_SUM, NCCL's alone; a bitwise op on a float), then a dtype with no
+    kernel. It is picked before Gloo's algorithm sees the tensor, so an empty call that
+    `gloo_empty_is_local` would complete fails the same way (measured, torch 2.13)."""
+    if reduce_op == PREMUL_SUM and op in REDUCING_OPS:
+        return "Cannot use ReduceOp.PREMUL_SUM with Gloo"
+    if reduce_op in BITWISE_REDUCE_OPS and op in REDUCING_OPS and dtype in FLOAT_DTYPES:
+        return f"Cannot use ReduceOp.{reduce_op.upper()} with non-integral dtype"
+    if dtype in GLOO_NO_KERNEL_DTYPES and op not in P2P_OPS and op != "barrier":
+        return "Invalid scalar type"
+    return None
 Dtype = Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 

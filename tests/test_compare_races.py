@@ -171,7 +171,7 @@ def test_a_root_that_failed_in_its_collective_long_after_posting_it_makes_no_tea
     """`gone`, but the leaf that made the root fail ended 10 s after the root posted (the
     simulated clocks): the root was up all that while, rank 1's part reached it, so real Gloo
     completes rank 1's scatter; a loss there is a difference. The root's own clock stops at
-    its last post: it ended when the leaf's exit failed it (`failed_at`)."""
+    its last post: it ended when the leaf's exit failed it (`simdist.race_walk.failed_at`)."""
     sim, real = _teardown("gone")
     assert Compared.of(sim, real).verdict == "race"
     sim.ranks[2].time = sim.ranks[0].trace[-1].t_issue + 10.0

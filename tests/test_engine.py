@@ -369,18 +369,19 @@ def test_a_collective_an_abort_cut_off_fails_its_late_poster_at_once():
 
 
 def test_issues_test_before_gloo_local_error_passes_over_no_call_that_fails():
-    """`Engine.issue` asks `gloo_local_error` only for a bitwise reduce op or a dtype without a
-    Gloo kernel (the hot path's shortcut): every call it passes over must be one that function
-    lets through, whatever op, dtype and reduce op, so a case added there is not hidden."""
+    """`Engine.issue` asks `gloo_local_error` only for a reduce op Gloo may refuse, a dtype
+    without a Gloo kernel or an all_to_all (the hot path's shortcut): every call it passes over
+    must be one that function lets through, whatever op, dtype and reduce op (PREMUL_SUM too),
+    so a case added there is not hidden."""
     from types import SimpleNamespace
 
     from simdist.engine.results import gloo_local_error
-    from simdist.vocab import BITWISE_REDUCE_OPS, DTYPE_BYTES, GLOO_NO_KERNEL_DTYPES, OPS, REDUCE_OPS
+    from simdist.vocab import DTYPE_BYTES, GLOO_LOCAL_REDUCE_OPS, GLOO_NO_KERNEL_DTYPES, OPS, PREMUL_SUM, REDUCE_OPS
 
     for op in OPS:
         for dtype in DTYPE_BYTES:
-            for red in (None, *REDUCE_OPS):
-                if red in BITWISE_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES:
+            for red in (None, *REDUCE_OPS, PREMUL_SUM):
+                if red in GLOO_LOCAL_REDUCE_OPS or dtype in GLOO_NO_KERNEL_DTYPES or op == "all_to_all":
                     continue
                 call = SimpleNamespace(op=op, reduce_op=red, payload=Payload(4, dtype))
                 assert gloo_local_error(call) is None, (op, dtype, red)  # type: ignore[arg-type]
@@ -447,3 +448,25 @@ def test_a_send_at_the_instant_its_receiver_ends_pairs_whichever_the_engine_hear
     work = work or send()
     eng.env.run()
     assert work.done and work.call.ok
+
+
+def test_a_finished_traces_mismatch_is_judged_in_the_groups_rank_order():
+    """`check.pairing` judges a finished trace's mismatch (real Gloo's, a job's dumps) with
+    Gloo's rules, which run rings over group ranks: on group [1, 0, 2] (sort_ranks=False) with
+    group rank 0 all-reducing 8 elements and the others 6, real Gloo aborts rank 2 (measured:
+    `simdist compare tests/scripts/unsorted_group.py --nproc-per-node 3 -- sizes`). Numbered
+    ascending, the rules aborted rank 0."""
+    from simdist.check.pairing import _consequence, trace_mismatches
+    from simdist.engine.gloo_rules import CollectiveCall
+    from simdist.report import RankResult, Report, TraceEntry
+    from simdist.script.build import Groups
+
+    def rank(r: int) -> RankResult:
+        entry = TraceEntry(1, "all_reduce", 8 if r == 1 else 6, "float32", "g", 3, "user", reduce_op="sum")
+        return RankResult(r, "error", trace=[entry])
+
+    report = Report("t", "real", "error", [rank(r) for r in range(3)], world_size=3)
+    [finding] = trace_mismatches(report, Groups({"WORLD": [0, 1, 2], "g": [1, 0, 2]}))  # type: ignore[arg-type]
+    assert finding.kind == "size_mismatch" and " aborts: " in finding.detail, finding.detail
+    calls = [CollectiveCall(r, "all_reduce", 8 if r == 1 else 6, "float32", "sum") for r in (1, 0, 2)]
+    assert _consequence(report, calls, [1, 0, 2]).aborting_ranks == [2]  # type: ignore[union-attr]

@@ -423,3 +423,23 @@ def test_fr_env_gives_the_ranks_absolute_paths(tmp_path, monkeypatch):
     env = fr_env(Path("dumps"), 1, on_demand=True)
     assert env and all(Path(v).is_absolute() and Path(v).is_relative_to(tmp_path / "dumps") for v in env.values())
     assert (tmp_path / "dumps" / "1").is_dir()
+
+
+def test_a_groups_configured_ranks_keep_torchs_group_rank_order(tmp_path):
+    """torch writes a group's pg_config "ranks" in group-rank order (`pg_config_info`: the keys
+    of `pg_group_ranks`, made by enumerating new_group's ranks, unsorted where
+    `sort_ranks=False`), and a p2p's profiling name numbers its ends by group rank. Group
+    [2, 0]: rank 2 (group rank 0) sends to group rank 1, rank 0. The rebuild sorted the
+    configured ranks, so it named rank 2 as its own send's peer."""
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[]"}, "1": {"name": "1", "desc": "sub", "ranks": "[2, 0]"}}
+    sub = ("1", "sub")
+    p2p = {0: _nccl_entry(1, "nccl:recv 1<-0", [[5]], "completed", record_id=1, pg=sub, p2p_seq=1, p2p=True),
+           2: _nccl_entry(1, "nccl:send 0->1", [[5]], "completed", record_id=1, pg=sub, p2p_seq=1, p2p=True)}
+    for r in range(3):
+        entries = [_nccl_entry(1, "nccl:all_reduce", [[4]], "completed", record_id=0)] + ([p2p[r]] if r in p2p else [])
+        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(pickle.dumps({**_nccl_dump(entries), "pg_config": config}))
+    d = diagnose([tmp_path])
+    assert {g.name: g.ranks for g in d.job.groups} == {"WORLD": [0, 1, 2], "sub": [2, 0]}
+    ranks = d.job.report.ranks
+    assert [(e.op, e.peer) for e in ranks[2].trace[1:]] == [("send", 0)]
+    assert [(e.op, e.peer) for e in ranks[0].trace[1:]] == [("recv", 2)]

@@ -276,12 +276,12 @@ def test_cuda_autocast_autocasts_on_the_cpu(monkeypatch):
     import torch
     from torch.amp.autocast_mode import autocast
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import amp
 
     monkeypatch.setattr(autocast, "__init__", autocast.__init__)
     for name in ("is_autocast_enabled", "get_autocast_dtype", "get_autocast_gpu_dtype"):  # (its state reads)
         monkeypatch.setattr(torch, name, getattr(torch, name))
-    devices._patch_autocast()
+    amp.install()
     lin, x = torch.nn.Linear(2, 2), torch.ones(1, 2)
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
         assert lin(x).dtype == torch.bfloat16

@@ -23,17 +23,17 @@ def simulated_gpus(monkeypatch):
     import torch.cuda.memory
     import torch.cuda.random
 
-    from simdist.script.rank import devices, gpu_allocator, gpu_memory, gpu_shims
+    from simdist.script.rank import cuda_init, devices, gpu_allocator, gpu_memory, gpu_shims
 
     _keep(monkeypatch, torch.Tensor, torch.UntypedStorage, inherited=("resize_",))
     _keep(monkeypatch, torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl,
-          torch.accelerator, gpu_shims._Gpus, gpu_shims._Init)
+          torch.accelerator, gpu_shims._Gpus, cuda_init._Init)
     for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumulatedMemoryStats",
                  "_cuda_emptyCache"):
         monkeypatch.setattr(torch._C, name, None, raising=False)  # (undone: deleted again)
     monkeypatch.setattr(gpu_allocator, "_DEVICES", {})
     monkeypatch.setattr(torch._C, "_get_accelerator", torch._C._get_accelerator)
-    gpu_shims.fresh_process()
+    cuda_init.fresh_process()
     gpu_shims.install(4)
     gpu_memory._install_resizes()
     with devices.CudaToCpu():

@@ -56,6 +56,23 @@ def test_a_store_barrier_s_timeout_raises_torchs_error_at_a_whole_turn_on_both_s
     assert real.timings["wall_s"] >= turns * TURN_S
 
 
+@pytest.mark.real
+def test_a_gloo_timeout_before_the_barriers_turn_frees_the_rank_that_makes_the_count_whole(
+        script_zygote, monkeypatch):
+    """Ranks 0 and 1 wait in the barrier (T = 1 s: they would raise at 10.003 s); the last
+    rank's recv times out at 2 s (the world's timeout), it catches that and enters, so all
+    three make the group on real torch. The coordinator expired every timed barrier wait
+    first, whatever the clocks said: ranks 0 and 1 raised DistStoreError at 10.006 s."""
+    sim, real = _compare(script_zygote, monkeypatch, ["1", "recv"])
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
+        assert [r.output for r in rep.ranks] == [["0 made the group"], ["1 made the group"],
+                                                 ["2 recv: RuntimeError", "2 made the group"]], rep.source
+    assert all(r.time < TURN_S for r in sim.ranks), [r.time for r in sim.ranks]
+
+
 class _Barrier(StoreBarrierMixin):
     """The coordinator's store barrier alone, for a world of 3."""
 
@@ -67,6 +84,9 @@ class _Barrier(StoreBarrierMixin):
 
     def _send(self, conn, h):
         self.answers[conn.rank] = h
+
+    def _next_deadline(self):
+        return None  # no Gloo op waits
 
     def enter(self, rank: int, clock: float, to: float | None) -> None:
         conn = RankConn(None, rank=rank, clock=clock, gen=self.gens[0])  # type: ignore[arg-type]

@@ -424,3 +424,51 @@ def test_p2p_calls_gloo_fails_as_they_post_are_operations_on_both_sides(script_z
     assert differences(sim, real) == []
     assert [(e.op, e.peer) for e in real.ranks[0].trace if e.op in ("send", "recv")] == [("recv", 1), ("send", 1)]
     assert sim.ranks[0].output == ["[0] recv: RuntimeError", "[0] send: RuntimeError"]
+
+
+@pytest.mark.real
+def test_an_empty_collective_gloo_refuses_fails_at_wait_as_a_non_empty_one(script_zygote):
+    """tests/scripts/gloo_refused_empty.py (3 ranks): zero-element all_reduce, reduce and
+    all_gather with PREMUL_SUM, BAND on floats and int16. Gloo refuses the op or dtype before
+    its algorithm sees the empty tensor, so each work fails at wait(); the simulated rank took
+    every empty call of these ops for local and completed it ("ok")."""
+    entry = {"script": "../tests/scripts/gloo_refused_empty.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[2].output == ["premul all_reduce: RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+                                   "premul reduce async: RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+                                   "band all_reduce: RuntimeError: Cannot use ReduceOp.BAND with non-integral dtype",
+                                   "int16 all_gather: RuntimeError: Invalid scalar type", "sum all_reduce: ok",
+                                   "sum after: [6.0]"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("how", ["single", "empty", "list"])
+def test_alltoall_and_an_alltoallv_of_even_split_sizes_pair(script_zygote, how):
+    """tests/scripts/alltoall_meets_alltoallv.py (3 ranks): rank 0's all_to_all without split
+    sizes (alltoall) meets the others' even ones (alltoallv). Gloo builds both slots from
+    kAlltoallSlotPrefix, so they pair and complete; the simulator took them for different
+    slots (a `given` flag on its split sizes) and let every rank wait for its timeout."""
+    entry = {"script": "../tests/scripts/alltoall_meets_alltoallv.py", "nproc": 3, "args": ["--how", how]}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output == ["[0] [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]"]
+
+
+@pytest.mark.real
+def test_all_to_all_sizes_gloo_refuses_fail_at_wait_before_any_message(script_zygote):
+    """tests/scripts/all_to_all_sizes_refused.py (3 ranks): alltoall with input and output of
+    different sizes, then an alltoallv whose rank 0 sends itself another count than it
+    receives. Gloo's enforce fails each at wait() before any message (the others wait for rank
+    0's until it exits); the simulator ran both as if the sizes fitted."""
+    entry = {"script": "../tests/scripts/all_to_all_sizes_refused.py", "nproc": 3}
+    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    assert _verdict(sim) == ["completed"] * 3
+    assert differences(sim, real) == []
+    gloo = "[enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/"
+    assert sim.ranks[0].output == [f"[0] alltoall: RuntimeError {gloo}alltoall.cc:30] in->size == out->size. ",
+                                   "[0] sum [3.0]", f"[0] alltoallv: RuntimeError {gloo}alltoallv.cc:138] "
+                                   "inLengthPerRank[myRank] == outLengthPerRank[myRank]. "]
+    assert sim.ranks[1].output[2] == "[1] alltoallv: RuntimeError"

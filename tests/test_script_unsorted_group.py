@@ -70,3 +70,33 @@ def test_the_status_lines_name_the_group_in_its_given_order(script_zygote, monke
         said = [x for x in lines if x.startswith(f"new_group: {side}: waiting ")]
         assert said and "rank(s) [2] waiting in new_group at unsorted_group.py:" in said[0] \
             and "for the group of ranks [2, 0]; rank(s) [0] never came; " in said[0], lines
+
+
+@pytest.mark.parametrize("mode", ["ops", "sizes"])
+def test_mismatched_calls_pair_in_the_ring_of_group_ranks(script_zygote, mode):
+    """Group [1, 0, 2]: group rank 0 all-reduces with MAX (`ops`) or 8 elements where the
+    others have 6 (`sizes`). Gloo's ring runs over group ranks, so each segment's owner, the
+    values each rank gets, and which rank meets the longer message and aborts, follow the
+    given order. The pairing rules mapped global ranks to group ranks in ascending order
+    (`gloo_rules._rank_maps`): the simulator named rank 0 as the one that aborts where real
+    Gloo aborts rank 2, and mixed segments by the wrong owners' ops."""
+    sim, real = _compare(script_zygote, [mode], 3)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    if mode == "ops":
+        assert [r.status for r in real.ranks] == ["completed"] * 3, real.source
+        assert len({tuple(r.output) for r in real.ranks}) > 1, real.source  # the ops mixed: not one sum
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ranks_passing_the_members_in_different_orders_wait_for_the_group_rank_nobody_took(script_zygote, nproc):
+    """Each rank passes the world with itself first: each registers its address as group
+    rank 0 and waits for group rank 1's, which nobody writes, so every rank raises the
+    store's wait timeout on real torch. The simulator compared the orders, called it a
+    protocol error and let every rank through: they completed."""
+    sim, real = _compare(script_zygote, ["orders", "0.5"], nproc)
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    for rep in (sim, real):
+        assert [(r.status, r.error.type) for r in rep.ranks] == [("error", "DistStoreError")] * nproc, rep.source
+        assert all(r.error.message.endswith("//cpu//0/1") for r in rep.ranks), rep.source

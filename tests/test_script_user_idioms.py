@@ -82,7 +82,7 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     restored."""
     import torch
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import device_args, devices
 
     _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
     _keep(monkeypatch, torch.nn.Module)
@@ -90,12 +90,12 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     devices._patch_module_to()
     host = torch.arange(4.0)
     dev = host.to("cuda:1")
-    assert dev is not host and dev.data_ptr() != host.data_ptr() and devices.stands_for_gpu(dev)
+    assert dev is not host and dev.data_ptr() != host.data_ptr() and device_args.stands_for_gpu(dev)
     assert dev.to("cuda:1") is dev and dev.cuda(1) is dev and dev.to(device=1) is dev
     assert dev.cuda() is not dev and dev.to("cuda:0").data_ptr() != dev.data_ptr()  # current device 0: a copy
     assert host.cuda() is not host and host.to(torch.float64) is not host and host.to("cpu") is host
     back = dev.cpu()
-    assert back is not dev and back.data_ptr() != dev.data_ptr() and not devices.stands_for_gpu(back)
+    assert back is not dev and back.data_ptr() != dev.data_ptr() and not device_args.stands_for_gpu(back)
     assert dev.to("cpu") is not dev and dev.to("cpu", copy=False).data_ptr() != dev.data_ptr()
     with pytest.raises(TypeError, match=r"can't convert cuda:1 device type tensor to numpy"):
         dev.numpy()
@@ -112,7 +112,7 @@ def test_moves_copy_where_a_gpu_copies(monkeypatch):
     lin.cuda(0)
     assert lin.weight.data_ptr() == on_gpu
     lin.cpu()
-    assert lin.weight is weight and lin.weight.data_ptr() != on_gpu and not devices.stands_for_gpu(lin.weight)
+    assert lin.weight is weight and lin.weight.data_ptr() != on_gpu and not device_args.stands_for_gpu(lin.weight)
 
 
 def test_as_tensor_on_cuda_copies_host_data():
@@ -124,7 +124,7 @@ def test_as_tensor_on_cuda_copies_host_data():
     import numpy as np
     import torch
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import device_args, devices
 
     arr, host = np.zeros(3, dtype=np.float32), torch.zeros(3)
     with devices.CudaToCpu():
@@ -134,8 +134,8 @@ def test_as_tensor_on_cuda_copies_host_data():
         listed = torch.as_tensor([1.0, 2.0], device="cuda")
     a.add_(1)
     h.add_(1)
-    assert arr.tolist() == [0.0] * 3 and host.tolist() == [0.0] * 3 and not devices.stands_for_gpu(host)
-    assert devices.stands_for_gpu(h) and again.data_ptr() == h.data_ptr() and devices.stands_for_gpu(listed)
+    assert arr.tolist() == [0.0] * 3 and host.tolist() == [0.0] * 3 and not device_args.stands_for_gpu(host)
+    assert device_args.stands_for_gpu(h) and again.data_ptr() == h.data_ptr() and device_args.stands_for_gpu(listed)
 
 
 def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
@@ -145,7 +145,7 @@ def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
     GPU, it moved the tensor's own memory there. In-process, under the rank layer's mode."""
     import torch
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import device_args, devices
 
     with devices.CudaToCpu():
         g = torch.ones(3, device="cuda")
@@ -155,7 +155,7 @@ def test_as_tensor_on_the_host_of_a_gpu_tensor_copies_it():
         same = torch.as_tensor(host, device="cpu")
     a.add_(1)
     b.add_(2)
-    assert g.tolist() == [1.0] * 3 and not devices.stands_for_gpu(a) and not devices.stands_for_gpu(b)
+    assert g.tolist() == [1.0] * 3 and not device_args.stands_for_gpu(a) and not device_args.stands_for_gpu(b)
     assert same is host  # a host tensor placed on the host is itself, as in torch
     with devices.CudaToCpu():
         other = torch.as_tensor(g, device="cuda:1")  # another GPU: a copy there, `g` stays on GPU 0
@@ -170,7 +170,7 @@ def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
     GPU raises). A host scalar with host tensors stays on the host. In-process."""
     import torch
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import device_args, devices
 
     with devices.CudaToCpu():
         g = torch.ones(3, device="cuda:1")
@@ -178,7 +178,7 @@ def test_a_host_scalar_tensor_leading_a_gpu_operation_gives_a_gpu_result():
         led = scale * g
         floor = torch.maximum(scale, g)
         host = scale * torch.ones(3)
-    assert devices.stands_for_gpu(led) and devices.stands_for_gpu(floor) and not devices.stands_for_gpu(host)
+    assert device_args.stands_for_gpu(led) and device_args.stands_for_gpu(floor) and not device_args.stands_for_gpu(host)
     assert led.untyped_storage()._simdist_cuda_index == 1
 
 
@@ -190,7 +190,7 @@ def test_a_cuda_default_device_places_factories_on_the_simulated_gpu(monkeypatch
     import torch
     import torch.utils._device as ud
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import device_args, devices
 
     monkeypatch.setattr(ud.DeviceContext, "__torch_function__", ud.DeviceContext.__torch_function__)
     devices._patch_device_context()
@@ -198,7 +198,7 @@ def test_a_cuda_default_device_places_factories_on_the_simulated_gpu(monkeypatch
         lin = torch.nn.Linear(2, 2)
         made = torch.zeros(3)
         host = torch.ones(2, device="cpu")
-    assert devices.stands_for_gpu(made) and devices.stands_for_gpu(lin.weight) and not devices.stands_for_gpu(host)
+    assert device_args.stands_for_gpu(made) and device_args.stands_for_gpu(lin.weight) and not device_args.stands_for_gpu(host)
     assert made.untyped_storage()._simdist_cuda_index == 1
 
 
@@ -211,10 +211,10 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
     import torch.accelerator
     import torch.cuda.random
 
-    from simdist.script.rank import gpu_shims
+    from simdist.script.rank import cuda_init, gpu_shims
 
     _keep(monkeypatch, torch.cuda, torch.cuda.random, torch.cuda.nvtx, torch.cuda.nccl, torch.accelerator, gpu_shims._Gpus,
-          gpu_shims._Init)
+          cuda_init._Init)
     gpu_shims.install(4)
     acc = torch.accelerator
     assert acc.is_available() and acc.current_accelerator() == torch.device("cuda") and acc.device_count() == 4
@@ -354,7 +354,7 @@ def test_the_simulated_device_is_the_storages(monkeypatch):
     import torch
     import torch._tensor_str
 
-    from simdist.script.rank import devices, gpu_memory
+    from simdist.script.rank import device_args, devices, gpu_memory
 
     _keep(monkeypatch, torch.Tensor, inherited=("to", "cuda", "cpu", "numpy", "pin_memory"))
     _keep(monkeypatch, torch.nn.Module)
@@ -371,7 +371,7 @@ def test_the_simulated_device_is_the_storages(monkeypatch):
         host = torch.zeros(3)
         host.add_(torch.ones(3, device="cuda:1")[0])
         assert [gpu_memory.gpu_index(t) for t in aliases + made] == [1] * 8
-        assert not devices.stands_for_gpu(host) and not devices.stands_for_gpu(lin.weight.cpu())
+        assert not device_args.stands_for_gpu(host) and not device_args.stands_for_gpu(lin.weight.cpu())
         snapshot = {k: v.cpu() for k, v in lin.state_dict().items()}
         with torch.no_grad():
             lin.weight.add_(1)
@@ -631,12 +631,12 @@ def test_cuda_autocast_state_reads_as_on_a_gpu(monkeypatch):
     import torch
     from torch.amp.autocast_mode import autocast
 
-    from simdist.script.rank import devices
+    from simdist.script.rank import amp
 
     for name in ("is_autocast_enabled", "get_autocast_dtype", "get_autocast_gpu_dtype"):
         monkeypatch.setattr(torch, name, getattr(torch, name))
     monkeypatch.setattr(autocast, "__init__", autocast.__init__)
-    devices._patch_autocast()
+    amp.install()
     warnings.simplefilter("ignore", DeprecationWarning)  # (get_autocast_gpu_dtype's, as torch's)
 
     def state() -> tuple:

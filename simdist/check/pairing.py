@@ -41,6 +41,6 @@ def _consequence(report: Report, calls: list[gloo_rules.CollectiveCall], members
     if report.backend != "gloo" or any(c.op in P2P_OPS or (c.op in ROOTED_OPS and c.root is None) for c in calls):
         return None  # NCCL's behaviour is not modelled; Gloo's for a rooted op needs its root
     try:
-        return gloo_rules.classify_mismatch(calls, len(members))
+        return gloo_rules.classify_mismatch(calls, len(members), members=members)  # group-rank order (`group_members`)
     except (ValueError, KeyError):
         return None  # a dtype or op the rules do not model

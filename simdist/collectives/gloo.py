@@ -34,7 +34,7 @@ from simdist.collectives.schedule import Transfer
 MAX_SEGMENT_BYTES = 1 << 20
 
 #: Ops whose message program is known (the others are not modelled at message level).
-# all_to_all with split sizes: Gloo's alltoallv (gloo/alltoallv.cc, its own slot prefix)
+# all_to_all with split sizes: Gloo's alltoallv (gloo/alltoallv.cc; alltoall's slot prefix, kAlltoallSlotPrefix)
 ALLTOALLV = "all_to_allv"
 PROGRAM_OPS = frozenset({"all_reduce", "reduce", "broadcast", "all_gather", "barrier", "all_to_all", "gather", "scatter",
                          "send", "recv", ALLTOALLV})

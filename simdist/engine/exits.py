@@ -72,7 +72,7 @@ class GlooExits:
         gone = self._gone_absent(inst.group, inst.calls)
         calls = [c for m, c in inst.calls.items() if m not in gone]
         missing = [m for m in inst.members if m not in inst.calls and m not in gone]
-        verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, missing)
+        verdict = gloo_bridge.absent_outcomes(calls, inst.members, gone, missing)
         for m, call in inst.calls.items():
             if call.done or m in gone:
                 continue
@@ -103,7 +103,7 @@ class GlooExits:
         `missing` ones (`gloo_bridge.absent_outcomes`). Returns whether a call was settled.
         `failures_only`: the missing will still post it, so only a failure is final yet."""
         calls = [c for m, c in inst.calls.items() if m not in gone]
-        verdict = gloo_bridge.absent_outcomes(calls, len(inst.members), gone, list(missing))
+        verdict = gloo_bridge.absent_outcomes(calls, inst.members, gone, list(missing))
         outcomes, settled = verdict.rank_outcomes, False
         # whose closed or reset socket a peer_error met: a gone member, or one the messages abort
         lost = min(gone) if gone else min([*verdict.aborting_ranks, *(m for m in inst.calls if not self.ranks[m].alive)],

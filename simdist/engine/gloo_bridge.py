@@ -17,19 +17,20 @@ _OK = gloo_rules.MismatchVerdict(kind="ok", aborting_ranks=[], detail="")
 
 
 def classify(calls: list[Call], group_size: int, alike: bool = False) -> gloo_rules.MismatchVerdict:
-    """What the backend does with these calls of one sequence number. `alike`: the caller
-    knows every fingerprint is the same (`Instance.alike`), so only an all_to_all's split
-    sizes are left to compare."""
+    """What the backend does with these calls of one sequence number, one per member in
+    group-rank order (Gloo's rings and trees follow it: a `new_group(ranks, sort_ranks=False)`
+    group's need not be ascending). `alike`: the caller knows every fingerprint is the same
+    (`Instance.alike`), so only an all_to_all's split sizes are left to compare."""
     c0 = calls[0]
     if alike and c0.op != "all_to_all":
         return _OK
     fp0 = (c0.op, c0.payload.numel, c0.payload.dtype, c0.reduce_op, c0.root)
     if all((c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root) == fp0 for c in calls[1:]):
         return _OK if not _splits(calls) or _splits_agree(calls) else gloo_rules.classify_mismatch(
-            rule_calls(calls), group_size)
+            rule_calls(calls), group_size, members=[c.rank for c in calls])
     if _splits_agree(calls):
         return _OK  # an all_to_all with uneven split sizes that every pair of ranks agrees on
-    return gloo_rules.classify_mismatch(rule_calls(calls), group_size)
+    return gloo_rules.classify_mismatch(rule_calls(calls), group_size, members=[c.rank for c in calls])
 
 
 def _splits(calls: list[Call]) -> list[Splits] | None:
@@ -45,34 +46,37 @@ def _splits_agree(calls: list[Call]) -> bool:
     splits = _splits(calls)
     if splits is None or any(c.op != "all_to_all" or c.payload.dtype != calls[0].payload.dtype for c in calls):
         return False
-    if len({s.given for s in splits}) > 1:
-        return False  # alltoall and alltoallv: different slots, nothing is exchanged
     n = len(calls)
     return all(len(s.send) == n == len(s.recv) for s in splits) and all(
         splits[i].send[j] == splits[j].recv[i] for i in range(n) for j in range(n))
 
 
 def rule_calls(calls: list[Call]) -> list[gloo_rules.CollectiveCall]:
-    """Engine calls as the rule's input. An all_to_all given split sizes (even ones too) is
-    Gloo's alltoallv (`gloo_rules.ALLTOALLV`, with its split sizes); one without is alltoall."""
+    """Engine calls as the rule's input. Where any rank's all_to_all has uneven split sizes,
+    every all_to_all with split sizes is Gloo's alltoallv (`gloo_rules.ALLTOALLV`, with its
+    split sizes): gloo/alltoall.cc and alltoallv.cc build their slot from the same prefix
+    (kAlltoallSlotPrefix) and post the same messages for even counts, so an alltoall pairs
+    with an alltoallv message by message (torch 2.13, measured: even split sizes given meet
+    none given and complete)."""
+    v = any(_uneven(c) for c in calls)
     return [gloo_rules.CollectiveCall(c.rank, gloo_rules.ALLTOALLV, c.payload.numel, c.payload.dtype, c.reduce_op,
                                       c.root, (c.payload.meta.send, c.payload.meta.recv))  # type: ignore[union-attr]
-            if _uneven(c) else
+            if v and c.op == "all_to_all" and isinstance(c.payload.meta, Splits) else
             gloo_rules.CollectiveCall(c.rank, c.op, c.payload.numel, c.payload.dtype, c.reduce_op, c.root)
             for c in calls]
 
 
 def _uneven(c: Call) -> bool:
-    """Whether Gloo runs this all_to_all as alltoallv: split sizes given (`Splits.given`), or
-    uneven (a caller that cannot say whether they were given)."""
+    """Whether this all_to_all's split sizes are uneven (an alltoall cannot post its messages)."""
     s = c.payload.meta
-    return c.op == "all_to_all" and isinstance(s, Splits) and (s.given or len(set(s.send) | set(s.recv)) > 1)
+    return c.op == "all_to_all" and isinstance(s, Splits) and len(set(s.send) | set(s.recv)) > 1
 
 
-def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
+def absent_outcomes(calls: list[Call], members: list[int], gone: dict[int, float],
                     missing: list[int]) -> gloo_rules.MismatchVerdict:
     """Each posted rank's outcome (`rank_outcomes`; for one left waiting, on whom: `waits_on`)
-    of a collective that members never posted: `gone` ended their processes (member -> when),
+    of a collective of the group `members` (group-rank order) that members never posted:
+    `gone` ended their processes (member -> when),
     `missing` are alive but have not posted it (judged as posting a different kind of
     collective: a separate Gloo slot, so they exchange nothing).
 
@@ -89,7 +93,7 @@ def absent_outcomes(calls: list[Call], size: int, gone: dict[int, float],
     kind = next((op for op in ("barrier", "all_gather", "all_reduce") if all(c.op != op for c in posted)), "absent")
     entries = posted + [gloo_rules.CollectiveCall(m, kind) for m in missing]
     unaware = {c.rank: frozenset(d for d, t in gone.items() if c.entry.t_issue <= t) for c in calls}
-    return gloo_rules.classify_mismatch(entries, size, exited=set(gone), unaware=unaware)
+    return gloo_rules.classify_mismatch(entries, len(members), exited=set(gone), unaware=unaware, members=members)
 
 
 def mismatch_kind(calls: list[gloo_rules.CollectiveCall]) -> str:

@@ -64,6 +64,7 @@ arguments is reported conservatively as "hang" with a detail saying it is unmode
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -240,17 +241,20 @@ def _signature(c: CollectiveCall, w: int) -> tuple:
     return (c.op, numel, dtype, red, root, c.splits)
 
 
-def _rank_maps(entries, w: int, exited) -> tuple[dict | None, dict | None]:
-    """If the calls use global ranks, map them to group ranks (ascending order, like
-    ``new_group``); returns (None, None) when they already are group ranks 0..W-1."""
+def _rank_maps(entries, w: int, exited, members: Sequence[int] | None = None) -> tuple[dict | None, dict | None]:
+    """If the calls use global ranks, map them to group ranks: `members` in group-rank order
+    (`new_group(ranks, sort_ranks=False)` keeps the given order, and Gloo's rings and trees
+    follow group ranks), else ascending (new_group's default); returns (None, None) when they
+    already are group ranks 0..W-1."""
     got = [e.rank for e in entries]
-    members = sorted(set(got) | set(exited))
-    if len(set(got)) != len(got) or set(got) & set(exited) or len(members) != w:
+    order = sorted(set(got) | set(exited)) if members is None else list(members)
+    if len(set(got)) != len(got) or set(got) & set(exited) or sorted(order) != sorted(set(got) | set(exited)) \
+            or len(order) != w:
         raise ValueError(f"need exactly one entry per live member of a group of {w} "
                          f"(exited: {sorted(exited)}), got ranks {sorted(got)}")
-    if members == list(range(w)):
+    if order == list(range(w)):
         return None, None
-    to_group = {r: g for g, r in enumerate(members)}
+    to_group = {r: g for g, r in enumerate(order)}
     return to_group, {g: r for r, g in to_group.items()}
 
 
@@ -269,12 +273,14 @@ def classify_mismatch(
     *,
     exited: frozenset[int] | set[int] = frozenset(),
     unaware: dict[int, frozenset[int]] | None = None,
+    members: Sequence[int] | None = None,
 ) -> MismatchVerdict:
     """Classify one per-group sequence position, given every member's call.
 
     ``entries`` holds one call per live group member. Ranks (and roots/peers) may be
-    group ranks 0..W-1 or global ranks; global ranks are mapped to group ranks in
-    ascending order (as ``new_group`` does) and the verdict uses the caller's numbering.
+    group ranks 0..W-1 or global ranks; global ranks are mapped to group ranks in the order
+    of ``members`` (the group's global ranks in group-rank order; None: ascending, as
+    ``new_group`` sorts by default) and the verdict uses the caller's numbering.
     ``exited``
     lists group ranks whose process is gone (exited, with or without
     ``destroy_process_group``, or crashed) and which therefore issue nothing: a rank
@@ -285,7 +291,7 @@ def classify_mismatch(
     Returns a :class:`MismatchVerdict` (see the module docstring for the rule).
     """
     w = world_size_of_group
-    to_group, to_caller = _rank_maps(entries, w, exited)
+    to_group, to_caller = _rank_maps(entries, w, exited, members)
     if to_group is not None:
         v = classify_mismatch([_remap(e, to_group) for e in entries], w,
                               exited={to_group[r] for r in exited},
@@ -387,6 +393,7 @@ def mixed_result(
     entries: list[CollectiveCall],
     world_size_of_group: int,
     inputs: dict[int, list],
+    members: Sequence[int] | None = None,
 ) -> dict[int, list | None]:
     """Values each rank ends up with after a (possibly mismatched) collective.
 
@@ -407,7 +414,7 @@ def mixed_result(
     w = world_size_of_group
     if any(e.op in ("gather", "scatter") for e in entries):
         raise NotImplementedError("the values of mismatched gathers and scatters are not modelled byte by byte")
-    to_group, to_caller = _rank_maps(entries, w, ())
+    to_group, to_caller = _rank_maps(entries, w, (), members)
     if to_group is not None:
         res = mixed_result([_remap(e, to_group) for e in entries], w,
                            {to_group[r]: v for r, v in inputs.items()})

@@ -13,6 +13,7 @@ from simdist.engine.calls import Call
 from simdist.engine.values import (
     NP_DTYPES,
     Payload,
+    Splits,
     alltoall_payload,
     chunk_payload,
     concat_payloads,
@@ -21,14 +22,11 @@ from simdist.engine.values import (
 )
 from simdist.errors import LimitError
 from simdist.vocab import (
-    BITWISE_REDUCE_OPS,
     FLOAT_DTYPES,
-    GLOO_NO_KERNEL_DTYPES,
-    P2P_OPS,
-    PREMUL_SUM,
     REDUCING_OPS,
     TORCH_DTYPE_NAMES,
     gloo_empty_is_local,
+    gloo_refusal,
 )
 
 
@@ -47,7 +45,14 @@ def gloo_avg_error(c: Call) -> str | None:
     return None if name is None else f"result type Float can't be cast to the desired output type {name}"
 
 
-def gloo_local_error(c: Call) -> str | None:
+# Gloo's checks of an all_to_all's sizes as it runs (torch 2.13's wheel names its build path):
+# alltoallv's own block sent and received, alltoall's input and output
+_GLOO_SRC = "[enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/"
+ALLTOALLV_OWN_BLOCK = f"{_GLOO_SRC}alltoallv.cc:138] inLengthPerRank[myRank] == outLengthPerRank[myRank]. "
+ALLTOALL_SIZES = f"{_GLOO_SRC}alltoall.cc:30] in->size == out->size. "
+
+
+def gloo_local_error(c: Call, members: list[int] | None = None) -> str | None:
     """The error Gloo raises for this rank's call before it exchanges anything, None if none.
 
     ProcessGroupGloo picks the reduction function (``toFunction``) on its worker thread just
@@ -56,15 +61,18 @@ def gloo_local_error(c: Call) -> str | None:
     tensor is untouched and the rank never joins the wire, so peers that did wait for its
     messages (measured on torch 2.13). A dtype Gloo has no kernel for (int16) fails the same
     way, at ``wait()``, on every collective but barrier: "Invalid scalar type"; and so does
-    PREMUL_SUM, NCCL's alone ("Cannot use ReduceOp.PREMUL_SUM with Gloo")."""
-    # the reduce op first: this runs for every rank-collective on Gloo, and most are no bitwise op
-    if c.reduce_op == PREMUL_SUM and c.op in REDUCING_OPS:  # NCCL's alone: Gloo has no function for it
-        return "Cannot use ReduceOp.PREMUL_SUM with Gloo"
-    if c.reduce_op in BITWISE_REDUCE_OPS and c.op in REDUCING_OPS and c.payload.dtype in FLOAT_DTYPES:
-        return f"Cannot use ReduceOp.{c.reduce_op.upper()} with non-integral dtype"
-    if c.payload.dtype in GLOO_NO_KERNEL_DTYPES and c.op not in P2P_OPS and c.op != "barrier":
-        return "Invalid scalar type"
-    return None
+    PREMUL_SUM, NCCL's alone ("Cannot use ReduceOp.PREMUL_SUM with Gloo"). After those, an
+    all_to_all's sizes fail Gloo's enforce before any message (measured): alltoallv's (split
+    sizes given) where the rank sends itself another count than it receives from itself,
+    alltoall's where input and output differ in size (`members`: the group, for the split)."""
+    refused = gloo_refusal(c.op, c.reduce_op, c.payload.dtype)
+    s = c.payload.meta
+    if refused is not None or c.op != "all_to_all" or not isinstance(s, Splits) or members is None:
+        return refused
+    if not s.given:
+        return ALLTOALL_SIZES if sum(s.send) != sum(s.recv) else None
+    me = members.index(c.rank)
+    return ALLTOALLV_OWN_BLOCK if s.send[me] != s.recv[me] else None
 
 
 def gloo_exchanges_nothing(c: Call) -> bool:
@@ -91,11 +99,19 @@ def collective_results(calls: list[Call], gloo: bool = True, alike: bool = False
                          and c.root == c0.root and c.payload.numel == c0.payload.numel for c in calls)
     if c0.op in ("all_reduce", "broadcast", "all_gather") and alike:
         return dict.fromkeys(ranks, _result_for(c0, calls, ranks, gloo))
-    if gloo and any(c.payload.numel != c0.payload.numel for c in calls):  # else: reinterpreted below
+    if gloo and (any(c.payload.numel != c0.payload.numel for c in calls) or _ops_mix(calls)):  # else: reinterpreted below
         mixed = _mixed_bytes(calls)
         if mixed is not None:
             return mixed
     return {c.rank: _result_for(c, calls, ranks, gloo) for c in calls}
+
+
+def _ops_mix(calls: list[Call]) -> bool:
+    """An all_reduce whose ranks reduce with different functions (SUM next to MAX): Gloo's ring
+    reduces each segment with its owner's function and copies it verbatim to everyone, so all
+    ranks get one patchwork, not each its own op's result (torch 2.13, 3 ranks, rank 0 MAX).
+    AVG is SUM on the wire (divided locally after), so SUM next to AVG is no mix."""
+    return calls[0].op == "all_reduce" and len({"sum" if c.reduce_op == "avg" else c.reduce_op for c in calls}) > 1
 
 
 def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
@@ -110,8 +126,9 @@ def _mixed_bytes(calls: list[Call]) -> dict[int, Payload] | None:
     if any(a is None for a in arrays.values()):
         return None
     try:
-        res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),
-                                      {r: a.tolist() for r, a in arrays.items()})  # type: ignore[union-attr]
+        res = gloo_rules.mixed_result(gloo_bridge.rule_calls(calls), len(calls),  # calls: group-rank order
+                                      {r: a.tolist() for r, a in arrays.items()},  # type: ignore[union-attr]
+                                      members=[c.rank for c in calls])
     except (ValueError, KeyError, NotImplementedError, LimitError):
         return None  # too large to model byte by byte (simdist.limits), or a case the model lacks
     out = {}

@@ -50,8 +50,9 @@ NP_DTYPES: dict[str, Any] = {
 class Splits:
     """An all_to_all's element counts, in group-rank order: what this rank sends to each
     rank and receives from each (uneven for all_to_all_single with split sizes). `given`:
-    the caller passed split sizes, even ones too, so ProcessGroupGloo runs Gloo's alltoallv
-    (its own slot prefix) instead of alltoall (torch 2.13, measured)."""
+    the caller passed split sizes, so ProcessGroupGloo runs Gloo's alltoallv (else alltoall).
+    The two share their slot prefix and, for even counts, their messages: it decides only
+    which of their local checks fails (`engine.results.gloo_local_error`)."""
 
     send: tuple[int, ...]
     recv: tuple[int, ...]

@@ -121,7 +121,9 @@ def _groups(dumps: Dumps) -> list[PG]:
             name, ranks = WORLD, list(range(dumps.world_size))
         else:
             name = desc if desc and desc not in (UNDEFINED_DESC, WORLD) and desc not in names else f"pg{pg_name}"
-            ranks = sorted(configured or ranks_seen)
+            # torch's pg_config lists them in group-rank order (new_group's sort_ranks=False
+            # keeps the given one), which p2p ends and roots index: only the ranks seen sorted
+            ranks = list(configured) if configured else sorted(ranks_seen)
         names.add(name)
         groups.append(PG(name, pg_name, desc, ranks))
     return groups

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 
 from simdist.procs import LocalProcess
-from simdist.races import PEER_GONE
+from simdist.race_walk import PEER_GONE
 from simdist.report import RankError
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import latest

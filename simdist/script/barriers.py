@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from simdist.script.deadlines import TIE_S
 from simdist.script.ranks import Block, RankConn
 from simdist.script.stores import STORE_PREFIX
 
@@ -71,11 +72,13 @@ def barrier_timeout(rank: int, key: str, count: int, joined: int, limit_s: float
 
 
 class StoreBarrierMixin:
-    """The coordinator's side of the store-based barrier. Needs `gens`, `measure_compute`, `_send`."""
+    """The coordinator's side of the store-based barrier. Needs `gens`, `measure_compute`,
+    `_send` and `_next_deadline` (`expiry.GlooTimeoutsMixin`)."""
 
     gens: list[Any]
     measure_compute: bool
     _send: Any
+    _next_deadline: Any
 
     def _store_barrier(self, conn: RankConn, h: dict[str, Any]) -> None:
         """A rank entered torch's store-based barrier under `key` (a group's name): it returns
@@ -109,13 +112,21 @@ class StoreBarrierMixin:
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": error})
 
     def _barrier_expire(self) -> bool:
-        """Nothing else can progress: the ranks waiting in a store-based barrier with a timeout
-        raise torch's error (`barrier_timeout`). Whether one did."""
-        fired = False
-        for gen in self.gens:
-            for key, waiting in gen.barriers.items():
-                for w in list(waiting.values()):
-                    if not w.failed and w.limit_s is not None and w.conn.active():
-                        self._barrier_failed(w, key, len(waiting))
-                        fired = True
-        return fired
+        """Nothing else can progress: the ranks waiting in a store-based barrier whose timeout
+        runs out first raise torch's error (`barrier_timeout`), those within `deadlines.TIE_S`
+        of the earliest, and only if no Gloo timeout comes before (`_next_deadline`): a rank
+        whose recv times out at 2 s may catch it and enter the barrier, making the count whole
+        before the others' 10 s turn ends. Whether one did."""
+        timed = [(w.clock + after, w, key, waiting) for gen in self.gens for key, waiting in gen.barriers.items()
+                 for w in waiting.values()
+                 if not w.failed and (after := w.raises_after()) is not None and w.conn.active()]
+        if not timed:
+            return False
+        first = min(t for t, *_ in timed)
+        gloo = self._next_deadline()
+        if gloo is not None and gloo < first:
+            return False
+        for t, w, key, waiting in sorted(timed, key=lambda x: (x[0], x[1].conn.rank)):
+            if t <= first + TIE_S:
+                self._barrier_failed(w, key, len(waiting))
+        return True

@@ -17,7 +17,7 @@ from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
-from simdist.races import failed_at
+from simdist.race_walk import failed_at
 from simdist.report import (
     SHUTDOWN_ABORT,
     CodeLocation,

@@ -258,9 +258,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         frames, user, origin = _site(h["dt"], tuple(tuple(f) for f in raw))
         payload = payloads.to_payload(data, h["dt"], int(h["n"]))
         if h.get("splits"):
-            send, recv, *given = h["splits"]
+            send, recv, given = h["splits"]
             payload = dataclasses.replace(payload, meta=Splits(tuple(int(n) for n in send), tuple(int(n) for n in recv),
-                                                               bool(given and given[0])))
+                                                               bool(given)))
         if op in P2P_OPS:
             peer = None if h.get("peer") is None else int(h["peer"])  # None: a recv from any source
             work = engine.p2p(rank, op, payload, peer, tag=int(h.get("tag") or 0), origin=origin,

@@ -22,7 +22,7 @@ its rank waits on at that step of Gloo's algorithm, which the engine does not mo
 measurements: docs/script-backend.md, "Near ties"). A send's or receive's deadline is armed
 when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is not
 modelled: a run that would sit for 30 minutes is reported as the hang it is, at once (the
-rank layer sends a group's timeout only when it is shorter, `rank.pg.create`).
+rank layer sends a group's timeout only when it is shorter, `rank.backend.create`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ def message(op: str, limit_s: float) -> str:
 WAIT_TIMED_OUT = "Operation timed out!"  # torch's Work::wait(timeout) when the op is still running
 
 
+def first_deadline(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> float | None:
+    """The earliest of `due`'s deadlines: the records' (those that have one) and the waits'; None: none."""
+    return min([r.deadline for _, r in pending if r.deadline is not None] + [u for _, _, u in waits], default=None)
+
+
 def due(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()) -> tuple[list, list]:
     """What fires next of `(conn, rec)` pairs whose record has a deadline (the op's own or its
     group's) and `(conn, rec, until)` waits with their own timeout (`Work.wait(timeout=)`):
@@ -67,7 +72,7 @@ def due(pending: list[tuple[Any, Any]], waits: list[tuple[Any, Any, float]] = ()
     only the wait (torch raises "Operation timed out!", the op goes on); one due before any
     op's deadline fires alone."""
     timed = [(c, r) for c, r in pending if r.deadline is not None]
-    first = min([r.deadline for _, r in timed] + [u for _, _, u in waits], default=None)
+    first = first_deadline(timed, waits)
     if first is None:
         return [], []
     first_wait = min((u for _, _, u in waits), default=None)

@@ -32,9 +32,7 @@ class GlooTimeoutsMixin:
         whether one ended (the run goes on); False: no deadline is left, the run hangs."""
         if self.backend != "gloo":
             return False
-        live = self._live()
-        due, waits = deadlines.due([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
-                                   [(c, *c.wait_until) for c in live if c.wait_until is not None])
+        due, waits = deadlines.due(*self._timed_waits())
         self._fire(due)
         for conn, rec in due:
             conn.clock = max(conn.clock, rec.deadline or 0.0)  # every rank waited until then
@@ -42,6 +40,18 @@ class GlooTimeoutsMixin:
             self._give_up(conn)
         self._pump()
         return bool(due or waits)
+
+    def _timed_waits(self) -> tuple[list[tuple[RankConn, OpRecord]], list[tuple[RankConn, OpRecord, float]]]:
+        """The live ranks' unfinished ops and their `Work.wait(timeout=)` waits (`deadlines.due`'s input)."""
+        live = self._live()
+        return ([(c, rec) for c in live for rec in c.ops.values() if not rec.done],
+                [(c, *c.wait_until) for c in live if c.wait_until is not None])
+
+    def _next_deadline(self) -> float | None:
+        """The simulated time at which Gloo's timeout ends a wait next (`_expire`); None: none.
+        Other waits that expire when nothing can progress (the store-based barrier's) fire
+        only if they come no later: a rank freed by this one may end them."""
+        return deadlines.first_deadline(*self._timed_waits()) if self.backend == "gloo" else None
 
     def _overdue(self, posting: RankConn | None = None) -> None:
         """Ranks' simulated clocks moved on without them posting what other ranks' waits need

@@ -53,6 +53,20 @@ class Creating:
     failed: bool = False  # its timeout ran out: it raised, its address stays in the store
     since: float = field(default_factory=time.time)  # when it came (wall time: the status lines')
 
+    def index(self) -> int:
+        """The group rank it registers its address under: its place in its own `ranks`."""
+        return self.ranks.index(int(self.conn.rank))  # type: ignore[arg-type]
+
+
+def unregistered(waiting: dict[int, Creating], size: int) -> list[int]:
+    """The group ranks whose address no rank has put in the store yet. Each rank registers
+    under its own place in the ranks it passed, so ranks that passed the same members in
+    different orders (`new_group(ranks, sort_ranks=False)`) can leave a group rank unwritten:
+    all of them wait for it (torch 2.13: rank r passing [r, 1 - r] at 2 ranks, both raise
+    the store's wait timeout for group rank 1)."""
+    written = {w.index() for w in waiting.values()}
+    return [i for i in range(size) if i not in written]
+
 
 def group_timeout(limit_s: float, key: str, missing: int) -> tuple[str, str]:
     """What a member raises when its wait at the store for member `missing`'s address (its
@@ -95,7 +109,7 @@ class GroupsMixin:
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
         have = conn.gen.engine.add_group(h["g"], ranks)
-        if have != ranks:
+        if sorted(have) != sorted(ranks):
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
         if h.get("req") is None:
             return
@@ -109,7 +123,7 @@ class GroupsMixin:
         waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
                                       ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
         conn.wait_in_request(Block([], time.time(), frames, NEW_GROUP_WAIT))
-        if have != ranks or set(waiting) >= set(ranks):
+        if sorted(have) != sorted(ranks) or not unregistered(waiting, len(ranks)):
             # every address is in the store; one of a member that timed out and left refuses the connect
             gone = [r for r, w in waiting.items() if w.failed]
             refused = {"raise": ("RuntimeError", f"{REFUSED} (rank {gone[0]} timed out in new_group)")} if gone else {}
@@ -122,7 +136,7 @@ class GroupsMixin:
 
     def _group_failed(self, w: Creating, waiting: dict[int, Creating]) -> None:
         """`w`'s wait ran out: it raises the store's error (`group_timeout`), its clock at its entry + T."""
-        missing = next(i for i, m in enumerate(w.ranks) if m not in waiting)
+        missing = unregistered(waiting, len(w.ranks))[0]
         w.failed, w.conn.clock = True, w.clock + (w.limit_s or 0.0)
         w.conn.answered()
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})

@@ -132,7 +132,7 @@ class RankConn:
     # another thread's operation may replace `block` and end, and the rank waits here again (`unblock`)
     request_wait: Block | None = None
     clock: float = 0.0
-    # per thread of its process (`threading.get_ident`): the CPU time that thread had at its last
+    # per thread of its process (`rank.client.thread_key`): the CPU time that thread had at its last
     # message. Each message carries its sending thread's `time.thread_time()`, so one mark for all
     # threads took a side thread's post as the mark and then counted the main thread's whole CPU
     # since its start (imports included) as compute at its next message

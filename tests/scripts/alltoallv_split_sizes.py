@@ -1,9 +1,9 @@
 """all_to_all_single given split sizes, even ones on one rank: ProcessGroupGloo runs Gloo's
-alltoallv whenever split sizes are given (alltoall only when none are), so rank 1's even
-splits pair with rank 0's uneven ones. Rank 0 sends rank 1 three elements where rank 1
+alltoallv whenever split sizes are given (alltoall only when none are; the two share their
+slot prefix, so either would pair), so rank 1's even splits pair with rank 0's uneven ones. Rank 0 sends rank 1 three elements where rank 1
 expects two: the longer message aborts rank 1 (SIGABRT in Gloo's I/O thread), as in
 alltoall; rank 0 got its two elements from rank 1 and fails in the next all_reduce with
-rank 1 gone. The simulator took even splits for alltoall, a different slot, and reported
+rank 1 gone. The simulator took even splits for alltoall, in its model a different slot, and reported
 a hang until both timeouts. Found probing bench/script_sweep.py's `all_to_all_uneven`.
 2 ranks."""
 

@@ -8,7 +8,15 @@ gather to group rank 0 (`group_dst`), a send/recv between group ranks 0 and 1.
     timeout T      [world - 1, 0] with timeout=T s; rank 0 exits first: the last rank
                    raises the store's error naming the member it waits for by group rank
     late           [world - 1, 0]; rank 0 sleeps 1.5 s first: the last rank waits for it
-Any world size >= 2.
+    ops            [1, 0, 2, ...]: the ring's order differs from the ascending one: group
+                   rank 0 all-reduces with MAX, the others with SUM (Gloo pairs them; each
+                   segment is reduced by its owner's op, the owner a group rank)
+    sizes          [1, 0, 2, ...]: group rank 0 all-reduces 8 elements, the others 6: which
+                   rank aborts on the longer message follows the ring of group ranks
+    orders T       each rank passes the world with itself first, timeout=T s: each registers
+                   as group rank 0, nobody as 1, and every rank raises the store's wait
+                   timeout for group rank 1
+Any world size >= 2 (ops, sizes: >= 3).
 """
 
 import sys
@@ -23,6 +31,19 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ranks = list(reversed(range(world))) if mode == "world" else [world - 1, 0]
+    if mode == "orders":
+        dist.new_group([rank, *(r for r in range(world) if r != rank)], sort_ranks=False,
+                       timeout=__import__("datetime").timedelta(seconds=float(sys.argv[2])))
+        return
+    if mode in ("ops", "sizes"):
+        ranks = [1, 0, *range(2, world)]
+        g = dist.new_group(ranks, sort_ranks=False)
+        first = dist.get_rank(g) == 0
+        t = torch.arange(8 if first and mode == "sizes" else 6, dtype=torch.float32) * (rank + 1)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if first and mode == "ops" else dist.ReduceOp.SUM, group=g)
+        print(f"rank {rank}: {t.tolist()}", flush=True)
+        dist.destroy_process_group()
+        return
     if mode == "late" and rank == 0:
         time.sleep(1.5)
     if mode == "timeout":

@@ -86,7 +86,7 @@ def _after_import(name: str, callback: Callable[[Any], None]) -> None:
 
 # The rank layer's modules that compiled code calls and dynamo must trace like torch's own
 # (a skipped function is a graph break): the remapped moves and the shims of torch.cuda.
-_TRACED = ("devices.py", "gpu_memory.py", "gpu_shims.py")
+_TRACED = ("amp.py", "cuda_init.py", "device_args.py", "devices.py", "gpu_memory.py", "gpu_shims.py")
 
 
 def _on_dynamo(_dynamo: Any) -> None:

@@ -41,6 +41,19 @@ IDLE_POLL_S = 0.04
 IDLE_CONFIRM_S = 0.12
 IDLE_CPU_EPS_S = 0.0005
 EXIT_COORDINATOR_GONE = 70
+_THREAD_KEYS = itertools.count(1)
+_THREAD = threading.local()
+
+
+def thread_key() -> int:
+    """This thread's key for its compute mark (`ranks.RankConn.cpu_marks`), unique for the
+    process's life: `threading.get_ident()` is handed again to a thread started after another
+    ended (CPython does so at once), and the coordinator then measured the new thread's CPU
+    against the ended one's mark."""
+    key = getattr(_THREAD, "key", None)
+    if key is None:
+        key = _THREAD.key = next(_THREAD_KEYS)
+    return key
 hard_exit = os._exit  # the real one: `exits` wraps os._exit to report the exit first
 
 
@@ -93,7 +106,7 @@ class Client:
         registered = None
         self._parked()
         if "cpu" in header:  # its sender's `time.thread_time()`: the coordinator keeps a mark per thread
-            header["tid"] = threading.get_ident()
+            header["tid"] = thread_key()
         try:
             with self._send_lock:
                 if register is not None:

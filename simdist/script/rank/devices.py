@@ -16,9 +16,7 @@ Scripts written for GPUs (`cuda:{rank}`, `.to(rank)`, `.cuda()`, `torch.cuda.set
   are replaced for that;
 * `Module.to`/`.cuda()` parse their device before any tensor call, so they name `cuda:N`
   to torch and move each tensor through the patched `Tensor.to`;
-* `torch.autocast("cuda")` (and `torch.cuda.amp.autocast`) autocasts on the CPU, to the dtype
-  CUDA's would (float16 unless given): CUDA's would find no device ("Torch not compiled with
-  CUDA enabled" once it asks whether the GPU does bfloat16);
+* `torch.autocast("cuda")` autocasts on the CPU (`simdist.script.rank.amp`);
 * storages move through `torch.storage._to`, which `torch.load` calls for every storage whose
   location (saved, or `map_location=`) is a CUDA device (`map_location=f"cuda:{rank}"`, a
   checkpoint written on a GPU), and `UntypedStorage.cuda()` too: remapped there;
@@ -45,50 +43,21 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import device_view, gpu_memory, gpu_shims
-
-_CPU = torch.device("cpu")
-
-
-def is_accelerator(device: Any) -> bool:
-    """Whether a device argument means a CUDA device (an int is an accelerator index; a device
-    torch's own code read off a simulated GPU tensor is that GPU: `device_view.host_index`)."""
-    if isinstance(device, bool):
-        return False
-    if isinstance(device, int):
-        return True
-    if isinstance(device, str):
-        return device.startswith("cuda")
-    if isinstance(device, torch.device):  # (not asked inside a compiled function: dynamo skips
-        # device_view, and its devices there are its fake tensors' own, never one of those objects)
-        return device.type == "cuda" or (device.type == "cpu" and not _compiling()
-                                         and device_view.host_index(device) is not None)
-    return False
-
-
-def _remap_args(args: tuple) -> tuple:
-    return tuple(_CPU if is_accelerator(a) else a for a in args)
-
+from simdist.script.rank import amp, cuda_init, device_view, gpu_memory, gpu_shims
+from simdist.script.rank.device_args import (
+    CPU as _CPU,
+)
+from simdist.script.rank.device_args import (
+    compiling,
+    is_accelerator,
+    is_cpu,
+    move_target,
+    remap_args,
+    stands_for_gpu,
+    target_index,
+)
 
 _PLAIN = gpu_memory.PLAIN
-
-
-def stands_for_gpu(t: Any) -> bool:
-    """Whether `t` is a CPU tensor that stands for a GPU tensor (its storage is GPU memory:
-    `simdist.script.rank.gpu_memory`)."""
-    return gpu_memory.gpu_index(t) is not None
-
-
-def _target_index(device: Any) -> int:
-    """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
-    if isinstance(device, torch.device):
-        read_off = device_view.host_index(device) if device.type == "cpu" else None  # (`is_accelerator`)
-        if read_off is not None:
-            return read_off
-        return gpu_shims._Gpus.current if device.index is None else device.index
-    if isinstance(device, str):
-        return _target_index(torch.device(device))
-    return int(device)
 
 
 # Factories that return their input's memory when it is already where they place it: on a
@@ -114,11 +83,11 @@ class CudaToCpu(TorchFunctionMode):
                 if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
                     out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
-                gpu_shims.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
+                cuda_init.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
                 if torch.compiler.is_compiling():
                     return out
-                index = _target_index(dev)
+                index = target_index(dev)
                 if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and \
                         gpu_memory.gpu_index(args[0]) != index:
                     out = out.clone()  # (`_MAY_ALIAS`)
@@ -132,34 +101,16 @@ class CudaToCpu(TorchFunctionMode):
         kind = type(out)  # a new tensor or several (an in-place op returns its input: nothing new)
         if (kind in _PLAIN and out is not args[0]) or kind is list or (kind is not torch.Size
                                                                          and isinstance(out, tuple)):
-            if not _compiling():
+            if not compiling():
                 index = gpu_memory.input_index(args)
                 if index is not None:
                     gpu_memory.mark_outputs(out, index)
         return out
 
 
-_compiling = torch.compiler.is_compiling
-
 # The calls that decide their result's device themselves (the patched moves below), or
 # whose result is host data: the mode does not propagate a device to their results.
 _MOVES: set[Any] = set()
-
-
-def _move_target(args: tuple, kwargs: dict) -> Any:
-    """The device (or tensor) a `Tensor.to`/`Module.to` call names (None: a dtype only)."""
-    if "device" in kwargs:
-        return kwargs["device"]
-    if "other" in kwargs:
-        return kwargs["other"]
-    if args and isinstance(args[0], (str, int, torch.device, torch.Tensor)) and not isinstance(args[0], bool):
-        return args[0]
-    return None
-
-
-def _is_cpu(device: Any) -> bool:
-    return (isinstance(device, str) and device.startswith("cpu")) or (
-        isinstance(device, torch.device) and device.type == "cpu")
 
 
 def _destination(self: torch.Tensor, target: Any) -> tuple[bool, int | None]:
@@ -170,8 +121,8 @@ def _destination(self: torch.Tensor, target: Any) -> tuple[bool, int | None]:
     if isinstance(target, torch.Tensor):
         return True, gpu_memory.gpu_index(target)
     if is_accelerator(target):
-        return True, _target_index(target)
-    return _is_cpu(target), None
+        return True, target_index(target)
+    return is_cpu(target), None
 
 
 def _patch_tensor_moves() -> None:
@@ -190,13 +141,13 @@ def _patch_tensor_moves() -> None:
 
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        target = _move_target(args, kwargs)
+        target = move_target(args, kwargs)
         if is_accelerator(target) or stands_for_gpu(target):  # torch's `to` initialises CUDA for a CUDA device
-            gpu_shims.lazy_init()
+            cuda_init.lazy_init()
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
-            return orig_to(self, *_remap_args(args), **kwargs)
+            return orig_to(self, *remap_args(args), **kwargs)
         placed, dest = _destination(self, target)
         if not placed:
             return plain_to(self, *args, **kwargs)
@@ -206,16 +157,16 @@ def _patch_tensor_moves() -> None:
                 args = (*args[:copy_at], True, *args[copy_at + 1:])
             else:
                 kwargs["copy"] = True
-        out = plain_to(self, *_remap_args(args), **kwargs)
+        out = plain_to(self, *remap_args(args), **kwargs)
         return out if dest is None else gpu_memory.mark(out, dest)
 
     @functools.wraps(torch.Tensor.cuda)
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        gpu_shims.lazy_init()  # (torch's `Tensor.cuda` initialises CUDA first)
+        cuda_init.lazy_init()  # (torch's `Tensor.cuda` initialises CUDA first)
         if type(self) not in _PLAIN or torch.compiler.is_compiling():
             return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
-        dest = _target_index("cuda" if device is None else device)
+        dest = target_index("cuda" if device is None else device)
         copy = gpu_memory.gpu_index(self) != dest
         return gpu_memory.mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format,
                                         copy=copy), dest)
@@ -276,62 +227,11 @@ def _patch_storage_moves() -> None:
     @functools.wraps(orig)
     def _to(self: Any, device: torch.device, non_blocking: bool = False) -> Any:
         if is_accelerator(device):
-            gpu_shims.lazy_init()
-            return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), _target_index(device))
+            cuda_init.lazy_init()
+            return gpu_memory.mark_storage(orig(self, _CPU, non_blocking), target_index(device))
         return orig(self, device, non_blocking)
 
     ts._to = _to
-
-
-def _patch_autocast() -> None:
-    """`autocast` for CUDA autocasts on the CPU (see the module's docstring)."""
-    from torch.amp.autocast_mode import autocast
-
-    orig = autocast.__init__
-
-    @functools.wraps(orig)
-    def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, *args: Any, **kwargs: Any) -> None:
-        if isinstance(device_type, str) and device_type.startswith("cuda"):
-            device_type, dtype = "cpu", dtype if dtype is not None else torch.get_autocast_dtype("cuda")
-        orig(self, device_type, dtype, *args, **kwargs)
-
-    autocast.__init__ = __init__  # type: ignore[method-assign]
-    _patch_autocast_state()
-
-
-def _patch_autocast_state() -> None:
-    """Whether CUDA's autocast is on, and its dtype, read as the CPU's, which `autocast("cuda")`
-    sets here: inside one a GPU's `torch.is_autocast_enabled()` (no device: CUDA's),
-    `is_autocast_enabled("cuda")`, `get_autocast_dtype("cuda")` and `get_autocast_gpu_dtype()`
-    say it is on and to which dtype; CUDA's own state here is never set (False, float16), so
-    `torch.amp.custom_fwd(device_type="cuda")` and code picking its dtype by them took their
-    no-autocast path. The dtype outside is CUDA's default (float16). A GPU script's own
-    `torch.autocast("cpu")` reads as CUDA's too (one state for both here)."""
-    orig_enabled, orig_dtype, orig_gpu_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype, \
-        torch.get_autocast_gpu_dtype
-
-    def names_cuda(device_type: Any) -> bool:
-        return device_type is None or (isinstance(device_type, str) and device_type.startswith("cuda"))
-
-    @functools.wraps(orig_enabled)
-    def is_autocast_enabled(*args: Any, **kwargs: Any) -> bool:
-        device_type = args[0] if args else kwargs.get("device_type")
-        return orig_enabled("cpu") if names_cuda(device_type) else orig_enabled(*args, **kwargs)
-
-    @functools.wraps(orig_dtype)
-    def get_autocast_dtype(device_type: Any) -> torch.dtype:
-        if names_cuda(device_type) and orig_enabled("cpu"):
-            return orig_dtype("cpu")
-        return orig_dtype(device_type)
-
-    @functools.wraps(orig_gpu_dtype)
-    def get_autocast_gpu_dtype() -> torch.dtype:
-        dtype = orig_gpu_dtype()  # (its deprecation warning, as torch's)
-        return orig_dtype("cpu") if orig_enabled("cpu") else dtype
-
-    torch.is_autocast_enabled = is_autocast_enabled  # type: ignore[assignment]
-    torch.get_autocast_dtype = get_autocast_dtype  # type: ignore[assignment]
-    torch.get_autocast_gpu_dtype = get_autocast_gpu_dtype  # type: ignore[assignment]
 
 
 def _enter_in_new_threads() -> None:
@@ -356,9 +256,9 @@ def _patch_module_to() -> None:
 
     @functools.wraps(orig_to)
     def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        target = _move_target(args, kwargs)
+        target = move_target(args, kwargs)
         if is_accelerator(target):
-            device = torch.device("cuda", _target_index(target))
+            device = torch.device("cuda", target_index(target))
             if "device" in kwargs:
                 kwargs = {**kwargs, "device": device}
             else:
@@ -472,9 +372,9 @@ def _patch_device_context() -> None:
     def __torch_function__(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if is_accelerator(self.device) and kwargs.get("device") is None and func in ud._device_constructors():
-            gpu_shims.lazy_init()
+            cuda_init.lazy_init()
             out = func(*args, **{**kwargs, "device": _CPU})
-            gpu_memory.mark_outputs(out, _target_index(self.device))
+            gpu_memory.mark_outputs(out, target_index(self.device))
             return out
         return orig(self, func, types, args, kwargs)
 
@@ -507,7 +407,7 @@ def install(gpus: int) -> None:
     _patch_record_stream()
     _patch_module_to()
     _patch_storage_moves()
-    _patch_autocast()
+    amp.install()
     _patch_ddp()
     _patch_barrier_device()
     _patch_device_context()

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_allocator, gpu_shims
+from simdist.script.rank import cuda_init, gpu_allocator
 
 _ATTR = "_simdist_cuda_index"
 _BLOCK = "_simdist_cuda_block"  # the storage's `_Allocation` on its simulated GPU
@@ -128,15 +128,6 @@ def mark(t: Any, index: int) -> Any:
     return t
 
 
-def unmark(t: Any) -> None:
-    """`t`'s memory is host memory again (a module moved to the CPU in place, by the caller)."""
-    if gpu_index(t) is not None:
-        storage = t.untyped_storage()
-        delattr(storage, _ATTR)
-        if hasattr(storage, _BLOCK):  # (a received tensor's memory has none: `rebuild_on_gpu`)
-            delattr(storage, _BLOCK)
-
-
 def mark_storage(storage: Any, index: int) -> Any:
     """A storage placed on a simulated GPU (`torch.load(map_location="cuda")`)."""
     untyped = getattr(storage, "_untyped_storage", storage)  # a TypedStorage wraps one
@@ -221,10 +212,10 @@ def rebuild_on_gpu(index: int, rebuild: Any, args: tuple) -> Any:
     the receiver a tensor on the same device. CUDA is initialised first, as torch's
     `rebuild_cuda_tensor` calls `torch.cuda._lazy_init()` for a storage it has not received
     before (torch/multiprocessing/reductions.py): a forked child raises "Cannot re-initialize
-    CUDA in forked subprocess" there (`gpu_shims.lazy_init`). The memory is the sender's
+    CUDA in forked subprocess" there (`cuda_init.lazy_init`). The memory is the sender's
     (`cudaIpcOpenMemHandle` maps the sender's block): the receiver's allocator is not asked for
     it, so its `memory_allocated` does not count it, as a receiver's does not."""
-    gpu_shims.lazy_init()
+    cuda_init.lazy_init()
     t = rebuild(*args)
     if type(t) in PLAIN:
         setattr(t.untyped_storage(), _ATTR, index)

@@ -15,23 +15,19 @@ tensor of them on the CPU).
   while `torch.cuda` said 8 GPUs, so such a script took its CPU path, or failed ("Cannot
   access accelerator device when none is available"); and `torch._C._get_accelerator`, which
   torch's own code asks (FSDP2's default mesh, `torch.get_device_module()`);
-* CUDA's initialisation across `fork` (`_Init`): a process that initialised CUDA, or only
-  asked `is_available()`, forks children in which CUDA cannot be initialised, as torch's
-  own: their first CUDA use raises torch's "Cannot re-initialize CUDA in forked subprocess"
-  (a DataLoader worker's collate that calls `.cuda()`, an `mp.Process` with the fork start
-  method, `os.fork`); a child forked before that, or started with spawn, uses its GPU.
+* CUDA's initialisation, and what it does across `fork`, is `simdist.script.rank.cuda_init`'s
+  (every shim of a call that initialises CUDA calls its `lazy_init` first).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_allocator
+from simdist.script.rank import cuda_init, gpu_allocator
 
 
 class _Gpus:
@@ -49,75 +45,6 @@ def _index(device: Any) -> int:
     return int(device)
 
 
-class _Init:
-    """torch's CUDA initialisation state, as it matters across `fork`.
-
-    torch (torch/csrc/cuda/Module.cpp, torch/csrc/utils/device_lazy_init.cpp): the first
-    CUDA call that needs the runtime goes through `device_lazy_init`, which calls
-    `torch.cuda._lazy_init` (torch/cuda/__init__.py), which calls `torch._C._cuda_init`;
-    that, and `_cuda_getDeviceCount` (behind `torch.cuda.is_available()`, "will poison fork"
-    unless PYTORCH_NVML_BASED_CUDA_CHECK=1: its docstring), register a `pthread_atfork` child
-    handler once per process (`poison_fork` / `register_fork_handler_for_device_init`). In a
-    child forked after that, `torch._C._cuda_isInBadFork()` is true and CUDA counts as not
-    initialised, so the child's first CUDA use calls `_lazy_init` again, which raises
-    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you
-    must use the 'spawn' start method". `is_available()` and `device_count()` still answer
-    there (the device count is cached in the process: c10/cuda/CUDAFunctions.cpp), and
-    `torch.manual_seed` skips CUDA's generators (torch/random.py asks `_is_in_bad_fork`)."""
-
-    initialized = False  # this process initialised CUDA (`lazy_init` passed)
-    poisoned = False  # the fork handler is registered: children are bad forks
-    bad_fork = False  # this process was forked after its parent's `poisoned`
-
-
-def poison_fork() -> None:
-    """What registers torch's fork handler (`_Init`)."""
-    _Init.poisoned = True
-
-
-def in_bad_fork() -> bool:
-    """`torch.cuda._is_in_bad_fork()` (torch's `torch._C._cuda_isInBadFork`, absent from a CPU
-    build: torch.cuda then said False in every child)."""
-    return _Init.bad_fork
-
-
-_TORCH_LAZY_INIT: Any = None  # torch's own `torch.cuda._lazy_init` (install)
-
-
-def lazy_init() -> None:
-    """CUDA initialised, as torch's `_lazy_init` does on a call that needs the runtime: in a
-    bad fork torch's own `_lazy_init` runs, which raises its "Cannot re-initialize CUDA in
-    forked subprocess" from torch/cuda/__init__.py (it asks `_is_in_bad_fork`, `in_bad_fork`
-    here), every time, as there; elsewhere the process is initialised and poisons fork."""
-    if _Init.initialized:
-        return
-    if _Init.bad_fork:
-        _TORCH_LAZY_INIT()
-    _Init.initialized = _Init.poisoned = True
-
-
-def _after_fork_in_child() -> None:
-    """torch's fork handler (`_Init`): a child of a poisoned process is a bad fork, with CUDA
-    not initialised."""
-    if _Init.poisoned:
-        _Init.bad_fork, _Init.initialized = True, False
-
-
-def fresh_process() -> None:
-    """A process that starts as a new interpreter would (a rank the zygote forks: what the
-    zygote's own imports did is not the script's)."""
-    _Init.initialized = _Init.poisoned = _Init.bad_fork = False
-    gpu_allocator.reset()
-
-
-def _initialising(fn: Any) -> Any:
-    """`fn` after `lazy_init`, as torch's function of that name initialises CUDA first."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        lazy_init()
-        return fn(*args, **kwargs)
-    return call
-
-
 def is_available() -> bool:
     """`torch.cuda.is_available()`: True, and the process poisons fork as torch's
     `_cuda_getDeviceCount` does, unless PYTORCH_NVML_BASED_CUDA_CHECK=1 (then torch counts
@@ -125,7 +52,7 @@ def is_available() -> bool:
     import torch.cuda as tc
 
     if not tc._nvml_based_avail():
-        poison_fork()
+        cuda_init.poison_fork()
     return True
 
 
@@ -143,7 +70,7 @@ def _select_index(index: int) -> None:
     """Device `index` becomes the current one: a negative index is a no-op (torch), any other
     initialises CUDA first (`_cuda_setDevice`, `_accelerator_setDeviceIndex`)."""
     if index >= 0:
-        lazy_init()
+        cuda_init.lazy_init()
         _Gpus.current = index
 
 
@@ -177,9 +104,9 @@ class _DeviceContext:
         if self.device is None:
             pass
         elif isinstance(self.device, _Stream):
-            lazy_init()
+            cuda_init.lazy_init()
         elif _index(self.device) >= 0:
-            lazy_init()
+            cuda_init.lazy_init()
             _Gpus.current = _index(self.device)
 
     def __exit__(self, *exc: Any) -> None:
@@ -267,10 +194,10 @@ def _install_queries(tc: Any) -> None:
 
     shims: dict[str, Any] = {
         # each asks the current device or the device's properties: CUDA initialised first
-        "is_bf16_supported": _initialising(lambda including_emulation=True: True),
-        "get_device_capability": _initialising(lambda device=None: (_PROPS.major, _PROPS.minor)),
-        "get_device_properties": _initialising(lambda device=None: _PROPS),
-        "ipc_collect": _initialising(lambda: None),
+        "is_bf16_supported": cuda_init.initialising(lambda including_emulation=True: True),
+        "get_device_capability": cuda_init.initialising(lambda device=None: (_PROPS.major, _PROPS.minor)),
+        "get_device_properties": cuda_init.initialising(lambda device=None: _PROPS),
+        "ipc_collect": cuda_init.initialising(lambda: None),
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
@@ -289,27 +216,24 @@ def _install_queries(tc: Any) -> None:
 def install(gpus: int) -> None:
     """`torch.cuda` and `torch.accelerator` report `gpus` devices, their streams and
     generator state work, CUDA's initialisation poisons fork (module docstring)."""
-    global _TORCH_LAZY_INIT
     import torch.cuda as tc
 
     _Gpus.count = gpus
-    if _TORCH_LAZY_INIT is None:  # once per process (the handler cannot be taken back)
-        _TORCH_LAZY_INIT = tc._lazy_init
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+    cuda_init.install()
     shims: dict[str, Any] = {
         "is_available": is_available,
         "device_count": lambda: _Gpus.count,
-        "init": lazy_init,
-        "_is_in_bad_fork": in_bad_fork,
+        "init": cuda_init.lazy_init,
+        "_is_in_bad_fork": cuda_init.in_bad_fork,
         "set_device": _set_device,
-        "current_device": _initialising(lambda: _Gpus.current),
-        "synchronize": _initialising(lambda device=None: None),
-        "get_device_name": _initialising(lambda device=None: "simdist simulated GPU (CPU)"),
+        "current_device": cuda_init.initialising(lambda: _Gpus.current),
+        "synchronize": cuda_init.initialising(lambda device=None: None),
+        "get_device_name": cuda_init.initialising(lambda device=None: "simdist simulated GPU (CPU)"),
         "device": _CudaDeviceContext,
         "Stream": _Stream,
         "Event": _Stream,
-        "current_stream": _initialising(lambda device=None: _CURRENT_STREAM),
-        "default_stream": _initialising(lambda device=None: _CURRENT_STREAM),
+        "current_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
+        "default_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
         "stream": _DeviceContext,
     }
     for name, fn in shims.items():
@@ -323,7 +247,7 @@ def install(gpus: int) -> None:
 def _allocator(index: int) -> gpu_allocator.DeviceAllocator:
     """Device `index`'s allocator, as c10's `assertValidDevice` admits it: CUDA initialised
     (before that torch has no allocator for any device) and a device that exists."""
-    if not (_Init.initialized and 0 <= index < _Gpus.count):
+    if not (cuda_init._Init.initialized and 0 <= index < _Gpus.count):
         raise RuntimeError(f"Invalid device argument {index}: did you call init?")
     return gpu_allocator.device(index)
 
@@ -331,7 +255,7 @@ def _allocator(index: int) -> gpu_allocator.DeviceAllocator:
 def _memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
     """torch's `memory_stats_as_nested_dict`: {} until CUDA is initialised (and in a bad
     fork), else the device's allocator statistics (`gpu_allocator`)."""
-    if not _Init.initialized:
+    if not cuda_init._Init.initialized:
         return {}
     return _allocator(_cuda_device_index(device, optional=True)).stats()
 
@@ -339,7 +263,7 @@ def _memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 def _empty_cache() -> None:
     """torch's `empty_cache`: every device's cached free segments are given back (c10's
     `emptyCache` empties each device's allocator), once CUDA is initialised."""
-    if _Init.initialized:
+    if cuda_init._Init.initialized:
         for allocator in gpu_allocator.known():
             allocator.empty_cache()
 
@@ -347,7 +271,7 @@ def _empty_cache() -> None:
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
     """torch's `mem_get_info`: (free, total) of the device, free being what the device's
     segments leave (a GPU's CUDA context, ~0.5 GiB, and other processes are not modelled)."""
-    lazy_init()
+    cuda_init.lazy_init()
     index = _cuda_device_index(torch.cuda.current_device() if device is None else device, optional=True)
     return _PROPS.total_memory - _allocator(index).reserved(), _PROPS.total_memory
 
@@ -388,11 +312,11 @@ def _install_cuda_rng_shims() -> None:
     import torch.cuda.random as tcr
 
     shims: dict[str, Any] = {
-        "get_rng_state": _initialising(lambda device="cuda": torch.get_rng_state()),
+        "get_rng_state": cuda_init.initialising(lambda device="cuda": torch.get_rng_state()),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "get_rng_state_all": _initialising(lambda: [torch.get_rng_state() for _ in range(_Gpus.count)]),
+        "get_rng_state_all": cuda_init.initialising(lambda: [torch.get_rng_state() for _ in range(_Gpus.count)]),
         "set_rng_state_all": lambda new_states: [torch.set_rng_state(s) for s in new_states[:1]] and None,
-        "initial_seed": _initialising(torch.initial_seed),
+        "initial_seed": cuda_init.initialising(torch.initial_seed),
     }
     for name, fn in shims.items():
         setattr(tc, name, fn)
@@ -413,14 +337,14 @@ def _install_accelerator_shims() -> None:
         "is_available": lambda: tc.is_available(),
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
         "device_count": lambda: _Gpus.count,
-        "current_device_index": _initialising(lambda: _Gpus.current),
-        "current_device_idx": _initialising(lambda: _Gpus.current),
+        "current_device_index": cuda_init.initialising(lambda: _Gpus.current),
+        "current_device_idx": cuda_init.initialising(lambda: _Gpus.current),
         "set_device_index": _set_device_index,
         "set_device_idx": _set_device_index,
         "device_index": _DeviceContext,
         "synchronize": lambda device=None: None,
-        "current_stream": _initialising(lambda device=None: _CURRENT_STREAM),
-        "set_stream": _initialising(lambda stream: None),
+        "current_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
+        "set_stream": cuda_init.initialising(lambda stream: None),
         # the allocator's figures are torch.cuda's (`_install_memory_stats`)
         "empty_cache": lambda: tc.empty_cache(),
         "memory_stats": lambda device_index=None, /: tc.memory_stats(device_index),

@@ -28,7 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
-from simdist.script.rank import client, exits, output, pg, stack
+from simdist.script.rank import backend, client, exits, output, pg, stack
 from simdist.script.stores import rank0_hosts
 
 
@@ -295,7 +295,7 @@ def install(mode: str) -> None:
         exits.add_to_exit(lambda: {"fr": flight.dump()})
         exits.add_to_exit(lambda: {"p2p": pylog.dump(), "args": pylog.collective_args()})
         return
-    pg.register()
+    backend.register()
     _refuse_rpc()
     _patch_store_barrier()
     _patch_init(pg.BACKEND_NAME)

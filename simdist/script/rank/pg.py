@@ -22,13 +22,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import callbacks, client, gloo_args, gpu_memory, monitored, stack
 from simdist.script.rank.gloo_args import shape_text
 from simdist.script.rank.work import SimWork, SimWorks
-from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local
+from simdist.vocab import DTYPE_BYTES, PREMUL_SUM, gloo_empty_is_local, gloo_refusal
 
 BACKEND_NAME = "simdist"
 
@@ -166,8 +165,8 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result, after)
         # what Gloo runs without the wire completes here at once, as Gloo's worker thread
-        # does it: a future's callbacks then run where `then` is called (the engine agrees)
-        local = gloo_empty_is_local(op, numel) and self._gloo()
+        # does it (callbacks run where `then` is called), unless Gloo refuses its op or dtype first
+        local = gloo_empty_is_local(op, numel) and self._gloo() and gloo_refusal(op, reduce_op, dtype) is None
         work.id = c.new_op(work, track=not local)
         work.announced = not async_op if announce is None else announce
         header = {"t": "op", "id": work.id, "g": self.sim_name, "op": op, "n": numel, "dt": dtype, "ro": reduce_op,
@@ -423,30 +422,3 @@ class SimProcessGroup(dist.ProcessGroup):
         work.group_ranks = self.global_ranks
         return _futureless(work, self._gloo())
 
-
-def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
-    """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
-    given = list(opts.global_ranks_in_group)
-    ranks = given or list(range(opts.group_size))
-    name = env.group_name(str(opts.group_id), not given, client.CLIENT.generation if client.CLIENT else 1)
-    # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
-    # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
-    limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
-    if client.CLIENT is not None and given:
-        # returns once every member has made the group of this name, as Gloo's does
-        # (`Coordinator._group`)
-        reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit,
-                                       "key": str(opts.group_id), "frames": stack.caller_stack(1),
-                                       "cpu": time.thread_time()},
-                                      blocks=True)
-        if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
-            kind, message = reply["raise"]
-            raise getattr(dist, kind, RuntimeError)(message)
-    elif client.CLIENT is not None and limit is not None:
-        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
-    return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
-
-
-def register() -> None:
-    if BACKEND_NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu", "cuda"])

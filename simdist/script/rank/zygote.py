@@ -13,7 +13,7 @@ coordinator's socket, the run id, `--batches` caps, which children the script ex
 `sys.argv`, fresh seeds, the exit); here the script's own part:
 
 * `sys.path[0]` as the interpreter sets it for a script, the `--batches` caps re-read, and
-  CUDA not initialised (`gpu_shims.fresh_process`: a preloaded module that asked
+  CUDA not initialised (`cuda_init.fresh_process`: a preloaded module that asked
   `torch.cuda.is_available()` made the server's children bad forks);
 * the script runs as the `__main__` module, compiled and executed as the interpreter runs
   a script file (not imported: it is the user's program, not a module); an uncaught
@@ -85,9 +85,9 @@ def _child(request: dict[str, Any]) -> int:
 
     batches.configure()
     exits.claim()  # the rank's own process (the server's claim went with its environment)
-    shims = sys.modules.get("simdist.script.rank.gpu_shims")
-    if shims is not None:  # a new interpreter's CUDA state: the preloads' calls were not the script's
-        shims.fresh_process()
+    init = sys.modules.get("simdist.script.rank.cuda_init")
+    if init is not None:  # a new interpreter's CUDA state: the preloads' calls were not the script's
+        init.fresh_process()
     return forkserver.run_program(lambda: _run_as_main(sys.argv[0]))
 
 

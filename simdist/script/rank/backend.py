@@ -1,0 +1,48 @@
+"""The backend torch creates the simulated groups from: its registration and creator.
+
+Kept apart from `pg` (what a group does with each operation) because making a group is a
+different exchange with the coordinator: torch calls `create` for WORLD and for each
+`new_group`, and for a group of named members it waits, as Gloo's does, until every member
+has made it (`Coordinator._group`), carrying the group's timeout where it is shorter than
+torch's default (`simdist.script.deadlines`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from simdist.script import env
+from simdist.script.rank import client, stack
+from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup
+
+
+def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
+    """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
+    given = list(opts.global_ranks_in_group)
+    ranks = given or list(range(opts.group_size))
+    name = env.group_name(str(opts.group_id), not given, client.CLIENT.generation if client.CLIENT else 1)
+    # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
+    # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
+    limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
+    if client.CLIENT is not None and given:
+        # returns once every member has made the group of this name, as Gloo's does
+        # (`Coordinator._group`)
+        reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit,
+                                       "key": str(opts.group_id), "frames": stack.caller_stack(1),
+                                       "cpu": time.thread_time()},
+                                      blocks=True)
+        if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
+            kind, message = reply["raise"]
+            raise getattr(dist, kind, RuntimeError)(message)
+    elif client.CLIENT is not None and limit is not None:
+        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
+    return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
+
+
+def register() -> None:
+    if BACKEND_NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu", "cuda"])

@@ -1,0 +1,74 @@
+"""What a device argument names: a CUDA device (a simulated GPU, which one) or the host.
+
+Why a module of its own: every patch that remaps CUDA to the CPU (`simdist.script.rank.devices`:
+the torch-function mode, the tensor, module and storage moves, the wrappers' devices) reads a
+script's device arguments the same way, and one reading keeps them agreeing: an int is an
+accelerator index, `"cuda"` the current simulated GPU, and a CPU device torch's own code read
+off a simulated GPU tensor (`simdist.script.rank.device_view`) that GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from simdist.script.rank import device_view, gpu_memory, gpu_shims
+
+CPU = torch.device("cpu")
+
+compiling = torch.compiler.is_compiling
+
+
+def is_accelerator(device: Any) -> bool:
+    """Whether a device argument means a CUDA device (an int is an accelerator index; a device
+    torch's own code read off a simulated GPU tensor is that GPU: `device_view.host_index`)."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, torch.device):  # (not asked inside a compiled function: dynamo skips
+        # device_view, and its devices there are its fake tensors' own, never one of those objects)
+        return device.type == "cuda" or (device.type == "cpu" and not compiling()
+                                         and device_view.host_index(device) is not None)
+    return False
+
+
+def remap_args(args: tuple) -> tuple:
+    return tuple(CPU if is_accelerator(a) else a for a in args)
+
+
+def stands_for_gpu(t: Any) -> bool:
+    """Whether `t` is a CPU tensor that stands for a GPU tensor (its storage is GPU memory:
+    `simdist.script.rank.gpu_memory`)."""
+    return gpu_memory.gpu_index(t) is not None
+
+
+def target_index(device: Any) -> int:
+    """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
+    if isinstance(device, torch.device):
+        read_off = device_view.host_index(device) if device.type == "cpu" else None  # (`is_accelerator`)
+        if read_off is not None:
+            return read_off
+        return gpu_shims._Gpus.current if device.index is None else device.index
+    if isinstance(device, str):
+        return target_index(torch.device(device))
+    return int(device)
+
+
+def move_target(args: tuple, kwargs: dict) -> Any:
+    """The device (or tensor) a `Tensor.to`/`Module.to` call names (None: a dtype only)."""
+    if "device" in kwargs:
+        return kwargs["device"]
+    if "other" in kwargs:
+        return kwargs["other"]
+    if args and isinstance(args[0], (str, int, torch.device, torch.Tensor)) and not isinstance(args[0], bool):
+        return args[0]
+    return None
+
+
+def is_cpu(device: Any) -> bool:
+    return (isinstance(device, str) and device.startswith("cpu")) or (
+        isinstance(device, torch.device) and device.type == "cpu")
