@@ -45,11 +45,25 @@ from simdist.vocab import AGENT_TERMINATED
 
 MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
 CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
-# How long after a worker's raise real torchrun's SIGTERM reached a peer (the failed process's
-# teardown, then the agent's poll): 1.39-2.07 s in 4 runs on a loaded 2-core host (load ~5;
-# docs/script-backend.md, "torchrun's agent"). The simulator's agent acts one monitor interval
-# after the failure; a rank whose own end falls within this much after that is noted as racy.
-AGENT_WINDOW_S = 2.1
+# Real torchrun's SIGTERM reaches a peer once the failed process has ended (its teardown) and
+# the next poll saw it. Measured on this 2-core host (`bench/torchrun_teardown_tally.sh`,
+# docs/script-backend.md, "torchrun's agent"), from the failed rank's `raise`: its process
+# either aborts early in its teardown (SIGABRT, "terminate called without an active
+# exception": 0.03-0.12 s) or tears down in full (0.37-3.9 s, longer with load); the SIGTERM
+# comes 0-0.1 s after its end.
+TEARDOWN_MIN_S = 0.03  # the shortest teardown measured (the abort path)
+AGENT_EARLIEST_S = 0.06  # the band of the SIGTERM after a failure: the earliest measured ...
+AGENT_LATEST_S = 4.0  # ... and the latest (3.92 s at load 4), rounded up
+
+
+def agent_instant(failed_at: float) -> float:
+    """When the simulated agent ends the others, given the first failure on the simulated
+    clock: after the shortest teardown and a whole monitor interval, inside the measured band,
+    where simdist's real side (whose ranks skip the interpreter's teardown, `rank.exits`) ends
+    them too. A rank whose next step falls in the band is a race both ways (`AgentRace`)."""
+    return failed_at + TEARDOWN_MIN_S + MONITOR_INTERVAL_S
+
+
 RECORD_WAIT_S = 30.0  # at most this long for the records of the ranks about to be ended (halted meanwhile)
 
 
@@ -164,7 +178,7 @@ class ClockAgent:
         # (the instant only moves earlier, so a rank ended for passing it has passed the final one)
         ends = [t for c in self.coord.members() if (t := self._failed(c)) is not None]
         if ends:
-            self.at = min(ends) + MONITOR_INTERVAL_S
+            self.at = agent_instant(min(ends))
         if self.at is not None:
             for c in self.coord.members():
                 if c.connected and c.clock > self.at and c.rank is not None and c.rank < len(self.procs):

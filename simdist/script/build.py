@@ -12,6 +12,7 @@ import linecache
 import signal
 from typing import Any
 
+from simdist.agent_race import agent_race_note
 from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
@@ -31,7 +32,15 @@ from simdist.report import (
     shutdown_abort,
 )
 from simdist.script import env
-from simdist.script.agent import AGENT_WINDOW_S, MONITOR_INTERVAL_S, sigterm_error, terminated_words
+from simdist.script.agent import (
+    AGENT_EARLIEST_S,
+    AGENT_LATEST_S,
+    MONITOR_INTERVAL_S,
+    TEARDOWN_MIN_S,
+    agent_instant,
+    sigterm_error,
+    terminated_words,
+)
 from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
@@ -238,42 +247,42 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
 
 def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
-    clock. The first rank to fail (by its clock at its end) makes it act one monitor interval
-    later, at `t`; every other rank that had not ended by then is ended there by SIGTERM:
-    what it did after `t` (operations issued, lines printed, its own end) did not happen.
-    A rank that ended by `t` (a peer's loss in a collective with the failed rank) keeps its end.
+    clock. The first rank to fail (by its clock at its end) makes it act at `agent_instant`,
+    `t`; every other rank that had not ended by then is ended there by SIGTERM: what it did
+    after `t` (operations issued, lines printed, its own end) did not happen. A rank that ended
+    by `t` (a peer's loss in a collective with the failed rank) keeps its end.
     The simulated ranks ran on past `t`, but an event after `t` cannot change one before it
     (a completion comes at or after every member's post), so what stands at `t` is the same.
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
-    end, an operation, a sleep) came within `AGENT_WINDOW_S` after it (on real torchrun the
-    failed process's teardown comes first: such a rank may get there, `races.AgentRace`)."""
+    end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
+    failure (`AGENT_EARLIEST_S`-`AGENT_LATEST_S`): a race both ways (`agent_race`)."""
     by_rank = {r.rank: r for r in ranks}
-    # when each failed (a rank that lost a peer: when that peer exited or timed out, `races.failed_at`)
+    # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
     failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
               if r.status in ("error", "aborted") and r.exit is not None and r.time is not None}
     if not failed:
         return []
     first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
-    t = failed[first.rank] + MONITOR_INTERVAL_S
+    f0 = failed[first.rank]
+    t = agent_instant(f0)
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
-        if r is first or conn is None or (r.status != "hang" and r.time is not None
-                                          and failed.get(r.rank, r.time) <= t):
-            continue
-        # its first step past the instant: its own end, or (`agent.ClockAgent` ended it there) its next message
+        # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
-        if r.status != "hang" and step is not None and step <= t + AGENT_WINDOW_S:
-            notes.append(f"rank {r.rank}: its next step came {step - t:.2f} s after torchrun's agent's SIGTERM on "
-                         f"the simulated clock, within {AGENT_WINDOW_S:g} s: on real torchrun the failed rank's "
-                         f"teardown delays the SIGTERM by about that much, so it may get further there")
+        if r is not first and r.status != "hang" and step is not None and \
+                f0 + AGENT_EARLIEST_S <= step <= f0 + AGENT_LATEST_S:
+            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
+        if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
+            continue
         out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
             blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
         notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
-                     f"failed at t={failed[first.rank]:.3f} s, the agent polls every {MONITOR_INTERVAL_S:g} s)")
+                     f"failed at t={f0:.3f} s; the agent acts after the shortest teardown measured, "
+                     f"{TEARDOWN_MIN_S:g} s, and a poll, {MONITOR_INTERVAL_S:g} s)")
     return notes
 
 

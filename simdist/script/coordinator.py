@@ -222,6 +222,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
             if h["s"] == "stdout":
+                conn.advance(None, self.measure_compute)  # a line after a failed wait comes after its failure
                 conn.stdout_at.append(conn.clock)  # (`script.agent`: a line after the agent's SIGTERM never came)
         elif kind == "init":
             self._init(conn, h)
@@ -329,6 +330,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)
             entry.t_done = None
+            rec.ended_at = conn.gen.lost_at(message)  # its waiter's clock catches up (`RankConn.advance`)
             # an op that failed after it ran (Gloo's integer AVG) still wrote its tensor
             held = err.result if isinstance(err, RankRaised) and rec.want_data else None
             data = payloads.to_bytes(held) if held is not None else None
