@@ -41,11 +41,12 @@ from simdist.script.agent import (
     sigterm_error,
     terminated_words,
 )
+from simdist.script.agent import failed as agent_failed
 from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
-from simdist.script.rendezvous import INIT_WAIT, ended_without_init
+from simdist.script.rendezvous import INIT_WAIT, ended_without_init, entered_at
 from simdist.script.stalls import WATCHDOG
 
 
@@ -187,17 +188,23 @@ def per_process(members: list[RankConn], value: Any) -> int:
     return sum(best.values())
 
 
+def _never_initialised(r: int, returncode: int | None, x: dict[str, Any] | None,
+                       trace: list[TraceEntry] | None = None) -> RankResult:
+    """A rank whose process never initialised a process group; `x`: how and where it ended
+    (`rendezvous`), when it said."""
+    ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
+        if returncode is not None else ""
+    err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
+    return RankResult(rank=r, status="error", error=err, trace=trace or [], exit=ended_without_init(x) if x else None,
+                      location=location(*x["where"][:3]) if x and x.get("where") else None)
+
+
 def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None, real: bool) -> RankResult:
     members = memberships(coord.gens, r)
     trace = _trace(members, r, real)
     conn = members[-1] if members else None
     if conn is None:
-        ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
-            if returncode is not None else ""
-        err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
-        x = coord.no_init.get(r) or {}  # how and where its process ended (`rendezvous`)
-        return RankResult(rank=r, status="error", error=err, trace=trace, exit=ended_without_init(x) if x else None,
-                          location=location(*x["where"][:3]) if x.get("where") else None)
+        return _never_initialised(r, returncode, coord.no_init.get(r), trace)
     rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None
@@ -245,9 +252,10 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
     return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
 
 
-def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
+def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
-    clock. The first rank to fail (by its clock at its end) makes it act at `agent_instant`,
+    clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
+    process's exit status `codes[rank]`, non-zero) makes it act at `agent_instant`,
     `t`; every other rank that had not ended by then is ended there by SIGTERM: what it did
     after `t` (operations issued, lines printed, its own end) did not happen. A rank that ended
     by `t` (a peer's loss in a collective with the failed rank) keeps its end.
@@ -259,7 +267,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
     by_rank = {r.rank: r for r in ranks}
     # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
     failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
-              if r.status in ("error", "aborted") and r.exit is not None and r.time is not None}
+              if r.status in ("error", "aborted") and r.exit is not None and r.time is not None
+              and (r.rank >= len(codes) or agent_failed(codes[r.rank]))}
     if not failed:
         return []
     first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
@@ -274,6 +283,9 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult]) -> list[str]:
                 f0 + AGENT_EARLIEST_S <= step <= f0 + AGENT_LATEST_S:
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
         if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
+            continue
+        if conn.gen.failed and not r.trace and (entered_at(conn.gen, r.rank) or 0.0) > t:
+            ranks[i] = _never_initialised(r.rank, -int(signal.SIGTERM), None)  # asleep before its init, as on real Gloo
             continue
         out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
         ranks[i] = dataclasses.replace(
@@ -370,7 +382,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
     assert coord.gens
     ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
-    agent = _agent_on_clock(coord, ranks) if returncodes and not real else []  # torchrun-style (real: `api.execute`)
+    agent = _agent_on_clock(coord, ranks, returncodes) if returncodes and not real else []  # torchrun-style (real: `api.execute`)
     report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
                     findings=[f for g in coord.gens for f in g.engine.findings], backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
