@@ -19,7 +19,7 @@ from typing import TypeVar
 from simdist.compare import Comparison
 from simdist.report import RankResult, Report, TraceEntry
 
-_PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
+PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # the simulator's wording
 # what a partner of a rank that left early may show apart from the simulator: how it failed
 CHAINED_FIELDS = frozenset({"status", "error", "output"})
 # what a partner that waited for a racer outside any operation may show apart from the simulator
@@ -43,7 +43,7 @@ def failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = 
     """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
     exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
     r = sims[rank]
-    cause = _PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
+    cause = PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
     if cause is None or int(cause.group(1)) in seen:
         return r.time
     return max(r.time, failed_at(sims, int(cause.group(1)), seen | {rank}))

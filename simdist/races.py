@@ -101,6 +101,8 @@ completes the send, and a real timeout of one longer than the kernel's default s
 (`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
 the two posts on the simulated clocks (one that lived on read it), is named this race.
 
+A sixth race, of torchrun's agent (`AgentRace`), is `simdist.agent_race`'s.
+
 The per-rank walk the kinds share (which fields each rank differs in, whether a rank stopped
 short, when it failed on the simulated clocks) is `simdist.race_walk`.
 """
@@ -111,6 +113,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+from simdist.agent_race import AgentRace, agent_races
 from simdist.compare import Comparison
 from simdist.race_walk import (
     CHAINED_FIELDS,
@@ -125,7 +128,7 @@ from simdist.race_walk import (
 )
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
-from simdist.vocab import FULL_MESH, P2P_OPS, dtype_bytes
+from simdist.vocab import AGENT_TERMINATED, FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
 
@@ -354,7 +357,8 @@ class SendBandRace:
         return (f"rank {self.rank}: send-band race, not a model difference: its send of {self.nbytes:,} bytes to "
                 f"rank {self.peer}, which posted the receive and ended, is longer than the {self.whole:,} bytes "
                 f"this kernel takes whole in one copy; on real Gloo the receiver was gone before the rest was written "
-                f"or read, and the send timed out; the simulator completes it")
+                f"or read, and the send never completed (its timeout, or torchrun's agent, ended it); the simulator "
+                f"completes it")
 
 
 def send_band_races(sim: Report, real: Report, cmp: Comparison) -> list[SendBandRace]:
@@ -367,11 +371,14 @@ def send_band_races(sim: Report, real: Report, cmp: Comparison) -> list[SendBand
 def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
                    differ: set[str]) -> SendBandRace | None:
     """Rank `rank`'s last operation is a send longer than the kernel takes whole, which it
-    completes in the simulator and times out in on real Gloo, having done and printed only
+    completes in the simulator and times out in on real Gloo (or is stuck in when torchrun's
+    agent ends it), having done and printed only
     what the simulator has it do first; its receiver ended with the matching receive as its
     last operation on both sides, within `EXIT_RACE_S` of both having posted (simulated
     clocks: a receiver that lived on read the send, whatever its size). Else None."""
-    if (last := failed_after_last(sims[rank], reals[rank], differ, "timeout")) is None:
+    real = reals[rank]  # the stuck send ends at its timeout, or earlier by torchrun's agent's SIGTERM
+    how = "killed" if real.exit is not None and real.exit.startswith(AGENT_TERMINATED) else "timeout"
+    if (last := failed_after_last(sims[rank], real, differ, how)) is None:
         return None
     at, mine = last
     if at.op != "send" or at.peer is None:
@@ -387,7 +394,7 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     return SendBandRace(rank, peer, nbytes, whole) if soon else None
 
 
-Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace
+Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace
 
 
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
@@ -396,7 +403,7 @@ def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
     a difference."""
     return (each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
-            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp))
+            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp))
 
 
 def race_jsonable(race: Race) -> dict[str, Any]:

@@ -208,6 +208,8 @@ Outcome = Literal["completed", "hang", "error"]
 STATUSES: tuple[str, ...] = ("completed", "error", "hang", "aborted")
 OUTCOMES: tuple[str, ...] = ("completed", "hang", "error")
 PHASES: tuple[str, ...] = ("init", "loop", "join_exit", "after")
+# How both sides' reports begin the exit of a rank torchrun's agent ended (`simdist.script.agent`).
+AGENT_TERMINATED = "terminated by torchrun's agent (SIGTERM)"
 # RankError.category: a stable class of failure shared by both sides.
 ERROR_CATEGORIES: tuple[str, ...] = (
     "join_early_termination", "peer_lost", "gloo_abort", "timeout", "model", "killed", "other",

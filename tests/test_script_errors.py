@@ -17,6 +17,7 @@ import pytest
 from simdist.errors import ScriptError
 from simdist.procs import processes_with_env
 from simdist.script import run_script
+from simdist.script.agent import terminated_words
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, TEST_TAG, descendants, one_line_error, run_cli
 
@@ -83,7 +84,10 @@ def test_a_rank_that_calls_os_exit(tmp_path, run):
     r0, r1 = rep.ranks
     assert r1.status == "error" and r1.exit == "os._exit(3)" and r1.location.line == _line(p, "os._exit(3)")
     assert (r1.error.type, r1.error.message) == ("os._exit", "exit code 3")
-    assert rep.outcome == "error" and r0.status == "hang"  # nccl: nobody tells rank 0
+    # nccl: nobody tells rank 0, it would hang; torchrun-style, torchrun's agent SIGTERMs it one
+    # monitor interval after rank 1's exit, where it waits (`simdist.script.agent`)
+    assert rep.outcome == "error" and (r0.status, r0.exit) == ("error", terminated_words(1))
+    assert r0.location.line == _line(p, "dist.all_reduce")
 
 
 def test_sleeping_and_computing_ranks_are_not_hung(tmp_path, run):

@@ -12,6 +12,7 @@ import pytest
 from simdist.compare import compare_reports, format_comparison
 from simdist.engine.core import Engine
 from simdist.races import rendezvous_races
+from simdist.script.agent import terminated_words
 from simdist.script.api import compare_script, run_script
 from simdist.script.deadlines import fire_next
 from simdist.script.generations import Generation
@@ -19,7 +20,6 @@ from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import Block, RankConn, Timeline, ZeroCost
 from simdist.script.rendezvous import INIT_WAIT, REFUSED, RendezvousMixin, _timed_waits
 from simdist.script.stores import SERVER_GONE, rank0_hosts
-from simdist.vocab import FULL_MESH
 from tests.conftest import ROOT, line_of
 
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -125,8 +125,13 @@ def test_a_late_rank_holds_up_the_others_init_on_both_sides(script_zygote):
 @pytest.mark.parametrize("mode", ["exits", "raises", "sleeps2"])
 def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(script_zygote, mode):
     """With `timeout=0.5` in init, ranks 0 and 1 raise the store's DistStoreError (category
-    timeout) when the last rank exited or raised before init, or comes 2 s late (it then fails
-    to connect to the peers that left: "Connection refused"); both sides agree rank by rank."""
+    timeout) when the last rank exited before init, or comes 2 s late; both sides agree rank
+    by rank. Torchrun-style, a failure makes torchrun's agent SIGTERM the others
+    (`simdist.script.agent`), 0.5 s and 1.5 s before their next steps here, inside the band of
+    real torchrun's SIGTERM (a race, named in the notes): the last rank that raised before
+    init has ranks 0 and 1 ended in their init before their timeout (`raises`), and the late
+    rank is ended in its sleep, before its init (`sleeps2`; before the agent it failed to
+    connect to the peers that left)."""
     sim, real = _compare(script_zygote, [mode, "0.5"])
     c = compare_reports(sim, real)
     # the late rank's connect: refused, or a connect timeout on real Gloo (the ports decide)
@@ -134,15 +139,26 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
         format_comparison(c)
     at = line_of(INIT, "dist.init_process_group(")
     for rep in (sim, real):
-        assert [(r.status, r.error.type, r.error.category) for r in rep.ranks[:2]] == \
-            [("error", "DistStoreError", "timeout")] * 2, rep.source
+        if mode == "raises":
+            assert [(r.status, r.error.type, r.exit) for r in rep.ranks[:2]] == \
+                [("error", "SIGTERM", terminated_words(2))] * 2, rep.source
+        else:
+            assert [(r.status, r.error.type, r.error.category) for r in rep.ranks[:2]] == \
+                [("error", "DistStoreError", "timeout")] * 2, rep.source
+            assert "wait timeout after 500ms, keys: " in rep.ranks[0].error.message
         assert [r.location.line for r in rep.ranks[:2]] == [at, at]
-        assert "wait timeout after 500ms, keys: " in rep.ranks[0].error.message
-        assert rep.ranks[2].error.message.startswith(FULL_MESH) if mode == "sleeps2" else \
-            rep.ranks[2].error.type == "ScriptError"
-        if mode != "sleeps2":  # where the rank that never came left, on both sides
+        assert rep.ranks[2].error.type == "ScriptError"
+        if mode == "sleeps2":
+            assert rep.ranks[2].error.message.endswith("exit code -15 before calling init_process_group)")
+        else:  # where the rank that never came left, on both sides
             assert rep.ranks[2].location.line == line_of(INIT, "sys.exit(0)" if mode == "exits" else "raise ")
-    assert [r.time for r in sim.ranks[:2]] == [0.5, 0.5]
+    assert [r.time for r in sim.ranks[:2]] == ([0.13, 0.13] if mode == "raises" else [0.5, 0.5])
+    assert _agent_raced(sim) == {"exits": [], "raises": [0, 1], "sleeps2": [2]}[mode]
+
+
+def _agent_raced(rep) -> list[int]:
+    """The ranks the simulated report names in the race of torchrun's agent (`simdist.agent_race`)."""
+    return [int(n.split(":")[0].removeprefix("rank ")) for n in rep.notes if ": agent race: " in n]
 
 
 @pytest.mark.real
@@ -150,7 +166,8 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
     """Rank 1 computes 1.5 s (busy: no message reaches the coordinator meanwhile) before its
     init; rank 0's init with `timeout=0.3` raises the store's error 0.3 s after it entered, as
     real Gloo's store wait does, not once rank 1 comes (the simulator's wait used to end only at
-    that arrival: the rank's own printed line said so); rank 1 then fails to connect."""
+    that arrival: the rank's own printed line said so); rank 1 then failed to connect, and now,
+    torchrun-style, is ended by the agent's SIGTERM first (`simdist.script.agent`)."""
     sim, real = _compare(script_zygote, ["computes1.5", "0.3"], nproc=2)
     c = compare_reports(sim, real)
     assert c.agree or [r.rank for r in rendezvous_races(sim, real, c)] == [1], \
@@ -158,8 +175,10 @@ def test_an_inits_timeout_runs_out_on_time_while_the_late_rank_computes(script_z
     for rep in (sim, real):
         assert (rep.ranks[0].error.type, rep.ranks[0].error.category) == ("DistStoreError", "timeout"), rep.source
         assert rep.ranks[0].output == ["0 raised before the last rank came"], rep.source
-        assert rep.ranks[1].error.message.startswith(FULL_MESH), rep.source
+        # torchrun's agent ends rank 1 before its init, 1.2 s later (inside the band: a named race)
+        assert rep.ranks[1].error.message.endswith("exit code -15 before calling init_process_group)"), rep.source
     assert sim.ranks[0].time == 0.3
+    assert _agent_raced(sim) == [1]
 
 
 @pytest.mark.real
@@ -329,7 +348,8 @@ def test_a_member_later_than_a_peers_group_timeout_fails_it_and_then_is_refused(
     """new_group(timeout=0.5 s), rank 1 sleeps 2 s first: on real Gloo rank 0 raises the
     store's error at 0.5 s and leaves; rank 1 then finds rank 0's address and its connect fails
     (refused, or timed out: the ports' race, `simdist.races`). The simulated side, on its
-    clocks: rank 0 at 0.5 s, rank 1 refused (before, both completed)."""
+    clocks: rank 0 at 0.5 s, rank 1 refused (before, both completed); torchrun-style, the
+    agent's SIGTERM ends rank 1 in its sleep first."""
     run_id = new_run_id()
     rep = run_script(SKIPS, ["sleeps2", "0.5"], nproc_per_node=2, backend="gloo", timeout_s=60, run_id=run_id,
                      measure_compute=False, zygote=script_zygote("sim"))
@@ -337,7 +357,10 @@ def test_a_member_later_than_a_peers_group_timeout_fails_it_and_then_is_refused(
     r0, r1 = rep.ranks
     assert (r0.error.type, r0.error.message, r0.time) == (
         "DistStoreError", "wait timeout after 500ms, keys: /default_pg/0//1//cpu//0/1", pytest.approx(0.5))
-    assert (r1.error.type, r1.error.message) == ("RuntimeError", f"{REFUSED} (rank 0 timed out in new_group)")
+    # torchrun-style, rank 0's failure makes the agent end rank 1 in its sleep, 1.5 s before its
+    # new_group would have been refused: inside the band of real torchrun's SIGTERM, a named race
+    assert (r1.error.type, r1.exit, r1.location.line) == ("SIGTERM", terminated_words(0), line_of(SKIPS, "time.sleep("))
+    assert _agent_raced(rep) == [1]
 
 
 def test_a_first_init_is_late_by_the_wall_clock_a_later_one_by_the_simulated_clock():

@@ -5,9 +5,11 @@ compare` does (`simdist.compare`): a fix in the model, checked against real Gloo
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from simdist.agent_race import AgentRace
 from simdist.compare import compare_reports
 from simdist.races import EXIT_RACE_S, ConnectRace, connect_races, exit_races, named_races
 from simdist.report import CodeLocation, RankError, RankResult, Report, TraceEntry
@@ -95,14 +97,47 @@ def test_two_sizes_of_reduce_scatter_abort_before_the_third_member_posts(script_
 @pytest.mark.real
 def test_a_rank_that_timed_out_had_sent_what_its_peers_received(script_zygote):
     """tests/scripts/timed_out_sent.py (3 ranks): rank 0 times out in an all_gather after rank
-    2's block reached it; rank 2, with nothing pending with rank 0, waits on until rank 1's
-    own timeout closes its pairs (the simulator had failed rank 2 as rank 0 exited, and then
-    rank 1 as rank 2 exited, instead of its timeout)."""
+    2's block reached it; rank 2, with nothing pending with rank 0, waits on for rank 1, whose
+    own timeout comes 0.7 s after rank 0's (the simulator had failed rank 2 as rank 0 exited,
+    and then rank 1 as rank 2 exited, instead of its timeout: that would show here as rank 2
+    failing with the peer gone before torchrun's agent came).
+
+    Torchrun-style, rank 0's failure makes the agent SIGTERM the others; their next steps
+    (rank 1's timeout, rank 2's loss of it) come 0.7 s after it, inside the band of real
+    torchrun's SIGTERM (`simdist.script.agent`): the simulator ends them at its instant and
+    names the race; simdist's real side, whose ranks skip the interpreter's teardown, ends
+    them first as well (real torchrun, whose failed rank tears down, may not)."""
     entry = {"script": "../tests/scripts/timed_out_sent.py", "nproc": 3}
-    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
-    assert _verdict(sim) == ["error:timeout", "error:timeout", "error:peer_lost"]
+    sim = _run(entry, "sim", script_zygote)
+    assert _verdict(sim) == ["error:timeout", "error:killed", "error:killed"]
+    assert [r.output for r in sim.ranks] == [["[0] timed out"], [], []]
+    assert _agent_raced(sim) == {1: (0, 0.7), 2: (0, 0.7)}
+    _agrees_or_agent_race(entry, sim, script_zygote)
+
+
+def _agent_raced(sim: Report) -> dict[int, tuple[int, float]]:
+    """The ranks the simulated report names in an agent race: rank -> (the failed rank, the
+    gap from its failure to the rank's next step)."""
+    found = {}
+    for note in sim.notes:
+        if (m := re.match(r"rank (\d+): agent race: its next step came ([\d.]+) s after rank (\d+)'s failure", note)):
+            found[int(m.group(1))] = (int(m.group(3)), float(m.group(2)))
+    return found
+
+
+def _agrees_or_agent_race(entry: dict, sim: Report, zygote, also: tuple[type, ...] = ()) -> None:
+    """The real side agrees with `sim`; a run that differs only by the agent race the
+    simulated report names (or a race of `also`'s kinds) is run again, at most RACE_TRIES
+    times, and must agree once; any other difference fails at once."""
+    for _ in range(RACE_TRIES):
+        real = _run(entry, "gloo", zygote)
+        cmp = compare_reports(sim, real)
+        if cmp.agree:
+            break
+        races = named_races(sim, real, cmp)
+        assert races and all(isinstance(r, (AgentRace, *also)) for r in races), differences(sim, real)
+        assert all(r.rank in _agent_raced(sim) for r in races if isinstance(r, AgentRace))
     assert differences(sim, real) == []
-    assert [r.output for r in sim.ranks] == [["[0] timed out"], ["[1] timed out"], ["[2] peer gone"]]
 
 
 def _race_reports(gap: float, real_category: str = "timeout") -> tuple[Report, Report]:
@@ -168,7 +203,10 @@ def test_two_sizes_of_all_gather_abort_both_receivers_whoever_posts_last(script_
 def test_a_rank_the_root_fed_completes_though_the_root_times_out_on_a_sibling(script_zygote):
     """tests/scripts/timed_out_root_fed.py (3 ranks): rank 1 got the root's message before the
     root's send to the late rank 2 ran out: it completes with the root's tensor (the simulator
-    had failed it with the root's pair closure); rank 2, later still, finds the root's pairs closed.
+    had failed it with the root's pair closure). Rank 2, 0.3 s later still, would find the
+    root's pairs closed; torchrun-style, that is inside the band of the agent's SIGTERM after
+    the root's failure: the simulator ends it in its sleep and names the race (as
+    `test_a_rank_that_timed_out_had_sent_what_its_peers_received`).
 
     A race of real Gloo's group connection (`simdist.races.ConnectRace`): under load
     (1 run in 60 beside a test suite; once in a two-worker CI run) rank 2 is still connecting
@@ -178,20 +216,17 @@ def test_a_rank_the_root_fed_completes_though_the_root_times_out_on_a_sibling(sc
     again (at most RACE_TRIES); any other difference fails at once."""
     entry = {"script": "../tests/scripts/timed_out_root_fed.py", "nproc": 3}
     sim = _run(entry, "sim", script_zygote)
-    assert _verdict(sim) == ["error:timeout", "completed", "error:peer_lost"]
+    assert _verdict(sim) == ["error:timeout", "completed", "error:killed"]
     assert [r.output for r in sim.ranks][1] == ["[1] got [0.0, 0.0, 0.0, 0.0]"]
-    for _ in range(RACE_TRIES):
-        real = _run(entry, "gloo", script_zygote)
-        if not connect_races(sim, real, compare_reports(sim, real)):
-            break
-    assert differences(sim, real) == []
+    assert _agent_raced(sim) == {2: (0, 0.3)}
+    _agrees_or_agent_race(entry, sim, script_zygote, also=(ConnectRace,))
 
 
 @pytest.mark.real
 @pytest.mark.parametrize(("case", "verdict", "lines"), [
     ("isend", ["error:peer_lost", "completed", "completed"], ["[0] send to 2 done", "[0] peer gone"]),
     ("fed", ["completed"] * 3, ["[0] done [0.0, 0.0]"]),
-    ("unfed", ["error:peer_lost", "completed", "error:peer_lost"], ["[0] peer gone"]),
+    ("unfed", ["error:peer_lost", "completed", "error:killed"], ["[0] peer gone"]),
 ])
 def test_a_peers_exit_fails_only_the_operations_with_a_message_pending_with_it(case, verdict, lines, script_zygote):
     """tests/scripts/closed_pair_reach.py (3 ranks, measured on raw Gloo too): Gloo's closed
@@ -199,12 +234,15 @@ def test_a_peers_exit_fails_only_the_operations_with_a_message_pending_with_it(c
     and no wait on another pair of the group: rank 0's send to rank 2 completes after rank 1
     left with rank 0's send to it pending (isend), a broadcast's root whose message rank 1 got
     waits on for the late rank 2 (fed), and one whose send to rank 1 was still pending fails
-    before rank 2 posts (unfed: one buffer for both sends)."""
+    before rank 2 posts (unfed: one buffer for both sends). Torchrun-style, the root's failure
+    makes the agent SIGTERM rank 2 in its sleep; its post, which would have found the root
+    gone, comes 0.8 s after the failure, inside the band of the agent's SIGTERM: a named race."""
     entry = {"script": "../tests/scripts/closed_pair_reach.py", "nproc": 3, "args": ["--case", case]}
-    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    sim = _run(entry, "sim", script_zygote)
     assert _verdict(sim) == verdict
     assert sim.ranks[0].output == lines
-    assert differences(sim, real) == []
+    assert _agent_raced(sim) == ({2: (0, 0.8)} if case == "unfed" else {})
+    _agrees_or_agent_race(entry, sim, script_zygote)
 
 
 def _connect_race_reports() -> tuple[Report, Report]:

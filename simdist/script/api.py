@@ -22,6 +22,7 @@ from simdist.procs import Watchdog
 from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
+from simdist.script.agent import Agent, ClockAgent
 from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
@@ -238,6 +239,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     coord = Coordinator(listener, cost_factory(topo), backend=backend, measure_compute=measure_compute, batches=caps,
                         stalls=stalls, rendezvous=mode == env.SIM)
     run: launch.Launch | None = None
+    agent: Agent | None = None
     t0 = time.time()
     try:
         run = launch.start(script, list(args), listener.getsockname(), nproc_per_node=nproc_per_node,
@@ -250,7 +252,10 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         started = run  # torchrun-style: process r is rank r, so one that ended will never join (`rendezvous`)
         ended = None if nproc_per_node is None else (
             lambda: {r for r, code in enumerate(started.returncodes()) if code is not None})
-        ending = coord.serve(run.done, Watchdog(timeout_s), exits=zygote, ended=ended)
+        agent = None if nproc_per_node is None or mode != env.GLOO else Agent(run.procs.procs, coord)  # torchrun's agent's SIGTERMs
+        done = run.done if nproc_per_node is None else agent.poll if agent is not None else ClockAgent(
+            run.procs.procs, coord).poll  # (simulated: the report's side is `build`)
+        ending = coord.serve(done, Watchdog(timeout_s), exits=zygote, ended=ended)
         if ending.kind == "timeout" or (mode == env.GLOO and ending.kind in ("hang", "interrupted")):
             # what each real rank recorded, and where each rank that blocks in no operation
             # stands (its last operation is not where it is), before `launch.end` kills them
@@ -273,6 +278,8 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise ScriptError(never_initialised(script, coord, run.returncodes() if run is not None else [],
                                             nproc_per_node))
     timings = {"wall_s": round(time.time() - t0, 4)}
+    if agent is not None and agent.record_wait_s is not None:  # its SIGTERM's delay for the records
+        timings["agent_record_wait_s"] = round(agent.record_wait_s, 4)
     if ending.kind == "hang" and ending.last_blocked is not None:
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank

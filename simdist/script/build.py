@@ -7,15 +7,18 @@ findings, the wait-for graph, `--json` and the Chrome trace work unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import signal
 from typing import Any
 
+from simdist.agent_race import agent_race_note
 from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
+from simdist.race_walk import failed_at
 from simdist.report import (
     SHUTDOWN_ABORT,
     CodeLocation,
@@ -29,11 +32,21 @@ from simdist.report import (
     shutdown_abort,
 )
 from simdist.script import env
+from simdist.script.agent import (
+    AGENT_EARLIEST_S,
+    AGENT_LATEST_S,
+    MONITOR_INTERVAL_S,
+    TEARDOWN_MIN_S,
+    agent_instant,
+    sigterm_error,
+    terminated_words,
+)
+from simdist.script.agent import failed as agent_failed
 from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
-from simdist.script.rendezvous import INIT_WAIT, ended_without_init
+from simdist.script.rendezvous import INIT_WAIT, ended_without_init, entered_at
 from simdist.script.stalls import WATCHDOG
 
 
@@ -97,8 +110,27 @@ def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
     return out
 
 
+def _terminated(conn: RankConn, returncode: int | None) -> str | None:
+    """How torchrun's agent ended the rank, when it did (`simdist.script.agent`): it was
+    asked to, and its process died of that SIGTERM."""
+    if conn.terminated is not None and returncode == -signal.SIGTERM:
+        return conn.terminated
+    return None
+
+
+def _own_end(conn: RankConn, returncode: int | None) -> dict[str, Any] | None:
+    """How the rank itself was ending: what it told (`exit`), or, ended by torchrun's agent
+    while on its way out (an exception raised, its report not sent yet), what it answered
+    the agent (`rank.exits.snapshot`'s `exiting`)."""
+    if conn.exit is not None or _terminated(conn, returncode) is None:
+        return conn.exit
+    return (conn.record or {}).get("exiting")
+
+
 def _how(conn: RankConn, returncode: int | None) -> str:
-    x = conn.exit
+    x = _own_end(conn, returncode)
+    if (term := _terminated(conn, returncode)) is not None:
+        return f"{exit_words(x)}, then {term}" if x is not None and x.get("error") else term
     if x is None:
         if returncode is not None and returncode < 0:
             return f"killed by signal {-returncode}"
@@ -109,7 +141,9 @@ def _how(conn: RankConn, returncode: int | None) -> str:
 def _ended(conn: RankConn, aborted: RankError | None, returncode: int | None) -> tuple[str, RankError | None]:
     if aborted is not None:
         return "aborted", aborted
-    x = conn.exit
+    x = _own_end(conn, returncode)
+    if _terminated(conn, returncode) is not None and not (x or {}).get("error"):
+        return "error", sigterm_error()
     if x is None and returncode == -signal.SIGABRT:
         # no Python ran to report it: on Gloo, an I/O thread's uncaught gloo::EnforceNotMet
         return "aborted", RankError("SIGABRT", "the process aborted (SIGABRT): Gloo's I/O thread threw, e.g. on a "
@@ -154,17 +188,23 @@ def per_process(members: list[RankConn], value: Any) -> int:
     return sum(best.values())
 
 
+def _never_initialised(r: int, returncode: int | None, x: dict[str, Any] | None,
+                       trace: list[TraceEntry] | None = None) -> RankResult:
+    """A rank whose process never initialised a process group; `x`: how and where it ended
+    (`rendezvous`), when it said."""
+    ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
+        if returncode is not None else ""
+    err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
+    return RankResult(rank=r, status="error", error=err, trace=trace or [], exit=ended_without_init(x) if x else None,
+                      location=location(*x["where"][:3]) if x and x.get("where") else None)
+
+
 def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | None, real: bool) -> RankResult:
     members = memberships(coord.gens, r)
     trace = _trace(members, r, real)
     conn = members[-1] if members else None
     if conn is None:
-        ended = f" (its process ended with exit code {returncode} before calling init_process_group)" \
-            if returncode is not None else ""
-        err = RankError("ScriptError", f"no process initialised this rank's process group{ended}", "other")
-        x = coord.no_init.get(r) or {}  # how and where its process ended (`rendezvous`)
-        return RankResult(rank=r, status="error", error=err, trace=trace, exit=ended_without_init(x) if x else None,
-                          location=location(*x["where"][:3]) if x.get("where") else None)
+        return _never_initialised(r, returncode, coord.no_init.get(r), trace)
     rs = conn.gen.engine.ranks[r]
     where: CodeLocation | None = None
     blocked = waiting = None
@@ -187,7 +227,7 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
             (conn.block.label or STORE_BARRIER) if conn.block is not None and not conn.block.ids else "blocked"
     else:
         status, error = _ended(conn, rs.abort_error, returncode)
-        x = conn.exit or {}
+        x = _own_end(conn, returncode) or (conn.record if _terminated(conn, returncode) else None) or {}
         if x.get("where"):
             where = location(*x["where"][:3])
         how = _how(conn, returncode)
@@ -199,6 +239,63 @@ def _rank_result(coord: Coordinator, r: int, ending: Ending, returncode: int | N
                       output=[line for m in members for line in m.stdout],
                       stderr=[line for m in members for line in m.stderr],
                       location=where, exit=how, compute=[s for m in members for s in m.compute])
+
+
+def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
+    """The user's line a simulated rank stood at at clock `t`: the last operation it issued
+    or sleep it began by then."""
+    marks = [(c, raw) for c, raw in conn.sleeps if c <= t]
+    marks += [(rec.entry.t_issue, None, rec) for rec in conn.ops.values() if rec.entry.t_issue <= t]  # type: ignore[misc]
+    if not marks:
+        return None
+    last = max(marks, key=lambda m: m[0])
+    return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
+
+
+def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
+    """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
+    clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
+    process's exit status `codes[rank]`, non-zero) makes it act at `agent_instant`,
+    `t`; every other rank that had not ended by then is ended there by SIGTERM: what it did
+    after `t` (operations issued, lines printed, its own end) did not happen. A rank that ended
+    by `t` (a peer's loss in a collective with the failed rank) keeps its end.
+    The simulated ranks ran on past `t`, but an event after `t` cannot change one before it
+    (a completion comes at or after every member's post), so what stands at `t` is the same.
+    Returns the report's notes: the agent's instant, and each rank whose next step (its own
+    end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
+    failure (`AGENT_EARLIEST_S`-`AGENT_LATEST_S`): a race both ways (`agent_race`)."""
+    by_rank = {r.rank: r for r in ranks}
+    # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
+    failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
+              if r.status in ("error", "aborted") and r.exit is not None and r.time is not None
+              and (r.rank >= len(codes) or agent_failed(codes[r.rank]))}
+    if not failed:
+        return []
+    first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
+    f0 = failed[first.rank]
+    t = agent_instant(f0)
+    notes = []
+    for i, r in enumerate(ranks):
+        conn = latest(coord.gens, r.rank)
+        # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
+        step = failed.get(r.rank, r.time)
+        if r is not first and r.status != "hang" and step is not None and \
+                f0 + AGENT_EARLIEST_S <= step <= f0 + AGENT_LATEST_S:
+            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
+        if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
+            continue
+        if conn.gen.failed and not r.trace and (entered_at(conn.gen, r.rank) or 0.0) > t:
+            ranks[i] = _never_initialised(r.rank, -int(signal.SIGTERM), None)  # asleep before its init, as on real Gloo
+            continue
+        out = [line for line, at in zip(r.output, conn.stdout_at, strict=False) if at <= t]
+        ranks[i] = dataclasses.replace(
+            r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
+            trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
+            blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
+        notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
+                     f"failed at t={f0:.3f} s; the agent acts after the shortest teardown measured, "
+                     f"{TEARDOWN_MIN_S:g} s, and a poll, {MONITOR_INTERVAL_S:g} s)")
+    return notes
 
 
 def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
@@ -285,6 +382,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
     assert coord.gens
     ranks = [_rank_result(coord, r, ending, returncodes[r] if r < len(returncodes) else None, real)
              for r in range(coord.world_size)]
+    agent = _agent_on_clock(coord, ranks, returncodes) if returncodes and not real else []  # torchrun-style (real: `api.execute`)
     report = Report(scenario=name, source="real" if real else "sim", outcome=overall_outcome([r.status for r in ranks]), ranks=ranks,
                     findings=[f for g in coord.gens for f in g.engine.findings], backend=coord.backend or "gloo",
                     world_size=coord.world_size, timings=dict(timings))
@@ -293,7 +391,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
-    report.notes = _notes(report, coord, ending)
+    report.notes = _notes(report, coord, ending) + agent
     # why, read from the traces (the call sites that met at one sequence number, a rank that
     # finished while others wait): what a scenario's explanation says, for the user's script
     report.notes.extend(trace_hints(report, judge(report, list(report.findings))))

@@ -220,6 +220,9 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
+            if h["s"] == "stdout":
+                conn.advance(None, self.measure_compute)  # a line after a failed wait comes after its failure
+                conn.stdout_at.append(conn.clock)  # (`script.agent`: a line after the agent's SIGTERM never came)
         elif kind == "init":
             self._init(conn, h)
         elif kind == "destroy":
@@ -240,6 +243,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.stall_group = h.get("grp")
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
+            conn.sleeps.append((conn.clock, h.get("frames") or []))
             conn.sleep(float(h["s"]))
             self._overdue()
 
@@ -325,6 +329,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             err = ev.value
             message = str(err.error.message) if isinstance(err, RankRaised) else str(err)
             entry.t_done = None
+            rec.ended_at = conn.gen.lost_at(message)  # its waiter's clock catches up (`RankConn.advance`)
             # an op that failed after it ran (Gloo's integer AVG) still wrote its tensor
             held = err.result if isinstance(err, RankRaised) and rec.want_data else None
             data = payloads.to_bytes(held) if held is not None else None

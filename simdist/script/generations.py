@@ -28,6 +28,7 @@ from typing import Any
 from simdist.engine.core import Engine
 from simdist.errors import SimdistError
 from simdist.limits import LOCAL_RANKS
+from simdist.race_walk import PEER_GONE
 from simdist.script import env
 from simdist.script.ranks import RankConn, Timeline, ZeroCost, first_user
 
@@ -55,6 +56,15 @@ class Generation:
 
     def world(self) -> str:
         return env.group_name("0", True, self.index)
+
+    def lost_at(self, message: str) -> float | None:
+        """When a wait that failed with a peer's closure (`message`, the simulator's words)
+        ended on the simulated clock: when the peer exited or timed out (its clock), not the
+        waiter's last issue; what the waiter does after it comes no earlier (the lines
+        `build._agent_on_clock` keeps up to the agent's instant). None: no peer's closure."""
+        m = PEER_GONE.search(message)
+        peer = self.by_rank.get(int(m.group(1))) if m is not None else None
+        return peer.clock if peer is not None else None
 
 
 def new_generation(index: int, size: int, backend: str, cost: Callable[[int], Any]) -> Generation:

@@ -142,6 +142,9 @@ class RankConn:
     stderr: list[str] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     record: dict[str, Any] | None = None  # real Gloo, a hung run: what it answered before it was killed
+    terminated: str | None = None  # torchrun's agent ended it, in words (`simdist.script.agent`)
+    stdout_at: list[float] = field(default_factory=list)  # simulated: the clock at each stdout line
+    sleeps: list[tuple[float, list[Any]]] = field(default_factory=list)  # simulated: (clock, raw frames) of each sleep
     abort_sent: bool = False
     batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
     longest_epoch: int = 0  # the most batches one DataLoader iteration yielded

@@ -87,6 +87,16 @@ def gap(a: InitWait, b: InitWait) -> float:
     return b.clock - a.clock
 
 
+def entered_at(gen: Any, rank: int) -> float | None:
+    """When `rank` entered its init in `gen` on the simulated clocks of an init that failed
+    (a waiter's clock runs from its own entry, 0 on a first init): the first entrant's clock
+    plus how much later `rank` came (`gap`). None: it never entered."""
+    if (w := gen.entered.get(rank)) is None:
+        return None
+    first = min(gen.entered.values(), key=lambda e: gap(w, e))
+    return first.clock + gap(first, w)
+
+
 @dataclass
 class Failure:
     """How a rank's init ends at the rendezvous: `after` seconds after it entered, with
@@ -249,7 +259,8 @@ class RendezvousMixin:
         if gen.failed and all(f.posted for f in gen.failed):
             # every address is there, but a peer's is that of a process that left
             gone = gen.failed[0].rank
-            for c in waiting:
+            for c in waiting:  # each fails as it comes: its clock is its entry's, late as it was
+                c.clock = max(c.clock, entered_at(gen, int(c.rank)) or 0.0)  # type: ignore[arg-type]
                 self._answer(c, gen, ("RuntimeError", f"{REFUSED} (rank {gone} timed out in init_process_group)"))
             return
         if gen.failed:  # rank 0's store lacks a client that gave up (or is gone): the waits end by their deadlines

@@ -29,7 +29,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, client, exits, output, writes
+from simdist.script.rank import callbacks, client, exits, output, stack, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -118,7 +118,8 @@ def _patch_sleep() -> None:
         c.sleeping += 1
         # simulated time passes as the sleep says (`RankConn.sleep`): said first, so that the
         # waits of peers that time out meanwhile end before this rank posts again
-        c.send({"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time()})
+        c.send({"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time(),
+                "frames": stack.caller_stack()})  # (where it stood while asleep: `script.agent`)
         try:
             orig(seconds)
         finally:

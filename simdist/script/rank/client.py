@@ -85,6 +85,10 @@ class Client:
         self._waits: dict[int, frozenset[int]] = {}  # thread ident -> the ops it waits for in simdist
         self._handled = 0  # "done" and "waited" messages the reader has handled
         self._claim: list[int] | None = None  # the last claim sent: [threads that could post, handled]
+        # torchrun's agent is about to end this rank (`simdist.script.agent`): from this instant
+        # (time.time_ns()) no thread but the reader tells the coordinator anything (`_parked`)
+        self.halted_ns: int | None = None
+        self._reader: int | None = None  # the reader thread's ident
 
     # ------------------------------------------------------------------ sending
     def send(self, header: dict[str, Any], buffers: list[Any] | tuple = (), claim: bool = False,
@@ -100,6 +104,7 @@ class Client:
         timeout known, a hang proven while the thread's timed wait was still to come
         (tests/scripts/thread_wait_times_out.py, 1 run in ~15)."""
         registered = None
+        self._parked()
         if "cpu" in header:  # its sender's `time.thread_time()`: the coordinator keeps a mark per thread
             header["tid"] = thread_key()
         try:
@@ -141,8 +146,17 @@ class Client:
         n = sum(1 for _ in threads.running(lambda ident, _tid, _frame: ident in waits, own=in_job))
         return [n + int(queued), handled]
 
+    def _parked(self) -> None:
+        """Once halted, a thread other than the reader that would tell the coordinator
+        something (a printed line, a sleep, its process's end) waits here for the SIGTERM
+        instead: what it did after the agent's decision is not what torchrun's worker did.
+        (Before the send lock: the reader's answer must still go out.)"""
+        if self.halted_ns is not None and threading.get_ident() != self._reader:
+            threading.Event().wait()
+
     def report(self) -> None:
         """While some thread waits in simdist: tell the coordinator a claim that changed."""
+        self._parked()
         with self._state:
             if not self._waits:
                 return
@@ -201,6 +215,7 @@ class Client:
         threading.Thread(target=watch, name="simdist-idle", daemon=True).start()
 
     def _read(self) -> None:
+        self._reader = threading.get_ident()
         while True:
             try:
                 msg = wire.recv(self.sock)
@@ -238,7 +253,9 @@ class Client:
             elif kind == "abort":
                 _abort(header.get("detail", ""))
             elif kind == "dump":  # answered here: the main thread may be blocked in a C++ wait for good
-                self.send({"t": "record", **_record()})
+                if header.get("halt"):  # torchrun's agent's SIGTERM follows the answer (`simdist.script.agent`)
+                    self.halted_ns = time.time_ns()
+                self.send({"t": "record", **_record(self.halted_ns)})
 
     def _woke(self, op_id: int) -> None:
         """Under `_state`, before the op's waiters can wake: they could post from now on."""
@@ -312,13 +329,22 @@ def answer_dumps(fn: Callable[[], dict[str, Any]]) -> None:
     _answer = fn
 
 
-def _record() -> dict[str, Any]:
+def _record(halted_ns: int | None = None) -> dict[str, Any]:
+    """The answer to a "dump"; halted (`Client.halted_ns`): without the operations issued
+    after that instant (the Flight Recorder's first dump in a process may take seconds,
+    while the main thread runs on), which torchrun's worker never issued."""
     if _answer is None:
         return {}
     try:
-        return _answer()
+        x = _answer()
     except Exception as e:  # noqa: BLE001 - the answer must still go out, or the launcher waits for nothing
         return {"warnings": [f"{type(e).__name__}: {e}"]}
+    if halted_ns is not None:
+        if isinstance(x.get("fr"), dict):
+            x["fr"] = {**x["fr"], "entries": [e for e in x["fr"].get("entries", []) if e.get("t", 0) <= halted_ns]}
+        if isinstance(x.get("p2p"), list):
+            x["p2p"] = [o for o in x["p2p"] if o.get("t", 0) <= halted_ns]
+    return x
 
 
 def coordinator_gone() -> None:

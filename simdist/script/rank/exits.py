@@ -147,15 +147,16 @@ def snapshot() -> dict[str, Any]:
     real Gloo; answered from the reader thread, `client.answer_dumps`): what it would send at
     exit (the Flight Recorder, p2p operations) and where its main thread stands: the innermost
     frame of the user's code (`where`, as the simulated side's location) and the whole stack."""
-    out: dict[str, Any] = {}
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)  # first: the extras may take long
+    out: dict[str, Any] = {"where": stack.where(stack.innermost_user(frame)), "frames": stack.capture(frame)}
+    del frame
+    if "how" in _info or "error" in _info:  # it is on its way out (its end not told yet): how it ends
+        out["exiting"] = {k: v for k, v in _info.items() if k in ("how", "code", "where", "error")}
     for fn in _extras:
         try:
             out.update(fn())
         except Exception as e:  # noqa: BLE001 - the rest of the record still goes out
             out.setdefault("warnings", []).append(f"{type(e).__name__}: {e}")
-    frame = sys._current_frames().get(threading.main_thread().ident or 0)
-    out["where"] = stack.where(stack.innermost_user(frame))
-    out["frames"] = stack.capture(frame)
     return out
 
 

@@ -1,0 +1,89 @@
+"""The race of torchrun's agent (`AgentRace`, `agent_races`), a sixth kind beside those of
+`simdist.races`.
+
+Torchrun-style, once a worker fails the agent SIGTERMs the others (`simdist.script.agent`).
+Real torchrun's SIGTERM comes once the failed process has torn down and the next poll saw it:
+anywhere in a measured band after the failure (`agent.AGENT_EARLIEST_S`-`AGENT_LATEST_S`,
+docs/script-backend.md, "torchrun's agent"), by host and load. The simulator acts at one
+instant inside it (`agent.agent_instant`), so a rank whose next step (its own end, an
+operation, a sleep) fell inside the band may have gone the other way on real torchrun; the
+simulated report's note says so (`agent_race_note`), both ways:
+
+* "next step": the simulator's agent ended the rank before that step; on real Gloo the
+  SIGTERM came later and the rank got further (its own end, more operations and lines).
+* "own end": the simulator's rank ended its own way before its agent came; on real Gloo
+  the SIGTERM came first and ended it short of that.
+
+A rank whose step fell outside the band is no race: the agent's verdict there is firm.
+
+A module of its own so that `simdist.races` stays within the house size rule; it imports only
+the shared walk (`simdist.race_walk`), and `simdist.races` imports it (no cycle).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from simdist.compare import Comparison
+from simdist.race_walk import STOPPED_FIELDS, every_differing_rank, stopped_short
+from simdist.report import RankResult, Report
+from simdist.vocab import AGENT_TERMINATED
+
+_NEXT, _OWN = "next step", "own end"
+_NOTE = re.compile(r"^rank (\d+): agent race: its (next step|own end) came ([\d.]+) s after rank (\d+)'s failure")
+
+
+def agent_race_note(rank: int, step: str, gap_s: float, failed: int) -> str:
+    """The simulated report's note for a rank whose `step` ("next step": past the simulated
+    agent's instant, "own end": before it) came `gap_s` after rank `failed`'s failure, inside
+    the band of real torchrun's SIGTERM."""
+    how = ("ended here by the agent; on real torchrun the SIGTERM may come later and the rank get there"
+           if step == _NEXT else "the simulator's agent came later; on real torchrun the SIGTERM may come first")
+    return (f"rank {rank}: agent race: its {step} came {gap_s:.2f} s after rank {failed}'s failure on the "
+            f"simulated clock, inside the band of torchrun's SIGTERM (the failed process's teardown, then a "
+            f"poll): {how}")
+
+
+@dataclass(frozen=True)
+class AgentRace:
+    """Rank `rank`'s step came `gap_s` after rank `failed`'s failure, inside the band of
+    torchrun's SIGTERM; `sim_ended`: the simulator's agent ended it before the step and real
+    Gloo's rank got further, else the other way round."""
+
+    kind: ClassVar[str] = "agent"
+    rank: int
+    failed: int
+    gap_s: float
+    sim_ended: bool
+
+    def describe(self) -> str:
+        first, then = ("the simulator's", "real torchrun's") if self.sim_ended else ("real torchrun's", "the simulator's")
+        return (f"rank {self.rank}: agent race, not a model difference: its next step came {self.gap_s:.2f} s "
+                f"after rank {self.failed} failed, inside the band of torchrun's SIGTERM (the failed process's "
+                f"teardown, then a poll); {first} agent ended it before the step, {then} came after it")
+
+
+def agent_races(sim: Report, real: Report, cmp: Comparison) -> list[AgentRace]:
+    """The agent races that make up every difference of `cmp` (the module's docstring): each
+    differing rank has the simulated report's note, and on the side the agent ended first
+    it did and printed a beginning of what it did on the other. Empty when the runs agree or
+    anything else differs."""
+    noted = {int(m.group(1)): (m.group(2) == _NEXT, float(m.group(3)), int(m.group(4)))
+             for m in map(_NOTE.match, sim.notes) if m}
+
+    def namer(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
+              differ: set[str]) -> AgentRace | None:
+        s, r = sims[rank], reals.get(rank)
+        if rank not in noted or r is None or not differ <= STOPPED_FIELDS or "hang" in (r.status, s.status):
+            return None
+        sim_ended, gap, failed = noted[rank]
+        ended, other = (s, r) if sim_ended else (r, s)
+        if other.exit is not None and other.exit.startswith(AGENT_TERMINATED):
+            return None  # the agent ended both sides: the difference is not the agent's timing
+        if ended.exit is None or not ended.exit.startswith(AGENT_TERMINATED) or not stopped_short(other, ended):
+            return None
+        return AgentRace(rank, failed, gap, sim_ended)
+
+    return every_differing_rank(sim, real, cmp, namer)

@@ -1,0 +1,200 @@
+"""torchrun's agent: once a worker fails, the others end by SIGTERM (real side; simulated: build).
+
+What torch 2.13's torchrun does with its workers (`--max-restarts 0`, its default):
+`launcher/api.py` runs the agent with `monitor_interval` 0.1 s; `SimpleElasticAgent._invoke_run`
+(`elastic/agent/server/api.py`) polls the workers' exits every interval, and once one has
+exited non-zero (or by a signal) the group is FAILED: `_stop_workers` -> `_shutdown(SIGTERM)`
+-> `PContext.close` -> `_close` (`elastic/multiprocessing/api.py`): `os.killpg` SIGTERM to every
+live worker (each leads its own session), a wait of at most 30 s, then SIGKILL to any left. A
+worker with no SIGTERM handler of its own ends with exit code -15 wherever it stood (asleep,
+computing, blocked in a collective with no peer failure); one already blocked in a collective
+with the failed worker has usually failed by itself before ("Connection closed by peer", at
+once on Gloo) and keeps that error. torchrun then raises ChildFailedError naming the first
+failure by time as the root cause.
+
+`Agent.poll` is the coordinator's `launched_done` for torchrun-style runs on real Gloo
+(`api.execute`). Before it sends SIGTERM it asks each worker it is about to end for its
+record, halted (a "dump" with `halt`, answered from the rank's reader thread, `rank.client`):
+the user's line where the main thread stands at that instant, and the Flight Recorder's and
+p2p operations issued until then, so the report says where the rank was and what it had
+issued. The answer may take seconds (a process's first FR dump imports what its stack
+symbolization needs: 2.2-2.5 s measured on a loaded 2-core host; milliseconds in a fork
+server that imported it, `rank.zygote`), so the SIGTERM comes that much later than torchrun's;
+meanwhile the halted rank tells the coordinator nothing more (no printed line, sleep or end of
+its own: `Client._parked`), and its operations after the instant are dropped from its record,
+so the report is the rank as torchrun's SIGTERM found it. The wait is bounded by
+`RECORD_WAIT_S`. Once the agent acts, the stall rule's hang verdict is off: the agent ends
+every live worker, so the run cannot hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from simdist.procs import LocalProcess
+from simdist.race_walk import PEER_GONE
+from simdist.report import RankError
+from simdist.script.coordinator import Coordinator
+from simdist.script.generations import latest
+from simdist.script.ranks import RankConn
+from simdist.vocab import AGENT_TERMINATED
+
+MONITOR_INTERVAL_S = 0.1  # torchrun's LaunchConfig.monitor_interval default
+CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
+# Real torchrun's SIGTERM reaches a peer once the failed process has ended (its teardown) and
+# the next poll saw it. Measured on this 2-core host (`bench/torchrun_teardown_tally.sh`,
+# docs/script-backend.md, "torchrun's agent"), from the failed rank's `raise`: its process
+# either aborts early in its teardown (SIGABRT, "terminate called without an active
+# exception": 0.03-0.12 s) or tears down in full (0.37-3.9 s, longer with load); the SIGTERM
+# comes 0-0.1 s after its end.
+TEARDOWN_MIN_S = 0.03  # the shortest teardown measured (the abort path)
+AGENT_EARLIEST_S = 0.06  # the band of the SIGTERM after a failure: the earliest measured ...
+AGENT_LATEST_S = 4.0  # ... and the latest (3.92 s at load 4), rounded up
+
+
+def agent_instant(failed_at: float) -> float:
+    """When the simulated agent ends the others, given the first failure on the simulated
+    clock: after the shortest teardown and a whole monitor interval, inside the measured band,
+    where simdist's real side (whose ranks skip the interpreter's teardown, `rank.exits`) ends
+    them too. A rank whose next step falls in the band is a race both ways (`AgentRace`)."""
+    return failed_at + TEARDOWN_MIN_S + MONITOR_INTERVAL_S
+
+
+RECORD_WAIT_S = 30.0  # at most this long for the records of the ranks about to be ended (halted meanwhile)
+
+
+def terminated_words(by: int) -> str:
+    """How the report names a rank the agent ended (both sides)."""
+    return f"{AGENT_TERMINATED} after rank {by} failed"
+
+
+def sigterm_error() -> RankError:
+    """The error of a rank the agent ended (both sides): its process died of the SIGTERM."""
+    return RankError("SIGTERM", "Signal 15 (SIGTERM) received: exit code -15", "killed")
+
+
+def failed(code: int | None) -> bool:
+    """A worker's exit that makes torchrun's agent stop the others: non-zero, or a signal."""
+    return code is not None and code != 0
+
+
+@dataclass
+class Failure:
+    """The root cause: the first worker seen to fail (torchrun's "first observed failure")."""
+
+    rank: int
+    code: int
+    seen_at: float  # time.monotonic() of the poll that saw it
+
+
+class Agent:
+    """Polls the workers as torchrun's agent does and ends the rest once one fails.
+    `procs[r]` is rank r's launched process; the coordinator holds its connection (none
+    before its init), by which it is asked for its record and marked."""
+
+    def __init__(self, procs: list[LocalProcess], coord: Coordinator, interval_s: float = MONITOR_INTERVAL_S):
+        self.procs = procs
+        self.coord = coord
+        self.interval_s = interval_s
+        self.failure: Failure | None = None
+        self._next = 0.0
+        self._asked: dict[int, RankConn | None] = {}  # rank -> its connection when asked (None: none)
+        self._asked_at = 0.0
+        self._termed_at: float | None = None
+        self._killed = False
+        self.record_wait_s: float | None = None  # how much later than torchrun's the SIGTERM came
+
+    def poll(self) -> bool:
+        """One look (at most every monitor interval); whether every worker has ended."""
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval_s
+            self._monitor(now)
+        self._act(now)
+        return all(not p.alive() for p in self.procs)
+
+    def _monitor(self, now: float) -> None:
+        if self.failure is not None:
+            return
+        codes = [p.popen.poll() for p in self.procs]
+        bad = [r for r, c in enumerate(codes) if failed(c)]
+        if not bad:
+            return
+        first = bad[0]
+        self.failure = Failure(first, int(codes[first]), now)  # type: ignore[arg-type]
+        self.coord.stalls = None  # no hang verdict from now on: the agent ends every live worker
+        for r, p in enumerate(self.procs):
+            if p.alive():
+                c = latest(self.coord.gens, r)
+                if c is not None and c.connected and c.exit is None:
+                    c.terminated = terminated_words(first)
+                    c.record = None
+                    self.coord._send(c, {"t": "dump", "halt": True})
+                self._asked[r] = c
+        self._asked_at = now
+
+    def _act(self, now: float) -> None:
+        if self.failure is None:
+            return
+        if self._termed_at is None:
+            waiting = [c for c in self._asked.values() if c is not None and c.connected and c.exit is None
+                       and c.record is None]
+            if waiting and now - self._asked_at < RECORD_WAIT_S:
+                return
+            self._termed_at = now
+            self.record_wait_s = now - self._asked_at
+            self._signal(signal.SIGTERM)
+        elif not self._killed and now - self._termed_at >= CLOSE_TIMEOUT_S:
+            self._killed = True
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for r in self._asked:
+            p = self.procs[r]
+            if p.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, sig)  # as torchrun: the worker's whole process group
+
+
+class ClockAgent:
+    """Simulated, torchrun-style: the agent on the simulated clock, as far as processes go.
+    The report's side is `build._agent_on_clock` (what stands at the agent's instant); this
+    only ends the process of a rank whose clock has passed that instant, so a rank that would
+    run on for long (a loop with no collective with the failed rank) is not left to the
+    watchdog: what it does after the instant is dropped from the report anyway, and its
+    process's end fails its peers' operations only at or after its clock, past the instant."""
+
+    def __init__(self, procs: list[LocalProcess], coord: Coordinator):
+        self.procs = procs
+        self.coord = coord
+        self.at: float | None = None  # the agent's instant on the simulated clock, once a rank failed
+
+    def poll(self) -> bool:
+        # every poll: a failure seen later in wall time may be earlier on the simulated clock
+        # (the instant only moves earlier, so a rank ended for passing it has passed the final one)
+        ends = [t for c in self.coord.members() if (t := self._failed(c)) is not None]
+        if ends:
+            self.at = agent_instant(min(ends))
+        if self.at is not None:
+            for c in self.coord.members():
+                if c.connected and c.clock > self.at and c.rank is not None and c.rank < len(self.procs):
+                    self.procs[c.rank].kill()
+        return all(not p.alive() for p in self.procs)
+
+    def _failed(self, c: RankConn, seen: frozenset[int] = frozenset()) -> float | None:
+        """When an ended membership failed on the simulated clock; None: not a failure, or one
+        whose time is not known yet (it lost a peer that has not ended: the peer's end is when)."""
+        if c.connected or c.rank is None or (c.exit is not None and not (c.exit.get("error") or c.exit.get("code"))):
+            return None
+        cause = PEER_GONE.search(str((c.exit or {}).get("error", {}).get("message", "")))
+        if cause is None or int(cause.group(1)) in seen:
+            return c.clock
+        peer = next((m for m in self.coord.members() if m.rank == int(cause.group(1)) and m.gen is c.gen), None)
+        if peer is None or peer.connected:
+            return None
+        t = self._failed(peer, seen | {c.rank}) if peer.exit is None or peer.exit.get("error") else peer.clock
+        return None if t is None else max(c.clock, t)
