@@ -651,3 +651,22 @@ def test_cuda_autocast_state_reads_as_on_a_gpu(monkeypatch):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     assert inside == (True, True, torch.bfloat16, torch.bfloat16)
     assert state() == (False, False, torch.float16, torch.float16)
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_compile_with_inductor_trains_on_the_gpus_as_uncompiled(script_zygote):
+    """tests/scripts/compiled_gpu_ddp.py: `torch.compile(model)` with its default backend
+    (inductor, as nanoGPT's and build-nanogpt's) of a DDP model on the simulated GPUs
+    completes and trains to the values the uncompiled model does (inductor's C++ kernels for
+    the CPU fake tensors dynamo traces). Before, inductor's cache key read the device's
+    `gcnArchName`, which `gpu_shims.DeviceProperties` lacked: AttributeError on every rank,
+    on both sides. Slow: inductor compiles C++ (about 45 s for both runs on 2 busy cores)."""
+    sim, real = _both("compiled_gpu_ddp.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    eager = _run({"script": "../tests/scripts/compiled_gpu_ddp.py", "nproc": 2, "args": ["--backend", "eager"]},
+                 "sim", script_zygote)
+    for rank in (0, 1):
+        assert _keyed(sim.ranks[rank].output) == _keyed(eager.ranks[rank].output)
+    assert _keyed(sim.ranks[0].output)["checksum"] == _keyed(sim.ranks[1].output)["checksum"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import torch
@@ -118,15 +119,29 @@ def _initialising(fn: Any) -> Any:
     return call
 
 
+def _asked_by_inductor(depth: int) -> bool:
+    """Whether the caller (`depth` frames up) is inductor's code (`torch._inductor`)."""
+    name = sys._getframe(depth).f_globals.get("__name__") or ""
+    return name == "torch._inductor" or name.startswith("torch._inductor.")
+
+
 def is_available() -> bool:
     """`torch.cuda.is_available()`: True, and the process poisons fork as torch's
     `_cuda_getDeviceCount` does, unless PYTORCH_NVML_BASED_CUDA_CHECK=1 (then torch counts
-    devices through NVML: no CUDA call)."""
+    devices through NVML: no CUDA call).
+
+    Inductor (`torch.compile`'s default backend) is told False, as on a CPU-only torch: it
+    compiles the graph dynamo traced on CPU fake tensors (`device_view`) to C++ kernels for
+    the CPU, and where it asks whether CUDA is there it would otherwise make CUDA tensors of
+    its own (its pattern matchers' example inputs, `fx_passes/fuse_attention.py`,
+    `pad_mm.py`, `misc_patterns.py`: "PyTorch is not linked with support for cuda devices"
+    on the first compile of a process with no cached graph) or pick GPU-only choices for a
+    CPU graph."""
     import torch.cuda as tc
 
     if not tc._nvml_based_avail():
         poison_fork()
-    return True
+    return not _asked_by_inductor(2)
 
 
 def _cuda_device_index(device: Any, optional: bool = False) -> int:
