@@ -27,18 +27,28 @@ def _under_its_own_backend(script: str, zygote, *args: str):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("first", ["eager", "aot_eager"])
-def test_compiled_ddp_on_the_gpus_agrees_and_trains_as_uncompiled(script_zygote, first):
-    """tests/scripts/compiled_ddp_gpus.py: DDP(device_ids=[rank]) of a model on `cuda:rank`, then
+@pytest.mark.parametrize(("first", "wrap"), [
+    ("eager", "ddp"), ("aot_eager", "ddp"),
+    pytest.param("inductor", "ddp", marks=pytest.mark.slow),
+    pytest.param("inductor", "none", marks=pytest.mark.slow)])
+def test_compiled_model_on_the_gpus_agrees_and_trains_as_uncompiled(script_zygote, first, wrap):
+    """tests/scripts/compiled_ddp_gpus.py: DDP(device_ids=[rank]) of a model on `cuda:rank` (or,
+    `--wrap none`, the model with its gradients all-reduced by hand), then
     `torch.compile(model, backend=first)`, three steps, then the same model uncompiled, in one
-    process per rank: on real Gloo and simulated they agree, and simulated with the script's own
-    "nccl" (as `simdist run` runs it) the ranks print the same lines. Before, that run failed in
-    the second forward ("a tensor of dtype 5 is not supported"): DDP's `_pre_forward` runs
-    eagerly under dynamo's frame hook, dynamo compiled the rank layer's
-    `CudaToCpu.__torch_function__` as a frame of its own, and the bucket-rebuild broadcast's
-    tensor read its dtype as its length (`rank/boot._on_dynamo`). It failed in the first
-    compiled DDP model of a process only, hence one run per backend."""
-    args = ("--variants", first, "uncompiled")
+    process per rank: on real Gloo and simulated they agree, and simulated with the script's
+    own "nccl" (as `simdist run` runs it) the ranks print the same lines.
+
+    Before, compiled DDP failed in the second forward with any backend ("a tensor of dtype 5
+    is not supported", under "nccl"): DDP's `_pre_forward` runs eagerly under dynamo's frame
+    hook, dynamo compiled the rank layer's `CudaToCpu.__torch_function__` as a frame of its
+    own, and the bucket-rebuild broadcast's tensor read its dtype as its length
+    (`rank/boot._on_dynamo`); in the first compiled DDP model of a process only, hence one
+    run per backend. Inductor (`torch.compile`'s default, nanoGPT's) failed on both sides:
+    its cache key read the device's `gcnArchName` (`gpu_props.DeviceProperties` lacked it),
+    and with no cached graph its pattern matchers made CUDA tensors ("PyTorch is not linked
+    with support for cuda devices"; `gpu_shims.is_available` tells inductor False). Slow:
+    inductor compiles C++ kernels on each rank."""
+    args = ("--variants", first, "uncompiled", "--wrap", wrap)
     sim, real = _both("compiled_ddp_gpus.py", 2, script_zygote, *args)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
@@ -51,4 +61,4 @@ def test_compiled_ddp_on_the_gpus_agrees_and_trains_as_uncompiled(script_zygote,
         assert got[first] == got["uncompiled"]
         assert got[first].endswith(f" on cuda:{rank}")
         checksums.add(got[first].split(" checksum ")[1].split()[0])
-    assert len(checksums) == 1  # DDP kept the replicas equal
+    assert len(checksums) == 1  # the replicas stayed equal
