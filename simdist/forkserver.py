@@ -428,11 +428,15 @@ def run_program(body: Callable[[], object]) -> int:
 
 
 def leave(code: int) -> None:
-    """A forked child's exit: what the interpreter's shutdown does that is visible, then _exit."""
-    main = threading.main_thread()
-    for t in threading.enumerate():
-        if t is not main and not t.daemon:
-            t.join()
+    """A forked child's exit: what the interpreter's shutdown does that is visible, then _exit.
+    In the interpreter's order (CPython's `Py_FinalizeEx`): `threading._shutdown`, which first
+    runs the hooks registered with `threading._register_atexit` and then joins the non-daemon
+    threads, then the `atexit` functions. Joining the threads before those hooks ran hung a
+    rank for good whenever an idle `ThreadPoolExecutor` was left open (its workers wait for
+    the wake-up `concurrent.futures`' hook sends): torch.compile's inductor leaves one after
+    compiling C++ kernels, and so does any script that never calls `shutdown()`; a rank
+    started as `python SCRIPT` ended."""
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
