@@ -428,14 +428,10 @@ def run_program(body: Callable[[], object]) -> int:
 
 
 def leave(code: int) -> None:
-    """A forked child's exit: what the interpreter's shutdown does that is visible, then _exit.
-    In the interpreter's order (CPython's `Py_FinalizeEx`): `threading._shutdown`, which first
-    runs the hooks registered with `threading._register_atexit` and then joins the non-daemon
-    threads, then the `atexit` functions. Joining the threads before those hooks ran hung a
-    rank for good whenever an idle `ThreadPoolExecutor` was left open (its workers wait for
-    the wake-up `concurrent.futures`' hook sends): torch.compile's inductor leaves one after
-    compiling C++ kernels, and so does any script that never calls `shutdown()`; a rank
-    started as `python SCRIPT` ended."""
+    """A forked child's exit: what the interpreter's shutdown does that is visible, in its order
+    (`Py_FinalizeEx`), then _exit: `threading._shutdown` (its exit hooks, which wake an idle
+    `ThreadPoolExecutor`'s workers, then the joins; joins first hung such a rank for good:
+    inductor leaves one), then the `atexit` functions."""
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
