@@ -16,6 +16,30 @@ from tests.test_script_user_idioms import _keyed
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
+def test_dynamo_starts_no_frame_in_the_rank_layer_and_inlines_its_moves():
+    """`rank/boot._on_dynamo`: every file of simdist is skipped as a frame of its own (a frame
+    dynamo compiled in the rank layer broke compiled DDP on simulated GPUs), and the files
+    compiled code calls (the `CudaToCpu` mode, the moves, the torch.cuda shims) are still
+    traced when called (skipping them would make each a graph break). In-process, restored."""
+    from torch._dynamo import trace_rules
+
+    from simdist.script.rank import boot, devices, gpu_shims, pg
+
+    skip_dirs, inlined = list(trace_rules.SKIP_DIRS), set(trace_rules.BUILTIN_INLINE_WHEN_CALLED)
+    try:
+        boot._on_dynamo(None)
+        for module in (devices, gpu_shims, pg, boot):
+            assert trace_rules.check_file(module.__file__, is_inlined_call=False).skipped, module
+        for module in (devices, gpu_shims):
+            assert not trace_rules.check_file(module.__file__, is_inlined_call=True).skipped, module
+        assert trace_rules.check_file(pg.__file__, is_inlined_call=True).skipped
+    finally:
+        trace_rules.SKIP_DIRS[:] = skip_dirs
+        trace_rules.BUILTIN_INLINE_WHEN_CALLED.clear()
+        trace_rules.BUILTIN_INLINE_WHEN_CALLED.update(inlined)
+        trace_rules._recompile_re()
+
+
 def _under_its_own_backend(script: str, zygote, *args: str):
     """A simulated run with the semantics of the backend the script asks for (NCCL for a GPU
     script's `init_process_group("nccl")`), as `simdist run` gives it; `compare` runs Gloo's."""

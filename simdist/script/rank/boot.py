@@ -106,11 +106,13 @@ def _on_dynamo(_dynamo: Any) -> None:
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # simdist/
     here = os.path.dirname(os.path.abspath(__file__))
+    inlined = getattr(trace_rules, "BUILTIN_INLINE_WHEN_CALLED", None)  # (an older torch: `_TRACED` not skipped)
+    traced = {os.path.join(here, f) for f in _TRACED}
     for folder, _dirs, files in os.walk(root):
-        names = [os.path.join(folder, f) for f in sorted(files) if f.endswith(".py")]
-        trace_rules.SKIP_DIRS.extend(names)
-        if folder == here:
-            trace_rules.BUILTIN_INLINE_WHEN_CALLED.update(os.path.join(folder, f) for f in _TRACED)
+        paths = (os.path.join(folder, f) for f in sorted(files) if f.endswith(".py"))
+        trace_rules.SKIP_DIRS.extend(p for p in paths if inlined is not None or p not in traced)
+    if inlined is not None:
+        inlined.update(traced)
     trace_rules._recompile_re()
 
 
