@@ -428,11 +428,11 @@ def run_program(body: Callable[[], object]) -> int:
 
 
 def leave(code: int) -> None:
-    """A forked child's exit: what the interpreter's shutdown does that is visible, then _exit."""
-    main = threading.main_thread()
-    for t in threading.enumerate():
-        if t is not main and not t.daemon:
-            t.join()
+    """A forked child's exit: what the interpreter's shutdown does that is visible, in its order
+    (`Py_FinalizeEx`), then _exit: `threading._shutdown` (its exit hooks, which wake an idle
+    `ThreadPoolExecutor`'s workers, then the joins; joins first hung such a rank for good:
+    inductor leaves one), then the `atexit` functions."""
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

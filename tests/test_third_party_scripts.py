@@ -278,11 +278,15 @@ def _scrub(pattern: re.Pattern, repl: str, *reports) -> None:
 
 
 @pytest.mark.real
-def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_path):
+@pytest.mark.parametrize("compile_", ["False", pytest.param("True", marks=pytest.mark.slow)])
+def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_path, compile_):
     """nanoGPT's DDP run (torchrun-style; it asks `torch.cuda.is_bf16_supported()` at import and
     puts each rank on `cuda:{LOCAL_RANK}` whatever `--device` says): every collective, each
     rank's outcome and rank 0's losses agree with real Gloo; only the wall time it prints
-    differs, as between two real runs. Rank 0 writes its checkpoint at the eval step."""
+    differs, as between two real runs. Rank 0 writes its checkpoint at the eval step.
+    `--compile=True` (its default: `torch.compile(model)` with inductor on the simulated GPUs,
+    then DDP) trains to the same losses; slow: inductor compiles the GPT's kernels on each
+    rank (1m33s for `simdist compare` of it on 2 busy cores, a cold cache)."""
     script = THIRD_PARTY / "nanogpt" / "train.py"
     if script.is_file():
         shutil.copy(script.parent / "configurator.py", tmp_path)  # exec'd from the working directory
@@ -291,7 +295,8 @@ def test_nanogpt_agrees_with_real_gloo_but_for_its_wall_time(script_zygote, tmp_
         for split, n in (("train", 4096), ("val", 1024)):
             rng.integers(0, 65, n, dtype=np.uint16).tofile(tmp_path / "data" / "tiny" / f"{split}.bin")
         (tmp_path / "data" / "tiny" / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
-    sim, real = _both(script, 3, NANOGPT, script_zygote, tmp_path)
+    args = [a if a != "--compile=False" else f"--compile={compile_}" for a in NANOGPT]
+    sim, real = _both(script, 3, args, script_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 3
     _scrub(_WALL_TIME, "time _ms", sim, real)
     assert differences(sim, real) == []

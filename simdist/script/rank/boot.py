@@ -92,18 +92,29 @@ _TRACED = ("amp.py", "cuda_init.py", "device_args.py", "devices.py", "gpu_memory
 
 
 def _on_dynamo(_dynamo: Any) -> None:
-    """Dynamo skips this layer's frames, as it never sees a C++ backend's: a compiled DDP
-    model's forward runs with dynamo's frame hook set, and the reducer's bucket-rebuild
+    """Dynamo never starts a frame in this layer, as it never sees a C++ backend's: a compiled
+    DDP model's forward runs with dynamo's frame hook set, and the reducer's bucket-rebuild
     broadcast then entered the simulated group's Python `broadcast`, which dynamo tried to
-    trace and failed on ("Attempted to access unregistered member on an OpaqueObject").
-    Every file of the package is skipped but `_TRACED`: dynamo names skipped code by file."""
+    trace ("Attempted to access unregistered member on an OpaqueObject"). The `_TRACED` files
+    are traced when compiled code calls them, as torch's own modules are, but never compiled
+    as a frame of their own (dynamo's `BUILTIN_INLINE_WHEN_CALLED`): eager torch code under
+    the hook (DDP's `_pre_forward`, on simulated GPUs) calls the `CudaToCpu` mode's
+    `__torch_function__` for every op and attribute read, dynamo compiled that frame (a
+    dozen recompiles, one per kind of call), and a read through it gave the bucket-rebuild
+    broadcast's tensor a `dtype` that was its length (the int 5 for 4 parameters, 7 for 6:
+    another call's answer), in the first compiled DDP model of a process. Every other file
+    of the package is skipped outright: dynamo names skipped code by file."""
     from torch._dynamo import trace_rules
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # simdist/
     here = os.path.dirname(os.path.abspath(__file__))
+    inlined = getattr(trace_rules, "BUILTIN_INLINE_WHEN_CALLED", None)  # (an older torch: `_TRACED` not skipped)
+    traced = {os.path.join(here, f) for f in _TRACED}
     for folder, _dirs, files in os.walk(root):
-        trace_rules.SKIP_DIRS.extend(os.path.join(folder, f) for f in sorted(files)
-                                     if f.endswith(".py") and not (folder == here and f in _TRACED))
+        paths = (os.path.join(folder, f) for f in sorted(files) if f.endswith(".py"))
+        trace_rules.SKIP_DIRS.extend(p for p in paths if inlined is not None or p not in traced)
+    if inlined is not None:
+        inlined.update(traced)
     trace_rules._recompile_re()
 
 

@@ -39,7 +39,7 @@ import os
 import threading
 from typing import Any
 
-CAPACITY = 80 * 2**30  # a simulated GPU's memory (an A100-80GB's: `gpu_shims.DeviceProperties`)
+CAPACITY = 80 * 2**30  # a simulated GPU's memory (an A100-80GB's: `gpu_props.DeviceProperties`)
 
 MIN_BLOCK = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
 SMALL_SIZE = 1048576  # kSmallSize: largest "small" allocation is 1 MiB

@@ -6,7 +6,7 @@ tensor of them on the CPU).
   `synchronize`, streams and events that have nothing to wait for, ...;
 * its generator state is the CPU generator's (`_install_cuda_rng_shims`);
 * the device queries scripts make (`is_bf16_supported`, `get_device_capability`,
-  `get_device_properties`, NVTX ranges) answer for one fixed device (`DeviceProperties`);
+  `get_device_properties`, NVTX ranges) answer for one fixed device (`gpu_props.DeviceProperties`);
 * the memory figures (`memory_allocated`, `memory_stats`, `empty_cache`, `mem_get_info`, ...)
   are each device's simulated caching allocator's (`_install_memory_stats`, `gpu_allocator`);
 * `torch.accelerator`, the device-generic API of current scripts and tutorials
@@ -22,12 +22,12 @@ tensor of them on the CPU).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import sys
 from typing import Any
 
 import torch
 
-from simdist.script.rank import cuda_init, gpu_allocator
+from simdist.script.rank import cuda_init, gpu_allocator, gpu_props
 
 
 class _Gpus:
@@ -45,15 +45,29 @@ def _index(device: Any) -> int:
     return int(device)
 
 
+def _asked_by_inductor(depth: int) -> bool:
+    """Whether the caller (`depth` frames up) is inductor's code (`torch._inductor`)."""
+    name = sys._getframe(depth).f_globals.get("__name__") or ""
+    return name == "torch._inductor" or name.startswith("torch._inductor.")
+
+
 def is_available() -> bool:
     """`torch.cuda.is_available()`: True, and the process poisons fork as torch's
     `_cuda_getDeviceCount` does, unless PYTORCH_NVML_BASED_CUDA_CHECK=1 (then torch counts
-    devices through NVML: no CUDA call)."""
+    devices through NVML: no CUDA call).
+
+    Inductor (`torch.compile`'s default backend) is told False, as on a CPU-only torch: it
+    compiles the graph dynamo traced on CPU fake tensors (`device_view`) to C++ kernels for
+    the CPU, and where it asks whether CUDA is there it would otherwise make CUDA tensors of
+    its own (its pattern matchers' example inputs, `fx_passes/fuse_attention.py`,
+    `pad_mm.py`, `misc_patterns.py`: "PyTorch is not linked with support for cuda devices"
+    on the first compile of a process with no cached graph) or pick GPU-only choices for a
+    CPU graph."""
     import torch.cuda as tc
 
     if not tc._nvml_based_avail():
         cuda_init.poison_fork()
-    return True
+    return not _asked_by_inductor(2)
 
 
 def _cuda_device_index(device: Any, optional: bool = False) -> int:
@@ -170,21 +184,7 @@ class _Stream:
 _CURRENT_STREAM = _Stream()
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceProperties:
-    """What `torch.cuda.get_device_properties` tells a script of a simulated GPU: scripts log
-    its name and memory and decide features by its compute capability. One A100-80GB-like
-    answer, fixed so that what a script prints is a function of the program."""
-
-    name: str = "simdist simulated GPU (CPU)"
-    major: int = 8
-    minor: int = 0
-    total_memory: int = gpu_allocator.CAPACITY
-    multi_processor_count: int = 108
-    is_integrated: bool = False
-
-
-_PROPS = DeviceProperties()
+_PROPS = gpu_props.DeviceProperties()
 
 
 def _install_queries(tc: Any) -> None:
