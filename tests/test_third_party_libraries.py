@@ -16,6 +16,7 @@ wall time, an unseeded loss) is set aside first, as in tests/test_third_party_sc
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from simdist.errors import ScriptError
 from simdist.script import run_script
 from simdist.script.launch import new_run_id
+from tests.conftest import ROOT
 from tests.test_script_examples import _verdict, differences
 from tests.test_third_party_scripts import THIRD_PARTY, _both, _scrub
 
@@ -200,12 +202,14 @@ def test_transformers_trainer_agrees_with_real_gloo_but_for_its_times(nproc, scr
 @pytest.mark.real
 def test_transformers_trainer_without_even_batches_fails_as_on_real_gloo(script_zygote, tmp_path):
     """`--accelerator_config '{"even_batches": false}'`: 101 samples in batches of 8 give rank 0
-    one batch more; the ranks' gathers go out of step and the run fails, rank 1 leaving and rank
-    0 losing its peer, on both sides after the same collectives."""
+    one batch more, so the gathered predictions lack samples: rank 1's metrics fail and it calls
+    `exit(1)` (the builtin: SystemExit, as torchrun reports it, exit code 1) while rank 0 is in
+    its seventh gather, which then loses its peer: on both sides after the same collectives."""
     _needs("transformers")
     args = HF_ARGS + ["--accelerator_config", '{"even_batches": false}']
     sim, real = _both(TRANSFORMERS / "test_trainer_distributed.py", 2, args, script_zygote, tmp_path)
-    assert _verdict(sim)[0] == "error:peer_lost"
+    assert _verdict(sim) == ["error:peer_lost", "error:other"]
+    assert (sim.ranks[1].error.type, sim.ranks[1].error.message) == ("SystemExit", "exit code 1")
     assert differences(sim, real) == []
     assert len(_ops(sim, 0)) == len(_ops(sim, 1)) + 1
 
@@ -223,3 +227,24 @@ def test_lightning_with_uneven_batches_hangs_as_on_real_gloo(script_zygote, tmp_
     assert differences(sim, real) == []
     assert [_ops(sim, r)[27] for r in (0, 1)] == ["broadcast", "barrier"] and len(_ops(sim, 0)) == 28
     assert any(f.kind == "op_mismatch" for f in sim.findings)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("how,code", [("exit", 3), ("raise", 4)])
+def test_a_rank_leaving_by_the_builtin_exit_or_systemexit_fails_with_its_code(how, code, script_zygote, tmp_path):
+    """transformers' test ends a rank by the builtin `exit(1)`, which raises SystemExit itself
+    (no `sys.exit`, no excepthook): the rank was "returned normally" and its process exited 0 on
+    both sides, where torchrun reports its exit code. Now its `SystemExit` and code, as for
+    `sys.exit`, and the process's status is the code (torchrun's own run says so: checked)."""
+    import subprocess
+    import sys
+
+    script = ROOT / "tests" / "scripts" / "builtin_exit.py"
+    sim, real = _both(script, 2, [how], script_zygote, tmp_path)
+    assert _verdict(sim) == ["error:peer_lost", "error:other"]
+    assert differences(sim, real) == []
+    assert (sim.ranks[1].error.type, sim.ranks[1].error.message) == ("SystemExit", f"exit code {code}")
+    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                               "--standalone", str(script), how], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert re.search(rf"rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: {code}\b", torchrun.stderr), torchrun.stderr
