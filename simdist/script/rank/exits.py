@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _io
 import atexit
+import builtins
 import contextlib
 import gc
 import io
@@ -197,8 +198,43 @@ def install() -> None:
     sys.exit = sys_exit
     os._exit = os_exit
     sys.excepthook = excepthook
+    _patch_quitters()
     _patch_process_run()
     atexit.register(leave)  # registered before the script runs: the last exit handler to run
+
+
+class _Quitter:
+    """`exit(code)`/`quit(code)`, the builtins `site` adds and scripts call as often as
+    `sys.exit`: they raise SystemExit themselves, which reaches no excepthook, so the rank was
+    reported as returning normally and its process ended with status 0 (`leave`), where the
+    interpreter gives the code (transformers' distributed Trainer test calls `exit(1)`)."""
+
+    def __init__(self, orig: Any, name: str) -> None:
+        self.orig, self.name = orig, name
+
+    def __repr__(self) -> str:
+        return repr(self.orig)
+
+    def __call__(self, code: Any = None) -> None:
+        how, where = _how(self.name)
+        record(how, code, None, where)
+        send()  # as `sys.exit` does: the process is on its way out
+        self.orig(code)
+
+
+def _patch_quitters() -> None:
+    for name in ("exit", "quit"):
+        orig = getattr(builtins, name, None)
+        if orig is not None and not isinstance(orig, _Quitter):
+            setattr(builtins, name, _Quitter(orig, name))
+
+
+def program_exit(code: int) -> None:
+    """The program ended with exit status `code` (a forked rank, `rank.zygote`: a `raise
+    SystemExit(code)` that no patched call saw): noted before the exit handlers report it.
+    (A freshly launched interpreter gives its handlers no way to see that status.)"""
+    if code and "code" not in _info:
+        record("SystemExit", code)
 
 
 def leave() -> None:

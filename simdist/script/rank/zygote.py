@@ -88,7 +88,9 @@ def _child(request: dict[str, Any]) -> int:
     init = sys.modules.get("simdist.script.rank.cuda_init")
     if init is not None:  # a new interpreter's CUDA state: the preloads' calls were not the script's
         init.fresh_process()
-    return forkserver.run_program(lambda: _run_as_main(sys.argv[0]))
+    code = forkserver.run_program(lambda: _run_as_main(sys.argv[0]))
+    exits.program_exit(code)  # a `raise SystemExit(n)`: its status, before the exit handlers report the rank
+    return code
 
 
 def quiet_preloaded_finalizers() -> int:
