@@ -22,12 +22,14 @@ import torch
 from simdist.script.rank import gpu_memory
 
 
-def graph_gpu(inputs: Sequence[Any]) -> int | None:
+def graph_gpu(inputs: Sequence[Any]) -> tuple[int | None, list[Any]]:
     """The simulated GPU a compiled graph runs on: the one its tensor inputs are on (host
-    scalars, 0-dim, may be among them, as in a GPU program). None if none is on a GPU, or a
-    host tensor of more dimensions or a second GPU is among them (a graph that mixes devices:
-    which output is on which is not known here)."""
-    index = None
+    scalars, 0-dim, may be among them, as in a GPU program), and those host scalars'
+    storages (an output on one stays host memory; held, so that none is freed meanwhile).
+    None if none is on a GPU, or a host tensor of more dimensions or a second GPU is among
+    them (a graph that mixes devices: which output is on which is not known here)."""
+    index: int | None = None
+    host: list[Any] = []
     with torch._C.DisableTorchFunction():  # (the layer's own reads: no torch call for a program's mode)
         for t in inputs:
             if type(t) not in gpu_memory.PLAIN:
@@ -35,12 +37,26 @@ def graph_gpu(inputs: Sequence[Any]) -> int | None:
             here = gpu_memory.gpu_index(t)
             if here is None:
                 if t.dim() != 0:
-                    return None
+                    return None, host
+                host.append(t.untyped_storage())
             elif index is None:
                 index = here
             elif here != index:
-                return None
-    return index
+                return None, host
+    return index, host
+
+
+def _place(out: Any, index: int, host: list[Any]) -> None:
+    """Each tensor result not on a host scalar input's memory is on GPU `index`."""
+    for t in out if isinstance(out, (list, tuple)) else (out,):
+        if type(t) not in gpu_memory.PLAIN:
+            continue
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested: no storage of their own
+            continue
+        if not any(storage is s for s in host):
+            gpu_memory.mark(t, index)
 
 
 def place_outputs_on_gpu(output_code: Any) -> None:
@@ -53,11 +69,11 @@ def place_outputs_on_gpu(output_code: Any) -> None:
 
     @functools.wraps(orig)
     def __call__(self: Any, inputs: Sequence[Any]) -> Any:
-        index = graph_gpu(inputs)  # (before the call: inductor's calling convention empties `inputs`)
+        index, host = graph_gpu(inputs)  # (before the call: inductor's calling convention empties `inputs`)
         out = orig(self, inputs)
         if index is not None:
             with torch._C.DisableTorchFunction():
-                gpu_memory.mark_outputs(out, index)
+                _place(out, index, host)
         return out
 
     cls.__call__ = __call__
