@@ -64,7 +64,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(_torch: Any) -> None:
-    from simdist.script.rank import batches, devices, gpu_shims, patches
+    from simdist.script.rank import batches, devices, gpu_shims, inductor_outputs, patches
 
     patches.install(env.mode())
     devices.install(int(os.environ.get(env.GPUS, "8")))
@@ -75,6 +75,7 @@ def _on_torch(_torch: Any) -> None:
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
     _after_import("torch.distributed.tensor._op_schema", gpu_shims.place_dtensor_meta_on_cpu)
+    _after_import("torch._inductor.output_code", inductor_outputs.place_outputs_on_gpu)
 
 
 def _after_import(name: str, callback: Callable[[Any], None]) -> None:
