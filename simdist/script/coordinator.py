@@ -150,6 +150,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 return Ending("finished", time.time())
             if self._hung() and not self._expire_next():  # the wait due first ends, whatever its kind
                 return Ending("hang", time.time(), self._last_event())
+            self._expire_before_wakes()  # ... and one due before a thread in a timed wait wakes
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
             self._groups_gather()
@@ -176,7 +177,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
             # a rank sleeping in a loop spins; a claim says only which of its threads could post
-            progress = progress or header["t"] not in ("out", "sleep", "stall", "busy")
+            progress = progress or header["t"] not in ("out", "sleep", "stall", "busy", "twait", "woke")
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -241,6 +242,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "stall" and not self._judged:  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
             conn.stall_group = h.get("grp")
+        elif kind in ("twait", "woke"):  # a thread of it begins a timed wait, or its timer ended it (`rank.timedwait`)
+            conn.timed_wait(h, self.measure_compute)
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
@@ -393,14 +396,15 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         times += [c.ended_at for c in self.members() if c.ended_at is not None]
         return max(times)
 
-    def _hung(self) -> bool:
+    def _hung(self, timed: bool = False) -> bool:
         """Every generation has all its ranks or lacks only ranks that will never come (a missing
         one may still come), no process is on its way out (`_lingering`), and every live
-        membership is blocked in operations that have not completed (or in init): no message can come."""
+        membership is blocked in operations that have not completed (or in init): no message can
+        come (`timed`: or blocked but for threads in a timed wait, `RankConn.wake_at`)."""
         if not self.gens or not all(g.complete() or self._unjoinable(g) for g in self.gens) or self._lingering():
             return False
         live = self._live()
-        if not live or not all(c.blocked() for c in live):
+        if not live or not all(c.blocked() or (timed and c.wake_at() is not None) for c in live):
             return False
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()

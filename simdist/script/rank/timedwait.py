@@ -1,0 +1,52 @@
+"""Simulated side: a thread of the script in a timed wait tells the coordinator when it wakes.
+
+A thread asleep in `threading.Condition.wait(timeout)` (so `Event.wait(t)`, `Queue.get(timeout=)`,
+`Condition.wait_for`: tqdm's monitor loops on `Event.wait(10)`, rich's refresh thread on
+`Event.wait(1/refresh)`) uses no CPU, yet may post an operation when its timer ends: it counts
+as a thread that could post (`rank.threads`), so a rank with one is never blocked, and a run
+whose main threads all wait in collectives that cannot complete was left to the watchdog, its
+Gloo timeouts never fired. But until its timer ends such a thread can post nothing (a wake by
+another thread of its process comes from a thread that runs, which the claim counts): each
+timed wait is told to the coordinator (`"twait"`: its length, on the rank's simulated clock
+from the thread's own compute, `RankConn.timed_wait`), and the rank's claim lists the threads
+in one (`Client.claim`). A rank blocked but for such threads is blocked until the first of
+them wakes (`RankConn.wake_at`): a deadline before that (a Gloo timeout, a `Work.wait(timeout=)`)
+fires as it would with no such thread (`GlooTimeoutsMixin._expire_before_wakes`). A wait its
+timer ended is told too (`"woke"`): the rank's clock is at least its end then, so a thread that
+loops on a short timed wait moves the rank's clock on to a deadline as the wall clock does.
+
+Installed on the simulated side only: on real Gloo the stall rule reads such threads' waits
+from the kernel (`rank.stall`). Other timed waits (a `Lock.acquire(timeout=)`, `select`, a
+socket's timeout, `time.sleep` on a side thread) are not seen: their threads count as running.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from simdist.script.rank import client
+from simdist.script.rank.threads import OWN_PREFIX
+
+_IN = threading.local()  # this thread is telling a timed wait already (no wait inside it is told)
+
+
+def install() -> None:
+    orig = threading.Condition.wait
+
+    def wait(self: Any, timeout: float | None = None) -> bool:
+        c = client.CLIENT
+        if (timeout is None or timeout <= 0 or c is None or getattr(_IN, "on", False)
+                or threading.current_thread().name.startswith(OWN_PREFIX)):
+            return orig(self, timeout)
+        _IN.on = True
+        woke = False
+        try:
+            c.timed_wait(float(timeout))
+            woke = orig(self, timeout)
+            return woke
+        finally:
+            c.timed_over(timer=not woke)
+            _IN.on = False
+
+    threading.Condition.wait = wait  # type: ignore[method-assign]
