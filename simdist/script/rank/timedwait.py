@@ -22,13 +22,28 @@ socket's timeout, `time.sleep` on a side thread) are not seen: their threads cou
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from typing import Any
 
+import simdist
 from simdist.script.rank import client
-from simdist.script.rank.threads import OWN_PREFIX
+from simdist.script.rank.threads import _SITE, _STDLIB, OWN_PREFIX
 
 _IN = threading.local()  # this thread is telling a timed wait already (no wait inside it is told)
+_SIMDIST = os.path.join(os.path.dirname(os.path.abspath(simdist.__file__)), "")
+
+
+def _simdists(frame: Any) -> bool:
+    """The wait is simdist's own (the rank layer's `Work.wait` polls its events every 20 ms on
+    the script's thread): the first caller outside the standard library is simdist's code."""
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (frame.f_code.co_filename.startswith("<frozen ") or (name.startswith(_STDLIB) and not name.startswith(_SITE))):
+            return name.startswith(_SIMDIST)
+        frame = frame.f_back
+    return False
 
 
 def install() -> None:
@@ -37,7 +52,7 @@ def install() -> None:
     def wait(self: Any, timeout: float | None = None) -> bool:
         c = client.CLIENT
         if (timeout is None or timeout <= 0 or c is None or getattr(_IN, "on", False)
-                or threading.current_thread().name.startswith(OWN_PREFIX)):
+                or threading.current_thread().name.startswith(OWN_PREFIX) or _simdists(sys._getframe(1))):
             return orig(self, timeout)
         _IN.on = True
         woke = False
