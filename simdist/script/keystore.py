@@ -80,6 +80,7 @@ class KVWait:
     clock: float
     limit_s: float | None
     frames: list[Any] = field(default_factory=list)
+    full_s: float = 0.0  # its store's timeout, however long (real torch ends the wait then)
     since: float = field(default_factory=time.time)
 
     def due(self) -> float | None:
@@ -120,7 +121,7 @@ class KeyStoreMixin:
             return
         if op in WAITS:
             w = KVWait(conn, req, op, keys, conn.clock, None if h.get("to") is None else float(h["to"]),
-                       list(h.get("frames") or []))
+                       list(h.get("frames") or []), float(h.get("limit") or 0.0))
             if not self._kv_answer(st, w, conn.clock):
                 st.waits.append(w)
                 conn.wait_in_request(Block([], time.time(), w.frames, waiting_in(f"store.{op}")))
@@ -210,3 +211,11 @@ class KeyStoreMixin:
                 st.waits.remove(w)
                 self._kv_timed_out(w)
 
+
+    def store_default_timeouts(self) -> list[str]:
+        """What the store waits left without a deadline (a hang here) raise on real torch: after
+        the store's own timeout (init's, torch's default 30 min where the script gives none)."""
+        return [f"store.{w.op}: on real torch rank {w.conn.rank}'s wait ends after its store's timeout "
+                f"({w.full_s:g} s): {': '.join(wait_timeout(w.full_s, w.keys))}"
+                for gen in self.gens for w in sorted(self._kv_state(gen).waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
+                if w.limit_s is None and w.conn.active()]

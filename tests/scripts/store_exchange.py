@@ -69,7 +69,7 @@ elif mode == "timeout":
     store.set_timeout(datetime.timedelta(seconds=nums[0]))
     if rank == world - 1:
         print(rank, "gets a key nobody sets", flush=True)
-        store.get("never")
+        store.get("never")  # its timeout ends it
     dist.barrier()
 elif mode == "vs_gloo":
     store.set_timeout(datetime.timedelta(seconds=nums[0]))

@@ -54,6 +54,7 @@ class SimStore(dist.Store):
         waits = limit is not None
         if waits:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
+            header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
             header["frames"] = stack.caller_stack(2)
         reply = c.request(header, blocks=waits)  # type: ignore[union-attr]
         if reply.get("raise"):
