@@ -114,3 +114,49 @@ def test_a_get_of_a_key_nobody_sets_is_a_hang_with_its_words(script_zygote):
 
 def test_stoll_reads_what_tcpstores_add_reads():
     assert [stoll(v) for v in (b"7 ", b" -3x", b"+4", b"1.5", b"x", b"", b"9" * 30)] == [7, -3, 4, 1, None, None, None]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_torch_elastics_synchronize_and_barrier_over_a_prefix_of_the_default_store(script_zygote, nproc):
+    sim, real = _compare(script_zygote, ["elastic"], nproc)
+    every = [f"r{r}".encode() for r in range(nproc)]
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == [[f"{r} synchronized {every}", f"{r} passed the barrier"]
+                                                 for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+def test_an_elastic_barrier_a_rank_never_enters_names_it_after_the_waits_timeouts(script_zygote):
+    """Ranks 0 and 1 time out at 2 s; rank 0 then waits 1 s (trace_timeout) for rank 2's
+    trace key, names it missing and opens the gate rank 1 waits at: both end at 3 s."""
+    sim, real = _compare(script_zygote, ["elastic_missing", "2"], 3)
+    lines = [["0 barrier: Timed out waiting on barrier on rank 0, for key prefix: bar/ (world_size=3, "
+              "missing_ranks=[2], timeout=2.0)"],
+             ["1 barrier: Timed out waiting on barrier on rank 1, for key prefix: bar/ (world_size=3, "
+              "missing_ranks=[[<check rank 0 (0) for missing rank info>]], timeout=2.0)"], []]
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == lines, rep.source
+    assert [r.time for r in sim.ranks[:2]] == [pytest.approx(3.0, abs=0.05)] * 2
+    assert real.timings["wall_s"] >= 3.0
+
+
+@pytest.mark.real
+def test_an_add_on_a_value_that_is_no_number_closes_the_ranks_store_connection(script_zygote):
+    sim, real = _compare(script_zygote, ["add_text"], 2)
+    gone = "0 DistNetworkError Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server " \
+           "shutdown or crash?"
+    for rep in (sim, real):
+        assert rep.ranks[0].output == [gone, gone, "0 DistNetworkError Broken pipe"], rep.source
+
+
+@pytest.mark.real
+def test_a_scripts_own_client_of_torchruns_port_finds_no_server_on_either_side(script_zygote):
+    """Not torchrun's behaviour (its agent serves MASTER_PORT): neither side routes a script's own
+    `TCPStore(MASTER_ADDR, MASTER_PORT, is_master=False)` to the shared store (docs: "The store
+    shared across ranks"); both time out connecting, the same way."""
+    sim, real = _compare(script_zygote, ["own_client"], 2)
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} own client: DistNetworkError The client socket has timed out after 1000ms while trying to connect "
+             f"to (127.0.0.1, 29500)."] for r in range(2)], rep.source

@@ -18,8 +18,9 @@ The semantics are TCPStore's (torch 2.13's libuv server), measured on one server
   call; a timeout of 0 raises at once; `get` and `multi_get` wait as `wait` does;
 * `add` parses the value as C's `stoll` does (leading blanks, a sign, digits; the rest
   ignored: "7 " is 7); a value with no number ends the server's connection to that client:
-  `DistNetworkError: Failed to recv, got 0 bytes. ...`, and "Broken pipe" for every later call
-  of the rank's store (`BROKEN`);
+  `DistNetworkError: Failed to recv, got 0 bytes. ...`; the rank's next call of its store
+  raises that too (its request goes out, the answer is the closed connection's end of file),
+  every later one "Broken pipe" (`BROKEN`: the server's reset came back);
 * `compare_set` on a missing key sets it only when the expected value is empty and returns the
   new value, else returns the expected value; on a present key it returns the new value when
   the current one matched, else the current one;
@@ -93,7 +94,7 @@ class KVState:
 
     keys: dict[str, Entry] = field(default_factory=dict)
     waits: list[KVWait] = field(default_factory=list)
-    broken: set[int] = field(default_factory=set)
+    broken: dict[int, int] = field(default_factory=dict)  # rank -> its calls since the server closed it
 
 
 class KeyStoreMixin:
@@ -117,7 +118,8 @@ class KeyStoreMixin:
         st = self._kv_state(conn.gen)
         keys, vals = [str(k) for k in h.get("keys") or []], [str(v).encode("latin-1") for v in h.get("vals") or []]
         if conn.rank in st.broken:
-            self._send(conn, {"t": "reply", "req": req, "raise": BROKEN})
+            st.broken[conn.rank] += 1  # type: ignore[index]
+            self._send(conn, {"t": "reply", "req": req, "raise": SERVER_GONE if st.broken[conn.rank] == 1 else BROKEN})  # type: ignore[index]
             return
         if op in WAITS:
             w = KVWait(conn, req, op, keys, conn.clock, None if h.get("to") is None else float(h["to"]),
@@ -149,7 +151,7 @@ class KeyStoreMixin:
             old = kv.get(keys[0])
             n = stoll(old.value) if old is not None else 0
             if n is None:  # the server's stoll threw: it closed this client's connection
-                st.broken.add(int(conn.rank))  # type: ignore[arg-type]
+                st.broken[int(conn.rank)] = 0  # type: ignore[arg-type]
                 return {"raise": SERVER_GONE}
             n += int(vals[0])  # (its amount, sent as decimal digits)
             kv[keys[0]] = Entry(str(n).encode(), now)

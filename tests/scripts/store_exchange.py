@@ -12,9 +12,15 @@ delete, check, append); `never`: every rank gets a key nobody sets (a hang); `ti
 the store's timeout is A s and the last rank gets a key nobody sets; `vs_gloo A B`: the
 world's timeout is B s and the store's A s; rank 0 gets a key nobody has set while the others
 all_reduce with it: whichever timeout comes first ends its wait, and then the others' (A < B:
-rank 0 raises and joins the all_reduce; B < A: the all_reduce times out and rank 1 sets the key).
+rank 0 raises and joins the all_reduce; B < A: the all_reduce times out and rank 1 sets the key);
+`elastic`: torch elastic's `synchronize` and `barrier` (`torch.distributed.elastic.utils.store`)
+over a `PrefixStore` of the default store; `elastic_missing A`: the last rank never enters that
+barrier (timeout A s, with rank tracing): the others raise, rank 0 naming the missing rank;
+`add_text`: rank 0 adds to a key whose value is no number, then gets and checks a key;
+`own_client`: the script makes its own client of torchrun's store (MASTER_ADDR, MASTER_PORT).
 """
 import datetime
+import os
 import sys
 
 import torch
@@ -89,4 +95,39 @@ elif mode == "vs_gloo":
             print(rank, "all_reduce ended:", type(e).__name__, flush=True)
             if rank == 1:
                 store.set("late", "set after the all_reduce's timeout")
+elif mode == "elastic":
+    from torch.distributed.elastic.utils.store import barrier, synchronize
+
+    mine = dist.PrefixStore("mine", store)
+    print(rank, "synchronized", synchronize(mine, f"r{rank}".encode(), rank, world, "sync/"), flush=True)
+    barrier(mine, world, "bar/", barrier_timeout=30)
+    print(rank, "passed the barrier", flush=True)
+elif mode == "elastic_missing":
+    from torch.distributed.elastic.utils.store import barrier
+
+    if rank < world - 1:
+        try:
+            barrier(store, world, "bar/", barrier_timeout=nums[0], rank=rank, trace_timeout=1)
+        except dist.DistStoreError as e:
+            print(rank, "barrier:", e, flush=True)
+elif mode == "add_text":
+    if rank == 0:
+        store.set("t", "x")
+        for call in (lambda: store.add("t", 1), lambda: store.get("t"), lambda: store.check(["t"])):
+            try:
+                call()
+            except dist.DistError as e:
+                print(rank, type(e).__name__, str(e).splitlines()[0], flush=True)
+    dist.barrier()
+elif mode == "own_client":
+    try:
+        own = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                            timeout=datetime.timedelta(seconds=1))
+        if rank == 0:
+            own.set("own", "rank 0's")
+        dist.barrier()
+        print(rank, "own client got", own.get("own"), flush=True)
+    except dist.DistError as e:
+        print(rank, "own client:", type(e).__name__, str(e).splitlines()[0], flush=True)
+        dist.barrier()
 dist.destroy_process_group()
