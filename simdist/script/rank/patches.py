@@ -188,8 +188,8 @@ def _patch_destroy() -> None:
 
 def _patch_store_barrier() -> None:
     """TORCH_DIST_INIT_BARRIER=1 makes init and new_group end with a barrier at the store
-    (`c10d._store_based_barrier`): left alone, each simulated rank counts in its own HashStore
-    and waits for good. At init the coordinator's rendezvous is that barrier already (it
+    (`c10d._store_based_barrier`), modelled as one wait (`simdist.script.barriers`: its
+    turns, its words) rather than torch's own calls at the shared store. At init the coordinator's rendezvous is that barrier already (it
     answers the whole world at once); a group's barrier over the whole world (new_group
     without use_local_synchronization: non-members too) meets at the coordinator
     (`rendezvous.RendezvousMixin._store_barrier`); one over the members only is what the
