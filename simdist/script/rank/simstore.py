@@ -89,6 +89,11 @@ class SimStore(dist.Store):
     def multi_set(self, keys: list[str], values: list[Any]) -> None:
         self._call("multi_set", list(keys), list(values))
 
+    def clone(self) -> SimStore:
+        """A second client of the same store (torch's `shrink_group` clones its group's store;
+        TCPStore's clone connects to the same server). The timeout is shared, not copied."""
+        return self
+
     def deleteKey(self, key: str) -> bool:  # noqa: N802 - the trampoline's C++ name
         return bool(self._call("delete", [key])["v"])
 
