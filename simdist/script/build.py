@@ -320,7 +320,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     notes.extend(coord.init_notes())
     notes.extend(coord.group_notes())
     if report.source == "sim" and ending.kind in ("hang", "interrupted"):  # how real torch ends it (`rendezvous`)
-        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts())
+        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts() + coord.store_default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]
