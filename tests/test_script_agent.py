@@ -116,7 +116,7 @@ def test_a_step_past_the_band_is_the_agents_firm_verdict(tmp_path, monkeypatch):
 def test_after_a_failure_with_no_teardown_a_step_past_a_poll_is_the_agents_firm_verdict(
         tmp_path, monkeypatch, script_zygote, how, code):
     """Rank 1 fails with no interpreter teardown (`os._exit(1)`, or it SIGKILLs itself): real
-    torchrun's agent sees its end at the next poll (the SIGTERM 0.04-0.13 s after it, measured:
+    torchrun's agent sees its end at the next poll (the SIGTERM 0.03-0.13 s after it, measured:
     `agent.sigterm_band`), so rank 0's next step 0.5 s later never comes: torchrun ends it in
     its sleep (exit -15), and the simulator ends it there too and names no race (the band after
     a raise, 0.06-4 s, would have: its failed process tears down first)."""
