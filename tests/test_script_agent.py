@@ -112,19 +112,23 @@ def test_a_step_past_the_band_is_the_agents_firm_verdict(tmp_path, monkeypatch):
     assert sim.ranks[0].exit == terminated_words(1) and not [n for n in sim.notes if "agent race" in n]
 
 
-@pytest.mark.parametrize(("how", "code"), [("os_exit", 1), ("sigkill", -9)])
+@pytest.mark.parametrize(("how", "code", "forked"), [("os_exit", 1, True), ("sigkill", -9, True), ("os_exit", 1, False)],
+                         ids=["os_exit", "sigkill", "os_exit-plain-launch"])
 def test_after_a_failure_with_no_teardown_a_step_past_a_poll_is_the_agents_firm_verdict(
-        tmp_path, monkeypatch, script_zygote, how, code):
+        tmp_path, monkeypatch, script_zygote, how, code, forked):
     """Rank 1 fails with no interpreter teardown (`os._exit(1)`, or it SIGKILLs itself): real
     torchrun's agent sees its end at the next poll (the SIGTERM 0.03-0.13 s after it, measured:
     `agent.sigterm_band`), so rank 0's next step 0.5 s later never comes: torchrun ends it in
     its sleep (exit -15), and the simulator ends it there too and names no race (the band after
-    a raise, 0.06-4 s, would have: its failed process tears down first)."""
+    a raise, 0.06-4 s, would have: its failed process tears down first). Also without the fork
+    server (`forked` False, as the command line runs): the real side's rank 1 used to end 2.4 s
+    after its `os._exit` (its exit report's first FR dump imported torch._inductor:
+    `rank.flight._no_inductor_lookup`), so rank 0 woke and lost it in the all-reduce instead."""
     args = ("0.5", how)
     assert torchrun(SCRIPT, 2, tmp_path, args) == {0: (-15, None), 1: (code, None)}
     monkeypatch.chdir(tmp_path)
     both = compare_script(SCRIPT, list(args), nproc_per_node=2, timeout_s=120, stdout=subprocess.DEVNULL,
-                          zygotes=script_zygote)
+                          zygotes=script_zygote if forked else None)
     sim = both.sim.report
     assert (sim.ranks[0].exit, sim.ranks[0].location.line) == (terminated_words(1), SLEEP)
     assert not [n for n in sim.notes if "agent race" in n], sim.notes
