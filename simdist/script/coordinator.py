@@ -53,9 +53,9 @@ from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 POLL_S = 0.05
 # How long a hung real run's ranks are given to answer the request for their record before
 # they are killed (`collect_records`); the wait ends as soon as all have answered. A process's
-# first Flight Recorder dump symbolizes its Python stacks, which imports torch._dynamo unless
-# the script (or the fork server, `rank.zygote`) already did: ~1 s of CPU, 2-3 s measured on a
-# loaded 2-core host; otherwise a dump takes milliseconds.
+# first Flight Recorder dump symbolizes its Python stacks, which imported torch._dynamo (2-3 s
+# on a loaded 2-core host) until `rank.flight._no_inductor_lookup`; a dump takes milliseconds
+# (the stall rule's own dump, `rank.stall`, may still import it).
 RECORD_WAIT_S = 10.0
 
 
