@@ -118,3 +118,41 @@ def test_a_blocked_rank_freed_before_a_deadline_may_still_post():
     assert overdue(awaits, None, 3.0, owner, live)  # rank 1 counted as stuck: as before
     assert not overdue(awaits, None, 3.0, owner, live, freed=lambda c: c is freed)
     assert overdue(awaits, None, 3.0, owner, live, posting=late, freed=lambda c: c is freed)  # the late rank posts now
+
+
+TIE_SCRIPT = ROOT / "tests" / "scripts" / "tie_groups.py"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("world_s", "pair_s"), [(1, 1 + TIE_S * 0.6), (1 + TIE_S * 0.6, 1)])
+def test_a_deadline_in_another_group_does_not_tie(script_zygote, world_s, pair_s):
+    """Two Gloo deadlines within `TIE_S`, in different groups (`tests/scripts/tie_groups.py`):
+    the first frees its rank, which sends on the other group before the second's deadline.
+    Tied (before), rank 1's receive timed out with it and rank 0's send met its closure;
+    real Gloo's receive gets the message (a timeout closes pairs in its own group only)."""
+    run_id = new_run_id()
+    both = compare_script(TIE_SCRIPT, [str(world_s), str(pair_s)], nproc_per_node=2, backend="gloo", run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote, timeout_s=90, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    if world_s < pair_s:
+        lines = [["0 all_reduce raised RuntimeError", "0 sent"], ["1 recv 7.0"]]
+    else:
+        lines = [["0 all_reduce raised RuntimeError", "0 send raised RuntimeError "], ["1 recv raised RuntimeError timed out"]]
+    for rep in (both.sim.report, both.real.report):
+        assert [r.output for r in rep.ranks] == lines, rep.source
+
+
+def test_deadlines_tie_only_in_their_own_scope():
+    """`Deadline.scope` (a Gloo op's group, a new_group's or store barrier's wait): one of the
+    same kind in another scope within `TIE_S` fires only at its turn, and a blocked rank with
+    one such deadline before `at` counts as one that may still post."""
+    fired: list = []
+    first = Deadline(1.0, 0, "gloo", None, 0, fired.append, "world")
+    same = Deadline(1.0 + TIE_S / 2, 1, "gloo", None, 1, fired.append, "world")
+    other = Deadline(1.0 + TIE_S / 2, 2, "gloo", None, 2, fired.append, "pair")
+    assert next_due([first, same, other]) == [first, same]
+    assert next_due([other, same]) == [same] and next_due([other]) == [other]
+    assert frees_before([first], 1.0 + TIE_S / 2, "gloo", "pair")
+    assert not frees_before([first], 1.0 + TIE_S / 2, "gloo", "world")
