@@ -27,6 +27,14 @@ def _scope(conn: RankConn, rec: OpRecord) -> tuple[int, str]:
     return id(conn.gen), rec.entry.group
 
 
+def _peers(rec: OpRecord) -> frozenset[int] | None:
+    """Whose pair closure ends an op's wait at once (`Deadline.peers`): a send's or receive's
+    peer (global rank); None for a collective (which peer it waits on at its step of Gloo's
+    algorithm is not modelled) or a receive from any source."""
+    e = rec.entry
+    return frozenset([e.peer]) if e.op in ("send", "recv") and e.peer is not None else None
+
+
 class GlooTimeoutsMixin:
     """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
     `_live()`, `_pump()` and `_send()` (see `Coordinator`), and the other kinds' deadlines:
@@ -62,7 +70,7 @@ class GlooTimeoutsMixin:
             if not rec.done and rec.deadline is not None and c.active() and id(rec) not in seen:
                 seen.add(id(rec))
                 ops.append(Deadline(rec.deadline, int(c.rank), GLOO, c, (c, rec), self._fire_ops,  # type: ignore[arg-type]
-                                    _scope(c, rec)))
+                                    _scope(c, rec), _peers(rec)))
         # (a wait ends only itself, closing nothing: it ties with no other)
         return ops + [Deadline(c.wait_until[1], int(c.rank), WAIT, c, c, self._fire_waits, id(c))  # type: ignore[arg-type]
                       for g in self.gens for c in g.by_rank.values() if c.wait_until is not None and c.active()]
