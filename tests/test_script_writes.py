@@ -117,3 +117,41 @@ def test_links_touches_and_jit_saves_are_listed_and_a_folder_mkdir_did_not_make_
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), "model.jit")
     names = {os.path.relpath(p, work) for p in env.written(str(run))}
     assert names == {"new", "new/sub", "latest", "hard", "old.txt", "fifo", "model.jit"}, names
+
+
+def test_a_wrapped_call_held_as_a_class_attribute_binds_no_instance(tmp_path, monkeypatch):
+    """`opener = open` in a class body, called as `self.opener(path, "w")`: the builtin never
+    binds, so it gets the path; the wrapper is a plain function no more (it got the instance
+    as its path: TypeError on the simulated side only). The write is still listed."""
+    import builtins
+    import io
+
+    from simdist.script import env
+    from simdist.script.rank import writes
+
+    run, work = tmp_path / "run", tmp_path / "work"
+    run.mkdir()
+    work.mkdir()
+    monkeypatch.setenv(env.SOCKET, str(run / "coordinator.sock"))
+    monkeypatch.chdir(work)
+    for owner, names in ((builtins, ("open",)), (io, ("open",)), (os, (
+            "open", "remove", "unlink", "rmdir", "mkdir", "truncate", "rename", "replace", "utime", "mkfifo",
+            "mknod", "symlink", "link"))):
+        for name in names:
+            monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.setattr(writes, "_seen", set())
+    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
+    writes.install()
+
+    class Saver:
+        opener = open
+        remover = os.remove
+
+        def save(self, path: str) -> None:
+            with self.opener(path, "w") as f:
+                f.write("x")
+
+    Saver().save("a.txt")
+    Saver().remover("a.txt")
+    assert not (work / "a.txt").exists()
+    assert {os.path.relpath(p, work) for p in env.written(str(run))} == {"a.txt"}

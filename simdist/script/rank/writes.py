@@ -95,7 +95,12 @@ def _wrap(owner: Any, name: str, paths: Callable[..., list[tuple[Any, Any]]], ma
             record(path, dir_fd)
         return out
 
-    setattr(owner, name, call)
+    # A staticmethod (callable since Python 3.10), not the bare function: the original is a
+    # builtin, which never binds, so a class attribute `opener = open` called as
+    # `self.opener(path, "w")` passes no `self`; a plain function there got the instance as
+    # its path (TypeError: 'str' object cannot be interpreted as an integer, on the simulated
+    # side only).
+    setattr(owner, name, staticmethod(call))
 
 
 def _open_paths(file: Any, mode: Any = "r", *args: Any, **kwargs: Any) -> list:
