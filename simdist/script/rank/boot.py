@@ -126,7 +126,7 @@ def _patch_sleep() -> None:
         finally:
             c.sleeping -= 1
 
-    time.sleep = sleep
+    time.sleep = staticmethod(sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body)
 
 
 def _after_fork_child() -> None:
