@@ -71,6 +71,7 @@ def _on_torch(_torch: Any) -> None:
     batches.install()
     _after_import("torch._dynamo", _on_dynamo)
     _after_import("torch.serialization", writes.install_torch)
+    _after_import("torch.jit._script", writes.install_jit)
     _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
@@ -137,7 +138,7 @@ def _patch_sleep() -> None:
         finally:
             c.sleeping -= 1
 
-    time.sleep = sleep
+    time.sleep = staticmethod(sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body)
 
 
 def _after_fork_child() -> None:
