@@ -46,7 +46,7 @@ def test_a_cpu_only_node_takes_the_scripts_cpu_path_as_torchrun_here_does(cpu_no
     sim, real = _both(SCRIPT, 2, [], cpu_node_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
-    assert printed(sim) == sorted([f"[{r}] cuda available False, devices 0, backend gloo, device cpu" for r in (0, 1)]
+    assert printed(sim) == sorted([f"[{r}] cuda available False, devices 0, backend gloo, device cpu, cuda version None" for r in (0, 1)]
                                   + [f"[{r}] sum [3.0, 3.0] on cpu" for r in (0, 1)])
     here, lines = torchrun(SCRIPT, [], tmp_path)
     assert here.returncode == 0, here.stderr
@@ -56,11 +56,12 @@ def test_a_cpu_only_node_takes_the_scripts_cpu_path_as_torchrun_here_does(cpu_no
 @pytest.mark.real
 def test_by_default_the_node_has_eight_gpus_and_the_script_takes_its_gpu_path(script_zygote, tmp_path):
     """The default node: 8 simulated GPUs, so the same script asks for NCCL and `cuda:{local_rank}`
-    (Gloo stands in on the real side), as on an 8-GPU machine."""
+    (Gloo stands in on the real side), as on an 8-GPU machine, whose torch is a CUDA build
+    (`torch.version.cuda` "13.0", `rank.cuda_build`; None on the CPU-only node)."""
     sim, real = _both(SCRIPT, 2, [], script_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 2
     assert differences(sim, real) == []
-    assert "[1] cuda available True, devices 8, backend nccl, device cuda:1" in printed(sim)
+    assert "[1] cuda available True, devices 8, backend nccl, device cuda:1, cuda version 13.0" in printed(sim)
     assert "[0] sum [3.0, 3.0] on cuda" in printed(sim)
 
 
@@ -105,3 +106,15 @@ def test_a_bad_gpu_count_is_one_line_naming_the_flag(value, tmp_path):
         assert res.returncode == 2 and res.stdout == ""
         assert res.stderr.splitlines() == [f"error: --gpus-per-node: must be a whole number of GPUs from 0 (a "
                                            f"CPU-only node) to 1024, got {value if value.startswith(('-', '1')) else repr(value)}"]
+
+
+@pytest.mark.real
+def test_ddp_refuses_the_bf16_hook_on_a_cpu_only_node_as_a_cpu_build_does(cpu_node_zygote, tmp_path):
+    """tests/scripts/ddp_comm_hooks.py on a CPU-only node: DDP refuses `bf16_compress_hook`
+    ("required CUDA 11+ and NCCL 2.10+"), as this host's CPU build does, where on simulated GPUs
+    (a CUDA build) it runs (`test_ddp_comm_hooks_agree_with_real_gloo`)."""
+    sim, real = _both(ROOT / "tests" / "scripts" / "ddp_comm_hooks.py", 2, [], cpu_node_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    assert any(line.startswith("[bf16 rank0] refused: BF16 all reduce communication hook required")
+               for line in sim.ranks[0].output)

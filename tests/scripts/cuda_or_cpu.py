@@ -18,7 +18,8 @@ if gpu:
     torch.cuda.set_device(device)
 dist.init_process_group(backend)
 rank = dist.get_rank()
-print(f"[{rank}] cuda available {gpu}, devices {torch.cuda.device_count()}, backend {backend}, device {device}")
+print(f"[{rank}] cuda available {gpu}, devices {torch.cuda.device_count()}, backend {backend}, device {device}, "
+      f"cuda version {torch.version.cuda}")
 t = torch.full((2,), float(rank + 1), device=device)
 dist.all_reduce(t)
 print(f"[{rank}] sum {t.tolist()} on {t.device.type}")
