@@ -34,7 +34,7 @@ from simdist.script.stalls import EARLY, HANG_AFTER_S, WATCHDOG, check_hang_afte
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
 GpusOpt = Annotated[str | None, typer.Option(
-    "--gpus-per-node", help="script: the GPUs of the node the ranks run on, as torchrun's --nproc-per-node "
+    "--gpus-per-node", metavar="N", help="script: the GPUs of the node the ranks run on, as torchrun's --nproc-per-node "
                             "counts ranks; 0: a CPU-only node, where the script sees this host's torch with no "
                             "simulated GPU (torch.cuda.is_available() False), on both sides of compare "
                             "(default: 8, an 8-GPU node; one per rank above 8 ranks)")]
