@@ -86,3 +86,24 @@ def test_compiled_model_on_the_gpus_agrees_and_trains_as_uncompiled(script_zygot
         assert got[first].endswith(f" on cuda:{rank}")
         checksums.add(got[first].split(" checksum ")[1].split()[0])
     assert len(checksums) == 1  # the replicas stayed equal
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_what_an_inductor_graph_returns_is_on_the_gpu(script_zygote):
+    """tests/scripts/compiled_outputs_gpus.py: a model and a loss function compiled by inductor
+    on `cuda:rank`, under no_grad and with gradients: simulated and on real Gloo they agree,
+    and each rank prints what the uncompiled program prints (as on a GPU, where compiling
+    moves nothing): the output and the loss on `cuda:rank`, `.numpy()` of the loss refused,
+    the memory they hold counted. Before, what inductor's own kernels wrote (the loss) was
+    host memory to the script: "loss on cpu", `.numpy()` allowed, 512 bytes uncounted
+    (`rank/inductor_outputs`). Slow: inductor compiles C++ kernels on each rank."""
+    sim, real = _both("compiled_outputs_gpus.py", 2, script_zygote)
+    assert _verdict(sim) == ["completed"] * 2
+    assert differences(sim, real) == []
+    plain = _under_its_own_backend("compiled_outputs_gpus.py", script_zygote, "--backend", "uncompiled")
+    for rank in (0, 1):
+        got = _keyed(sim.ranks[rank].output)
+        assert got == _keyed(plain.ranks[rank].output)
+        assert got["no_grad"] == f"out on cuda:{rank}, loss on cuda:{rank}, numpy refused holding 1024 bytes"
+        assert got["total"].endswith(f" on cuda:{rank}")

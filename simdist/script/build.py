@@ -33,11 +33,10 @@ from simdist.report import (
 )
 from simdist.script import env
 from simdist.script.agent import (
-    AGENT_EARLIEST_S,
-    AGENT_LATEST_S,
     MONITOR_INTERVAL_S,
     TEARDOWN_MIN_S,
     agent_instant,
+    sigterm_band,
     sigterm_error,
     terminated_words,
 )
@@ -252,6 +251,15 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
     return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
 
 
+def _tore_down(coord: Coordinator, rank: int) -> bool:
+    """Whether a failed rank's process tore its interpreter down before it ended (an exception,
+    `sys.exit`), by what it told (of its group, or before its init): not after `os._exit`, nor
+    when it told nothing (killed by a signal)."""
+    conn = latest(coord.gens, rank)
+    x = conn.exit if conn is not None else coord.no_init.get(rank)
+    return x is not None and x.get("how") != "os._exit"
+
+
 def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
     clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
@@ -263,7 +271,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     (a completion comes at or after every member's post), so what stands at `t` is the same.
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
     end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
-    failure (`AGENT_EARLIEST_S`-`AGENT_LATEST_S`): a race both ways (`agent_race`)."""
+    failure (`agent.sigterm_band`, by whether the failed process tore its interpreter down):
+    a race both ways (`agent_race`)."""
     by_rank = {r.rank: r for r in ranks}
     # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
     failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
@@ -274,13 +283,14 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
     f0 = failed[first.rank]
     t = agent_instant(f0)
+    earliest, latest_s = sigterm_band(_tore_down(coord, first.rank))
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
         # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
         if r is not first and r.status != "hang" and step is not None and \
-                f0 + AGENT_EARLIEST_S <= step <= f0 + AGENT_LATEST_S:
+                f0 + earliest <= step <= f0 + latest_s:
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
         if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
             continue
@@ -320,7 +330,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     notes.extend(coord.init_notes())
     notes.extend(coord.group_notes())
     if report.source == "sim" and ending.kind in ("hang", "interrupted"):  # how real torch ends it (`rendezvous`)
-        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts())
+        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts() + coord.store_default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]

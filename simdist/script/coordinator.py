@@ -44,6 +44,7 @@ from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
 from simdist.script.groups import Creating, GroupsMixin
 from simdist.script.initwatch import InitWatchMixin
+from simdist.script.keystore import KeyStoreMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
 from simdist.script.stalls import Ending, StallRule
@@ -52,9 +53,9 @@ from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 POLL_S = 0.05
 # How long a hung real run's ranks are given to answer the request for their record before
 # they are killed (`collect_records`); the wait ends as soon as all have answered. A process's
-# first Flight Recorder dump symbolizes its Python stacks, which imports torch._dynamo unless
-# the script (or the fork server, `rank.zygote`) already did: ~1 s of CPU, 2-3 s measured on a
-# loaded 2-core host; otherwise a dump takes milliseconds.
+# first Flight Recorder dump symbolizes its Python stacks, which imported torch._dynamo (2-3 s
+# on a loaded 2-core host) until `rank.flight._no_inductor_lookup`; a dump takes milliseconds
+# (the stall rule's own dump, `rank.stall`, may still import it).
 RECORD_WAIT_S = 10.0
 
 
@@ -68,7 +69,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
 
 
 class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
-                  InitWatchMixin):
+                  KeyStoreMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -231,6 +232,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._group(conn, h)
         elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`barriers`)
             self._store_barrier(conn, h)
+        elif kind == "kv":  # the default store's operations (`keystore`)
+            self._kv(conn, h)
         elif kind == "exit":
             conn.advance(h, self.measure_compute)
             conn.exit = h

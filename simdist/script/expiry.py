@@ -25,7 +25,7 @@ GLOO, WAIT = "gloo", "wait"  # the kinds of `Deadline` this mixin fires
 class GlooTimeoutsMixin:
     """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
     `_live()`, `_pump()` and `_send()` (see `Coordinator`), and the other kinds' deadlines:
-    `_init_deadlines()`, `_group_deadlines()`, `_barrier_deadlines()`. Each generation of
+    `_init_deadlines()`, `_group_deadlines()`, `_barrier_deadlines()`, `_store_deadlines()`. Each generation of
     ranks (`simdist.script.generations`) times out on its own engine: a deadline is its op's,
     and an op waits only on ranks of its own generation."""
 
@@ -36,10 +36,12 @@ class GlooTimeoutsMixin:
     _init_deadlines: Any
     _group_deadlines: Any
     _barrier_deadlines: Any
+    _store_deadlines: Any
 
     def _deadlines(self) -> list[Deadline]:
         """Every wait that a deadline can end now, of every kind."""
-        return self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._gloo_deadlines()
+        return (self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._store_deadlines()
+                + self._gloo_deadlines())
 
     def _expire_next(self) -> bool:
         """Nothing can progress: the wait whose deadline comes first in simulated time ends

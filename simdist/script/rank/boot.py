@@ -69,7 +69,7 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     gpus = env.gpus()  # 0, a CPU-only node: torch as installed, no GPU shim, no GPU accommodation
     if gpus:
-        from simdist.script.rank import devices, gpu_shims
+        from simdist.script.rank import devices, gpu_shims, inductor_outputs
 
         devices.install(gpus)
     batches.install()
@@ -81,6 +81,7 @@ def _on_torch(_torch: Any) -> None:
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
     _after_import("torch.distributed.tensor._op_schema", gpu_shims.place_dtensor_meta_on_cpu)
+    _after_import("torch._inductor.output_code", inductor_outputs.place_outputs_on_gpu)
 
 
 def _after_import(name: str, callback: Callable[[Any], None]) -> None:

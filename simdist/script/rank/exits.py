@@ -260,7 +260,8 @@ def leave() -> None:
 
 
 def _flush_open_files() -> None:
-    """What the interpreter's teardown does for files left open: flush their buffers.
+    """What the interpreter's teardown does for files left open: write them out (each is closed
+    by its finalizer there; here each is flushed, and those of Python-level classes closed).
 
     A file is an instance of a class with `_io._IOBase` (every built-in file) or `io.IOBase`
     (a Python subclass) in its MRO: looked up once per type. Not `issubclass(t, io.IOBase)`
@@ -273,12 +274,25 @@ def _flush_open_files() -> None:
             std.flush()
     objs = gc.get_objects()
     # (each object's type, not isinstance: isinstance would ask objects for __class__: proxies warn)
-    files = {t for t in {type(o) for o in objs} if _FILE_BASES.intersection(t.__mro__)}
-    for obj in objs:
-        if type(obj) in files:
-            with contextlib.suppress(Exception):
-                if not obj.closed:
-                    obj.flush()
+    kinds = {t for t in {type(o) for o in objs} if _FILE_BASES.intersection(t.__mro__)}
+    files = [o for o in objs if type(o) in kinds]
+    del objs
+    _each(files, "flush")
+    # A file class of Python's own (`gzip.GzipFile`, bz2's, lzma's) writes its end only when
+    # closed, as the teardown's finalizer (`IOBase.__del__`) does: flushed, a gzip file left
+    # open was truncated ("Compressed file ended before the end-of-stream marker"). Closed,
+    # its end may sit in a built-in file's buffer that it was given: flushed again.
+    std = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}  # (the interpreter's, open)
+    _each([f for f in files if type(f).__module__ != "_io" and id(f) not in std], "close")
+    _each(files, "flush")
+
+
+def _each(files: list[Any], method: str) -> None:
+    """`file.<method>()` for each file still open, whatever one of them raises."""
+    for obj in files:
+        with contextlib.suppress(Exception):
+            if not obj.closed:
+                getattr(obj, method)()
 
 
 def _patch_process_run() -> None:

@@ -28,7 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
-from simdist.script.rank import backend, client, cpu_node, exits, output, pg, stack
+from simdist.script.rank import backend, client, cpu_node, exits, output, pg, simstore, stack
 from simdist.script.stores import rank0_hosts
 
 
@@ -125,8 +125,8 @@ def _patch_init(backend: str) -> None:
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
-            if a.get("store") is None:
-                a["store"] = dist.HashStore()
+            if a.get("store") is None:  # the store the generation's ranks share (`simdist.script.keystore`)
+                a["store"] = simstore.default_store(limit)
         elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
             a.update(backend=backend, rank=rank, world_size=world_size,
                      init_method=f"tcp://{os.environ[env.HOST_PORT]}")
@@ -189,8 +189,8 @@ def _patch_destroy() -> None:
 
 def _patch_store_barrier() -> None:
     """TORCH_DIST_INIT_BARRIER=1 makes init and new_group end with a barrier at the store
-    (`c10d._store_based_barrier`): left alone, each simulated rank counts in its own HashStore
-    and waits for good. At init the coordinator's rendezvous is that barrier already (it
+    (`c10d._store_based_barrier`), modelled as one wait (`simdist.script.barriers`: its
+    turns, its words) rather than torch's own calls at the shared store. At init the coordinator's rendezvous is that barrier already (it
     answers the whole world at once); a group's barrier over the whole world (new_group
     without use_local_synchronization: non-members too) meets at the coordinator
     (`rendezvous.RendezvousMixin._store_barrier`); one over the members only is what the
