@@ -28,7 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
-from simdist.script.rank import backend, client, exits, output, pg, simstore, stack
+from simdist.script.rank import backend, client, cpu_node, exits, output, pg, simstore, stack
 from simdist.script.stores import rank0_hosts
 
 
@@ -120,6 +120,7 @@ def _patch_init(backend: str) -> None:
         if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)  # DistStoreError, DistNetworkError
+        cpu_node.check_backend(a.get("backend"))  # a CPU-only node's torch has no NCCL
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
@@ -223,6 +224,7 @@ def _patch_group_helper(backend: str) -> None:
     @functools.wraps(orig)
     def helper(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
+        cpu_node.check_backend(bound.arguments.get("backend"))  # new_group's (init's is checked in init)
         bound.arguments["backend"] = backend
         for name in ("device_id", "backend_options"):
             if name in bound.arguments:
