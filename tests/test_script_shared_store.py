@@ -173,3 +173,16 @@ def test_store_calls_take_effect_in_simulated_time_not_in_the_order_they_reach_t
     for rep in (sim, real):
         assert [r.output for r in rep.ranks][:2] == [["0 adds 1"], ["1 checks True adds 2"]], rep.source
     assert sim.ranks[1].time == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_the_store_a_rank_kept_works_after_destroy_process_group_on_both_sides(script_zygote, nproc):
+    """The `PrefixStore` a script kept is a client of the agent's server still: rank 0 sets a key
+    after every rank destroyed its group, the others get it. Before, the simulator dropped the
+    calls of a rank that left its generation and the run ended by the watchdog."""
+    sim, real = _compare(script_zygote, ["after_destroy"], nproc)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [[]] + [[f"{r} got b'set after destroy'"] for r in range(1, nproc)], \
+            rep.source

@@ -69,6 +69,13 @@ def stoll(value: bytes) -> int | None:
     return n if n is not None and -_INT64 <= n < _INT64 else None
 
 
+def _reaches(conn: RankConn) -> bool:
+    """Whether a rank's process may still call its generation's store: it is there and has not
+    said it exits. One that destroyed its default group may: the `PrefixStore` it kept is a
+    client of the agent's server still on real torch (`c10d._get_default_store()` no longer is)."""
+    return conn.connected and conn.exit is None
+
+
 @dataclass
 class Entry:
     value: bytes
@@ -152,7 +159,7 @@ class KeyStoreMixin:
         come first: a peer's store wait that times out earlier is known only once nothing else
         can happen before it (`deadlines.next_due`), and a rank's measured compute is no wall time."""
         t, gen = call.clock, call.conn.gen
-        others = [c for c in gen.by_rank.values() if c is not call.conn and c.active() and c.clock < t]
+        others = [c for c in gen.by_rank.values() if c is not call.conn and _reaches(c) and c.clock < t]
         if not others:
             return True
         if not all(c.blocked() for c in others):
@@ -165,7 +172,7 @@ class KeyStoreMixin:
         """Do the held store calls that nothing can precede any more, earliest first."""
         for gen in self.gens:
             st = self._kv_state(gen)
-            st.held = [c for c in st.held if c.conn.active()]
+            st.held = [c for c in st.held if c.conn.connected]
             while ready := [c for c in sorted(st.held, key=KVCall.order) if self._kv_ready(c)][:1]:
                 st.held.remove(ready[0])
                 self._kv_do(st, ready[0])
@@ -261,18 +268,18 @@ class KeyStoreMixin:
 
     def _kv_wake(self, st: KVState) -> None:
         """A write may end parked waits: each whose keys are all there now."""
-        st.waits = [w for w in st.waits if w.conn.active() and not self._kv_answer(st, w, w.clock)]
+        st.waits = [w for w in st.waits if w.conn.connected and not self._kv_answer(st, w, w.clock)]
 
     def _store_deadlines(self) -> list[Deadline]:
         """The parked store waits with a timeout: each raises at its call + its timeout."""
         return [Deadline(due, int(w.conn.rank), STORE_KIND, w.conn, (st, w), self._fire_store_waits)  # type: ignore[arg-type]
                 for gen in self.gens for st in [self._kv_state(gen)] for w in st.waits
-                if (due := w.due()) is not None and w.conn.active()] + self._held_deadlines()
+                if (due := w.due()) is not None and w.conn.connected] + self._held_deadlines()
 
     def _held_deadlines(self) -> list[Deadline]:
         """The held store calls: each is due at its own time (nothing then can come before it)."""
         return [Deadline(c.clock, int(c.conn.rank), HELD_KIND, c.conn, (st, c), self._fire_held)  # type: ignore[arg-type]
-                for gen in self.gens for st in [self._kv_state(gen)] for c in st.held if c.conn.active()]
+                for gen in self.gens for st in [self._kv_state(gen)] for c in st.held if c.conn.connected]
 
     def _fire_held(self, due: list[tuple[KVState, KVCall]]) -> None:
         """Every rank is blocked and these held calls come first in simulated time: done, in order."""

@@ -21,7 +21,8 @@ barrier (timeout A s, with rank tracing): the others raise, rank 0 naming the mi
 `late A B`: rank 0's get of a key nobody sets times out at A s, then it sets a key and adds to
 a counter; rank 1 sleeps B s (B > A) and then checks that key and adds: in simulated time rank
 0 comes first, though rank 1's calls may reach a simulated store first (rank 0's timeout is
-only known once nothing else can happen before it).
+only known once nothing else can happen before it); `after_destroy`: every rank destroys its
+default group, then rank 0 sets a key through the store it kept and the others get it.
 """
 import datetime
 import os
@@ -148,4 +149,13 @@ elif mode == "late":
         time.sleep(nums[1])
         print(rank, "checks", store.check(["x"]), "adds", store.add("c", 1), flush=True)
     dist.barrier()
+elif mode == "after_destroy":
+    dist.barrier()
+    dist.destroy_process_group()
+    store.set_timeout(datetime.timedelta(seconds=5))
+    if rank == 0:
+        store.set("after", "set after destroy")
+    else:
+        print(rank, "got", store.get("after"), flush=True)
+    sys.exit(0)
 dist.destroy_process_group()
