@@ -70,10 +70,12 @@ def stoll(value: bytes) -> int | None:
 
 
 def _reaches(conn: RankConn) -> bool:
-    """Whether a rank's process may still call its generation's store: it is there and has not
-    said it exits. One that destroyed its default group may: the `PrefixStore` it kept is a
-    client of the agent's server still on real torch (`c10d._get_default_store()` no longer is)."""
-    return conn.connected and conn.exit is None
+    """Whether a rank's process may still act before a store call: it is there. One that destroyed
+    its default group may call the store: the `PrefixStore` it kept is a client of the agent's
+    server still on real torch (`c10d._get_default_store()` no longer is); one that said it
+    exits calls nothing, but its end, at its clock, may still end its peers' waits (Gloo's
+    peer loss), and they may call the store then."""
+    return conn.connected
 
 
 @dataclass
