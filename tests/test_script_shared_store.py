@@ -160,3 +160,29 @@ def test_a_scripts_own_client_of_torchruns_port_finds_no_server_on_either_side(s
         assert [r.output for r in rep.ranks] == [
             [f"{r} own client: DistNetworkError The client socket has timed out after 1000ms while trying to connect "
              f"to (127.0.0.1, 29500)."] for r in range(2)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_store_calls_take_effect_in_simulated_time_not_in_the_order_they_reach_the_coordinator(script_zygote, nproc):
+    """Rank 0's get times out at 1 s, then it sets a key and adds; rank 1 sleeps 2 s, then checks
+    that key and adds. Rank 1's calls reach the coordinator while rank 0's timeout is still to be
+    proven (rank 1 was not blocked): answered on arrival, rank 1 read the store of before 1 s
+    ("checks False adds 1", rank 0 "adds 2"); held until nothing can precede them, both sides agree."""
+    sim, real = _compare(script_zygote, ["late", "1", "2"], nproc)
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks][:2] == [["0 adds 1"], ["1 checks True adds 2"]], rep.source
+    assert sim.ranks[1].time == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_the_store_a_rank_kept_works_after_destroy_process_group_on_both_sides(script_zygote, nproc):
+    """The `PrefixStore` a script kept is a client of the agent's server still: rank 0 sets a key
+    after every rank destroyed its group, the others get it. Before, the simulator dropped the
+    calls of a rank that left its generation and the run ended by the watchdog."""
+    sim, real = _compare(script_zygote, ["after_destroy"], nproc)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [[]] + [[f"{r} got b'set after destroy'"] for r in range(1, nproc)], \
+            rep.source

@@ -105,8 +105,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         """The report's ranks: the largest generation's world."""
         return max((g.world_size for g in self.gens), default=0)
 
-    def members(self) -> list[RankConn]:
-        """Every membership of every generation."""
+    def members(self) -> list[RankConn]:  # every membership of every generation
         return [c for g in self.gens for c in g.by_rank.values()]
 
     # ------------------------------------------------------------------ loop
@@ -194,6 +193,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         """Let the engines finish everything they can (completions call back into `_completed`)."""
         for g in self.gens:
             self._pump_one(g)
+        self._kv_release()  # then the store calls held for peers that have caught up (`keystore`)
 
     def _pump_one(self, g: Generation) -> None:
         g.engine.env.run()

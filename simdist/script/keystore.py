@@ -27,7 +27,12 @@ The semantics are TCPStore's (torch 2.13's libuv server), measured on one server
 * `delete_key` says whether the key was there; `check([])` and `wait([])` are true at once;
   `append` to a missing key creates it.
 
-Causality on the clocks: a value written at simulated time t reaches a reader at t at the
+Order on the clocks: a call takes effect at its rank's simulated time t, held until no other
+rank of the generation can reach the store before t (`KeyStoreMixin._kv_ready`), so an `add`,
+`check` or `compare_set` reads what the calls before it in simulated time wrote, whatever
+order they reach the coordinator in (a peer's store timeout, proven only once nothing else
+can come first, comes after calls later than it in wall time). A value written at simulated
+time t reaches a reader at t at the
 earliest (its clock moves on to t), and a waiter whose deadline comes before t times out
 instead (its timeout ran out before the write). `num_keys` counts the keys the script's
 generation wrote here; a real TCPStore also counts the agent's and Gloo's own keys (not modelled).
@@ -45,6 +50,7 @@ from simdist.script.ranks import Block, RankConn, waiting_in
 from simdist.script.stores import SERVER_GONE
 
 STORE_KIND = "store"  # its kind of `Deadline`
+HELD_KIND = "store call"  # a store call held until it comes first in simulated time (`KeyStoreMixin._kv_ready`)
 WAITS = ("get", "wait", "multi_get")  # the operations that wait for their keys
 BROKEN = ("DistNetworkError", "Broken pipe")  # every call of a client whose connection the server closed
 _STOLL = re.compile(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)")
@@ -61,6 +67,15 @@ def stoll(value: bytes) -> int | None:
     m = _STOLL.match(value)
     n = int(m.group(1)) if m else None
     return n if n is not None and -_INT64 <= n < _INT64 else None
+
+
+def _reaches(conn: RankConn) -> bool:
+    """Whether a rank's process may still act before a store call: it is there. One that destroyed
+    its default group may call the store: the `PrefixStore` it kept is a client of the agent's
+    server still on real torch (`c10d._get_default_store()` no longer is); one that said it
+    exits calls nothing, but its end, at its clock, may still end its peers' waits (Gloo's
+    peer loss), and they may call the store then."""
+    return conn.connected
 
 
 @dataclass
@@ -89,11 +104,25 @@ class KVWait:
 
 
 @dataclass
+class KVCall:
+    """A store call as it came (`rank.simstore`), at its rank's clock then."""
+
+    conn: RankConn
+    h: dict[str, Any]
+    clock: float
+    held: bool = False  # its rank waits in it (`RankConn.wait_in_request`) until it is done
+
+    def order(self) -> tuple[float, int]:
+        return self.clock, int(self.conn.rank)  # type: ignore[arg-type]
+
+
+@dataclass
 class KVState:
     """One generation's store: its keys, its parked waits, the ranks whose connection it closed."""
 
     keys: dict[str, Entry] = field(default_factory=dict)
     waits: list[KVWait] = field(default_factory=list)
+    held: list[KVCall] = field(default_factory=list)  # calls a peer may still precede (`_kv_ready`)
     broken: dict[int, int] = field(default_factory=dict)  # rank -> its calls since the server closed it
 
 
@@ -109,26 +138,69 @@ class KeyStoreMixin:
         return states.setdefault(gen.index, KVState())
 
     def _kv(self, conn: RankConn, h: dict[str, Any]) -> None:
-        """One store operation of `conn`'s (`rank.simstore`): answered now, or parked."""
+        """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
+        time, once no peer can still act at the store before it (`_kv_ready`), else held till then."""
         conn.advance(h, self.measure_compute)
-        req, op = int(h["req"]), str(h["op"])
         if conn.gen is None:
-            self._send(conn, {"t": "reply", "req": req, "raise": BROKEN})
+            self._send(conn, {"t": "reply", "req": int(h["req"]), "raise": BROKEN})
             return
         st = self._kv_state(conn.gen)
+        call = KVCall(conn, h, conn.clock)
+        if self._kv_ready(call):
+            self._kv_do(st, call)
+        else:
+            call.held = True
+            st.held.append(call)
+            conn.wait_in_request(Block([], time.time(), list(h.get("frames") or []), waiting_in(f"store.{h['op']}")))
+        self._kv_release()
+
+    def _kv_ready(self, call: KVCall) -> bool:
+        """Whether no other rank of the generation can still reach the store before `call`'s time:
+        each is there already on its clock, or blocked with nothing due before it that frees it
+        (a timeout, a held store call of its own). What reaches the coordinator first need not
+        come first: a peer's store wait that times out earlier is known only once nothing else
+        can happen before it (`deadlines.next_due`), and a rank's measured compute is no wall time."""
+        t, gen = call.clock, call.conn.gen
+        others = [c for c in gen.by_rank.values() if c is not call.conn and _reaches(c) and c.clock < t]
+        if not others:
+            return True
+        if not all(c.blocked() for c in others):
+            return False
+        ids = {id(c) for c in others}
+        return not any((d.at, d.rank) < (t, int(call.conn.rank)) for d in self._deadlines()  # type: ignore[attr-defined,arg-type]
+                       if id(d.conn) in ids)
+
+    def _kv_release(self) -> None:
+        """Do the held store calls that nothing can precede any more, earliest first."""
+        for gen in self.gens:
+            st = self._kv_state(gen)
+            st.held = [c for c in st.held if c.conn.connected]
+            while ready := [c for c in sorted(st.held, key=KVCall.order) if self._kv_ready(c)][:1]:
+                st.held.remove(ready[0])
+                self._kv_do(st, ready[0])
+
+    def _kv_do(self, st: KVState, call: KVCall) -> None:
+        """Answer `call` now, at its clock: a write wakes the waits it completes; a wait whose keys
+        are not all there parks its rank until they are or its timeout."""
+        conn, h = call.conn, call.h
+        req, op = int(h["req"]), str(h["op"])
         keys, vals = [str(k) for k in h.get("keys") or []], [str(v).encode("latin-1") for v in h.get("vals") or []]
         if conn.rank in st.broken:
             st.broken[conn.rank] += 1  # type: ignore[index]
+            if call.held:
+                conn.answered()
             self._send(conn, {"t": "reply", "req": req, "raise": SERVER_GONE if st.broken[conn.rank] == 1 else BROKEN})  # type: ignore[index]
             return
         if op in WAITS:
-            w = KVWait(conn, req, op, keys, conn.clock, None if h.get("to") is None else float(h["to"]),
+            w = KVWait(conn, req, op, keys, call.clock, None if h.get("to") is None else float(h["to"]),
                        list(h.get("frames") or []), float(h.get("limit") or 0.0))
-            if not self._kv_answer(st, w, conn.clock):
+            if not self._kv_answer(st, w, call.clock):
                 st.waits.append(w)
                 conn.wait_in_request(Block([], time.time(), w.frames, waiting_in(f"store.{op}")))
             return
         reply = self._kv_apply(st, conn, op, keys, vals)
+        if call.held:
+            conn.answered()
         self._send(conn, {"t": "reply", "req": req, **reply})
         self._kv_wake(st)
 
@@ -198,13 +270,25 @@ class KeyStoreMixin:
 
     def _kv_wake(self, st: KVState) -> None:
         """A write may end parked waits: each whose keys are all there now."""
-        st.waits = [w for w in st.waits if w.conn.active() and not self._kv_answer(st, w, w.clock)]
+        st.waits = [w for w in st.waits if w.conn.connected and not self._kv_answer(st, w, w.clock)]
 
     def _store_deadlines(self) -> list[Deadline]:
         """The parked store waits with a timeout: each raises at its call + its timeout."""
         return [Deadline(due, int(w.conn.rank), STORE_KIND, w.conn, (st, w), self._fire_store_waits)  # type: ignore[arg-type]
                 for gen in self.gens for st in [self._kv_state(gen)] for w in st.waits
-                if (due := w.due()) is not None and w.conn.active()]
+                if (due := w.due()) is not None and w.conn.connected] + self._held_deadlines()
+
+    def _held_deadlines(self) -> list[Deadline]:
+        """The held store calls: each is due at its own time (nothing then can come before it)."""
+        return [Deadline(c.clock, int(c.conn.rank), HELD_KIND, c.conn, (st, c), self._fire_held)  # type: ignore[arg-type]
+                for gen in self.gens for st in [self._kv_state(gen)] for c in st.held if c.conn.connected]
+
+    def _fire_held(self, due: list[tuple[KVState, KVCall]]) -> None:
+        """Every rank is blocked and these held calls come first in simulated time: done, in order."""
+        for st, call in due:
+            if call in st.held:
+                st.held.remove(call)
+                self._kv_do(st, call)
 
     def _fire_store_waits(self, due: list[tuple[KVState, KVWait]]) -> None:
         """Their timeout came first (`deadlines.next_due`): these waits raise torch's error."""

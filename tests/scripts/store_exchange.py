@@ -17,7 +17,12 @@ rank 0 raises and joins the all_reduce; B < A: the all_reduce times out and rank
 over a `PrefixStore` of the default store; `elastic_missing A`: the last rank never enters that
 barrier (timeout A s, with rank tracing): the others raise, rank 0 naming the missing rank;
 `add_text`: rank 0 adds to a key whose value is no number, then gets and checks a key;
-`own_client`: the script makes its own client of torchrun's store (MASTER_ADDR, MASTER_PORT).
+`own_client`: the script makes its own client of torchrun's store (MASTER_ADDR, MASTER_PORT);
+`late A B`: rank 0's get of a key nobody sets times out at A s, then it sets a key and adds to
+a counter; rank 1 sleeps B s (B > A) and then checks that key and adds: in simulated time rank
+0 comes first, though rank 1's calls may reach a simulated store first (rank 0's timeout is
+only known once nothing else can happen before it); `after_destroy`: every rank destroys its
+default group, then rank 0 sets a key through the store it kept and the others get it.
 """
 import datetime
 import os
@@ -130,4 +135,27 @@ elif mode == "own_client":
     except dist.DistError as e:
         print(rank, "own client:", type(e).__name__, str(e).splitlines()[0], flush=True)
         dist.barrier()
+elif mode == "late":
+    import time
+
+    if rank == 0:
+        store.set_timeout(datetime.timedelta(seconds=nums[0]))
+        try:
+            store.get("never")
+        except dist.DistStoreError:
+            store.set("x", "after rank 0's timeout")
+            print(rank, "adds", store.add("c", 1), flush=True)
+    elif rank == 1:
+        time.sleep(nums[1])
+        print(rank, "checks", store.check(["x"]), "adds", store.add("c", 1), flush=True)
+    dist.barrier()
+elif mode == "after_destroy":
+    dist.barrier()
+    dist.destroy_process_group()
+    store.set_timeout(datetime.timedelta(seconds=5))
+    if rank == 0:
+        store.set("after", "set after destroy")
+    else:
+        print(rank, "got", store.get("after"), flush=True)
+    sys.exit(0)
 dist.destroy_process_group()

@@ -51,12 +51,13 @@ class SimStore(dist.Store):
         c = client.CLIENT
         header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys],
                                   "vals": [_text(v) for v in vals], "cpu": time.thread_time()}
-        waits = limit is not None
-        if waits:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
+        if limit is not None:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
             header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
             header["frames"] = stack.caller_stack(2)
-        reply = c.request(header, blocks=waits)  # type: ignore[union-attr]
+        # every call may wait (a wait for its keys, any call for its turn on the simulated clock:
+        # `keystore.KeyStoreMixin._kv_ready`): its thread counts as blocked until the reply
+        reply = c.request(header, blocks=True)  # type: ignore[union-attr]
         if reply.get("raise"):
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)
