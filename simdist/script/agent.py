@@ -65,6 +65,26 @@ NO_TEARDOWN_EARLIEST_S = 0.02
 NO_TEARDOWN_LATEST_S = 0.25
 
 
+# A rank whose script returns is no ended worker yet: torchrun's agent counts a worker done when
+# its process exits, and a process still in `destroy_process_group` or in its exit when the agent
+# acts gets the SIGTERM (exit -15). Measured from the script's last line to the exit: Gloo's
+# destroy_process_group 0.012-0.037 s, with live peers or aborted ones (`bench/exit_cost_probe.py`
+# under `torchrun --standalone --nproc-per-node 3`, 2026-11-24, load 3.6-6.4); simdist's real side
+# then skips the interpreter's teardown (`rank.exits.leave`): its exit report and process end come
+# 0.03-0.15 s after the last line (fork server / plain launch, docs "torchrun's agent"); real
+# torchrun's full teardown is longer (0.37-3.9 s) or aborts (SIGABRT, exit -6: 2 of 3 runs of
+# the probe's `abort` mode).
+EXIT_MIN_S = 0.01  # the shortest exit after a script's return (destroy_process_group's floor)
+EXIT_MAX_S = 0.2  # the longest on simdist's real side (plain launch 0.15 s + destroy 0.04 s)
+
+
+def exit_band(returned_at: float) -> tuple[float, float]:
+    """When the process of a rank whose script returned at `returned_at` ends: an agent acting
+    before the band's start ends it by SIGTERM, one inside it races its exit, one after finds
+    it completed."""
+    return returned_at + EXIT_MIN_S, returned_at + EXIT_MAX_S
+
+
 def sigterm_band(tore_down: bool) -> tuple[float, float]:
     """The band of real torchrun's SIGTERM, in seconds after a failure: after a process that
     tore its interpreter down (an exception, `sys.exit`), `AGENT_EARLIEST_S`-`AGENT_LATEST_S`;

@@ -36,6 +36,7 @@ from simdist.script.agent import (
     MONITOR_INTERVAL_S,
     TEARDOWN_MIN_S,
     agent_instant,
+    exit_band,
     sigterm_band,
     sigterm_error,
     terminated_words,
@@ -289,10 +290,17 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         conn = latest(coord.gens, r.rank)
         # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
-        if r is not first and r.status != "hang" and step is not None and \
+        returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
+        if r is not first and not returned and r.status != "hang" and step is not None and \
                 f0 + earliest <= step <= f0 + latest_s:
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
-        if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
+        if returned and r is not first:
+            lo, hi = exit_band(r.time)  # type: ignore[arg-type]
+            if lo <= t <= hi:  # the agent races its process's exit: the simulator lets it finish
+                notes.append(agent_race_note(r.rank, "own end", max(lo - f0, 0.0), first.rank))
+            if t >= lo or conn is None:
+                continue
+        elif r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
             continue
         if conn.gen.failed and not r.trace and (entered_at(conn.gen, r.rank) or 0.0) > t:
             ranks[i] = _never_initialised(r.rank, -int(signal.SIGTERM), None)  # asleep before its init, as on real Gloo
@@ -301,7 +309,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
-            blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
+            blocked_in=None, waiting_in=None,
+            location=r.location if returned else _where_at(conn, t) or r.location)
         notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
                      f"failed at t={f0:.3f} s; the agent acts after the shortest teardown measured, "
                      f"{TEARDOWN_MIN_S:g} s, and a poll, {MONITOR_INTERVAL_S:g} s)")
