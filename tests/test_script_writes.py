@@ -77,12 +77,23 @@ def test_a_link_the_side_made_is_set_aside_and_a_folder_it_only_reused_claims_no
     assert os.readlink(tmp_path / w["set_aside"] / "latest") == "ckpt-1.pt"
 
 
+def _undo_wraps_after(monkeypatch) -> None:
+    """Have monkeypatch put back every builtin `writes.install()` wraps, so the wrappers
+    installed in this test process do not outlive the test."""
+    import builtins
+    import io
+
+    for owner, names in ((builtins, ("open",)), (io, ("open",)), (os, (
+            "open", "remove", "unlink", "rmdir", "mkdir", "truncate", "rename", "replace", "utime", "mkfifo",
+            "mknod", "symlink", "link"))):
+        for name in names:
+            monkeypatch.setattr(owner, name, getattr(owner, name))
+
+
 def test_links_touches_and_jit_saves_are_listed_and_a_folder_mkdir_did_not_make_is_not(tmp_path, monkeypatch):
     """`os.symlink`/`link` (`Path.symlink_to`, `hardlink_to`), `os.utime` (`Path.touch` of a
     file that exists), `os.mkfifo` and `torch.jit.save` (C++) list the path they change;
     `os.mkdir` lists a folder only when it made it (`exist_ok=True` on one that exists does not)."""
-    import builtins
-    import io
 
     import torch
     import torch.jit._script
@@ -97,11 +108,7 @@ def test_links_touches_and_jit_saves_are_listed_and_a_folder_mkdir_did_not_make_
     (work / "old.txt").write_text("o")
     monkeypatch.setenv(env.SOCKET, str(run / "coordinator.sock"))
     monkeypatch.chdir(work)
-    for owner, names in ((builtins, ("open",)), (io, ("open",)), (os, (
-            "open", "remove", "unlink", "rmdir", "mkdir", "truncate", "rename", "replace", "utime", "mkfifo",
-            "mknod", "symlink", "link"))):
-        for name in names:
-            monkeypatch.setattr(owner, name, getattr(owner, name))
+    _undo_wraps_after(monkeypatch)
     monkeypatch.setattr(torch.jit._script.RecursiveScriptModule, "save", torch.jit._script.RecursiveScriptModule.save)
     monkeypatch.setattr(writes, "_seen", set())
     monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
@@ -123,8 +130,6 @@ def test_a_wrapped_call_held_as_a_class_attribute_binds_no_instance(tmp_path, mo
     """`opener = open` in a class body, called as `self.opener(path, "w")`: the builtin never
     binds, so it gets the path; the wrapper is a plain function no more (it got the instance
     as its path: TypeError on the simulated side only). The write is still listed."""
-    import builtins
-    import io
 
     from simdist.script import env
     from simdist.script.rank import writes
@@ -134,11 +139,7 @@ def test_a_wrapped_call_held_as_a_class_attribute_binds_no_instance(tmp_path, mo
     work.mkdir()
     monkeypatch.setenv(env.SOCKET, str(run / "coordinator.sock"))
     monkeypatch.chdir(work)
-    for owner, names in ((builtins, ("open",)), (io, ("open",)), (os, (
-            "open", "remove", "unlink", "rmdir", "mkdir", "truncate", "rename", "replace", "utime", "mkfifo",
-            "mknod", "symlink", "link"))):
-        for name in names:
-            monkeypatch.setattr(owner, name, getattr(owner, name))
+    _undo_wraps_after(monkeypatch)
     monkeypatch.setattr(writes, "_seen", set())
     monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
     writes.install()
