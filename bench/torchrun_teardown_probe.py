@@ -5,6 +5,8 @@ Rank 1 raises after an all-reduce, printing the wall time first. Rank 0 watches 
 process end (a pidfd), rank 1's sockets close (an irecv from it fails then: when its peers
 lose it), and catches the agent's SIGTERM in a sleep, then prints one line:
 `PROBE {"lost": t, "exit": t, "term": t}` (wall times; the tally subtracts the raise's).
+With the argument `os_exit`, rank 1 fails by `os._exit(1)` instead (no traceback, no
+interpreter teardown: what a failure with no teardown gives, as a rank killed by a signal).
 docs/script-backend.md, "torchrun's agent"; simdist/script/agent.py's band.
 """
 
@@ -12,6 +14,7 @@ import json
 import os
 import select
 import signal
+import sys
 import threading
 import time
 
@@ -26,6 +29,8 @@ t = torch.ones(2)
 dist.all_reduce(t)
 if rank == 1:
     print(f"RAISE {time.time():.6f}", flush=True)
+    if sys.argv[1:] == ["os_exit"]:
+        os._exit(1)
     raise RuntimeError("boom")
 marks: dict[str, float] = {}
 

@@ -3,8 +3,9 @@
 
 Torchrun-style, once a worker fails the agent SIGTERMs the others (`simdist.script.agent`).
 Real torchrun's SIGTERM comes once the failed process has torn down and the next poll saw it:
-anywhere in a measured band after the failure (`agent.AGENT_EARLIEST_S`-`AGENT_LATEST_S`,
-docs/script-backend.md, "torchrun's agent"), by host and load. The simulator acts at one
+anywhere in a measured band after the failure (`agent.sigterm_band`: 0.06-4 s after a
+process that tore its interpreter down, within a poll after one that did not, `os._exit` or a
+signal; docs/script-backend.md, "torchrun's agent"), by host and load. The simulator acts at one
 instant inside it (`agent.agent_instant`), so a rank whose next step (its own end, an
 operation, a sleep) fell inside the band may have gone the other way on real torchrun; the
 simulated report's note says so (`agent_race_note`), both ways:
@@ -42,8 +43,8 @@ def agent_race_note(rank: int, step: str, gap_s: float, failed: int) -> str:
     how = ("ended here by the agent; on real torchrun the SIGTERM may come later and the rank get there"
            if step == _NEXT else "the simulator's agent came later; on real torchrun the SIGTERM may come first")
     return (f"rank {rank}: agent race: its {step} came {gap_s:.2f} s after rank {failed}'s failure on the "
-            f"simulated clock, inside the band of torchrun's SIGTERM (the failed process's teardown, then a "
-            f"poll): {how}")
+            f"simulated clock, inside the band of torchrun's SIGTERM (the failed process's end, after "
+            f"its teardown if any, then a poll): {how}")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class AgentRace:
         first, then = ("the simulator's", "real torchrun's") if self.sim_ended else ("real torchrun's", "the simulator's")
         return (f"rank {self.rank}: agent race, not a model difference: its next step came {self.gap_s:.2f} s "
                 f"after rank {self.failed} failed, inside the band of torchrun's SIGTERM (the failed process's "
-                f"teardown, then a poll); {first} agent ended it before the step, {then} came after it")
+                f"end, after its teardown if any, then a poll); {first} agent ended it before the step, {then} came after it")
 
 
 def agent_races(sim: Report, real: Report, cmp: Comparison) -> list[AgentRace]:

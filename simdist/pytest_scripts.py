@@ -100,7 +100,8 @@ class ScriptRunner:
     Arguments as the CLI's: `nproc_per_node` starts that many ranks as torchrun would (None:
     the script starts its own, e.g. `mp.spawn`); `batches` caps each rank's DataLoaders
     ("2,3", [2, 3] or 2); `args` are the script's own; `timeout_s` is the watchdog (seconds
-    without communication). A relative script path is taken from where pytest runs; the
+    without communication); `gpus_per_node` the node's GPUs (0: a CPU-only node; default 8,
+    or one per rank above 8). A relative script path is taken from where pytest runs; the
     script runs in `cwd` (default: the test's `tmp_path`)."""
 
     def __init__(self, servers: ForkServers, tmp_path: Path):
@@ -108,15 +109,15 @@ class ScriptRunner:
 
     def run(self, script: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
             batches: Batches = None, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None,
-            cwd: str | os.PathLike | None = None) -> Report:
+            cwd: str | os.PathLike | None = None, gpus_per_node: int | None = None) -> Report:
         """`simdist run SCRIPT`: the report (`simdist.script.run_script`'s), not judged."""
         from simdist.script.api import execute
         from simdist.script.env import SIM
 
-        path = _checked(script, batches, nproc_per_node)
+        path = _checked(script, batches, nproc_per_node, gpus_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
             return execute(path, _args(args), nproc_per_node=nproc_per_node, batches=batches, timeout_s=timeout_s,
-                           backend=backend, zygote=self._zygote(SIM, nproc_per_node)).report
+                           backend=backend, zygote=self._zygote(SIM, nproc_per_node, gpus_per_node)).report
 
     def check(self, script: str | os.PathLike, args: Sequence[str] = (), **kw: Any) -> Report:
         """`run`, then `assert_ok`: the test fails unless the checker finds nothing."""
@@ -125,7 +126,7 @@ class ScriptRunner:
 
     def compare(self, script: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node: int | None = None,
                 batches: Batches = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                cwd: str | os.PathLike | None = None) -> Comparison:
+                cwd: str | os.PathLike | None = None, gpus_per_node: int | None = None) -> Comparison:
         """`simdist compare SCRIPT`: simulated, then on real Gloo (CPU) from the same files,
         diffed rank by rank (`simdist.compare.compare_reports`), not judged. What the
         simulated side wrote is set aside under `cwd` before the real side starts."""
@@ -133,9 +134,10 @@ class ScriptRunner:
         from simdist.script.api import compare_script
         from simdist.script.env import GLOO
 
-        path = _checked(script, batches, nproc_per_node)
+        path = _checked(script, batches, nproc_per_node, gpus_per_node)
         with contextlib.chdir(cwd or self.tmp_path):
-            both = compare_script(path, _args(args), zygotes=lambda mode: self._zygote(mode, nproc_per_node),
+            both = compare_script(path, _args(args), zygotes=lambda mode: self._zygote(mode, nproc_per_node,
+                                                                                       gpus_per_node),
                                   nproc_per_node=nproc_per_node, backend=GLOO, timeout_s=timeout_s, batches=batches)
         return compare_reports(both.sim.report, both.real.report)
 
@@ -165,10 +167,10 @@ class ScriptRunner:
             raise ScriptFailed("\n".join(why))
         return result
 
-    def _zygote(self, mode: str, world: int | None) -> Zygote:
-        from simdist.script.api import DEFAULT_GPUS
+    def _zygote(self, mode: str, world: int | None, gpus: int | None = None) -> Zygote:
+        from simdist.script.api import default_gpus
 
-        return self.fork_servers.get(mode, max(DEFAULT_GPUS, world or 0))
+        return self.fork_servers.get(mode, default_gpus(world) if gpus is None else gpus)
 
 
 def _args(args: Sequence[str]) -> list[str]:
@@ -180,14 +182,17 @@ def _args(args: Sequence[str]) -> list[str]:
     return [str(a) for a in args]
 
 
-def _checked(script: str | os.PathLike, batches: Batches, nproc_per_node: int | None) -> Path:
-    """The script's absolute path, once it and the caps are found good (bad input: ScriptError
-    naming the field, before a fork server is started for it)."""
-    from simdist.script.api import check_script, parse_caps
+def _checked(script: str | os.PathLike, batches: Batches, nproc_per_node: int | None,
+             gpus_per_node: int | None = None) -> Path:
+    """The script's absolute path, once it, the caps and the GPU count are found good (bad
+    input: ScriptError naming the field, before a fork server is started for it)."""
+    from simdist.script.api import check_gpus, check_script, parse_caps
 
     path = Path(script).resolve()
     check_script(path)
     parse_caps(batches, nproc_per_node)
+    if gpus_per_node is not None:
+        check_gpus(gpus_per_node, "gpus_per_node")
     return path
 
 

@@ -168,7 +168,7 @@ def _scripts_run_away_from_the_checkout(request, tmp_path_factory, monkeypatch):
     aside what changes in its working directory while the simulated side runs
     (`simdist.script.workdir`), and from the checkout that was whatever a developer or another
     process wrote there meanwhile; files a script writes land in the folder too."""
-    if "script_zygote" in request.fixturenames:
+    if "script_zygote" in request.fixturenames or "cpu_node_zygote" in request.fixturenames:
         monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
@@ -200,6 +200,16 @@ def script_zygote():
     an interpreter start and `import torch` per rank. Runs whose output must reach a stream
     of their own, and tests of what a user sees of the processes (the CLI, teardown, Ctrl-C,
     SIGKILL), keep the plain launch."""
+    yield from _zygotes(8)
+
+
+@pytest.fixture(scope="session")
+def cpu_node_zygote():
+    """`script_zygote` for a CPU-only node (`--gpus-per-node 0`: no simulated GPU)."""
+    yield from _zygotes(0)
+
+
+def _zygotes(gpus: int):
     import contextlib
     import subprocess
 
@@ -210,7 +220,8 @@ def script_zygote():
 
         def get(mode: str) -> Zygote:
             if mode not in servers:
-                z = stack.enter_context(Zygote(None, mode=mode, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                z = stack.enter_context(Zygote(None, mode=mode, gpus=gpus, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
                 FORK_SERVERS.add(z.pid)
                 stack.callback(FORK_SERVERS.discard, z.pid)
                 servers[mode] = z

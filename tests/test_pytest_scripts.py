@@ -207,3 +207,21 @@ def test_bad_fuzz_arguments_name_the_argument_before_any_process_starts(tmp_path
         assert runner.fork_servers.servers == {}  # none was started
     finally:
         runner.fork_servers.close()
+
+
+def test_the_fixture_runs_a_script_on_a_cpu_only_node(tmp_path):
+    """`gpus_per_node=0`: the fixture's runs are on a CPU-only node (a fork server of their
+    own, keyed by the GPU count), so the script takes its CPU path on both sides; a bad count
+    names the argument before any fork server starts."""
+    runner = ScriptRunner(ForkServers(tmp_path / "log"), tmp_path)
+    script = ROOT / "tests" / "scripts" / "cuda_or_cpu.py"
+    try:
+        with pytest.raises(ScriptError, match=r"gpus_per_node: must be a whole number of GPUs from 0 .* got -1"):
+            runner.run(script, nproc_per_node=2, gpus_per_node=-1)
+        assert runner.fork_servers.servers == {}
+        compared = runner.assert_ok(runner.compare(script, nproc_per_node=2, gpus_per_node=0))
+        assert compared.agree and set(runner.fork_servers.servers) == {("sim", 0), ("gloo", 0)}
+        report = runner.run(script, nproc_per_node=2)  # the default node: 8 GPUs, the GPU path
+        assert any("cuda available True, devices 8, backend nccl" in line for line in report.ranks[0].output)
+    finally:
+        runner.fork_servers.close()

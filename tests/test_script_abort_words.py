@@ -31,7 +31,15 @@ def test_an_aborting_rank_prints_glooss_words_and_the_report_names_global_ranks(
     res = subprocess.run([sys.executable, "-m", "simdist", "compare", str(SCRIPT), "--nproc-per-node", "3", "--json",
                           "--", mode], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     d = json.loads(res.stdout)
-    assert d["agree"], res.stdout
+    # bc: rank 1 returns ~8 ms after its peers abort and its process exits 0.01-0.2 s later
+    # (destroy_process_group, then its exit: `agent.exit_band`); the agent acts ~0.13 s after
+    # the abort, inside that band, so real Gloo's rank 1 completes or is ended by the SIGTERM
+    # in destroy_process_group (both seen): the simulator completes it and notes the race,
+    # which compare names when the real run went the other way; anything else must agree
+    assert d["agree"] or (mode == "bc" and [(r["kind"], r["rank"], r["sim_ended"]) for r in d["races"]]
+                          == [("agent", 1, False)]), res.stdout
+    if mode == "bc":
+        assert any(n.startswith("rank 1: agent race: its own end came") for n in d["sim"]["notes"]), d["sim"]["notes"]
     whats = [m.group(1) for line in res.stderr.splitlines() if (m := WHAT.match(line))]
     real = [PREFIX.sub("", w) for w in whats if PREFIX.match(w)]
     sim = [w for w in whats if not PREFIX.match(w)]

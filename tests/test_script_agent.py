@@ -19,17 +19,18 @@ from simdist.script import run_script
 from simdist.script.agent import terminated_words
 from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, line_of
 
 pytestmark = pytest.mark.real
 
 SCRIPT = ROOT / "tests" / "scripts" / "agent_sigterm.py"
+SLEEP = line_of(SCRIPT, "time.sleep(")
 
 
-def torchrun(script, nproc: int, cwd) -> dict[int, tuple[int, str | None]]:
+def torchrun(script, nproc: int, cwd, args: tuple[str, ...] = ()) -> dict[int, tuple[int, str | None]]:
     """Per rank under real torchrun: (exit code, the exception type it printed or None)."""
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                          "--standalone", str(script)], cwd=cwd, capture_output=True, text=True,
+                          "--standalone", str(script), *args], cwd=cwd, capture_output=True, text=True,
                          timeout=120).stderr
     codes = {int(r): int(c) for r, c in re.findall(r"rank\s*: (\d+) \(local_rank.*?\n\s*exitcode\s*: (-?\d+)", out)}
     raised = dict(re.findall(r"^\[rank(\d+)\]: (\w+(?:Error|Exception)):", out, flags=re.M))
@@ -64,7 +65,7 @@ def test_the_report_says_who_ended_the_rank_and_where(tmp_path):
     report = run_script(SCRIPT, nproc_per_node=2, mode="gloo", timeout_s=120, stdout=subprocess.DEVNULL)
     r0 = report.ranks[0]
     assert r0.exit == terminated_words(1) and r0.error is not None and r0.error.category == "killed"
-    assert r0.location is not None and r0.location.line == 21  # the sleep: it never reached line 22
+    assert r0.location is not None and r0.location.line == SLEEP  # it never reached the all-reduce after it
     assert [e.op for e in r0.trace] == ["all_reduce"] and r0.output == []
     assert report.timings["agent_record_wait_s"] < 10
 
@@ -81,7 +82,7 @@ def test_the_simulated_side_agrees(tmp_path, monkeypatch, args):
     if args:
         assert r0.error is not None and r0.error.category == "peer_lost"
     else:
-        assert r0.exit == terminated_words(1) and r0.location is not None and r0.location.line == 21
+        assert r0.exit == terminated_words(1) and r0.location is not None and r0.location.line == SLEEP
         assert len(r0.trace) == 1 and r0.output == []
 
 
@@ -109,3 +110,30 @@ def test_a_step_past_the_band_is_the_agents_firm_verdict(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sim = run_script(SCRIPT, nproc_per_node=2, timeout_s=120, stdout=subprocess.DEVNULL)
     assert sim.ranks[0].exit == terminated_words(1) and not [n for n in sim.notes if "agent race" in n]
+
+
+@pytest.mark.parametrize(("how", "code", "forked"), [("os_exit", 1, True), ("sigkill", -9, True), ("os_exit", 1, False)],
+                         ids=["os_exit", "sigkill", "os_exit-plain-launch"])
+def test_after_a_failure_with_no_teardown_a_step_past_a_poll_is_the_agents_firm_verdict(
+        tmp_path, monkeypatch, script_zygote, how, code, forked):
+    """Rank 1 fails with no interpreter teardown (`os._exit(1)`, or it SIGKILLs itself): real
+    torchrun's agent sees its end at the next poll (the SIGTERM 0.03-0.13 s after it, measured:
+    `agent.sigterm_band`), so rank 0's next step 0.5 s later never comes: torchrun ends it in
+    its sleep (exit -15), and the simulator ends it there too and names no race (the band after
+    a raise, 0.06-4 s, would have: its failed process tears down first). Also without the fork
+    server (`forked` False, as the command line runs): the real side's rank 1 used to end 2.4 s
+    after its `os._exit` (its exit report's first FR dump imported torch._inductor:
+    `rank.flight._no_inductor_lookup`), so rank 0 woke and lost it in the all-reduce instead."""
+    args = ("0.5", how)
+    assert torchrun(SCRIPT, 2, tmp_path, args) == {0: (-15, None), 1: (code, None)}
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(SCRIPT, list(args), nproc_per_node=2, timeout_s=120, stdout=subprocess.DEVNULL,
+                          zygotes=script_zygote if forked else None)
+    sim = both.sim.report
+    assert (sim.ranks[0].exit, sim.ranks[0].location.line) == (terminated_words(1), SLEEP)
+    assert not [n for n in sim.notes if "agent race" in n], sim.notes
+    cmp = compare_reports(sim, both.real.report)
+    # (a SIGKILLed process leaves the real side no record of its operations: rank 1's trace and
+    # line are unknown there, a difference of its own; rank 0's, the agent's, must agree)
+    assert cmp.agree or (how == "sigkill" and {d.rank for d in cmp.differences} == {1}), format_comparison(cmp)
+    assert both.real.report.ranks[0].exit == terminated_words(1)

@@ -14,7 +14,7 @@ import pytest
 
 from simdist.compare import compare_reports, format_comparison
 from simdist.script.api import compare_script
-from simdist.script.deadlines import TIE_S, Deadline, frees_before, next_due, overdue
+from simdist.script.deadlines import CLOSURE_S, TIE_S, Deadline, frees_before, next_due, overdue
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT
 
@@ -118,3 +118,73 @@ def test_a_blocked_rank_freed_before_a_deadline_may_still_post():
     assert overdue(awaits, None, 3.0, owner, live)  # rank 1 counted as stuck: as before
     assert not overdue(awaits, None, 3.0, owner, live, freed=lambda c: c is freed)
     assert overdue(awaits, None, 3.0, owner, live, posting=late, freed=lambda c: c is freed)  # the late rank posts now
+
+
+TIE_SCRIPT = ROOT / "tests" / "scripts" / "tie_groups.py"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("world_s", "pair_s"), [(1, 1 + TIE_S * 0.6), (1 + TIE_S * 0.6, 1)])
+def test_a_deadline_in_another_group_does_not_tie(script_zygote, world_s, pair_s):
+    """Two Gloo deadlines within `TIE_S`, in different groups (`tests/scripts/tie_groups.py`):
+    the first frees its rank, which sends on the other group before the second's deadline.
+    Tied (before), rank 1's receive timed out with it and rank 0's send met its closure;
+    real Gloo's receive gets the message (a timeout closes pairs in its own group only)."""
+    run_id = new_run_id()
+    both = compare_script(TIE_SCRIPT, [str(world_s), str(pair_s)], nproc_per_node=2, backend="gloo", run_id=run_id,
+                          measure_compute=False, zygotes=script_zygote, timeout_s=90, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    if world_s < pair_s:
+        lines = [["0 all_reduce raised RuntimeError", "0 sent"], ["1 recv 7.0"]]
+    else:
+        lines = [["0 all_reduce raised RuntimeError", "0 send raised RuntimeError "], ["1 recv raised RuntimeError timed out"]]
+    for rep in (both.sim.report, both.real.report):
+        assert [r.output for r in rep.ranks] == lines, rep.source
+
+
+def test_deadlines_tie_only_in_their_own_scope():
+    """`Deadline.scope` (a Gloo op's group, a new_group's or store barrier's wait): one of the
+    same kind in another scope within `TIE_S` fires only at its turn, and a blocked rank with
+    one such deadline before `at` counts as one that may still post."""
+    fired: list = []
+    first = Deadline(1.0, 0, "gloo", None, 0, fired.append, "world")
+    same = Deadline(1.0 + TIE_S / 2, 1, "gloo", None, 1, fired.append, "world")
+    other = Deadline(1.0 + TIE_S / 2, 2, "gloo", None, 2, fired.append, "pair")
+    assert next_due([first, same, other]) == [first, same]
+    assert next_due([other, same]) == [same] and next_due([other]) == [other]
+    assert frees_before([first], 1.0 + TIE_S / 2, "gloo", "pair")
+    assert not frees_before([first], 1.0 + TIE_S / 2, "gloo", "world")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("gap_s", [0.05, TIE_S * 0.6])
+def test_a_receive_from_a_rank_that_timed_out_earlier_meets_its_closure(script_zygote, gap_s):
+    """Within one group and `TIE_S`, rank 1's receive from rank 0 is due `gap_s` after rank 0's
+    all_reduce (`tests/scripts/closure_first.py`): rank 0's timeout closes its pair with rank 1
+    first, on real Gloo within a few ms (`CLOSURE_S`). Tied (before), the receive timed out on
+    its own at its deadline."""
+    run_id = new_run_id()
+    both = compare_script(ROOT / "tests" / "scripts" / "closure_first.py", ["1", str(gap_s)], nproc_per_node=2,
+                          backend="gloo", run_id=run_id, measure_compute=False, zygotes=script_zygote, timeout_s=90,
+                          hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    for rep in (both.sim.report, both.real.report):
+        assert [r.output for r in rep.ranks] == [["0 raised timed out"], ["1 raised closed"]], rep.source
+
+
+def test_a_p2p_deadline_tied_only_within_the_closures_latency():
+    """`Deadline.peers`: a receive from the batch's first rank ties with it only within
+    `CLOSURE_S` (both block at once: each times out on its own); later, it is left to the
+    closure. One from another rank, or a collective's (no peers), ties as before."""
+    fired: list = []
+    first = Deadline(1.0, 0, "gloo", None, 0, fired.append, "g")
+    at_once = Deadline(1.0 + CLOSURE_S / 2, 1, "gloo", None, 1, fired.append, "g", frozenset({0}))
+    later = Deadline(1.0 + CLOSURE_S * 5, 1, "gloo", None, 1, fired.append, "g", frozenset({0}))
+    elsewhere = Deadline(1.0 + CLOSURE_S * 5, 2, "gloo", None, 2, fired.append, "g", frozenset({3}))
+    collective = Deadline(1.0 + CLOSURE_S * 5, 3, "gloo", None, 3, fired.append, "g")
+    assert next_due([first, at_once]) == [first, at_once]
+    assert next_due([first, later, elsewhere, collective]) == [first, elsewhere, collective]

@@ -473,7 +473,7 @@ def test_cuda_in_a_forked_child_raises_as_torch_does(script_zygote):
     `torch.cuda.is_available()`) register a pthread_atfork child handler
     (torch/csrc/cuda/Module.cpp `poison_fork`, torch/csrc/utils/device_lazy_init.cpp
     `register_fork_handler_for_device_init`); in a child forked after that,
-    `_cuda_isInBadFork()` is true and the first CUDA use goes through `torch.cuda._lazy_init`,
+    `_cuda_isInBadFork()` is true (asked directly too, as Accelerate does) and the first CUDA use goes through `torch.cuda._lazy_init`,
     which raises `_REINIT` (torch/cuda/__init__.py), while `is_available()`/`device_count()`
     answer and `is_initialized()` is False. So: a child forked before any of it uses its GPU,
     one forked after `is_available()` or after `set_device` raises on `.cuda()`, a factory's
@@ -491,9 +491,9 @@ def test_cuda_in_a_forked_child_raises_as_torch_does(script_zygote):
     for rank in (0, 1):
         got = _keyed(sim.ranks[rank].output)
         assert got["fork before CUDA"] == "[('cuda', 'ok 2.0')]"
-        assert got["fork after is_available"] == f"[('queries', 'ok (True, True, True, False)'), ('cuda', \"{_REINIT}\")]"
+        assert got["fork after is_available"] == f"[('queries', 'ok (True, True, True, True, False)'), ('cuda', \"{_REINIT}\")]"
         after = [f"('{use}', \"{_REINIT}\")" for use in ("cuda", "factory", "set_device", "current_device")]
-        assert got["fork after init"] == (f"[{', '.join(after)}, ('queries', 'ok (True, True, True, False)'), "
+        assert got["fork after init"] == (f"[{', '.join(after)}, ('queries', 'ok (True, True, True, True, False)'), "
                                           f"('receive', \"{_REINIT}\")]")
         assert got["os.fork after init"] == _REINIT
         assert got["collate to gpu"] == f"RuntimeError: Caught RuntimeError in DataLoader worker process 0. ... {_REINIT}"

@@ -249,3 +249,28 @@ def test_a_rank_leaving_by_the_builtin_exit_or_systemexit_fails_with_its_code(ho
                                "--standalone", str(script), how], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
     assert re.search(rf"rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: {code}\b", torchrun.stderr), torchrun.stderr
+
+
+@pytest.mark.real
+def test_transformers_trainer_without_even_batches_on_a_cpu_only_node_runs_as_torchrun_here(cpu_node_zygote, tmp_path):
+    """The even_batches case on a CPU-only node (`--gpus-per-node 0`): with no CUDA the Trainer
+    is not distributed (helper-110 saw Accelerate's DistributedType.NO under torchrun): each
+    process trains and evaluates alone, no collective, and each completes, where on 8 simulated GPUs rank 1 exits 1. Plain
+    torchrun on this CPU-only host does the same (exit 0, each rank prints its training
+    summary): the case helper-110 found simdist could not show before there was such a node."""
+    from tests.test_script_cpu_node import torchrun
+
+    _needs("transformers")
+    script = TRANSFORMERS / "test_trainer_distributed.py"
+    args = HF_ARGS + ["--accelerator_config", '{"even_batches": false}']
+    sim, real = _both(script, 2, args, cpu_node_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    _scrub(_HF_TIMES, r"'train_\1': _", sim, real)
+    assert differences(sim, real) == []
+    assert [_ops(sim, r) for r in (0, 1)] == [[], []]
+    assert all("'train_loss': " in sim.ranks[r].output[-1] for r in (0, 1))
+    here = tmp_path / "torchrun"
+    here.mkdir()
+    done, lines = torchrun(script, args, here)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sum("'train_loss': " in line for line in lines) == 2

@@ -179,6 +179,7 @@ def run(
         "--trace-out", help="write a Chrome trace JSON (Perfetto); with several scenarios a folder or a "
                             "path with {name}")] = None,
     nproc_per_node: script_cli.NprocOpt = None,
+    gpus_per_node: script_cli.GpusOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
@@ -192,7 +193,8 @@ def run(
     """
     _check_timeout(timeout)  # a script's watchdog; a scenario refuses the option below
     with bad_input():
-        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+        script, scenarios = _inputs(inputs, gpus_per_node=gpus_per_node,
+                                    nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
                                     batches=batches, zero_compute=zero_compute, topology=topology)
         if script is not None:
             script_cli.run_command(script, json_, trace_out)
@@ -243,6 +245,7 @@ def real(
                            "as torch does (TORCH_FR_DUMP_TEMP_FILE, TORCHELASTIC_ERROR_FILE): simdist diagnose "
                            "reads them")] = None,
     nproc_per_node: script_cli.NprocOpt = None,
+    gpus_per_node: script_cli.GpusOpt = None,
     batches: script_cli.BatchesOpt = None,
     backend: script_cli.RealBackendOpt = None,
     hang_after: script_cli.HangAfterOpt = None,
@@ -254,7 +257,8 @@ def real(
     """
     _check_timeout(timeout)
     with bad_input():
-        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend,
+        script, paths = _inputs(inputs, gpus_per_node=gpus_per_node,
+                                nproc_per_node=nproc_per_node, batches=batches, backend=backend,
                                 hang_after=hang_after)
         if script is not None:
             if fr_dumps is not None:
@@ -282,6 +286,7 @@ def compare(
     json_: JsonOpt = False,
     timeout: TimeoutOpt = None,
     nproc_per_node: script_cli.NprocOpt = None,
+    gpus_per_node: script_cli.GpusOpt = None,
     batches: script_cli.BatchesOpt = None,
     backend: script_cli.RealBackendOpt = None,
     hang_after: script_cli.HangAfterOpt = None,
@@ -310,7 +315,8 @@ def compare(
                 # (typer's own click: its ParameterSource is not click's, so by name)
                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT":
                     raise InputError(f"{flag}: only with --timing")
-        script, paths = _inputs(inputs, nproc_per_node=nproc_per_node, batches=batches, backend=backend,
+        script, paths = _inputs(inputs, gpus_per_node=gpus_per_node,
+                                nproc_per_node=nproc_per_node, batches=batches, backend=backend,
                                 hang_after=hang_after)
         if script is not None and timing:
             raise InputError("--timing: times a scenario file's iterations, not a script")
@@ -340,6 +346,7 @@ def check(
         "--graph", help="write the wait-for graph: .dot/.gv (DOT), .png/.svg/.pdf (picture); with several "
                         "scenarios a folder (DOT files) or a path with {name}")] = None,
     nproc_per_node: script_cli.NprocOpt = None,
+    gpus_per_node: script_cli.GpusOpt = None,
     backend: script_cli.BackendOpt = None,
     timeout: script_cli.TimeoutOpt = None,
     batches: script_cli.BatchesOpt = None,
@@ -356,7 +363,8 @@ def check(
 
     _check_timeout(timeout)
     with bad_input():
-        script, scenarios = _inputs(inputs, nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
+        script, scenarios = _inputs(inputs, gpus_per_node=gpus_per_node,
+                                    nproc_per_node=nproc_per_node, backend=backend, timeout=timeout,
                                     batches=batches, zero_compute=zero_compute, topology=topology)
         if script is not None:
             script_cli.check_command(script, json_, graph)

@@ -33,6 +33,11 @@ from simdist.script.stalls import EARLY, HANG_AFTER_S, WATCHDOG, check_hang_afte
 
 NprocOpt = Annotated[int | None, typer.Option(
     "--nproc-per-node", help="script: start N ranks as torchrun would (default: the script starts its own)")]
+GpusOpt = Annotated[str | None, typer.Option(
+    "--gpus-per-node", metavar="N", help="script: the GPUs of the node the ranks run on, as torchrun's --nproc-per-node "
+                            "counts ranks; 0: a CPU-only node, where the script sees this host's torch with no "
+                            "simulated GPU (torch.cuda.is_available() False), on both sides of compare "
+                            "(default: 8, an 8-GPU node; one per rank above 8 ranks)")]
 BackendOpt = Annotated[str | None, typer.Option(
     "--backend", help="script: gloo or nccl semantics for ranks that exit (default: what the script asks for)")]
 BatchesOpt = Annotated[str | None, typer.Option(
@@ -75,6 +80,20 @@ class ScriptInput:
     zero_compute: bool = False
     topology: str | None = None
     hang_after: float | None = None  # real Gloo: the stall rule's settle period (None: its default)
+    gpus_per_node: str | None = None  # as given; `gpus` reads it
+
+    @property
+    def gpus(self) -> int | None:
+        """--gpus-per-node as a count (None: the default); bad input raises ScriptError naming it."""
+        from simdist.script.api import check_gpus
+
+        if self.gpus_per_node is None:
+            return None
+        try:
+            n = int(self.gpus_per_node)
+        except ValueError:
+            n = self.gpus_per_node  # (refused below, as given)
+        return check_gpus(n, "--gpus-per-node")
 
     @property
     def hang_after_s(self) -> float | None:
@@ -86,7 +105,7 @@ class ScriptInput:
         from simdist.script.api import execute
         from simdist.script.env import GLOO, SIM
 
-        return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend,
+        return execute(self.path, self.args, nproc_per_node=self.nproc_per_node, backend=self.backend, gpus=self.gpus,
                        timeout_s=self.timeout or DEFAULT_TIMEOUT_S, measure_compute=not self.zero_compute,
                        stdout=sys.stderr.fileno() if json_ else None, mode=GLOO if real else SIM,
                        batches=self.batches, topology=self.topology, hang_after_s=self.hang_after_s,
@@ -103,12 +122,13 @@ def _status(line: str) -> None:
 def reject_for_scenario(*, nproc_per_node: int | None = None, backend: str | None = None,
                         timeout: float | None = None, batches: str | None = None, zero_compute: bool = False,
                         topology: str | None = None, hang_after: float | None = None,
-                        script_args: list[str] | None = None) -> None:
+                        script_args: list[str] | None = None, gpus_per_node: str | None = None) -> None:
     """A scenario takes none of the script options (its file says all): say so instead of
     ignoring them."""
     given = [name for name, v in (("--nproc-per-node", nproc_per_node), ("--backend", backend),
                                   ("--timeout", timeout), ("--batches", batches), ("--zero-compute", zero_compute),
                                   ("--topology", topology), ("--hang-after", hang_after is not None),
+                                  ("--gpus-per-node", gpus_per_node is not None),
                                   ("script arguments", script_args)) if v]
     if given:
         raise ScriptError(f"{', '.join(given)}: only for a script (.py), not a scenario")
@@ -120,6 +140,7 @@ def _gloo_only(inp: ScriptInput, command: str) -> ScriptInput:
     if inp.backend not in (None, "gloo"):
         raise ScriptError(f"--backend: {command} runs the script on real Gloo; got {inp.backend!r}")
     check_hang_after(inp.hang_after)
+    _ = inp.gpus  # a bad --gpus-per-node, before anything runs
     return replace(inp, backend="gloo")
 
 
@@ -170,7 +191,7 @@ def compare_command(inp: ScriptInput, json_: bool) -> NoReturn:
 
     with bad_input():
         inp = _gloo_only(inp, "compare")
-        both = compare_script(inp.path, inp.args, nproc_per_node=inp.nproc_per_node, backend=GLOO,
+        both = compare_script(inp.path, inp.args, nproc_per_node=inp.nproc_per_node, backend=GLOO, gpus=inp.gpus,
                               timeout_s=inp.timeout or DEFAULT_TIMEOUT_S, measure_compute=not inp.zero_compute,
                               stdout=sys.stderr.fileno() if json_ else None, batches=inp.batches,
                               topology=inp.topology, hang_after_s=inp.hang_after_s, status=_status)

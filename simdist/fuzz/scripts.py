@@ -42,7 +42,7 @@ from simdist.errors import ScriptError
 from simdist.fuzz.script_replay import Schedule, command, write_replay
 from simdist.fuzz.search import FuzzFailure, failure_class
 from simdist.limits import LOCAL_RANKS
-from simdist.script.api import BACKENDS, DEFAULT_GPUS, execute
+from simdist.script.api import BACKENDS, default_gpus, execute
 from simdist.script.env import SIM
 from simdist.script.zygote import Zygote
 
@@ -377,7 +377,7 @@ def fuzz_script(space: Space, *, budget: int = 200, seed: int = 0, out_dir: str 
     res = ScriptFuzzResult(script=space.script, args=list(space.args), seed=seed, budget=budget,
                            worlds=list(space.worlds) if space.worlds else None, batches=list(space.batches))
     t0 = time.perf_counter()
-    gpus = max(DEFAULT_GPUS, space.worlds[1] if space.worlds else 0)
+    gpus = default_gpus(space.worlds[1] if space.worlds else None)
     own = zygote is None and fork_server
     if zygote is not None and zygote.gpus != gpus:
         raise ScriptError(f"zygote: it simulates {zygote.gpus} GPUs, the search needs {gpus}")

@@ -2,10 +2,13 @@
 
 What torch 2.13's torchrun does with its workers (`--max-restarts 0`, its default):
 `launcher/api.py` runs the agent with `monitor_interval` 0.1 s; `SimpleElasticAgent._invoke_run`
-(`elastic/agent/server/api.py`) polls the workers' exits every interval, and once one has
-exited non-zero (or by a signal) the group is FAILED: `_stop_workers` -> `_shutdown(SIGTERM)`
--> `PContext.close` -> `_close` (`elastic/multiprocessing/api.py`): `os.killpg` SIGTERM to every
-live worker (each leads its own session), a wait of at most 30 s, then SIGKILL to any left. A
+(`elastic/agent/server/api.py`) polls the workers' exits every interval (`_monitor_workers` ->
+`PContext.wait(0)` -> `SubprocessContext._poll`, `elastic/multiprocessing/api.py`), and the
+poll that sees one exited non-zero (or by a signal; an exit 0 is no failure) closes the
+context at once (`_close`): `os.killpg` SIGTERM to every live worker (each leads its own
+session), a wait of at most 30 s, then SIGKILL to any left; it then records the ended
+workers' exit codes (-15) beside the failure (ChildFailedError's table) and the group is
+FAILED (`_stop_workers` -> `_shutdown` closes again: nothing left). A
 worker with no SIGTERM handler of its own ends with exit code -15 wherever it stood (asleep,
 computing, blocked in a collective with no peer failure); one already blocked in a collective
 with the failed worker has usually failed by itself before ("Connection closed by peer", at
@@ -17,9 +20,9 @@ failure by time as the root cause.
 record, halted (a "dump" with `halt`, answered from the rank's reader thread, `rank.client`):
 the user's line where the main thread stands at that instant, and the Flight Recorder's and
 p2p operations issued until then, so the report says where the rank was and what it had
-issued. The answer may take seconds (a process's first FR dump imports what its stack
-symbolization needs: 2.2-2.5 s measured on a loaded 2-core host; milliseconds in a fork
-server that imported it, `rank.zygote`), so the SIGTERM comes that much later than torchrun's;
+issued. The answer takes milliseconds (`agent_record_wait_s` 0.001 s measured, also without a
+fork server: a process's first FR dump no longer imports torch._inductor,
+`rank.flight._no_inductor_lookup`; it took 2.2-2.5 s), so the SIGTERM comes that much later;
 meanwhile the halted rank tells the coordinator nothing more (no printed line, sleep or end of
 its own: `Client._parked`), and its operations after the instant are dropped from its record,
 so the report is the rank as torchrun's SIGTERM found it. The wait is bounded by
@@ -54,6 +57,39 @@ CLOSE_TIMEOUT_S = 30.0  # PContext._close: SIGTERM, then SIGKILL after this long
 TEARDOWN_MIN_S = 0.03  # the shortest teardown measured (the abort path)
 AGENT_EARLIEST_S = 0.06  # the band of the SIGTERM after a failure: the earliest measured ...
 AGENT_LATEST_S = 4.0  # ... and the latest (3.92 s at load 4), rounded up
+# A failed process that ends with no interpreter teardown (`os._exit`, a signal: no traceback,
+# no finalization) is seen at the next poll: the SIGTERM came 0.026-0.132 s after rank 1's
+# `os._exit(1)` (`bench/torchrun_teardown_tally.sh RUNS os_exit`: 14 runs, load 2.2-5.2); a step
+# later than this band after such a failure is the agent's firm verdict, not a race.
+NO_TEARDOWN_EARLIEST_S = 0.02
+NO_TEARDOWN_LATEST_S = 0.25
+
+
+# A rank whose script returns is no ended worker yet: torchrun's agent counts a worker done when
+# its process exits, and a process still in `destroy_process_group` or in its exit when the agent
+# acts gets the SIGTERM (exit -15). Measured from the script's last line to the exit: Gloo's
+# destroy_process_group 0.012-0.037 s, with live peers or aborted ones (`bench/exit_cost_probe.py`
+# under `torchrun --standalone --nproc-per-node 3`, 2026-11-24, load 3.6-6.4); simdist's real side
+# then skips the interpreter's teardown (`rank.exits.leave`): its exit report and process end come
+# 0.03-0.15 s after the last line (fork server / plain launch, docs "torchrun's agent"); real
+# torchrun's full teardown is longer (0.37-3.9 s) or aborts (SIGABRT, exit -6: 2 of 3 runs of
+# the probe's `abort` mode).
+EXIT_MIN_S = 0.01  # the shortest exit after a script's return (destroy_process_group's floor)
+EXIT_MAX_S = 0.2  # the longest on simdist's real side (plain launch 0.15 s + destroy 0.04 s)
+
+
+def exit_band(returned_at: float) -> tuple[float, float]:
+    """When the process of a rank whose script returned at `returned_at` ends: an agent acting
+    before the band's start ends it by SIGTERM, one inside it races its exit, one after finds
+    it completed."""
+    return returned_at + EXIT_MIN_S, returned_at + EXIT_MAX_S
+
+
+def sigterm_band(tore_down: bool) -> tuple[float, float]:
+    """The band of real torchrun's SIGTERM, in seconds after a failure: after a process that
+    tore its interpreter down (an exception, `sys.exit`), `AGENT_EARLIEST_S`-`AGENT_LATEST_S`;
+    after one that ended without (`os._exit`, a signal), within a poll of its end."""
+    return (AGENT_EARLIEST_S, AGENT_LATEST_S) if tore_down else (NO_TEARDOWN_EARLIEST_S, NO_TEARDOWN_LATEST_S)
 
 
 def agent_instant(failed_at: float) -> float:
@@ -185,16 +221,23 @@ class ClockAgent:
                     self.procs[c.rank].kill()
         return all(not p.alive() for p in self.procs)
 
-    def _failed(self, c: RankConn, seen: frozenset[int] = frozenset()) -> float | None:
+    def _failed(self, c: RankConn) -> float | None:
         """When an ended membership failed on the simulated clock; None: not a failure, or one
-        whose time is not known yet (it lost a peer that has not ended: the peer's end is when)."""
-        if c.connected or c.rank is None or (c.exit is not None and not (c.exit.get("error") or c.exit.get("code"))):
+        not known yet. A failure is what torchrun sees, its process's non-zero exit status (a
+        rank that caught its error and exited 0 failed nobody, whatever error it reported: not
+        yet known while its process runs); when: its end (`_ended_at`)."""
+        if c.connected or c.rank is None or c.rank >= len(self.procs) or not failed(self.procs[c.rank].popen.poll()):
             return None
+        return self._ended_at(c)
+
+    def _ended_at(self, c: RankConn, seen: frozenset[int] = frozenset()) -> float | None:
+        """When an ended membership ended on the simulated clock: its clock, or, for one that lost
+        a peer, no earlier than the peer's own end; None while that peer has not ended."""
         cause = PEER_GONE.search(str((c.exit or {}).get("error", {}).get("message", "")))
         if cause is None or int(cause.group(1)) in seen:
             return c.clock
         peer = next((m for m in self.coord.members() if m.rank == int(cause.group(1)) and m.gen is c.gen), None)
         if peer is None or peer.connected:
             return None
-        t = self._failed(peer, seen | {c.rank}) if peer.exit is None or peer.exit.get("error") else peer.clock
+        t = self._ended_at(peer, seen | {c.rank})
         return None if t is None else max(c.clock, t)

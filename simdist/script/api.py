@@ -32,7 +32,8 @@ from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
 from simdist.script.zygote import Zygote, runs
 
-DEFAULT_GPUS = 8
+DEFAULT_GPUS = 8  # an 8-GPU node (DGX/HGX), the machine distributed training usually runs on
+MAX_GPUS = 1024  # per node: far above any machine's; each simulated GPU has its own state in a rank
 BACKENDS = ("gloo", "nccl")
 Batches = str | int | Sequence[int] | None
 
@@ -66,6 +67,24 @@ def check_script(path: Path) -> None:
         raise ScriptError(f"script: {path} does not parse: {e.msg} (line {e.lineno})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ScriptError(f"script: cannot read {path}: {e}") from None
+
+
+def default_gpus(nproc_per_node: int | None) -> int:
+    """The GPUs of the simulated node when the user names none (`--gpus-per-node`): 8, or one
+    per rank when torchrun starts more than 8, so that a script's `set_device(local_rank)`
+    finds its GPU."""
+    return max(DEFAULT_GPUS, nproc_per_node or 0)
+
+
+def check_gpus(gpus: Any, field: str = "gpus") -> int:
+    """A node's GPU count as given: a whole number from 0 (a CPU-only node: no simulated GPU,
+    torch as installed) to MAX_GPUS; anything else raises ScriptError naming `field`. Fewer
+    GPUs than the script's ranks is no bad input: on such a node `set_device(local_rank)`
+    raises, the script's own error."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS:
+        raise ScriptError(f"{field}: must be a whole number of GPUs from 0 (a CPU-only node) to {MAX_GPUS}, "
+                          f"got {gpus!r}")
+    return gpus
 
 
 Topo = str | os.PathLike | Topology | None
@@ -127,6 +146,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_n
     `zygote`: a fork server for this script (or any script) and mode (`simdist.script.zygote`)
     that forks the ranks instead of starting an interpreter for each (output goes where the
     zygote's goes; the simulated GPU count is the zygote's, and `gpus`, if given, must be it).
+    `gpus`: the GPUs of the node the ranks run on (`--gpus-per-node`; default `default_gpus`):
+    0 is a CPU-only node, where the script sees this host's torch with no GPU shim at all.
     `topology`: the network the cost model times communication on: a preset name, a TOML
     file with a [topology] table (as a scenario's), or a `Topology` (default: loopback).
     `hang_after_s` (`mode="gloo"`): a hang is reported once every live rank has been stalled
@@ -157,12 +178,13 @@ def _validated(script: Path, backend: str | None, mode: str, nproc_per_node: int
     return ("gloo" if mode == env.GLOO else backend), parse_caps(batches, nproc_per_node)
 
 
-def _refuse_unsupported(report: Report) -> None:
+def _refuse_unsupported(report: Report, gpus: bool) -> None:
     """A script that calls an operation the simulated backend cannot model is bad input for
     the simulator (what follows on the other ranks would be the simulator's artefact, not
-    the program's): one line naming the operation, the rank and the user's line."""
+    the program's): one line naming the operation, the rank and the user's line. (`gpus`
+    False: CUDA's absence is the CPU-only node's, its error the program's own.)"""
     for r in report.ranks:
-        what = env.unsupported_in(r.error.message) if r.error is not None else None
+        what = env.unsupported_in(r.error.message, gpus) if r.error is not None else None
         if what is not None:
             at = f" at {r.location.short()}" if r.location is not None else ""
             raise ScriptError(f"script: {env.UNSUPPORTED.format(what).removeprefix('simdist: ')} (rank {r.rank}{at})")
@@ -228,7 +250,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     script = Path(path)
     backend, caps = _validated(script, backend, mode, nproc_per_node, batches, zygote)
     topo = topology if topology is None or isinstance(topology, Topology) else load_topology(topology)
-    gpus = gpus or (zygote.gpus if zygote is not None else max(DEFAULT_GPUS, nproc_per_node or 0))
+    gpus = check_gpus(gpus if gpus is not None else zygote.gpus if zygote is not None else default_gpus(nproc_per_node))
     if zygote is not None and gpus != zygote.gpus:
         raise ScriptError(f"gpus: {gpus} asked for, but the zygote simulates {zygote.gpus}")
     tmp = tempfile.mkdtemp(prefix="simdist-")
@@ -284,7 +306,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         timings["hang_detect_s"] = round(ending.at - ending.last_blocked, 4)
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
-    _refuse_unsupported(report)
+    _refuse_unsupported(report, gpus > 0)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     members = [memberships(coord.gens, r) for r in range(coord.world_size)]

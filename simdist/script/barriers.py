@@ -137,7 +137,7 @@ class StoreBarrierMixin:
         may catch it and enter the barrier, making the count whole before the others' 10 s
         turn ends."""
         return [Deadline(w.clock + after, int(w.conn.rank), STORE_BARRIER_KIND, w.conn, (w, key, waiting),
-                         self._fire_barriers)
+                         self._fire_barriers, id(waiting))  # (ties only in its own barrier)
                 for gen in self.gens for key, waiting in gen.barriers.items() for w in waiting.values()
                 if not w.failed and (after := w.raises_after()) is not None and w.conn.active()]
 

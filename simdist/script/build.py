@@ -33,11 +33,11 @@ from simdist.report import (
 )
 from simdist.script import env
 from simdist.script.agent import (
-    AGENT_EARLIEST_S,
-    AGENT_LATEST_S,
     MONITOR_INTERVAL_S,
     TEARDOWN_MIN_S,
     agent_instant,
+    exit_band,
+    sigterm_band,
     sigterm_error,
     terminated_words,
 )
@@ -252,6 +252,15 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
     return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
 
 
+def _tore_down(coord: Coordinator, rank: int) -> bool:
+    """Whether a failed rank's process tore its interpreter down before it ended (an exception,
+    `sys.exit`), by what it told (of its group, or before its init): not after `os._exit`, nor
+    when it told nothing (killed by a signal)."""
+    conn = latest(coord.gens, rank)
+    x = conn.exit if conn is not None else coord.no_init.get(rank)
+    return x is not None and x.get("how") != "os._exit"
+
+
 def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
     clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
@@ -263,7 +272,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     (a completion comes at or after every member's post), so what stands at `t` is the same.
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
     end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
-    failure (`AGENT_EARLIEST_S`-`AGENT_LATEST_S`): a race both ways (`agent_race`)."""
+    failure (`agent.sigterm_band`, by whether the failed process tore its interpreter down):
+    a race both ways (`agent_race`)."""
     by_rank = {r.rank: r for r in ranks}
     # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
     failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
@@ -274,15 +284,23 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
     f0 = failed[first.rank]
     t = agent_instant(f0)
+    earliest, latest_s = sigterm_band(_tore_down(coord, first.rank))
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
         # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
-        if r is not first and r.status != "hang" and step is not None and \
-                f0 + AGENT_EARLIEST_S <= step <= f0 + AGENT_LATEST_S:
+        returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
+        if r is not first and not returned and r.status != "hang" and step is not None and \
+                f0 + earliest <= step <= f0 + latest_s:
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
-        if r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
+        if returned and r is not first:
+            lo, hi = exit_band(r.time)  # type: ignore[arg-type]
+            if lo <= t <= hi:  # the agent races its process's exit: the simulator lets it finish
+                notes.append(agent_race_note(r.rank, "own end", max(lo - f0, 0.0), first.rank))
+            if t >= lo or conn is None:
+                continue
+        elif r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
             continue
         if conn.gen.failed and not r.trace and (entered_at(conn.gen, r.rank) or 0.0) > t:
             ranks[i] = _never_initialised(r.rank, -int(signal.SIGTERM), None)  # asleep before its init, as on real Gloo
@@ -291,7 +309,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
-            blocked_in=None, waiting_in=None, location=_where_at(conn, t) or r.location)
+            blocked_in=None, waiting_in=None,
+            location=r.location if returned else _where_at(conn, t) or r.location)
         notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "
                      f"failed at t={f0:.3f} s; the agent acts after the shortest teardown measured, "
                      f"{TEARDOWN_MIN_S:g} s, and a poll, {MONITOR_INTERVAL_S:g} s)")
@@ -320,7 +339,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     notes.extend(coord.init_notes())
     notes.extend(coord.group_notes())
     if report.source == "sim" and ending.kind in ("hang", "interrupted"):  # how real torch ends it (`rendezvous`)
-        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts())
+        notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts() + coord.store_default_timeouts())
     notes.extend(_timeout_notes(coord))
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]

@@ -44,17 +44,18 @@ from simdist.script.expiry import GlooTimeoutsMixin
 from simdist.script.generations import Generation, GenerationsMixin
 from simdist.script.groups import Creating, GroupsMixin
 from simdist.script.initwatch import InitWatchMixin
+from simdist.script.keystore import KeyStoreMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
-from simdist.script.stalls import Ending, StallRule
+from simdist.script.stalls import Ending, StalledMixin, StallRule
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
 # How long a hung real run's ranks are given to answer the request for their record before
 # they are killed (`collect_records`); the wait ends as soon as all have answered. A process's
-# first Flight Recorder dump symbolizes its Python stacks, which imports torch._dynamo unless
-# the script (or the fork server, `rank.zygote`) already did: ~1 s of CPU, 2-3 s measured on a
-# loaded 2-core host; otherwise a dump takes milliseconds.
+# first Flight Recorder dump symbolizes its Python stacks, which imported torch._dynamo (2-3 s
+# on a loaded 2-core host) until `rank.flight._no_inductor_lookup`; a dump takes milliseconds
+# (the stall rule's own dump, `rank.stall`, may still import it).
 RECORD_WAIT_S = 10.0
 
 
@@ -68,7 +69,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
 
 
 class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
-                  InitWatchMixin):
+                  KeyStoreMixin, StalledMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -104,8 +105,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         """The report's ranks: the largest generation's world."""
         return max((g.world_size for g in self.gens), default=0)
 
-    def members(self) -> list[RankConn]:
-        """Every membership of every generation."""
+    def members(self) -> list[RankConn]:  # every membership of every generation
         return [c for g in self.gens for c in g.by_rank.values()]
 
     # ------------------------------------------------------------------ loop
@@ -194,6 +194,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         """Let the engines finish everything they can (completions call back into `_completed`)."""
         for g in self.gens:
             self._pump_one(g)
+        self._kv_release()  # then the store calls held for peers that have caught up (`keystore`)
 
     def _pump_one(self, g: Generation) -> None:
         g.engine.env.run()
@@ -232,6 +233,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             self._group(conn, h)
         elif kind == "barrier":  # TORCH_DIST_INIT_BARRIER=1's store barrier (`barriers`)
             self._store_barrier(conn, h)
+        elif kind == "kv":  # the default store's operations (`keystore`)
+            self._kv(conn, h)
         elif kind == "exit":
             conn.advance(h, self.measure_compute)
             conn.exit = h
@@ -418,30 +421,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         it is not stalled either: `simdist.script.stalls`), or one told to abort (Gloo's I/O
         thread threw: it ends by SIGABRT; a hang proven before that reported it "hang")."""
         return any(c.connected and c.exit is None and (c.destroyed or c.abort_sent) for c in self.members())
-
-    def _stalled(self) -> Ending | None:
-        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
-        generation has all its ranks, or lacks only ranks whose launched process ended before
-        its init (torchrun-style, `_unjoinable`), or no other process of the run could still
-        become one (mp.spawn: `InitWatchMixin._none_to_come`; a rank still to come, sleeping or
-        computing before its init, keeps the run from a verdict). Judged over every rank process still
-        connected, also one that destroyed its group and lives on (it may be computing: then
-        it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
-        if self.stalls is None or not self.gens:
-            return None
-        # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
-        # settle period again, as its peers' waits fail only once its process is gone
-        ranks = [c for c in self.conns if c.rank is not None]
-        now = time.time()
-        waits = self._starting() and not self._unjoinable(self.gens[-1])  # for ranks that may still come
-        live = [c for c in ranks if c.connected]  # (the run's processes are looked at once all of them stall)
-        come = self._none_to_come(live, now) if waits and all(c.stall_since is not None for c in live) else None
-        since = self.stalls.hung_since(ranks, now)
-        if since is None or (waits and (come is None or now - max(since, come) < self.stalls.hang_after_s)):
-            return None
-        since = max(since, come) if come is not None else since
-        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks)
-                      + (self._none_to_come_note() if waits else ""))
 
     def close(self) -> None:
         for c in self.conns:

@@ -24,8 +24,17 @@ timeouts the other way round rank 1's new_group raises at 1 s and it joins rank 
 all_reduce). A rank blocked in a wait that its own deadline ends before another's counts as
 one that may still post (`overdue`'s `freed`).
 
-`TIE_S` treats deadlines within it of the earliest as simultaneous: all of them fire (what
-real Gloo does when ranks block together with one timeout, the usual case). It is an
+`TIE_S` treats deadlines within it of the earliest, in the same wait (`Deadline.scope`: a Gloo
+op's group, a new_group's or a store barrier's key), as simultaneous: all of them fire (what
+real Gloo does when ranks block together with one timeout, the usual case: within a group
+the engine closes a timed-out rank's pairs at once, `Engine.time_out`, where on Gloo a
+peer's own wait ends before the closure reaches it). One in another group is not tied: a
+timeout reaches another group only through what its rank does next, at its clock (torch
+2.13, `tests/scripts/tie_groups.py`: rank 0's all_reduce times out at 1 s and it sends, on
+another group, to rank 1, whose receive there would time out at 1.3 s: rank 1 receives; tied,
+its receive timed out and rank 0's send met its closure). Nor is a send or receive whose
+peer is due earlier by more than `CLOSURE_S` (`Deadline.peers`): the peer's closure reaches
+it first (`tests/scripts/closure_first.py`). For a collective it is an
 approximation with no measured window behind it: on real Gloo whether a later deadline
 times out on its own or first meets a timed-out peer's pair closure depends on which peer
 its rank waits on at that step of Gloo's algorithm, which the engine does not model (the
@@ -44,6 +53,12 @@ from typing import Any
 from simdist.report import TraceEntry
 
 TIE_S = 0.5  # deadlines this close to the earliest fire with it (see the module's docstring)
+# ... but a send's or receive's whose peer timed out earlier by more than this: the peer's
+# pair closure reaches it first (measured, torch 2.13, 2 ranks: `docs/script-backend.md`,
+# "Near ties": own timeout at a gap of ~0 s, 5 of 5; the closure at 0.005 s 2 of 2, at
+# 0.01 s 1 of 2, at 0.02-0.3 s 5 of 5). Above the simulated clocks' skew when ranks block
+# at once (0.02-0.2 ms measured), below the band where the closure won.
+CLOSURE_S = 0.002
 
 
 @dataclass
@@ -79,7 +94,9 @@ class Deadline:
     goes through one chooser (`next_due`), so they fire in the order of simulated time
     whatever their kind: a rank a deadline frees may post what ends a later one's wait.
     `conn`: the rank connection that waits; `item`: what `fire` needs to end the wait; `fire`
-    ends a batch of one kind's items."""
+    ends a batch of one kind's items; `scope`: the wait it shares with others, the only ones
+    it ties with (`TIE_S`; None: every one of its kind); `peers`: the ranks whose pair
+    closure ends it at once (a send's or receive's peer; None: not known, a collective's)."""
 
     at: float
     rank: int
@@ -87,18 +104,30 @@ class Deadline:
     conn: Any = field(compare=False)
     item: Any = field(compare=False)
     fire: Callable[[list[Any]], None] = field(compare=False)
+    scope: Any = field(default=None, compare=False)
+    peers: frozenset[int] | None = field(default=None, compare=False)
 
 
 def next_due(pending: Sequence[Deadline]) -> list[Deadline]:
     """What fires next of `pending`: the earliest deadline (the lowest rank at a tie) and every
-    one of its kind within `TIE_S` of it, earliest first. One of another kind fires only at a
+    one of its kind and scope within `TIE_S` of it, earliest first. One of another kind fires only at a
     later call, once the run is stuck again: the ranks the first frees may end it before. A
-    `Work.wait(timeout=)` due before any op's deadline fires alone (it ends only the wait)."""
+    `Work.wait(timeout=)` due before any op's deadline fires alone (it ends only the wait).
+    One whose `peers` hold a rank of the batch due more than `CLOSURE_S` before it is left
+    out: that rank's timeout closes its pair first (`Engine.time_out` fails it so)."""
     if not pending:
         return []
     first = min(pending, key=lambda d: (d.at, d.rank))
-    return sorted((d for d in pending if d.kind == first.kind and d.at <= first.at + TIE_S),
-                  key=lambda d: (d.at, d.rank))
+    batch: list[Deadline] = []
+    for d in sorted((d for d in pending if _tied(d, first.kind, first.scope) and d.at <= first.at + TIE_S),
+                    key=lambda d: (d.at, d.rank)):
+        if not d.peers or not any(b.rank in d.peers and d.at > b.at + CLOSURE_S for b in batch):
+            batch.append(d)
+    return batch
+
+
+def _tied(d: Deadline, kind: str, scope: Any) -> bool:
+    return d.kind == kind and d.scope == scope
 
 
 def fire_next(pending: Sequence[Deadline]) -> bool:
@@ -109,11 +138,11 @@ def fire_next(pending: Sequence[Deadline]) -> bool:
     return bool(batch)
 
 
-def frees_before(pending: Sequence[Deadline], at: float, kind: str) -> bool:
+def frees_before(pending: Sequence[Deadline], at: float, kind: str, scope: Any = None) -> bool:
     """Whether one of a blocked rank's deadlines (`pending`) ends its wait before `at`, so it
-    may post before then: one of another kind earlier than `at`, or one of `kind` earlier by
-    more than `TIE_S` (one closer fires with the deadline at `at`, `next_due`)."""
-    return any(d.at < at - (TIE_S if d.kind == kind else 0.0) for d in pending)
+    may post before then: one of another kind or scope earlier than `at`, or one of `kind`
+    and `scope` earlier by more than `TIE_S` (one closer fires with the deadline at `at`, `next_due`)."""
+    return any(d.at < at - (TIE_S if _tied(d, kind, scope) else 0.0) for d in pending)
 
 
 def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], posting: Any = None,

@@ -18,7 +18,7 @@ RUN_ID = "SIMDIST_SCRIPT_RUN"  # tags every process of one run (cleanup finds th
 # the pid of the process started for a torchrun-style rank, set by that process (`rank.exits.claim`)
 # and inherited by its children: only that process speaks for its rank
 RANK_PID = "SIMDIST_SCRIPT_RANK_PID"
-GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports
+GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports; 0: a CPU-only node (`gpus`)
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
 STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
@@ -42,6 +42,13 @@ def active() -> bool:
 
 def mode() -> str:
     return os.environ.get(MODE, SIM)
+
+
+def gpus() -> int:
+    """How many GPUs this process's node has (`--gpus-per-node`): N simulated ones, or 0 for a
+    CPU-only node, where the rank layer installs no GPU shim and the script sees this host's
+    torch as installed (a CPU build: no CUDA at all)."""
+    return int(os.environ.get(GPUS, "8"))
 
 
 # What torch raises where a script's GPU path reaches a CUDA-only feature the simulated GPUs
@@ -100,13 +107,14 @@ def refusal(folder: str) -> str | None:
     return min(((f["rank"], f["error"]) for f in found), default=(0, None))[1]
 
 
-def unsupported_in(message: str) -> str | None:
+def unsupported_in(message: str, gpus: bool = True) -> str | None:
     """The operation named in a rank's error, when it is the backend's "cannot model" error
-    or a CUDA-only path the simulated GPUs lack."""
+    or a CUDA-only path the simulated GPUs lack (`gpus` False, a CPU-only node: CUDA's absence
+    is the machine's, so its error is the program's own, as on this host)."""
     m = _UNSUPPORTED.search(message)
     if m:
         return m.group(1)
-    c = _NO_CUDA.search(message)
+    c = _NO_CUDA.search(message) if gpus else None
     return f"a CUDA-only operation on the simulated GPUs ({c.group(0)})" if c else None
 
 

@@ -22,10 +22,23 @@ from simdist.script.ranks import OpRecord, RankConn
 GLOO, WAIT = "gloo", "wait"  # the kinds of `Deadline` this mixin fires
 
 
+def _scope(conn: RankConn, rec: OpRecord) -> tuple[int, str]:
+    """The wait an op's deadline ties in (`Deadline.scope`): its group, in its generation."""
+    return id(conn.gen), rec.entry.group
+
+
+def _peers(rec: OpRecord) -> frozenset[int] | None:
+    """Whose pair closure ends an op's wait at once (`Deadline.peers`): a send's or receive's
+    peer (global rank); None for a collective (which peer it waits on at its step of Gloo's
+    algorithm is not modelled) or a receive from any source."""
+    e = rec.entry
+    return frozenset([e.peer]) if e.op in ("send", "recv") and e.peer is not None else None
+
+
 class GlooTimeoutsMixin:
     """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
     `_live()`, `_pump()` and `_send()` (see `Coordinator`), and the other kinds' deadlines:
-    `_init_deadlines()`, `_group_deadlines()`, `_barrier_deadlines()`. Each generation of
+    `_init_deadlines()`, `_group_deadlines()`, `_barrier_deadlines()`, `_store_deadlines()`. Each generation of
     ranks (`simdist.script.generations`) times out on its own engine: a deadline is its op's,
     and an op waits only on ranks of its own generation."""
 
@@ -36,10 +49,12 @@ class GlooTimeoutsMixin:
     _init_deadlines: Any
     _group_deadlines: Any
     _barrier_deadlines: Any
+    _store_deadlines: Any
 
     def _deadlines(self) -> list[Deadline]:
         """Every wait that a deadline can end now, of every kind."""
-        return self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._gloo_deadlines()
+        return (self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._store_deadlines()
+                + self._gloo_deadlines())
 
     def _expire_next(self) -> bool:
         """Nothing can progress: the wait whose deadline comes first in simulated time ends
@@ -66,8 +81,10 @@ class GlooTimeoutsMixin:
         for c, rec in self._timed:
             if not rec.done and rec.deadline is not None and c.active() and id(rec) not in seen:
                 seen.add(id(rec))
-                ops.append(Deadline(rec.deadline, int(c.rank), GLOO, c, (c, rec), self._fire_ops))  # type: ignore[arg-type]
-        return ops + [Deadline(c.wait_until[1], int(c.rank), WAIT, c, c, self._fire_waits)  # type: ignore[arg-type]
+                ops.append(Deadline(rec.deadline, int(c.rank), GLOO, c, (c, rec), self._fire_ops,  # type: ignore[arg-type]
+                                    _scope(c, rec), _peers(rec)))
+        # (a wait ends only itself, closing nothing: it ties with no other)
+        return ops + [Deadline(c.wait_until[1], int(c.rank), WAIT, c, c, self._fire_waits, id(c))  # type: ignore[arg-type]
                       for g in self.gens for c in g.by_rank.values() if c.wait_until is not None and c.active()]
 
     def _fire_ops(self, due: list[tuple[RankConn, OpRecord]]) -> None:
@@ -106,23 +123,25 @@ class GlooTimeoutsMixin:
         waits = [c for c in gen.by_rank.values() if c.wait_until is not None]
         pending: dict[int, list[Deadline]] | None = None  # id(conn) -> its deadlines of every kind
 
-        def freed(c: RankConn, at: float) -> bool:  # (the deadlines are gathered only when one is asked)
+        def freed(c: RankConn, at: float, scope: Any) -> bool:  # (the deadlines are gathered only when one is asked)
             nonlocal pending
             if pending is None:
                 pending = {}
                 for d in self._deadlines():
                     pending.setdefault(id(d.conn), []).append(d)
-            return deadlines.frees_before(pending.get(id(c), []), at, GLOO)
+            return deadlines.frees_before(pending.get(id(c), []), at, GLOO, scope)
 
-        def overdue(call: Any, at: float, owner: RankConn) -> bool:
-            return deadlines.overdue(gen.engine.awaits, call, at, owner, live, posting, lambda c: freed(c, at))
+        def overdue(rec: OpRecord, at: float, owner: RankConn) -> bool:
+            scope = _scope(owner, rec)
+            return deadlines.overdue(gen.engine.awaits, rec.call, at, owner, live, posting,
+                                     lambda c: freed(c, at, scope))
 
         for c in waits:
             assert c.wait_until is not None
-            if c.active() and overdue(c.wait_until[0].call, c.wait_until[1], c):
+            if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
                 self._give_up(c)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
-               and overdue(r.call, r.deadline, c)]
+               and overdue(r, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()

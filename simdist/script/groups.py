@@ -142,7 +142,7 @@ class GroupsMixin:
         """The members waiting in a group's creation with a timeout: each ends with the store's
         error (`group_timeout`) at its entry + T, in its turn (`expiry.GlooTimeoutsMixin._expire_next`)."""
         return [Deadline(w.clock + w.limit_s, int(w.conn.rank), NEW_GROUP, w.conn, (w, waiting),  # type: ignore[arg-type]
-                         self._fire_groups)
+                         self._fire_groups, id(waiting))  # (ties only in its own group's creation)
                 for waiting in self._creating.values() for w in waiting.values()
                 if w.limit_s is not None and not w.failed and w.conn.active()]
 

@@ -9,6 +9,8 @@ that pair), at once; a wait on another pair of the same group goes on.
     root's wait on its send to rank 2 goes on past rank 1's exit: every rank completes.
 --case unfed: the same broadcast; rank 1 leaves (os._exit) without posting, rank 2 posts 0.8 s late. The
     root's broadcast (one buffer for both sends) fails with rank 1's closure, before rank 2 posts.
+With --catch every rank catches its error, prints it and exits 0: no process fails, so
+torchrun's agent never acts and the whole chain shows (tests/test_script_catch_chains.py).
 """
 
 import argparse
@@ -23,7 +25,9 @@ import torch.distributed as dist
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=("isend", "fed", "unfed"), required=True)
-    case = ap.parse_args().case
+    ap.add_argument("--catch", action="store_true")
+    args = ap.parse_args()
+    case = args.case
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     g = dist.new_group(timeout=datetime.timedelta(seconds=5))
@@ -48,7 +52,8 @@ def main():
         print(f"[{rank}] done {t.tolist()}", flush=True)
     except RuntimeError as e:
         print(f"[{rank}] {'timed out' if 'Timed out' in str(e) else 'peer gone'}", flush=True)
-        raise
+        if not args.catch:
+            raise
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ USES = {
     "set_device": lambda: torch.cuda.set_device(0),
     "current_device": lambda: torch.cuda.current_device(),
     "queries": lambda: (torch.cuda.is_available(), torch.cuda.device_count() > 0, torch.cuda._is_in_bad_fork(),
-                        torch.cuda.is_initialized()),
+                        torch._C._cuda_isInBadFork(), torch.cuda.is_initialized()),
 }
 
 

@@ -22,7 +22,9 @@
   retry        the same as slow, and every rank catches the error, retries the all_reduce (what
                happened is printed as one line), then destroys the group and exits normally
 Each rank prints how its wait ended (the first line of a monitored_barrier error; Gloo's
-own messages differ in their file-and-line prefix and peer address), then re-raises."""
+own messages differ in their file-and-line prefix and peer address), then re-raises
+(--catch: exits 0 instead, so no process fails and torchrun's agent never acts:
+tests/test_script_catch_chains.py)."""
 
 import argparse
 import datetime
@@ -59,7 +61,9 @@ def _retry(rank, t):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True)
-    case = ap.parse_args().case
+    ap.add_argument("--catch", action="store_true")
+    args = ap.parse_args()
+    case = args.case
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
     rank = dist.get_rank()
     t = torch.ones(4) * rank
@@ -131,6 +135,8 @@ def main():
             dist.all_reduce(t)
     except RuntimeError as e:
         print(f"rank {rank}: {_said(e)}", flush=True)
+        if args.catch:
+            return
         raise
     print(f"rank {rank}: done {t.tolist()}", flush=True)
 

@@ -5,9 +5,13 @@ rank 1 and times out first (0.3 s), closes its pairs and exits. Rank 2 had nothi
 with rank 0 (Gloo moved the block once both ends posted): it goes on waiting for rank 1,
 whose send times out (1 s) and closes its pairs, and fails only then with the peer gone.
 Found by bench/script_sweep.py (seed 9, case 11): the simulator treated the timed-out rank's
-messages as never sent, so rank 2 failed as rank 0 exited, and rank 1 as rank 2 exited."""
+messages as never sent, so rank 2 failed as rank 0 exited, and rank 1 as rank 2 exited.
+
+With --catch every rank catches its error, prints it and exits 0: no process fails, so
+torchrun's agent never acts and the whole chain shows (tests/test_script_catch_chains.py)."""
 
 import datetime
+import sys
 
 import torch
 import torch.distributed as dist
@@ -26,7 +30,8 @@ def main():
             dist.all_gather_into_tensor(out, torch.full((2,), float(rank)), group=g)
     except RuntimeError as e:
         print(f"[{rank}] {'timed out' if 'Timed out' in str(e) else 'peer gone'}", flush=True)
-        raise
+        if "--catch" not in sys.argv[1:]:
+            raise
 
 
 if __name__ == "__main__":

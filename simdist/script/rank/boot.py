@@ -64,13 +64,20 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(_torch: Any) -> None:
-    from simdist.script.rank import batches, devices, gpu_shims, inductor_outputs, patches
+    from simdist.script.rank import batches, patches
 
     patches.install(env.mode())
-    devices.install(int(os.environ.get(env.GPUS, "8")))
+    gpus = env.gpus()  # 0, a CPU-only node: torch as installed, no GPU shim, no GPU accommodation
+    if gpus:
+        from simdist.script.rank import devices, gpu_shims, inductor_outputs
+
+        devices.install(gpus)
     batches.install()
     _after_import("torch._dynamo", _on_dynamo)
     _after_import("torch.serialization", writes.install_torch)
+    _after_import("torch.jit._script", writes.install_jit)
+    if not gpus:
+        return
     _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
     _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
@@ -137,7 +144,7 @@ def _patch_sleep() -> None:
         finally:
             c.sleeping -= 1
 
-    time.sleep = sleep
+    time.sleep = staticmethod(sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body)
 
 
 def _after_fork_child() -> None:

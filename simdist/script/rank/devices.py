@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import amp, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims, legacy_types
+from simdist.script.rank import amp, cuda_build, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims, legacy_types
 from simdist.script.rank.device_args import (
     CPU as _CPU,
 )
@@ -414,6 +414,7 @@ def install(gpus: int) -> None:
     if _MODE is not None:
         return
     gpu_shims.install(gpus)
+    cuda_build.install()
     gpu_memory.install()
     gpu_grads.install()
     legacy_types.install()  # (before the device view, whose `type` must be the outer: it reads its caller)

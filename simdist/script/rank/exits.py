@@ -191,7 +191,7 @@ def install() -> None:
         # The simulated backend's "cannot model" error (raised in a rank, or carried up to the
         # process that spawned it) is bad input that simdist reports in one line naming the
         # operation, rank and line; a traceback through simdist's own frames would only bury it.
-        if env.unsupported_in(str(value)) is None:
+        if env.unsupported_in(str(value), env.gpus() > 0) is None:
             orig_hook(etype, value, tb)
         send()
 

@@ -6,7 +6,12 @@ real Gloo can be set beside the simulated one (origins from the same frames clas
 
 from __future__ import annotations
 
+import _imp
+import contextlib
 import pickle
+import sys
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -63,7 +68,8 @@ def dump() -> dict[str, Any]:
     """This rank's collectives as FR recorded them (p2p excluded: Gloo's FR has none)."""
     if not dist.is_initialized():
         return dict(_before_destroy)
-    d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    with _no_inductor_lookup():
+        d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
     entries = []
     for e in d.get("entries", []):
         if e.get("is_p2p"):
@@ -79,3 +85,40 @@ def dump() -> dict[str, Any]:
                         "dtypes": e.get("input_dtypes") or [], "frames": frames, "retired": bool(e.get("retired")),
                         "t": t})
     return {"entries": entries, "groups": {**_before_destroy.get("groups", {}), **_groups()}}
+
+
+class _NoGeneratedCode:
+    """`torch._inductor.codecache.PyCodeCache`'s one answer the dump asks for, in a process
+    that never imported torch._inductor: no line is inductor-generated code."""
+
+    @staticmethod
+    def stack_frames_for_code(path: str, lineno: int) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _no_inductor_lookup() -> Iterator[None]:
+    """FR's dump symbolizes its frames and asks `torch._inductor.codecache.PyCodeCache` which
+    lines are inductor-generated code; in a process that never imported torch._inductor there
+    is none, but the lookup imports it, and torch._dynamo with it: 2.4 s measured. At a rank's
+    exit that held its process, and so its Gloo pairs, open: without the fork server (which
+    preloads it) peers lost a rank 0.8-1.7 s after its last line instead of 0.03-0.08 s, and an
+    `os._exit` failure reached torchrun's agent that late (docs/script-backend.md, "torchrun's
+    agent"). So for the dump's duration, under the import lock (no other thread imports
+    meanwhile), a stand-in answers; it is taken away after."""
+    if "torch._inductor" in sys.modules:
+        yield
+        return
+    inductor, codecache = types.ModuleType("torch._inductor"), types.ModuleType("torch._inductor.codecache")
+    codecache.PyCodeCache = _NoGeneratedCode  # type: ignore[attr-defined]
+    inductor.codecache = codecache  # type: ignore[attr-defined]
+    stand_ins = {"torch._inductor": inductor, "torch._inductor.codecache": codecache}
+    _imp.acquire_lock()
+    try:
+        sys.modules.update(stand_ins)
+        yield
+    finally:
+        for name, mod in stand_ins.items():
+            if sys.modules.get(name) is mod:
+                del sys.modules[name]
+        _imp.release_lock()

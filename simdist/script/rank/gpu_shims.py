@@ -220,6 +220,9 @@ def install(gpus: int) -> None:
 
     _Gpus.count = gpus
     cuda_init.install()
+    # the binding a CUDA build has (torch/csrc/cuda/Module.cpp) and scripts ask directly
+    # (Accelerate's notebook test after `notebook_launcher` forks): AttributeError on a CPU build
+    torch._C._cuda_isInBadFork = cuda_init.in_bad_fork
     shims: dict[str, Any] = {
         "is_available": is_available,
         "device_count": lambda: _Gpus.count,

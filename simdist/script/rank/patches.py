@@ -28,7 +28,17 @@ import torch.distributed.distributed_c10d as c10d
 from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
-from simdist.script.rank import backend, client, exits, output, pg, stack, timedwait
+from simdist.script.rank import (
+    backend,
+    client,
+    cpu_node,
+    exits,
+    output,
+    pg,
+    simstore,
+    stack,
+    timedwait,
+)
 from simdist.script.stores import rank0_hosts
 
 
@@ -120,12 +130,13 @@ def _patch_init(backend: str) -> None:
         if reply.get("raise"):  # what real Gloo's rendezvous raises there (`simdist.script.rendezvous`)
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)  # DistStoreError, DistNetworkError
+        cpu_node.check_backend(a.get("backend"))  # a CPU-only node's torch has no NCCL
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
-            if a.get("store") is None:
-                a["store"] = dist.HashStore()
+            if a.get("store") is None:  # the store the generation's ranks share (`simdist.script.keystore`)
+                a["store"] = simstore.default_store(limit)
         elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
             a.update(backend=backend, rank=rank, world_size=world_size,
                      init_method=f"tcp://{os.environ[env.HOST_PORT]}")
@@ -188,8 +199,8 @@ def _patch_destroy() -> None:
 
 def _patch_store_barrier() -> None:
     """TORCH_DIST_INIT_BARRIER=1 makes init and new_group end with a barrier at the store
-    (`c10d._store_based_barrier`): left alone, each simulated rank counts in its own HashStore
-    and waits for good. At init the coordinator's rendezvous is that barrier already (it
+    (`c10d._store_based_barrier`), modelled as one wait (`simdist.script.barriers`: its
+    turns, its words) rather than torch's own calls at the shared store. At init the coordinator's rendezvous is that barrier already (it
     answers the whole world at once); a group's barrier over the whole world (new_group
     without use_local_synchronization: non-members too) meets at the coordinator
     (`rendezvous.RendezvousMixin._store_barrier`); one over the members only is what the
@@ -223,6 +234,7 @@ def _patch_group_helper(backend: str) -> None:
     @functools.wraps(orig)
     def helper(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
+        cpu_node.check_backend(bound.arguments.get("backend"))  # new_group's (init's is checked in init)
         bound.arguments["backend"] = backend
         for name in ("device_id", "backend_options"):
             if name in bound.arguments:
