@@ -44,3 +44,47 @@ def test_a_thread_in_a_timed_wait_leaves_gloos_timeout_to_end_the_waits(script_z
     assert sim.timings["wall_s"] < 30, sim.timings  # neither the thread's 60 s timer nor the watchdog
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
+
+
+NOTIFY_PROBE = r"""
+import threading
+from simdist.script.rank import client, timedwait
+
+class Recorder:  # the client's timed-wait bookkeeping, with the woken thread held at its own telling
+    def __init__(self):
+        self.timed, self.told, self.gate = set(), threading.Lock(), threading.Lock()
+        self.told.acquire()
+        self.gate.acquire()
+    def timed_wait(self, s):
+        self.timed.add(threading.get_ident())
+        self.told.release()
+    def timed_woken(self, idents):
+        self.timed.difference_update(idents)
+    def timed_over(self, timer):
+        self.gate.acquire()  # the woken thread gets here only once the notifier has looked
+        self.timed.discard(threading.get_ident())
+
+rec = client.CLIENT = Recorder()
+timedwait.install()
+ev = threading.Event()
+t = threading.Thread(target=ev.wait, args=(30,), name="monitor")
+t.start()
+rec.told.acquire()
+ev.set()
+print("after-notify", sorted(rec.timed))
+rec.gate.release()
+t.join(5)
+"""
+
+
+def test_notify_takes_the_woken_thread_out_of_the_timed_waits_at_once():
+    """A thread that another notifies runs from the notify on: were it still told asleep until
+    its timer when the notifier then blocks in a collective (its claim taken before the woken
+    thread tells its own wake), a deadline due before that timer could fire ahead of the post
+    the woken thread is about to make. The notifier takes it out, on its own thread."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NOTIFY_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "after-notify []" in out.stdout, out.stdout

@@ -156,6 +156,12 @@ class Client:
         """This thread begins a wait that its timer ends after `seconds` (`rank.timedwait`)."""
         self.send({"t": "twait", "s": seconds, "cpu": time.thread_time()}, claim=True, timed=True)
 
+    def timed_woken(self, idents: list[int]) -> None:
+        """Another thread notified these threads' waits (`rank.timedwait`): they run from now on."""
+        with self._state:
+            for ident in idents:
+                self._timed.pop(ident, None)
+
     def timed_over(self, timer: bool) -> None:
         """This thread's timed wait ended (`timer`: its timer ended it): it could post from now on."""
         with self._state:

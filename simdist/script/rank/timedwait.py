@@ -46,13 +46,19 @@ def _simdists(frame: Any) -> bool:
     return False
 
 
-def install() -> None:
-    orig = threading.Condition.wait
+def _waiters(cond: Any) -> list[int]:
+    """The threads waiting on `cond`, in the order of its `_waiters` (every wait is told here,
+    under the condition's lock, as it joins and leaves): `notify(n)` wakes the first n."""
+    return cond.__dict__.setdefault("_simdist_waiters", [])
 
-    def wait(self: Any, timeout: float | None = None) -> bool:
+
+def install() -> None:
+    orig, orig_notify = threading.Condition.wait, threading.Condition.notify
+
+    def timed(self: Any, timeout: float | None) -> bool:
         c = client.CLIENT
         if (timeout is None or timeout <= 0 or c is None or getattr(_IN, "on", False)
-                or threading.current_thread().name.startswith(OWN_PREFIX) or _simdists(sys._getframe(1))):
+                or threading.current_thread().name.startswith(OWN_PREFIX) or _simdists(sys._getframe(2))):
             return orig(self, timeout)
         _IN.on = True
         woke = False
@@ -64,4 +70,26 @@ def install() -> None:
             c.timed_over(timer=not woke)
             _IN.on = False
 
+    def wait(self: Any, timeout: float | None = None) -> bool:
+        order, me = _waiters(self), threading.get_ident()
+        order.append(me)
+        try:
+            return timed(self, timeout)
+        finally:
+            if me in order:
+                order.remove(me)
+
+    def notify(self: Any, n: int = 1) -> None:
+        """A thread woken by another is running from the notify on, not when it gets to tell so
+        itself: taken out of the timed waits here, on the notifier's thread, before the notifier
+        can block and claim its rank blocked (it would otherwise claim the woken one asleep
+        until its timer, and a deadline could fire before the post it is about to make)."""
+        if self._is_owned():
+            order = _waiters(self)
+            woken, order[:n] = order[:n], []
+            if woken and (c := client.CLIENT) is not None:
+                c.timed_woken(woken)
+        orig_notify(self, n)
+
     threading.Condition.wait = wait  # type: ignore[method-assign]
+    threading.Condition.notify = notify  # type: ignore[method-assign]
