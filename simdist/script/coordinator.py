@@ -47,7 +47,7 @@ from simdist.script.initwatch import InitWatchMixin
 from simdist.script.keystore import KeyStoreMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
-from simdist.script.stalls import Ending, StallRule
+from simdist.script.stalls import Ending, StalledMixin, StallRule
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
@@ -69,7 +69,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
 
 
 class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
-                  KeyStoreMixin, InitWatchMixin):
+                  KeyStoreMixin, StalledMixin, InitWatchMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -150,6 +150,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 return Ending("finished", time.time())
             if self._hung() and not self._expire_next():  # the wait due first ends, whatever its kind
                 return Ending("hang", time.time(), self._last_event())
+            self._expire_before_wakes()  # ... and one due before a thread in a timed wait wakes
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
             self._groups_gather()
@@ -176,7 +177,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         for header, buffers in conn.decoder.feed(data):
             self._handle(conn, header, buffers)
             # a rank sleeping in a loop spins; a claim says only which of its threads could post
-            progress = progress or header["t"] not in ("out", "sleep", "stall", "busy")
+            progress = progress or header["t"] not in ("out", "sleep", "stall", "busy", "twait", "woke")
         return progress
 
     def _send(self, conn: RankConn, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
@@ -244,6 +245,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "stall" and not self._judged:  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)
             conn.stall_since, conn.stall_limit, conn.stall_in = h.get("since"), h.get("limit"), h.get("in")
             conn.stall_group = h.get("grp")
+        elif kind in ("twait", "woke"):  # a thread of it begins a timed wait, or its timer ended it (`rank.timedwait`)
+            conn.timed_wait(h, self.measure_compute)
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
@@ -396,14 +399,15 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         times += [c.ended_at for c in self.members() if c.ended_at is not None]
         return max(times)
 
-    def _hung(self) -> bool:
+    def _hung(self, timed: bool = False) -> bool:
         """Every generation has all its ranks or lacks only ranks that will never come (a missing
         one may still come), no process is on its way out (`_lingering`), and every live
-        membership is blocked in operations that have not completed (or in init): no message can come."""
+        membership is blocked in operations that have not completed (or in init): no message can
+        come (`timed`: or blocked but for threads in a timed wait, `RankConn.wake_at`)."""
         if not self.gens or not all(g.complete() or self._unjoinable(g) for g in self.gens) or self._lingering():
             return False
         live = self._live()
-        if not live or not all(c.blocked() for c in live):
+        if not live or not all(c.blocked() or (timed and c.wake_at() is not None) for c in live):
             return False
         if self.backend == "gloo" and any([g.engine.settle_absent() for g in self.gens]):
             self._pump()
@@ -417,30 +421,6 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         it is not stalled either: `simdist.script.stalls`), or one told to abort (Gloo's I/O
         thread threw: it ends by SIGABRT; a hang proven before that reported it "hang")."""
         return any(c.connected and c.exit is None and (c.destroyed or c.abort_sent) for c in self.members())
-
-    def _stalled(self) -> Ending | None:
-        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
-        generation has all its ranks, or lacks only ranks whose launched process ended before
-        its init (torchrun-style, `_unjoinable`), or no other process of the run could still
-        become one (mp.spawn: `InitWatchMixin._none_to_come`; a rank still to come, sleeping or
-        computing before its init, keeps the run from a verdict). Judged over every rank process still
-        connected, also one that destroyed its group and lives on (it may be computing: then
-        it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
-        if self.stalls is None or not self.gens:
-            return None
-        # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
-        # settle period again, as its peers' waits fail only once its process is gone
-        ranks = [c for c in self.conns if c.rank is not None]
-        now = time.time()
-        waits = self._starting() and not self._unjoinable(self.gens[-1])  # for ranks that may still come
-        live = [c for c in ranks if c.connected]  # (the run's processes are looked at once all of them stall)
-        come = self._none_to_come(live, now) if waits and all(c.stall_since is not None for c in live) else None
-        since = self.stalls.hung_since(ranks, now)
-        if since is None or (waits and (come is None or now - max(since, come) < self.stalls.hang_after_s)):
-            return None
-        since = max(since, come) if come is not None else since
-        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks)
-                      + (self._none_to_come_note() if waits else ""))
 
     def close(self) -> None:
         for c in self.conns:

@@ -62,6 +62,16 @@ class GlooTimeoutsMixin:
         ended (the run goes on); False: no deadline is left, the run hangs."""
         return deadlines.fire_next(self._deadlines())
 
+    def _expire_before_wakes(self) -> None:
+        """Every live rank is blocked, some but for threads in a timed wait (`rank.timedwait`):
+        none of those can post before the first of them wakes, so a deadline due before then
+        ends its wait as it would with no such thread (real Gloo times out while they sleep).
+        One due later is left to come: what a thread does when it wakes is the program's."""
+        if not any(c.claim.timed for c in self._live()) or not self._hung(timed=True):
+            return
+        wake = min(w for c in self._live() if (w := c.wake_at()) is not None)
+        deadlines.fire_next([d for d in self._deadlines() if d.at < wake])
+
     def _gloo_deadlines(self) -> list[Deadline]:
         """The live ranks' unfinished Gloo ops with a deadline and their `Work.wait(timeout=)` waits."""
         if self.backend != "gloo":

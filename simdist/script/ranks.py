@@ -108,13 +108,16 @@ class Claim:
     handled: int = 0
     sent: int = 0
     at: float = 0.0  # wall time it came
+    timed: tuple[int, ...] = ()  # the keys of its threads in a timed wait (`rank.timedwait`): none runs
 
-    def told(self, busy: list[int], at: float) -> None:
+    def told(self, busy: list[Any], at: float) -> None:
         self.running, self.handled, self.at = int(busy[0]), int(busy[1]), at
+        self.timed = tuple(busy[2]) if len(busy) > 2 else ()
 
-    def quiet(self) -> bool:
-        """No thread of the rank can post: every one waits in simdist or is idle plumbing."""
-        return self.running == 0 and self.handled == self.sent
+    def quiet(self, timed: bool = False) -> bool:
+        """No thread of the rank can post: every one waits in simdist or is idle plumbing (or,
+        `timed`, asleep in a timed wait)."""
+        return self.running == 0 and self.handled == self.sent and (timed or not self.timed)
 
 
 @dataclass
@@ -137,6 +140,8 @@ class RankConn:
     # threads took a side thread's post as the mark and then counted the main thread's whole CPU
     # since its start (imports included) as compute at its next message
     cpu_marks: dict[int | None, float] = field(default_factory=dict)
+    wakes: dict[int | None, float] = field(default_factory=dict)  # per thread key: the end of its timed wait
+    timers_at: dict[int | None, float] = field(default_factory=dict)  # per thread key: its last timer's end
     to_sync: list[OpRecord] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -176,6 +181,28 @@ class RankConn:
             return True
         return (self.block is not None and all(not self.ops[i].done for i in self.block.ids if i in self.ops)
                 and self.claim.quiet())
+
+    def timed_wait(self, h: dict[str, Any], measure: bool) -> None:
+        """A thread of it begins a timed wait ("twait": it wakes `s` on from its clock, or from
+        its last timer's end if later) or its timer ended one ("woke": the thread is at that
+        wait's end; `rank.timedwait`). The rank's clock is left as it is: a side thread's wait
+        does not delay the main thread (as its `time.sleep` does not), and `--zero-compute`
+        times stay deterministic however often a thread's timer ended in wall time."""
+        self.advance(h, measure)
+        tid = h.get("tid")
+        if h["t"] == "woke":
+            self.timers_at[tid] = self.wakes.pop(tid, self.clock)
+        else:
+            self.wakes[tid] = max(self.clock, self.timers_at.get(tid, 0.0)) + max(float(h["s"]), 0.0)
+
+    def wake_at(self) -> float | None:
+        """Blocked but for threads in a timed wait: when the first of them wakes, on its simulated
+        clock (none of them can post before); None: not so."""
+        if (self.init_wait is not None or self.block is None or not self.claim.timed
+                or not self.claim.quiet(timed=True) or any(self.ops[i].done for i in self.block.ids if i in self.ops)):
+            return None
+        wakes = [self.wakes.get(k) for k in self.claim.timed]
+        return None if None in wakes else min(w for w in wakes if w is not None)
 
     def wait_in_request(self, block: Block) -> None:
         """A thread of it waits in a request until the coordinator replies (`groups`, `rendezvous`)."""

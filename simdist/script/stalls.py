@@ -47,8 +47,10 @@ observed, or the watchdog's.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from simdist.errors import InputError
 from simdist.script.ranks import RankConn
@@ -114,3 +116,35 @@ class StallRule:
                 "wait at the c10d store in init_process_group or a group's creation) with an unfinished operation, "
                 "its threads used next to no CPU (Gloo's idle wake-ups) and no operation "
                 f"completed on any rank{at_store}; {gloo} would not end these waits before the watchdog")
+
+
+class StalledMixin:
+    """The coordinator's early hang verdict on real Gloo, from the ranks' stall reports."""
+
+    stalls: StallRule | None
+    gens: list[Any]
+    conns: list[RankConn]
+
+    def _stalled(self) -> Ending | None:
+        """Real Gloo: the hang the stall rule finds (`simdist.script.stalls`), once the latest
+        generation has all its ranks, or lacks only ranks whose launched process ended before
+        its init (torchrun-style, `_unjoinable`), or no other process of the run could still
+        become one (mp.spawn: `InitWatchMixin._none_to_come`; a rank still to come, sleeping or
+        computing before its init, keeps the run from a verdict). Judged over every rank process still
+        connected, also one that destroyed its group and lives on (it may be computing: then
+        it is not stalled), with the end of every other one (`StallRule.hung_since`)."""
+        if self.stalls is None or not self.gens:
+            return None
+        # the ended ones too: a process's end (and a membership's, `_next_membership`) starts the
+        # settle period again, as its peers' waits fail only once its process is gone
+        ranks = [c for c in self.conns if c.rank is not None]
+        now = time.time()
+        waits = self._starting() and not self._unjoinable(self.gens[-1])  # for ranks that may still come
+        live = [c for c in ranks if c.connected]  # (the run's processes are looked at once all of them stall)
+        come = self._none_to_come(live, now) if waits and all(c.stall_since is not None for c in live) else None
+        since = self.stalls.hung_since(ranks, now)
+        if since is None or (waits and (come is None or now - max(since, come) < self.stalls.hang_after_s)):
+            return None
+        since = max(since, come) if come is not None else since
+        return Ending("hang", now, since, early=self.stalls.note(since, now, ranks)
+                      + (self._none_to_come_note() if waits else ""))

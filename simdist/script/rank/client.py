@@ -83,6 +83,7 @@ class Client:
         self.main_waits = 0  # visible waits in progress on the main thread
         self.sleeping = 0  # time.sleep in progress on the main thread (busy, not blocked)
         self._waits: dict[int, frozenset[int]] = {}  # thread ident -> the ops it waits for in simdist
+        self._timed: dict[int, int] = {}  # thread ident -> its key, for threads in a timed wait (`rank.timedwait`)
         self._handled = 0  # "done" and "waited" messages the reader has handled
         self._claim: list[int] | None = None  # the last claim sent: [threads that could post, handled]
         # torchrun's agent is about to end this rank (`simdist.script.agent`): from this instant
@@ -92,7 +93,8 @@ class Client:
 
     # ------------------------------------------------------------------ sending
     def send(self, header: dict[str, Any], buffers: list[Any] | tuple = (), claim: bool = False,
-             register: list[int] | frozenset[int] | None = None, ident: int | None = None) -> frozenset[int] | None:
+             register: list[int] | frozenset[int] | None = None, ident: int | None = None,
+             timed: bool = False) -> frozenset[int] | None:
         """`claim`: the message may leave the rank blocked, so it carries the rank's claim,
         taken under the send lock so that claims reach the coordinator in the order taken.
         `register`: the ops thread `ident` (this one) waits for from now on (`waiting`; the
@@ -111,6 +113,9 @@ class Client:
             with self._send_lock:
                 if register is not None:
                     registered = self.waiting(register, ident)
+                if timed:
+                    with self._state:
+                        self._timed[threading.get_ident()] = thread_key()
                 if claim:
                     header["busy"] = self._claim = self.claim()
                 wire.send(self.sock, header, buffers)
@@ -137,14 +142,33 @@ class Client:
             if registered is not None and self._waits.get(ident) is registered:
                 del self._waits[ident]
 
-    def claim(self) -> list[int]:
+    def claim(self) -> list[Any]:
         """[how many of the script's threads could still post (`rank.threads`: not waiting in
-        simdist, nor idle plumbing; a callback queued or running counts), completions handled]."""
+        simdist, nor idle plumbing, nor in a timed wait; a callback queued or running counts),
+        completions handled, the keys of the threads in a timed wait (`rank.timedwait`)]."""
         with self._state:
-            waits, handled = set(self._waits), self._handled
+            waits, handled, timed = set(self._waits) | set(self._timed), self._handled, sorted(self._timed.values())
         in_job, queued = callbacks.RUNNERS.pending()
         n = sum(1 for _ in threads.running(lambda ident, _tid, _frame: ident in waits, own=in_job))
-        return [n + int(queued), handled]
+        return [n + int(queued), handled, timed]
+
+    def timed_wait(self, seconds: float) -> None:
+        """This thread begins a wait that its timer ends after `seconds` (`rank.timedwait`)."""
+        self.send({"t": "twait", "s": seconds, "cpu": time.thread_time()}, claim=True, timed=True)
+
+    def timed_woken(self, idents: list[int]) -> None:
+        """Another thread notified these threads' waits (`rank.timedwait`): they run from now on."""
+        with self._state:
+            for ident in idents:
+                self._timed.pop(ident, None)
+
+    def timed_over(self, timer: bool) -> None:
+        """This thread's timed wait ended (`timer`: its timer ended it): it could post from now on."""
+        with self._state:
+            self._timed.pop(threading.get_ident(), None)
+        if timer:
+            self.send({"t": "woke", "cpu": time.thread_time()})
+        self.report()
 
     def _parked(self) -> None:
         """Once halted, a thread other than the reader that would tell the coordinator

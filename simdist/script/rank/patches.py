@@ -28,7 +28,17 @@ import torch.distributed.distributed_c10d as c10d
 from torch.distributed.rendezvous import _query_to_dict
 
 from simdist.script import env
-from simdist.script.rank import backend, client, cpu_node, exits, output, pg, simstore, stack
+from simdist.script.rank import (
+    backend,
+    client,
+    cpu_node,
+    exits,
+    output,
+    pg,
+    simstore,
+    stack,
+    timedwait,
+)
 from simdist.script.stores import rank0_hosts
 
 
@@ -304,3 +314,4 @@ def install(mode: str) -> None:
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
     _patch_get_backend()
+    timedwait.install()  # a thread in a timed wait posts nothing before its timer ends
