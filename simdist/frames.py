@@ -230,12 +230,12 @@ def classify(frames: list[Frame], dtype: str) -> str | None:
 # the rank (the real side's op log wraps c10d's calls).
 _DDP_REDUCER_PATHS = ("torch/distributed/algorithms/ddp_comm_hooks/", "torch/futures/", "torch/nn/parallel/distributed.py",
                       "torch/distributed/distributed_c10d.py", "torch/distributed/c10d_logger.py")
-_SIMDIST_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+SIMDIST_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _under_ddp_reducer(filename: str) -> bool:
     f = filename.replace(os.sep, "/")
-    return filename.startswith(_SIMDIST_DIR) or any(p in f for p in _DDP_REDUCER_PATHS)
+    return filename.startswith(SIMDIST_DIR) or any(p in f for p in _DDP_REDUCER_PATHS)
 
 
 _JOINABLE_LABELS = {

@@ -27,12 +27,11 @@ import sys
 import threading
 from typing import Any
 
-import simdist
+from simdist.frames import SIMDIST_DIR as _SIMDIST
 from simdist.script.rank import client
 from simdist.script.rank.threads import _SITE, _STDLIB, OWN_PREFIX
 
 _IN = threading.local()  # this thread is telling a timed wait already (no wait inside it is told)
-_SIMDIST = os.path.join(os.path.dirname(os.path.abspath(simdist.__file__)), "")
 
 
 def _simdists(frame: Any) -> bool:
