@@ -27,8 +27,8 @@ from typing import Any
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 # nanosleep and clock_nanosleep (std::this_thread::sleep_for): a wait that a timer ends
 SLEEP_NRS = {"x86_64": (35, 230), "aarch64": (101, 115)}.get(platform.machine(), ())
-_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
-_SITE = os.path.join(_STDLIB, "site-packages", "")
+STDLIB_DIR = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+SITE_DIR = os.path.join(STDLIB_DIR, "site-packages", "")
 # simdist's rank layer: its wrappers around the standard library (`devices` wraps every thread's
 # bootstrap) are not the script's code
 _RANK_LAYER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
@@ -78,7 +78,7 @@ def untimed_private_futex(tid: int) -> bool:
 def _stdlib_frame(frame: Any) -> bool:
     filename = os.path.abspath(frame.f_code.co_filename)
     return (frame.f_code.co_filename.startswith("<frozen ") or filename.startswith(_RANK_LAYER)
-            or (filename.startswith(_STDLIB) and not filename.startswith(_SITE)))
+            or (filename.startswith(STDLIB_DIR) and not filename.startswith(SITE_DIR)))
 
 
 def stdlib_only(frame: Any) -> bool:

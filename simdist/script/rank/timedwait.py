@@ -29,7 +29,7 @@ from typing import Any
 
 from simdist.frames import SIMDIST_DIR as _SIMDIST
 from simdist.script.rank import client
-from simdist.script.rank.threads import _SITE, _STDLIB, OWN_PREFIX
+from simdist.script.rank.threads import OWN_PREFIX, SITE_DIR, STDLIB_DIR
 
 _IN = threading.local()  # this thread is telling a timed wait already (no wait inside it is told)
 
@@ -39,7 +39,7 @@ def _simdists(frame: Any) -> bool:
     the script's thread): the first caller outside the standard library is simdist's code."""
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
-        if not (frame.f_code.co_filename.startswith("<frozen ") or (name.startswith(_STDLIB) and not name.startswith(_SITE))):
+        if not (frame.f_code.co_filename.startswith("<frozen ") or (name.startswith(STDLIB_DIR) and not name.startswith(SITE_DIR))):
             return name.startswith(_SIMDIST)
         frame = frame.f_back
     return False
