@@ -30,9 +30,9 @@ def test_moves_in_a_compiled_function_compile_whole_and_print_what_the_cpu_run_p
         backend, script_zygote, cpu_node_zygote, tmp_path):
     """`fullgraph=True`, so a graph break would raise. Before (b74f561), on the simulated GPUs
     each move was a graph break ("Dynamo does not know how to trace the builtin
-    `TensorBase.to`": 3 graphs and 6 breaks without `fullgraph`, `Unsupported` with it), where
-    the CPU run (and a GPU) compiles 2 graphs and no break; under inductor a move's result was
-    host memory unless the move ran eagerly after a break. Slow with inductor: it compiles C++
+    `TensorBase.to`": 4 graphs and 7 breaks without `fullgraph`, `Unsupported` with it), where
+    the CPU run (and a GPU) compiles 2 graphs and no break, and `(y + 1).to(y.device)` of a GPU
+    `y` came back as host memory ("moved to y.device on device False"). Slow with inductor: it compiles C++
     kernels on each rank, 5 runs."""
     args = ["--backend", backend, "--fullgraph"]
     lines = {}
@@ -49,3 +49,4 @@ def test_moves_in_a_compiled_function_compile_whole_and_print_what_the_cpu_run_p
     assert plain.count("[rank1] compiled: frames 2, graph breaks 0") == 1
     on_device = [line for line in plain if " on device " in line]
     assert len(on_device) == 4 and not any("False" in line for line in on_device)
+    assert all("moved to y.device on device True" in line for line in on_device if "summary" in line)

@@ -33,8 +33,9 @@ def step(w, x, scale):
 
 def summary(y):
     """A compiled function of a tensor already on `device`: one result stays there, one comes
-    back to the host (on a GPU a graph of GPU inputs may still return host memory)."""
-    return y * 2, y.sum().cpu()
+    back to the host (on a GPU a graph of GPU inputs may still return host memory), one is
+    moved to the device read off `y` (in a graph that reads the CPU of dynamo's fake tensors)."""
+    return y * 2, y.sum().cpu(), (y + 1).to(y.device)
 
 
 def main():
@@ -60,10 +61,11 @@ def main():
         print(f"[rank{rank}] step {i}: y {[round(v, 4) for v in y.flatten().tolist()]} "
               f"host {[round(v, 4) for v in host.tolist()]} total {[round(v, 4) for v in total.flatten().tolist()]}",
               flush=True)
-        double, back = sm(total)
+        double, back, same = sm(total)
         print(f"[rank{rank}] step {i}: y on device {y.device.type == device.type}, host on cpu "
               f"{host.device.type == 'cpu'}, total on device {total.device.type == device.type}, summary "
-              f"{back.item():.4f} on device {double.device.type == device.type} and on cpu {back.device.type == 'cpu'}",
+              f"{back.item():.4f} on device {double.device.type == device.type} and on cpu {back.device.type == 'cpu'}, "
+              f"moved to y.device on device {same.device.type == device.type}",
               flush=True)
     counters = torch._dynamo.utils.counters
     breaks = sum(counters["graph_break"].values())

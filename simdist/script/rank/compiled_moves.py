@@ -71,8 +71,11 @@ PLACE: Any = None  # set by `install`
 
 
 # A graph's output is on the first simulated GPU among its sources: ("in", i), graph input i's
-# device; ("gpu", k), simulated GPU k; none of them on a GPU, host memory.
+# device; ("gpu", k), simulated GPU k; ("graph", 0), the one GPU the graph's inputs are on (a
+# tensor made from none: `torch.arange(n, device=x.device)` reads the CPU of dynamo's fake
+# tensors in a graph, and a GPU program makes it on its GPU); none of them on a GPU, host memory.
 Source = tuple[str, int]
+_GRAPH: Source = ("graph", 0)
 
 
 def _node_sources(node: Any, known: dict[Any, tuple[Source, ...]]) -> tuple[Source, ...]:
@@ -88,7 +91,7 @@ def _node_sources(node: Any, known: dict[Any, tuple[Source, ...]]) -> tuple[Sour
                 found.append(source)
             if source[0] == "gpu":
                 return tuple(found)
-    return tuple(found)
+    return tuple(found) or (_GRAPH,)
 
 
 def _flat_nodes(value: Any) -> list[Any]:
@@ -122,9 +125,17 @@ def output_sources(gm: Any) -> list[tuple[Source, ...] | None] | None:
     return [known.get(o) if isinstance(o, torch.fx.Node) else None for o in flat]
 
 
+def _graph_gpu(args: Sequence[Any]) -> int | None:
+    """The one simulated GPU the graph's tensor inputs are on (None: none, or several)."""
+    found = {gpu_memory.gpu_index(a) for a in args} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
 def _resolve(sources: tuple[Source, ...], args: Sequence[Any]) -> int | None:
     for kind, n in sources:
-        index = n if kind == "gpu" else (gpu_memory.gpu_index(args[n]) if n < len(args) else None)
+        if kind == "gpu":
+            return n
+        index = _graph_gpu(args) if kind == "graph" else (gpu_memory.gpu_index(args[n]) if n < len(args) else None)
         if index is not None:
             return index
     return None
@@ -190,6 +201,7 @@ def know_tensor_methods(trace_rules: Any) -> None:
 
 
 def install() -> None:
-    """Define the move op (`PLACE`)."""
+    """Define the move op (`PLACE`), once."""
     global PLACE
-    PLACE = _define()
+    if PLACE is None:
+        PLACE = _define()

@@ -76,8 +76,10 @@ def is_cpu(device: Any) -> bool:
 
 def graph_destination(target: Any) -> int | None:
     """Where `x.to(target)` traced by dynamo places its result (`compiled_moves.HOST`: the host),
-    None where the call names no device of its own (a dtype, a tensor, meta): which simulated
-    GPU a tensor is on is not known in a graph (`compiled_moves`)."""
+    None where the call names no device of its own (a dtype, a tensor, meta) or a CPU device
+    object: in a graph every tensor's `.device` is its CPU fake tensor's, so `x.to(y.device)`
+    names the CPU whatever `y` is on, and only "cpu" written out (or `.cpu()`) is known to be
+    the host (`compiled_moves`)."""
     if is_accelerator(target):
         return target_index(target)
-    return compiled_moves.HOST if is_cpu(target) else None
+    return compiled_moves.HOST if isinstance(target, str) and is_cpu(target) else None

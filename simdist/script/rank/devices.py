@@ -208,6 +208,7 @@ def _patch_tensor_moves() -> None:
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         return self
 
+    compiled_moves.install()  # (the op a traced move is)
     _MOVES.update({compiled_moves.PLACE, compiled_moves.PLACE.overloadpacket, orig_to, orig_cpu, orig_numpy, to, cuda, cpu, numpy, pin_memory, torch.Tensor.cuda,
                    torch.Tensor.type, torch.Tensor.pin_memory})
     torch.Tensor.to = to  # type: ignore[method-assign]
@@ -356,7 +357,6 @@ def install(gpus: int) -> None:
     if _MODE is not None:
         return
     gpu_shims.install(gpus)
-    compiled_moves.install()
     cuda_build.install()
     gpu_memory.install()
     gpu_grads.install()
