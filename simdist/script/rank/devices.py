@@ -108,14 +108,16 @@ class CudaToCpu(TorchFunctionMode):
             out = func(*args, **kwargs)
         else:
             out = func(*args)
-        if not args or compiling() or func in _MOVES:  # (compiling first: dynamo guards on what it reads)
+        if not args:
             return out
         kind = type(out)  # a new tensor or several (an in-place op returns its input: nothing new)
         if (kind in _PLAIN and out is not args[0]) or kind is list or (kind is not torch.Size
                                                                          and isinstance(out, tuple)):
-            index = gpu_memory.input_index(args)
-            if index is not None:
-                gpu_memory.mark_outputs(out, index)
+            # (compiling first: traced by dynamo, the membership of a traced move read wrong)
+            if not compiling() and func not in _MOVES:
+                index = gpu_memory.input_index(args)
+                if index is not None:
+                    gpu_memory.mark_outputs(out, index)
         return out
 
 
