@@ -50,3 +50,29 @@ def test_moves_in_a_compiled_function_compile_whole_and_print_what_the_cpu_run_p
     on_device = [line for line in plain if " on device " in line]
     assert len(on_device) == 4 and not any("False" in line for line in on_device)
     assert all("moved to y.device on device True" in line for line in on_device if "summary" in line)
+
+
+def test_where_a_graphs_outputs_are_is_read_off_its_moves_then_its_operands():
+    """In-process, `compiled_moves.output_sources` on an FX graph: a move's result is on its
+    device (-1 the host), an op's on its operands' (in order: the first on a GPU decides at
+    each call), a tensor made from no operand on the graph's GPU; a graph without a move gets
+    no plan (its outputs are placed as before)."""
+    import torch
+    import torch.fx
+
+    from simdist.script.rank import compiled_moves
+
+    compiled_moves.install()
+    place = compiled_moves.PLACE
+
+    def moves(a, b):
+        h = place(a, 1)
+        c = torch.add(b, h)
+        return h, c, place(c, compiled_moves.HOST), b, torch.ones_like(b).sum().new_ones(3)
+
+    graph = torch.fx.symbolic_trace(moves)
+    assert compiled_moves.output_sources(graph) == [
+        (("gpu", 1),), (("in", 1), ("gpu", 1)), (), (("in", 1),), (("in", 1),)]
+    graph.graph.create_node("call_function", torch.zeros, ((3,),), name="fresh")
+    assert compiled_moves._node_sources(list(graph.graph.nodes)[-1], {}) == (("graph", 0),)
+    assert compiled_moves.output_sources(torch.fx.symbolic_trace(lambda a: a * 2)) is None
