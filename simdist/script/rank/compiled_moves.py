@@ -9,13 +9,15 @@ and two things broke that:
 * dynamo lists the tensor methods it puts in a graph by reading `torch.Tensor`
   (`trace_rules.get_tensor_method`), where it found the replacements, so torch's own method
   the replacement calls was "a builtin Dynamo does not know how to trace": a graph break and
-  a warning per move (5 breaks, 2 graphs in `tests/scripts/compiled_moves.py`), and
+  a warning per move (4 graphs and 7 breaks in `tests/scripts/compiled_moves.py`, where the
+  CPU run compiles 2 and none), and
   `fullgraph=True` raised `Unsupported` (`know_tensor_methods`);
 * in a graph every tensor is a CPU fake tensor, so a move to a simulated GPU is a move from
   the CPU to the CPU: no copy (an alias of its input, where a GPU copies), and which memory
   is a simulated GPU's is lost: inductor's kernels allocate their outputs where the rank
   layer never sees them, and `inductor_outputs` can only place a graph's outputs by its
-  inputs, so the result of `x.to("cuda")` of a host `x` was host memory to the script.
+  inputs, so the result of `x.to("cuda")` of a host `x` would be host memory to the script
+  (`(y + 1).to(y.device)` of a GPU `y` was, when it ran eagerly after a break).
 
 So a move in a traced function is a custom op, `simdist::place(x, index)` (`PLACE`: a copy of
 `x` on simulated GPU `index`, -1 the host), which dynamo and inductor keep as an opaque call,
