@@ -108,6 +108,8 @@ def output_sources(gm: Any) -> list[tuple[Source, ...] | None] | None:
     """Per output of a dynamo graph, its sources (None: not a node's value); None for a graph
     with no move in it (its outputs are placed as before: the eager calls' rule, and
     `inductor_outputs`)."""
+    import torch.fx
+
     known: dict[Any, tuple[Source, ...]] = {}
     inputs = 0
     has_move = False
