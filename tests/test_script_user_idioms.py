@@ -236,7 +236,7 @@ def test_torch_accelerator_and_cuda_rng_report_the_simulated_gpus(monkeypatch):
 def test_fsdp2_on_a_cuda_mesh_agrees_with_real_gloo(script_zygote):
     """tests/scripts/fsdp2_cuda_mesh.py: FSDP2 on init_device_mesh("cuda") with the model on
     cuda asserted "Expects the parameter to already be moved to device cuda:0 but got cpu" on
-    both sides; its shards are now on the CPU (`devices.place_fsdp2_on_cpu`): bf16 mixed
+    both sides; its shards are now on the CPU (`wrapper_devices.place_fsdp2_on_cpu`): bf16 mixed
     precision, activation checkpointing, clip_grad_norm_ and a full state dict, bit for bit."""
     sim, real = _both("fsdp2_cuda_mesh.py", 2, script_zygote)
     assert _verdict(sim) == ["completed"] * 2

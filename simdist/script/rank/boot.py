@@ -69,7 +69,7 @@ def _on_torch(_torch: Any) -> None:
     patches.install(env.mode())
     gpus = env.gpus()  # 0, a CPU-only node: torch as installed, no GPU shim, no GPU accommodation
     if gpus:
-        from simdist.script.rank import devices, gpu_shims, inductor_outputs
+        from simdist.script.rank import compiled_moves, devices, gpu_shims, inductor_outputs, wrapper_devices
 
         devices.install(gpus)
     batches.install()
@@ -78,11 +78,13 @@ def _on_torch(_torch: Any) -> None:
     _after_import("torch.jit._script", writes.install_jit)
     if not gpus:
         return
-    _after_import("torch.distributed.fsdp._fully_shard._fully_shard", devices.place_fsdp2_on_cpu)
-    _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", devices.place_fsdp_on_cpu)
+    _after_import("torch.distributed.fsdp._fully_shard._fully_shard", wrapper_devices.place_fsdp2_on_cpu)
+    _after_import("torch.distributed.fsdp.fully_sharded_data_parallel", wrapper_devices.place_fsdp_on_cpu)
     _after_import("torch.distributed.tensor._random", gpu_shims.place_dtensor_rng_on_cpu)
     _after_import("torch.distributed.tensor._op_schema", gpu_shims.place_dtensor_meta_on_cpu)
     _after_import("torch._inductor.output_code", inductor_outputs.place_outputs_on_gpu)
+    _after_import("torch._dynamo.trace_rules", compiled_moves.know_tensor_methods)
+    _after_import("torch._dynamo.output_graph", compiled_moves.plan_outputs)
 
 
 def _after_import(name: str, callback: Callable[[Any], None]) -> None:
@@ -96,7 +98,8 @@ def _after_import(name: str, callback: Callable[[Any], None]) -> None:
 
 # The rank layer's modules that compiled code calls and dynamo must trace like torch's own
 # (a skipped function is a graph break): the remapped moves and the shims of torch.cuda.
-_TRACED = ("amp.py", "cuda_init.py", "device_args.py", "devices.py", "gpu_memory.py", "gpu_shims.py")
+_TRACED = ("amp.py", "cuda_init.py", "device_args.py", "devices.py", "gpu_memory.py", "gpu_shims.py",
+           "wrapper_devices.py")
 
 
 def _on_dynamo(_dynamo: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import device_view, gpu_memory, gpu_shims
+from simdist.script.rank import compiled_moves, device_view, gpu_memory, gpu_shims
 
 CPU = torch.device("cpu")
 
@@ -72,3 +72,14 @@ def move_target(args: tuple, kwargs: dict) -> Any:
 def is_cpu(device: Any) -> bool:
     return (isinstance(device, str) and device.startswith("cpu")) or (
         isinstance(device, torch.device) and device.type == "cpu")
+
+
+def graph_destination(target: Any) -> int | None:
+    """Where `x.to(target)` traced by dynamo places its result (`compiled_moves.HOST`: the host),
+    None where the call names no device of its own (a dtype, a tensor, meta) or a CPU device
+    object: in a graph every tensor's `.device` is its CPU fake tensor's, so `x.to(y.device)`
+    names the CPU whatever `y` is on, and only "cpu" written out (or `.cpu()`) is known to be
+    the host (`compiled_moves`)."""
+    if is_accelerator(target):
+        return target_index(target)
+    return compiled_moves.HOST if isinstance(target, str) and is_cpu(target) else None

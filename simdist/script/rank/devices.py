@@ -37,20 +37,30 @@ compiled with CUDA enabled" where the program runs on a GPU machine (and, with
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simdist.script.rank import amp, cuda_build, cuda_init, device_view, gpu_grads, gpu_memory, gpu_shims, legacy_types
+from simdist.script.rank import (
+    amp,
+    compiled_moves,
+    cuda_build,
+    cuda_init,
+    device_view,
+    gpu_grads,
+    gpu_memory,
+    gpu_shims,
+    legacy_types,
+    wrapper_devices,
+)
 from simdist.script.rank.device_args import (
     CPU as _CPU,
 )
 from simdist.script.rank.device_args import (
     compiling,
+    graph_destination,
     is_accelerator,
     is_cpu,
     move_target,
@@ -87,9 +97,9 @@ class CudaToCpu(TorchFunctionMode):
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
                 cuda_init.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
-                if torch.compiler.is_compiling():
-                    return out
                 index = target_index(dev)
+                if torch.compiler.is_compiling():  # traced by dynamo: a graph's move (`compiled_moves`)
+                    return compiled_moves.PLACE(out, index) if isinstance(out, torch.Tensor) else out
                 if func in _MAY_ALIAS and args and not isinstance(args[0], _FRESH) and \
                         gpu_memory.gpu_index(args[0]) != index:
                     out = out.clone()  # (`_MAY_ALIAS`)
@@ -98,12 +108,13 @@ class CudaToCpu(TorchFunctionMode):
             out = func(*args, **kwargs)
         else:
             out = func(*args)
-        if not args or func in _MOVES:
+        if not args:
             return out
         kind = type(out)  # a new tensor or several (an in-place op returns its input: nothing new)
         if (kind in _PLAIN and out is not args[0]) or kind is list or (kind is not torch.Size
                                                                          and isinstance(out, tuple)):
-            if not compiling():
+            # (compiling first: traced by dynamo, the membership of a traced move read wrong)
+            if not compiling() and func not in _MOVES:
                 index = gpu_memory.input_index(args)
                 if index is not None:
                     gpu_memory.mark_outputs(out, index)
@@ -148,8 +159,12 @@ def _patch_tensor_moves() -> None:
             cuda_init.lazy_init()
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
-        if type(self) not in _PLAIN or torch.compiler.is_compiling():  # a graph keeps no aliasing
+        if type(self) not in _PLAIN:  # (also every tensor AOT autograd and inductor trace: fake ones)
             return orig_to(self, *remap_args(args), **kwargs)
+        if torch.compiler.is_compiling():  # traced by dynamo: a graph's move (`compiled_moves`)
+            dest = graph_destination(target)
+            out = orig_to(self, *remap_args(args), **kwargs)
+            return out if dest is None else compiled_moves.PLACE(out, dest)
         placed, dest = _destination(self, target)
         if not placed:
             return plain_to(self, *args, **kwargs)
@@ -166,16 +181,19 @@ def _patch_tensor_moves() -> None:
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> Any:
         cuda_init.lazy_init()  # (torch's `Tensor.cuda` initialises CUDA first)
-        if type(self) not in _PLAIN or torch.compiler.is_compiling():
-            return orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
         dest = target_index("cuda" if device is None else device)
+        if type(self) not in _PLAIN or torch.compiler.is_compiling():
+            out = orig_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format)
+            return out if type(self) not in _PLAIN else compiled_moves.PLACE(out, dest)
         copy = gpu_memory.gpu_index(self) != dest
         return gpu_memory.mark(plain_to(self, _CPU, non_blocking=non_blocking, memory_format=memory_format,
                                         copy=copy), dest)
 
     @functools.wraps(orig_cpu)
     def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> Any:
-        if type(self) in _PLAIN and not torch.compiler.is_compiling() and stands_for_gpu(self):
+        if type(self) in _PLAIN and torch.compiler.is_compiling():
+            return compiled_moves.PLACE(orig_cpu(self, memory_format=memory_format), compiled_moves.HOST)
+        if type(self) in _PLAIN and stands_for_gpu(self):
             return plain_to(self, _CPU, memory_format=memory_format, copy=True)
         return orig_cpu(self, memory_format=memory_format)
 
@@ -192,7 +210,8 @@ def _patch_tensor_moves() -> None:
     def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         return self
 
-    _MOVES.update({orig_to, orig_cpu, orig_numpy, to, cuda, cpu, numpy, pin_memory, torch.Tensor.cuda,
+    compiled_moves.install()  # (the op a traced move is)
+    _MOVES.update({compiled_moves.PLACE, compiled_moves.PLACE.overloadpacket, orig_to, orig_cpu, orig_numpy, to, cuda, cpu, numpy, pin_memory, torch.Tensor.cuda,
                    torch.Tensor.type, torch.Tensor.pin_memory})
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]
@@ -309,69 +328,6 @@ def _patch_generator() -> None:
     torch.Generator = Generator  # type: ignore[misc]
 
 
-def place_fsdp2_on_cpu(fully_shard_module: Any) -> None:
-    """FSDP2 (`fully_shard`) on a "cuda" mesh places its shards on the CPU: it takes the mesh's
-    device as the one every parameter must be on and asserted "Expects the parameter to
-    already be moved to device cuda:0 but got cpu" (a GPU script's `init_device_mesh("cuda")`
-    with the model built or moved on cuda). Given `torch.distributed.fsdp._fully_shard.
-    _fully_shard`, which holds the function it asks."""
-    orig = fully_shard_module._get_device_from_mesh
-
-    @functools.wraps(orig)
-    def _get_device_from_mesh(mesh: Any) -> torch.device:
-        return _CPU if is_accelerator(mesh.device_type) else orig(mesh)
-
-    fully_shard_module._get_device_from_mesh = _get_device_from_mesh
-
-
-def place_fsdp_on_cpu(fsdp_module: Any) -> None:
-    """FSDP (`FullyShardedDataParallel`) of a GPU script's module, given no `device_id` or a
-    CUDA one, runs on the CPU the simulated GPUs stand for: the module is on the CPU (its
-    `.to(rank)` remapped), and FSDP, finding no parameter off the CPU, asked torch for a
-    non-CPU accelerator and raised "FSDP needs a non-CPU accelerator device" on both sides
-    (the DCP recipe, the FSDP tutorial unedited). Given `torch.distributed.fsdp.
-    fully_sharded_data_parallel` once the script imports it (importing FSDP costs ~1 s)."""
-    def on_cpu(arguments: dict[str, Any]) -> None:
-        device_id = arguments.get("device_id")
-        if device_id is None or is_accelerator(device_id):
-            arguments["device_id"] = _CPU
-
-    _rewrite_init(fsdp_module.FullyShardedDataParallel, on_cpu)
-
-
-def _rewrite_init(cls: type, rewrite: Callable[[dict[str, Any]], None]) -> None:
-    """`cls.__init__`, its arguments bound by name and edited by `rewrite` first (a wrapper's devices)."""
-    orig = cls.__init__
-    sig = inspect.signature(orig)
-
-    @functools.wraps(orig)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = sig.bind(self, *args, **kwargs)
-        rewrite(bound.arguments)
-        orig(*bound.args, **bound.kwargs)
-
-    cls.__init__ = __init__  # type: ignore[method-assign]
-
-
-def _patch_barrier_device() -> None:
-    """A barrier's device (`BarrierOptions.device`) is the CPU: torch picks it from
-    `barrier(device_ids=[r])` and the accelerator, which is "cuda" (`gpu_shims`), and a
-    process group then makes its barrier tensor there, which failed on real Gloo's ranks
-    ("Could not run 'aten::empty.memory_format' with arguments from the 'CUDA' backend")."""
-    from torch._C._distributed_c10d import ProcessGroup
-
-    orig = ProcessGroup.barrier
-
-    @functools.wraps(orig)
-    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
-        opts = kwargs.get("opts", args[0] if args else None)
-        if opts is not None and is_accelerator(getattr(opts, "device", None)):
-            opts.device = _CPU
-        return orig(self, *args, **kwargs)
-
-    ProcessGroup.barrier = barrier  # type: ignore[method-assign]
-
-
 def _patch_device_context() -> None:
     """A CUDA default device (`with torch.device("cuda"):`, `torch.set_default_device`) places
     factories on the simulated GPU: torch's DeviceContext sits at the bottom of the mode stack,
@@ -394,17 +350,6 @@ def _patch_device_context() -> None:
     ud.DeviceContext.__torch_function__ = __torch_function__  # type: ignore[method-assign]
 
 
-def _patch_ddp() -> None:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    def on_cpu(arguments: dict[str, Any]) -> None:
-        module = arguments.get("module")
-        if module is not None and all(p.device.type == "cpu" for p in module.parameters()):
-            arguments.update({name: None for name in ("device_ids", "output_device") if name in arguments})
-
-    _rewrite_init(DDP, on_cpu)
-
-
 _MODE: CudaToCpu | None = None
 
 
@@ -424,8 +369,7 @@ def install(gpus: int) -> None:
     _patch_module_to()
     _patch_storage_moves()
     amp.install()
-    _patch_ddp()
-    _patch_barrier_device()
+    wrapper_devices.install()
     _patch_device_context()
     _patch_generator()
     _enter_in_new_threads()

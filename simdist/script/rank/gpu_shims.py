@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import cuda_init, gpu_allocator, gpu_props
+from simdist.script.rank import cuda_init, device_view, gpu_allocator, gpu_props
 
 
 class _Gpus:
@@ -187,6 +187,18 @@ _CURRENT_STREAM = _Stream()
 _PROPS = gpu_props.DeviceProperties()
 
 
+def _properties(device: Any = None) -> gpu_props.DeviceProperties:
+    """`torch.cuda.get_device_properties(device)`: its device read as torch reads it, and an
+    index outside the node refused with torch's words."""
+    from torch.cuda._utils import _get_device_index
+
+    read_off = device_view.host_index(device)  # (a device torch's code read off a GPU tensor: that GPU)
+    index = _get_device_index(device, optional=True) if read_off is None else read_off
+    if index < 0 or index >= _Gpus.count:
+        raise AssertionError("Invalid device id")
+    return gpu_props.of(index)
+
+
 def _install_queries(tc: Any) -> None:
     """The device queries scripts make to pick a dtype or a kernel, or to log, answered for
     `_PROPS` (each raised "Torch not compiled with CUDA enabled"); NVTX ranges mark nothing."""
@@ -196,7 +208,7 @@ def _install_queries(tc: Any) -> None:
         # each asks the current device or the device's properties: CUDA initialised first
         "is_bf16_supported": cuda_init.initialising(lambda including_emulation=True: True),
         "get_device_capability": cuda_init.initialising(lambda device=None: (_PROPS.major, _PROPS.minor)),
-        "get_device_properties": cuda_init.initialising(lambda device=None: _PROPS),
+        "get_device_properties": cuda_init.initialising(_properties),
         "ipc_collect": cuda_init.initialising(lambda: None),
     }
     for name, fn in shims.items():

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import gpu_memory
+from simdist.script.rank import compiled_moves, gpu_memory
 
 
 def graph_gpu(inputs: Sequence[Any]) -> tuple[int | None, list[Any]]:
@@ -71,7 +71,7 @@ def place_outputs_on_gpu(output_code: Any) -> None:
     def __call__(self: Any, inputs: Sequence[Any]) -> Any:
         index, host = graph_gpu(inputs)  # (before the call: inductor's calling convention empties `inputs`)
         out = orig(self, inputs)
-        if index is not None:
+        if index is not None and not compiled_moves.PLANNED.depth:  # (a graph with moves: its plan places them)
             with torch._C.DisableTorchFunction():
                 _place(out, index, host)
         return out
