@@ -19,6 +19,7 @@ import uuid
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch.distributed
 
 import simdist.check.classify
 import simdist.compare
@@ -32,14 +33,16 @@ from .conftest import EXAMPLES, ROOT, TEST_TAG, descendants, line_of
 
 pytest_plugins = ["pytester"]
 # loaded before pytester's in-process runs, which unload whatever they import first: NumPy
-# (under the engine) cannot be loaded twice in one process
-PRELOADED = (simdist.check.classify, simdist.compare, simdist.fuzz.scripts, simdist.script.api)
+# (under the engine) and torch (imported lazily by the runner's store) cannot be loaded twice
+# in one process, so a test after such a run that is the first to need them would fail
+PRELOADED = (simdist.check.classify, simdist.compare, simdist.fuzz.scripts, simdist.script.api, torch.distributed)
 pytestmark = pytest.mark.real
 
 NO_JOIN, JOIN = EXAMPLES / "fuzz_ddp_dataloader_no_join.py", EXAMPLES / "fuzz_ddp_dataloader_join.py"
 
 USER_TESTS = f'''
 import pytest
+import torch.distributed
 
 NO_JOIN, JOIN = {str(NO_JOIN)!r}, {str(JOIN)!r}
 
