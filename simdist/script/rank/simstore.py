@@ -108,6 +108,11 @@ def default_store(timeout: timedelta | None) -> dist.Store:
     Kept alive here: a Python subclass held only by C++ (the `PrefixStore`) loses its Python
     half when its last Python reference goes (its calls then fail with "Tried to call pure
     virtual function"), so each stays for the process's life (one per init)."""
-    store = SimStore(timeout if timeout is not None else c10d.default_pg_timeout)
-    _KEPT.append(store)
+    store = keep(SimStore(timeout if timeout is not None else c10d.default_pg_timeout))
     return dist.PrefixStore("default_pg", store)
+
+
+def keep(store: SimStore) -> SimStore:
+    """Keep `store` for the process's life (`default_store` says why)."""
+    _KEPT.append(store)
+    return store

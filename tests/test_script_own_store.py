@@ -1,0 +1,77 @@
+"""A script's own TCPStore client of torchrun's store address (MASTER_ADDR, MASTER_PORT), and
+a second server a rank hosts itself: each script of `tests/scripts/own_store.py` runs on real
+Gloo and the simulator (`rank.ownstore` routes such a client to the launcher's store on the
+real side, to the coordinator's shared store in the simulator). Before, neither side served
+MASTER_PORT: both timed out connecting, where torchrun's agent serves it."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.script.api import compare_script
+from simdist.script.keystore import wait_timeout
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT, line_of
+
+SCRIPT = ROOT / "tests" / "scripts" / "own_store.py"
+
+
+def _compare(zygote, args: list[str], nproc: int):
+    run_id = new_run_id()
+    both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=90, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    sim, real = both.sim.report, both.real.report
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    return sim, real
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("mode", "nproc"), [("client", 2), ("client", 4), ("master", 3)])
+def test_an_own_client_of_master_port_reaches_the_store_the_default_store_uses(script_zygote, mode, nproc):
+    """Rank 0 sets a key through its own client and one through the default store; every rank
+    reads both on its own client (the default store's as `default_pg/0//<key>`, torchrun's
+    layout) and the counter they all added to. With is_master=(rank == 0) rank 0 is a client
+    too: torchrun's agent holds the port."""
+    sim, real = _compare(script_zygote, [mode], nproc)
+    total = nproc * (nproc + 1) // 2
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} own TCPStore True True True", f"{r} got b\"rank 0's own\" b'through default_pg'", f"{r} count {total}"]
+            for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_an_own_client_made_before_init_serves_as_inits_store(script_zygote, nproc):
+    sim, real = _compare(script_zygote, ["before_init"], nproc)
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} store is own: True", f"{r} joined b'{nproc}' port 29500"] for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_an_own_clients_timeout_raises_torchs_words_at_T_on_the_simulated_clock(script_zygote, nproc):
+    sim, real = _compare(script_zygote, ["timeout"], nproc)
+    last = nproc - 1
+    for rep in (sim, real):
+        err = rep.ranks[last].error
+        assert rep.ranks[last].status == "error" and err is not None, rep.source
+        assert (err.type, err.message) == wait_timeout(1.0, ["never"]), rep.source
+        assert rep.ranks[last].location.line == line_of(SCRIPT, "its timeout ends it")
+    assert sim.ranks[last].time == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_second_server_a_rank_hosts_serves_the_simulated_ranks_too(script_zygote, nproc):
+    """Not routed: rank 0's own TCPStore server on a free port is a real one on both sides (the
+    simulated ranks are processes of this host); its port travels through the default store."""
+    sim, real = _compare(script_zygote, ["second_port"], nproc)
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} second b\"on rank 0's server\" True", f"{r} n {nproc}"] for r in range(nproc)], rep.source
