@@ -75,3 +75,35 @@ def test_a_second_server_a_rank_hosts_serves_the_simulated_ranks_too(script_zygo
     for rep in (sim, real):
         assert [r.output for r in rep.ranks] == [
             [f"{r} second b\"on rank 0's server\" True", f"{r} n {nproc}"] for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_queues_list_keys_and_num_keys_of_a_prefix_store_over_an_own_client(script_zygote, nproc):
+    """TCPStore's queues (apart from the keys: a get or check of the name sees a non-empty
+    one, `delete_key` and `list_keys` leave them out), a blocking pop's timeout words, a pop
+    woken by a peer's push; `list_keys` under the prefix; `num_keys` counts the server's keys:
+    Gloo's address of each rank, the script's, and TCPStore's own count of its workers.
+    Before, the simulated store raised "queue support is not implemented" through a
+    `PrefixStore` and counted the script's keys only."""
+    sim, real = _compare(script_zygote, ["prefix"], nproc)
+    gloo = [f"default_pg/0//cpu//0/{r}" for r in range(nproc)]
+    rank0 = ["0 cs b'2' b'new' b'2'", "0 delete True False check True False",
+             f"0 list ['a'] raw {sorted([*gloo, 'mine/a'])}", f"0 num_keys {nproc + 2} {nproc + 2}",
+             "0 queue 2 True b'x' 1", "0 pop b'y' False 0 0", "0 key and queue apart b'2' 1 ['a']",
+             "0 empty False QueueEmptyError queue is empty",
+             "0 empty True DistStoreError wait timeout after 1000ms, keys: /mine/q"]
+    last = [f"{nproc - 1} popped b'in a queue' list ['a']", f"{nproc - 1} waited b'for the last rank'"]
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [rank0] + [[]] * (nproc - 2) + [last], rep.source
+
+
+@pytest.mark.real
+def test_every_group_a_rank_makes_leaves_gloos_address_key_on_both_sides(script_zygote):
+    """WORLD, `new_group([0, 1])` and one group a rank (use_local_synchronization, named by a
+    hash): the raw client and the default store list the same keys and count them alike."""
+    sim, real = _compare(script_zygote, ["groups"], 3)
+    keys = [line for line in real.ranks[0].output if line.startswith("0 keys")]
+    assert keys and keys[0].startswith("0 keys 9 ") and "'default_pg/0//1//cpu//0/1'" in keys[0], real.source
+    assert sim.ranks[0].output == real.ranks[0].output

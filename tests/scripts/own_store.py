@@ -12,6 +12,7 @@ client); `before_init`: the client is made before init and handed to it as `stor
 exchange through it after; `timeout`: the client's timeout is 1 s and the last rank gets a key
 nobody sets; `prefix`: a `PrefixStore` over the client: set/get, compare_set, delete_key,
 check, list_keys (its own keys), the queue operations, `num_keys` (the server's count);
+`groups`: two new groups, then rank 0 lists the keys (Gloo's addresses of each group);
 `second_port`: rank 0 hosts a TCPStore of its own on a free port, tells the others the port
 through the default store, and they become its clients.
 """
@@ -65,7 +66,8 @@ elif mode == "prefix":
         own.set("a", "1")
         say("cs", own.compare_set("a", "1", "2"), own.compare_set("b", "", "new"), own.get("a"))
         say("delete", own.delete_key("b"), own.delete_key("b"), "check", own.check(["a"]), own.check(["b"]))
-        say("list", sorted(own.list_keys()))
+        say("list", sorted(own.list_keys()), "raw", sorted(own.underlying_store.list_keys()))
+        say("num_keys", own.num_keys(), own.underlying_store.num_keys())
         own.queue_push("q", "x")
         own.queue_push("q", b"y")
         say("queue", own.queue_len("q"), own.check(["q"]), own.queue_pop("q"), own.queue_len("q"))
@@ -85,6 +87,14 @@ elif mode == "prefix":
         own.queue_push("later", "for the last rank")
     if rank == world - 1:
         say("waited", own.queue_pop("later"))
+elif mode == "groups":  # the keys Gloo's rendezvous leaves for each group a rank makes
+    own = dist.TCPStore(addr, port, world, is_master=False)
+    pair = dist.new_group([0, 1])
+    mine = dist.new_group([rank], use_local_synchronization=True)
+    dist.barrier()
+    if rank == 0:
+        say("keys", own.num_keys(), sorted(own.list_keys()))
+        say("default", c10d._get_default_store().num_keys(), sorted(c10d._get_default_store().list_keys()))
 elif mode == "second_port":  # rank 0 serves on a free port and tells the others through the default store
     if rank == 0:
         own = dist.TCPStore(addr, 0, world, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=20))

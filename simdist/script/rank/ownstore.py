@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import simstore
@@ -36,6 +37,7 @@ from simdist.script.rank import simstore
 AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _TORCH_TCPSTORE = dist.TCPStore
+_TORCH_PREFIXSTORE = dist.PrefixStore
 
 
 def agent_port() -> int | None:
@@ -64,7 +66,7 @@ class SimTCPStore(simstore.SimStore):
     def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
                  timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
                  master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(timeout)
+        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
         self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
         simstore.keep(self)
 
@@ -132,7 +134,31 @@ def _factory(mode: str) -> type:
     return TCPStore
 
 
+class _AnyPrefix(type(_TORCH_PREFIXSTORE)):  # type: ignore[misc]
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
+
+
+class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[misc,valid-type]
+    """torch's `PrefixStore`, in Python over a simulated store (`simstore.SimPrefixStore`:
+    with the queues and `list_keys` a C++ one over a Python store lacks)."""
+
+    __doc__ = _TORCH_PREFIXSTORE.__doc__
+
+    def __new__(cls, prefix: Any, store: Any) -> Any:
+        if isinstance(store, (simstore.SimStore, simstore.SimPrefixStore)):
+            return simstore.SimPrefixStore(prefix, store)
+        return _TORCH_PREFIXSTORE(prefix, store)
+
+
+PrefixStore.__module__, PrefixStore.__qualname__ = _TORCH_PREFIXSTORE.__module__, _TORCH_PREFIXSTORE.__qualname__
+
+
 def install(mode: str) -> None:
     """Route a script's own clients of MASTER_PORT (`dist.TCPStore` as the script reaches it:
-    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this)."""
+    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this); in the
+    simulator, `PrefixStore` over a simulated store (the script's, and torch's own over the
+    default store: `c10d._get_default_store()` is one) is `simstore.SimPrefixStore`."""
     dist.TCPStore = _factory(mode)  # type: ignore[misc]
+    if mode != env.GLOO:
+        dist.PrefixStore = c10d.PrefixStore = PrefixStore  # type: ignore[misc]
