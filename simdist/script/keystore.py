@@ -153,6 +153,12 @@ class KeyStoreMixin:
         """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
         time, once no peer can still act at the store before it (`_kv_ready`), else held till then."""
         conn.advance(h, self.measure_compute)
+        if h.get("post"):  # Gloo's key for a group the rank made (`rank.backend`): no reply, no turn
+            if conn.gen is not None:
+                st = self._kv_state(conn.gen)
+                st.keys.update((str(k), Entry(str(v).encode("latin-1"), conn.clock)) for k, v in zip(h["keys"], h["vals"], strict=True))
+                self._kv_wake(st)
+            return
         if conn.gen is None:
             self._send(conn, {"t": "reply", "req": int(h["req"]), "raise": BROKEN})
             return

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, stack
+from simdist.script.rank import client, simstore, stack
 from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup
 
 
@@ -51,7 +51,7 @@ def _post_address(opts: Any) -> None:
     under torchrun, measured with `list_keys` on torch 2.13), so a script's `num_keys` and a
     raw client's `list_keys` count what they count on Gloo (`rank.ownstore`). The value is no
     address: nothing connects to a simulated rank."""
-    dist.PrefixStore("0", opts.store).set(str(opts.group_rank), b"simdist")
+    simstore.post(opts.store, f"0/{opts.group_rank}", b"simdist")
 
 
 def register() -> None:
