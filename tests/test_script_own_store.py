@@ -6,12 +6,14 @@ MASTER_PORT: both timed out connecting, where torchrun's agent serves it."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
 from simdist.script.api import compare_script
 from simdist.script.keystore import wait_timeout
-from simdist.script.launch import new_run_id, tagged_processes
+from simdist.script.launch import TORCHRUN_PORT, new_run_id, tagged_processes
 from tests.conftest import ROOT, line_of
 
 SCRIPT = ROOT / "tests" / "scripts" / "own_store.py"
@@ -107,3 +109,21 @@ def test_every_group_a_rank_makes_leaves_gloos_address_key_on_both_sides(script_
     keys = [line for line in real.ranks[0].output if line.startswith("0 keys")]
     assert keys and keys[0].startswith("0 keys 9 ") and "'default_pg/0//1//cpu//0/1'" in keys[0], real.source
     assert sim.ranks[0].output == real.ranks[0].output
+
+
+@pytest.mark.real
+def test_a_store_rank_0_hosts_at_master_port_plus_1_is_the_runs_own_on_both_sides(script_zygote):
+    """NVIDIA's in-process restart and NeMo host a coordination store at MASTER_PORT + 1. The
+    shown MASTER_PORT is torchrun's 29500 for every run, so each run gets a port of its own
+    for it (`launch.near_ports`): the run works while 29501 is taken here (before, rank 0's
+    bind failed "address already in use" whenever another run, or anything, held it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        try:
+            taken.bind(("0.0.0.0", TORCHRUN_PORT + 1))
+            taken.listen(1)
+        except OSError:
+            pass  # (something else holds it: as good a test)
+        sim, real = _compare(script_zygote, ["next_port"], 3)
+    for rep in (sim, real):
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} next True 4 ['r0', 'r1', 'r2']"] for r in range(3)], rep.source

@@ -12,7 +12,8 @@ client); `before_init`: the client is made before init and handed to it as `stor
 exchange through it after; `timeout`: the client's timeout is 1 s and the last rank gets a key
 nobody sets; `prefix`: a `PrefixStore` over the client: set/get, compare_set, delete_key,
 check, list_keys (its own keys), the queue operations, `num_keys` (the server's count);
-`groups`: two new groups, then rank 0 lists the keys (Gloo's addresses of each group);
+`next_port`: rank 0 hosts a second store on MASTER_PORT + 1 (as NVIDIA's in-process restart
+and NeMo do), every rank a client, each sets a key and waits for all; `groups`: two new groups, then rank 0 lists the keys (Gloo's addresses of each group);
 `second_port`: rank 0 hosts a TCPStore of its own on a free port, tells the others the port
 through the default store, and they become its clients.
 """
@@ -87,6 +88,13 @@ elif mode == "prefix":
         own.queue_push("later", "for the last rank")
     if rank == world - 1:
         say("waited", own.queue_pop("later"))
+elif mode == "next_port":  # NVIDIA resiliency / NeMo's coordination store: rank 0 serves MASTER_PORT + 1
+    own = dist.TCPStore(host_name=addr, port=port + 1, world_size=world, is_master=rank == 0, multi_tenant=True,
+                        wait_for_workers=True, use_libuv=True, timeout=datetime.timedelta(seconds=20))
+    own.set(f"r{rank}", str(rank))
+    own.wait([f"r{r}" for r in range(world)])
+    say("next", own.port == port + 1, own.num_keys(), sorted(own.list_keys()))
+    dist.barrier()  # rank 0 serves until every client is done
 elif mode == "groups":  # the keys Gloo's rendezvous leaves for each group a rank makes
     own = dist.TCPStore(addr, port, world, is_master=False)
     pair = dist.new_group([0, 1])

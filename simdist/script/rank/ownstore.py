@@ -19,7 +19,9 @@ simdist shows the ranks torchrun's MASTER_PORT while nothing listens there
 
 A client of any other port is torch's own `TCPStore`: a rank that hosts a second server
 (`is_master=True` on a port of its own) serves its peers for real, the simulated ranks being
-processes of this host too (its waits then take wall time, not simulated time).
+processes of this host too (its waits then take wall time, not simulated time). MASTER_PORT + 1
+.. + `launch.NEAR_PORTS` (NVIDIA's in-process restart and NeMo host a store at MASTER_PORT + 1)
+are the run's own ports (`env.PORT_MAP`), shown as the script named them.
 """
 
 from __future__ import annotations
@@ -85,16 +87,17 @@ class SimTCPStore(simstore.SimStore):
 
 SimTCPStore.__name__ = "TCPStore"  # what `type(store).__name__` says on real torch
 
-class _Routed(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
-    """A real TCPStore client of the launcher's store, showing the address the script named.
-    Always a client: with `is_master=True` torch's bind of MASTER_PORT fails under torchrun
-    and is ignored (its check compares the port with MASTER_PORT, which the launcher's is not)."""
+class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
+    """A real TCPStore at `at` (host, port), showing the address the script named. `client`:
+    always a client (the launcher's store stands in for the agent's: with `is_master=True`
+    torch's bind of MASTER_PORT fails under torchrun and is ignored, its check comparing the
+    port with MASTER_PORT, which the launcher's is not)."""
 
-    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
-                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
-                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        host, real = os.environ[env.STORE].rsplit(":", 1)
-        super().__init__(host, int(real), world_size, False, timeout, wait_for_workers, multi_tenant, None, use_libuv)
+    def __init__(self, at: tuple[str, int], client: bool, host_name: str, port: int, world_size: int | None = None,
+                 is_master: bool = False, timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True,
+                 multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
+                         master_listen_fd, use_libuv)
         self._shown = (host_name, int(port))
 
     @property
@@ -106,7 +109,25 @@ class _Routed(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
         return self._shown[1]
 
 
-_Routed.__name__ = "TCPStore"
+_Shown.__name__ = "TCPStore"
+
+
+def _launchers() -> tuple[str, int]:
+    host, port = os.environ[env.STORE].rsplit(":", 1)
+    return host, int(port)
+
+
+def near_port(port: Any) -> int | None:
+    """The run's own port for MASTER_PORT + k (`env.PORT_MAP`, `launch.near_ports`), or None."""
+    for pair in os.environ.get(env.PORT_MAP, "").split(","):
+        shown, _, real = pair.partition(":")
+        try:
+            if real and int(shown) == int(port):
+                return int(real)
+        except (TypeError, ValueError):
+            return None
+    return None
+
 
 class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
     """`isinstance(store, dist.TCPStore)` stays true for torch's stores and the routed ones."""
@@ -125,9 +146,11 @@ def _factory(mode: str) -> type:
 
         def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
             if _routed(port) and mode == env.GLOO and env.STORE in os.environ:
-                return _Routed(host_name, port, *args, **kwargs)
+                return _Shown(_launchers(), True, host_name, port, *args, **kwargs)
             if _routed(port) and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
+            if (near := near_port(port)) is not None:
+                return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)
 
     TCPStore.__module__, TCPStore.__qualname__ = _TORCH_TCPSTORE.__module__, _TORCH_TCPSTORE.__qualname__
