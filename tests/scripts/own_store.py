@@ -58,6 +58,7 @@ if mode in ("client", "master"):
     dist.barrier()
     say("count", own.add("count", 0))
 elif mode == "timeout":
+    dist.barrier()  # every rank's Gloo mesh is up before the first leaves (its exit would break a peer's connect)
     own = dist.TCPStore(addr, port, world, is_master=False, timeout=second)
     if rank == world - 1:
         own.get("never")  # its timeout ends it
