@@ -35,8 +35,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import simstore
+from simdist.script.stores import AGENT_STORE
 
-AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"
 TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _TORCH_TCPSTORE = dist.TCPStore
 _TORCH_PREFIXSTORE = dist.PrefixStore
@@ -45,7 +45,7 @@ _TORCH_PREFIXSTORE = dist.PrefixStore
 def agent_port() -> int | None:
     """The port torchrun's agent serves its store at (MASTER_PORT), or None where no agent
     hosts one (a script that starts its own ranks: its MASTER_PORT is its own to serve)."""
-    if os.environ.get(AGENT_STORE_VAR) != "True":
+    if os.environ.get(AGENT_STORE) != "True":
         return None
     try:
         return int(os.environ["MASTER_PORT"])
