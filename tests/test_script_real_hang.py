@@ -181,4 +181,4 @@ def test_a_store_wait_with_a_timeout_runs_its_course(script_zygote):
     torch's error: the run is left to run into it, as a collective's Gloo timeout is."""
     rep = _real(script_zygote, "init_waits_for_world.py", ["exits", "2"], 3, hang_after_s=0.5)
     assert [r.status for r in rep.ranks] == ["error"] * 3 and not any("hang" in n for n in rep.notes), rep.notes
-    assert [r.error.message for r in rep.ranks[:2]] == ["wait timeout after 2000ms, keys: /simdist/gen1/0//cpu//0/2"] * 2
+    assert [r.error.message for r in rep.ranks[:2]] == ["wait timeout after 2000ms, keys: /default_pg/0//cpu//0/2"] * 2

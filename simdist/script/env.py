@@ -23,6 +23,7 @@ MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo proces
 SIM, GLOO = "sim", "gloo"
 STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
 HOST_PORT = "SIMDIST_SCRIPT_HOST_PORT"  # gloo mode: 127.0.0.1:port, where rank 0 hosts an env:// or tcp:// store
+PORT_MAP = "SIMDIST_SCRIPT_PORT_MAP"  # torchrun-style: "29501:41234,...", MASTER_PORT + k -> the run's own port (`rank.ownstore`)
 # A barrier carries no tensor; both sides' traces give it this dtype (the engine needs one; real
 # Gloo's Flight Recorder records none), as a scenario's barrier keeps its step's dtype.
 BARRIER_DTYPE = "float32"

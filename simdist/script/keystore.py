@@ -35,7 +35,8 @@ can come first, comes after calls later than it in wall time). A value written a
 time t reaches a reader at t at the
 earliest (its clock moves on to t), and a waiter whose deadline comes before t times out
 instead (its timeout ran out before the write). `num_keys` counts the keys the script's
-generation wrote here; a real TCPStore also counts the agent's and Gloo's own keys (not modelled).
+generation wrote here (Gloo's addresses too, `rank.backend`) and TCPStore's own count of its
+workers; the queues (`queue_push`, `queue_pop`, `queue_len`) are held apart from the keys.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ STORE_KIND = "store"  # its kind of `Deadline`
 HELD_KIND = "store call"  # a store call held until it comes first in simulated time (`KeyStoreMixin._kv_ready`)
 WAITS = ("get", "wait", "multi_get")  # the operations that wait for their keys
 BROKEN = ("DistNetworkError", "Broken pipe")  # every call of a client whose connection the server closed
+QUEUE_EMPTY = ("QueueEmptyError", "queue is empty")  # a `queue_pop` that finds nothing (after its wait, if it blocks)
 _STOLL = re.compile(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 _INT64 = 2**63
 
@@ -124,6 +126,16 @@ class KVState:
     waits: list[KVWait] = field(default_factory=list)
     held: list[KVCall] = field(default_factory=list)  # calls a peer may still precede (`_kv_ready`)
     broken: dict[int, int] = field(default_factory=dict)  # rank -> its calls since the server closed it
+    queues: dict[str, list[Entry]] = field(default_factory=dict)  # `queue_push`ed values, apart from the keys
+    internal: bool = False  # TCPStore's own key (its workers' count: `num_keys` counts it, `list_keys` hides it)
+
+    def present(self, key: str) -> Entry | None:
+        """What a get, wait or check of `key` finds: its value, or, where only a queue of that
+        name holds values, an empty one (measured: `get` of such a name returns b"")."""
+        if key in self.keys:
+            return self.keys[key]
+        q = self.queues.get(key)
+        return Entry(b"", q[0].at) if q else None
 
 
 class KeyStoreMixin:
@@ -141,6 +153,12 @@ class KeyStoreMixin:
         """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
         time, once no peer can still act at the store before it (`_kv_ready`), else held till then."""
         conn.advance(h, self.measure_compute)
+        if h.get("post"):  # Gloo's key for a group the rank made (`rank.backend`): no reply, no turn
+            if conn.gen is not None:
+                st = self._kv_state(conn.gen)
+                st.keys.update((str(k), Entry(str(v).encode("latin-1"), conn.clock)) for k, v in zip(h["keys"], h["vals"], strict=True))
+                self._kv_wake(st)
+            return
         if conn.gen is None:
             self._send(conn, {"t": "reply", "req": int(h["req"]), "raise": BROKEN})
             return
@@ -185,6 +203,8 @@ class KeyStoreMixin:
         conn, h = call.conn, call.h
         req, op = int(h["req"]), str(h["op"])
         keys, vals = [str(k) for k in h.get("keys") or []], [str(v).encode("latin-1") for v in h.get("vals") or []]
+        if h.get("init"):  # a client made with a world size counted itself in (`rank.simstore`)
+            st.internal = True
         if conn.rank in st.broken:
             st.broken[conn.rank] += 1  # type: ignore[index]
             if call.held:
@@ -238,15 +258,36 @@ class KeyStoreMixin:
         if op == "delete":
             return {"v": kv.pop(keys[0], None) is not None}
         if op == "check":
-            return {"v": all(k in kv for k in keys)}
+            return {"v": all(st.present(k) is not None for k in keys)}
         if op == "num_keys":
-            return {"v": len(kv)}
+            return {"v": len(kv) + st.internal}
+        if op == "list_keys":
+            return {"v": list(kv)}
+        return self._kv_queue(st, op, keys, vals, now)
+
+    def _kv_queue(self, st: KVState, op: str, keys: list[str], vals: list[bytes], now: float) -> dict[str, Any]:
+        """TCPStore's queues: apart from the keys (`num_keys` and `list_keys` skip them, `delete_key`
+        leaves them), a `get`, `wait` or `check` of the name sees a non-empty one; a blocking pop
+        is a `wait` for the name, then this pop (`rank.simstore`), as torch's client does."""
+        if op == "queue_push":
+            st.queues.setdefault(keys[0], []).append(Entry(vals[0], now))
+            return {}
+        if op == "queue_pop":
+            q = st.queues.get(keys[0])
+            if not q:
+                return {"raise": QUEUE_EMPTY}
+            value = q.pop(0).value
+            if not q:
+                del st.queues[keys[0]]
+            return {"v": value.decode("latin-1")}
+        if op == "queue_len":
+            return {"v": len(st.queues.get(keys[0], []))}
         return {"raise": ("RuntimeError", f"simdist: the store has no operation {op!r}")}
 
     def _kv_answer(self, st: KVState, w: KVWait, now: float) -> bool:
         """Answer `w` if its keys are all there: with their values, its clock at the latest
         write among them; or with its timeout's error when that came first. Whether it ended."""
-        found = [st.keys.get(k) for k in w.keys]
+        found = [st.present(k) for k in w.keys]
         if any(e is None for e in found):
             if w.limit_s == 0:  # a timeout of 0 looks once
                 self._kv_timed_out(w)

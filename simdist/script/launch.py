@@ -52,6 +52,7 @@ from simdist.procs import (
 from simdist.script import env
 
 TORCHRUN_PORT = 29500  # torchrun's default MASTER_PORT: what every rank sees, in both modes (nothing listens)
+NEAR_PORTS = 4  # MASTER_PORT + 1 .. + NEAR_PORTS: each run's own port for each (`near_ports`)
 
 
 def torchrun_env(rank: int, nproc: int, run_id: str, port: int, base: dict[str, str]) -> dict[str, str]:
@@ -78,6 +79,7 @@ class Launch:
     procs: LocalProcesses = field(default_factory=LocalProcesses)
     store: Any = None  # gloo mode: the rendezvous store, kept alive for the whole run
     host: socket.socket | None = None  # gloo mode: holds the port of a rank-0-hosted store (`host_port`)
+    near: list[socket.socket] = field(default_factory=list)  # torchrun-style: MASTER_PORT + k's stand-ins
 
     def done(self) -> bool:
         return self.procs.all_ended()
@@ -123,6 +125,8 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
             common[env.STORE] = f"{LOOPBACK}:{int(run.store.port)}"
             run.host = host_port()
             common[env.HOST_PORT] = f"{LOOPBACK}:{run.host.getsockname()[1]}"
+        if nproc_per_node is not None:
+            run.near = near_ports(common)
         cmd = [sys.executable, str(script), *args]
         envs = [common] if nproc_per_node is None else [
             torchrun_env(r, nproc_per_node, run.run_id, TORCHRUN_PORT, common) for r in range(nproc_per_node)]
@@ -162,6 +166,17 @@ def host_port() -> socket.socket:
     raise OSError("no free port on 127.0.0.1 for the run's store")
 
 
+def near_ports(common: dict[str, str]) -> list[socket.socket]:
+    """A port of the run's own for each of MASTER_PORT + 1 .. + NEAR_PORTS (`env.PORT_MAP`): real
+    code hosts a second store there (`TCPStore(MASTER_ADDR, MASTER_PORT + 1, is_master=rank == 0)`:
+    NVIDIA's in-process restart, NeMo), a real server on both sides (`rank.ownstore`). The shown
+    MASTER_PORT is torchrun's 29500 for every run, so without them concurrent runs (CI's, the two
+    sides of a compare) would all bind 29501: "address already in use"."""
+    held = [host_port() for _ in range(NEAR_PORTS)]
+    common[env.PORT_MAP] = ",".join(f"{TORCHRUN_PORT + k}:{s.getsockname()[1]}" for k, s in enumerate(held, 1))
+    return held
+
+
 def tagged_processes(run_id: str) -> list[int]:
     """Live processes (not zombies) whose environment carries this run's id."""
     return processes_with_env(env.RUN_ID, run_id)
@@ -183,3 +198,6 @@ def end(run: Launch, grace_s: float = 2.0) -> None:
     if run.host is not None:
         run.host.close()
         run.host = None
+    for s in run.near:
+        s.close()
+    run.near = []

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
-from simdist.script.rank import client, stack
+from simdist.script.rank import client, simstore, stack
 from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup
 
 
@@ -28,6 +28,8 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
     # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
     limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
+    if client.CLIENT is not None:
+        _post_address(opts)
     if client.CLIENT is not None and given:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
@@ -41,6 +43,15 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     elif client.CLIENT is not None and limit is not None:
         client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
+
+
+def _post_address(opts: Any) -> None:
+    """The key Gloo's rendezvous leaves in the store for this rank of the group (its address,
+    under the group's and the device's prefixes: `default_pg/0//cpu//0/<group rank>` for WORLD
+    under torchrun, measured with `list_keys` on torch 2.13), so a script's `num_keys` and a
+    raw client's `list_keys` count what they count on Gloo (`rank.ownstore`). The value is no
+    address: nothing connects to a simulated rank."""
+    simstore.post(opts.store, f"0/{opts.group_rank}", b"simdist")
 
 
 def register() -> None:

@@ -34,6 +34,7 @@ from simdist.script.rank import (
     cpu_node,
     exits,
     output,
+    ownstore,
     pg,
     simstore,
     stack,
@@ -162,19 +163,22 @@ def _rebind_imported(orig: Any, new: Any) -> None:
 
 
 def _launcher_store(world_size: int, timeout: Any, generation: int) -> dist.Store:
-    """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`), its
-    keys under the generation of ranks (`simdist.script.generations`): each generation meets
-    at fresh keys, as it does where rank 0 hosts the store (`env://`, a `tcp://` URL: a new
-    server each init). One store shared by every generation (torchrun's agent store) would
-    let a rank that initialises again while a peer still lives in the old generation read
-    the peer's old Gloo address (measured: its next collective fails with "Connection reset
-    by peer" when the peer destroys the old group); that race is not the program's."""
+    """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`) under
+    torch's `PrefixStore("default_pg", ...)`, as torchrun's env:// rendezvous gives it: the
+    first generation's keys are torchrun's (`default_pg/0//cpu//0/1`, in errors and beside a
+    script's own client of MASTER_PORT, `rank.ownstore`). A later generation of ranks
+    (`simdist.script.generations`) meets at fresh keys (`simdist/gen<k>/default_pg/...`), as
+    it does where rank 0 hosts the store (`env://`, a `tcp://` URL: a new server each init):
+    one key space for every generation (torchrun's agent store) would let a rank that
+    initialises again while a peer still lives in the old generation read the peer's old
+    Gloo address (measured: its next collective fails with "Connection reset by peer" when
+    the peer destroys the old group); that race is not the program's."""
     import datetime
 
     host, port = os.environ[env.STORE].rsplit(":", 1)
     store = dist.TCPStore(host, int(port), world_size, is_master=False,
                           timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
-    return dist.PrefixStore(f"simdist/gen{generation}", store)
+    return dist.PrefixStore("default_pg", store if generation <= 1 else dist.PrefixStore(f"simdist/gen{generation}", store))
 
 
 def _patch_destroy() -> None:
@@ -295,6 +299,7 @@ def install(mode: str) -> None:
     # when a run is ended (a hang; the watchdog, a rank spinning or waiting outside any
     # collective) each live rank says where its main thread stands, on both sides alike
     client.answer_dumps(exits.snapshot)
+    ownstore.install(mode)  # a script's own client of MASTER_PORT reaches the agent's store's stand-in
     if mode == env.GLOO:
         from simdist.script.rank import flight, pylog, stall
 

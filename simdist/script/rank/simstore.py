@@ -43,14 +43,21 @@ class SimStore(dist.Store):
     """The default store of a simulated rank (under torch's `PrefixStore("default_pg", ...)`,
     as torchrun's agent store is)."""
 
-    def __init__(self, timeout: timedelta) -> None:
+    def __init__(self, timeout: timedelta, counted: bool = True) -> None:
         super().__init__()
         self.set_timeout(timeout)
+        # made with a world size (torchrun's env:// client is): TCPStore counts its workers in a
+        # key of its own (`keystore.KVState.internal`), told with this client's first call
+        self._counted = counted
 
     def _call(self, op: str, keys: list[str], vals: list[Any] | tuple = (), limit: timedelta | None = None) -> dict[str, Any]:
         c = client.CLIENT
+        if c is None:  # (a client made before init: its rank is not known to the coordinator yet)
+            raise RuntimeError(f"simdist: a store call ({op}) before the rank's init_process_group is not modelled")
         header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys],
                                   "vals": [_text(v) for v in vals], "cpu": time.thread_time()}
+        if self._counted:
+            header["init"], self._counted = True, False
         if limit is not None:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
             header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
@@ -101,6 +108,125 @@ class SimStore(dist.Store):
     def getNumKeys(self) -> int:  # noqa: N802 - the trampoline's C++ name
         return int(self._call("num_keys", [])["v"])
 
+    def num_keys(self) -> int:
+        return self.getNumKeys()
+
+    def delete_key(self, key: str) -> bool:
+        return self.deleteKey(key)
+
+    def list_keys(self) -> list[str]:
+        return [str(k) for k in self._call("list_keys", [])["v"]]
+
+    def queue_push(self, key: str, value: Any) -> None:
+        self._call("queue_push", [key], [value])
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        """A blocking pop waits for the name first (the store's timeout, its words), then pops:
+        torch's client does so (a peer's pop in between leaves it "queue is empty")."""
+        if block:
+            self._call("wait", [key], limit=self.timeout)
+        return self._call("queue_pop", [key])["v"].encode("latin-1")
+
+    def queue_len(self, key: str) -> int:
+        return int(self._call("queue_len", [key])["v"])
+
+
+def post(store: Any, key: str, value: Any) -> None:
+    """Set `key` through `store` without waiting for the coordinator or a turn on the clock:
+    Gloo's address key when a rank makes a group (`rank.backend`), which only `num_keys` and
+    `list_keys` see. A held call there would make a rank whose peer never gets that far wait in
+    "store.set" where real Gloo waits in the group's rendezvous."""
+    while isinstance(store, SimPrefixStore):
+        key, store = f"{store._prefix}/{key}", store.underlying_store
+    c = client.CLIENT
+    if not isinstance(store, SimStore) or c is None:  # (a store the script gave init: Gloo's set, for real)
+        store.set(key, value)
+        return
+    c.send({"t": "kv", "op": "set", "post": True, "keys": [key], "vals": [_text(value)]})
+
+
+class SimPrefixStore(dist.Store):
+    """torch's `PrefixStore` over a simulated store, in Python: torch's C++ one calls a Python
+    store through a trampoline that has no queue or `list_keys` (measured: "queue support is
+    not implemented"), where a `PrefixStore` over a TCPStore has them. Keys are torch's
+    (`<prefix>/<key>`); `list_keys` gives the keys under the prefix without it, `num_keys` the
+    store's count (measured on torch 2.13)."""
+
+    def __init__(self, prefix: str, store: dist.Store) -> None:
+        super().__init__()
+        self._prefix, self._store = str(prefix), store
+        keep(self)
+
+    def _k(self, key: str) -> str:
+        return f"{self._prefix}/{key}"
+
+    @property
+    def underlying_store(self) -> dist.Store:
+        return self._store
+
+    @property
+    def timeout(self) -> timedelta:  # type: ignore[override]
+        return self._store.timeout
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self._store.set_timeout(timeout)
+
+    def set(self, key: str, value: Any) -> None:
+        self._store.set(self._k(key), value)
+
+    def get(self, key: str) -> bytes:
+        return self._store.get(self._k(key))
+
+    def add(self, key: str, value: int) -> int:
+        return self._store.add(self._k(key), value)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._store.check([self._k(k) for k in keys])
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        ks = [self._k(k) for k in keys]
+        self._store.wait(ks) if timeout is None else self._store.wait(ks, timeout)
+
+    def compare_set(self, key: str, expected_value: Any, desired_value: Any) -> bytes:
+        return self._store.compare_set(self._k(key), expected_value, desired_value)
+
+    def append(self, key: str, value: Any) -> None:
+        self._store.append(self._k(key), value)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._store.multi_get([self._k(k) for k in keys])
+
+    def multi_set(self, keys: list[str], values: list[Any]) -> None:
+        self._store.multi_set([self._k(k) for k in keys], values)
+
+    def clone(self) -> SimPrefixStore:
+        return SimPrefixStore(self._prefix, self._store.clone())
+
+    def deleteKey(self, key: str) -> bool:  # noqa: N802 - the trampoline's C++ name
+        return self._store.delete_key(self._k(key))
+
+    def getNumKeys(self) -> int:  # noqa: N802 - the trampoline's C++ name
+        return self._store.num_keys()
+
+    def num_keys(self) -> int:
+        return self.getNumKeys()
+
+    def delete_key(self, key: str) -> bool:
+        return self.deleteKey(key)
+
+    def list_keys(self) -> list[str]:
+        head = f"{self._prefix}/"
+        return [k[len(head):] for k in self._store.list_keys() if k.startswith(head)]
+
+    def queue_push(self, key: str, value: Any) -> None:
+        self._store.queue_push(self._k(key), value)
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        return self._store.queue_pop(self._k(key), block)
+
+    def queue_len(self, key: str) -> int:
+        return self._store.queue_len(self._k(key))
+
 
 def default_store(timeout: timedelta | None) -> dist.Store:
     """What a simulated rank's init gets as its store: the shared store under torch's own
@@ -108,6 +234,11 @@ def default_store(timeout: timedelta | None) -> dist.Store:
     Kept alive here: a Python subclass held only by C++ (the `PrefixStore`) loses its Python
     half when its last Python reference goes (its calls then fail with "Tried to call pure
     virtual function"), so each stays for the process's life (one per init)."""
-    store = SimStore(timeout if timeout is not None else c10d.default_pg_timeout)
+    store = keep(SimStore(timeout if timeout is not None else c10d.default_pg_timeout))
+    return SimPrefixStore("default_pg", store)
+
+
+def keep(store: Any) -> Any:
+    """Keep `store` for the process's life (`default_store` says why)."""
     _KEPT.append(store)
-    return dist.PrefixStore("default_pg", store)
+    return store

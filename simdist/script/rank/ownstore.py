@@ -1,0 +1,187 @@
+"""A script's own `TCPStore` client of torchrun's store address, on both sides.
+
+Under torchrun (`TORCHELASTIC_USE_AGENT_STORE=True`) the agent hosts a TCPStore at
+MASTER_ADDR:MASTER_PORT and every worker's default store is a client of it, so a script's
+own `dist.TCPStore(MASTER_ADDR, MASTER_PORT, world_size, is_master=False)` (or a
+`PrefixStore` over one, or torch elastic's `create_c10d_store`) reaches the same server:
+its raw keys sit beside torch's (`default_pg/...`, Gloo's addresses). With `is_master=True`
+the bind fails and torch, seeing the variable, logs the error and goes on as a client
+(measured on torch 2.13 under torchrun: "The server socket on <port> has failed to bind.
+TORCHELASTIC_USE_AGENT_STORE is enabled so ignoring the error.").
+
+simdist shows the ranks torchrun's MASTER_PORT while nothing listens there
+(`simdist.script.launch.TORCHRUN_PORT`), so such a client is routed:
+
+* on real Gloo (`env.GLOO`) to the launcher's store (`env.STORE`, the agent's stand-in): a
+  real TCPStore client of it, showing the address the script named (`host`, `port`);
+* in the simulator to the shared store the coordinator holds (`rank.simstore.SimStore`,
+  without the default store's prefix), with the timeout the script gives.
+
+A client of any other port is torch's own `TCPStore`: a rank that hosts a second server
+(`is_master=True` on a port of its own) serves its peers for real, the simulated ranks being
+processes of this host too (its waits then take wall time, not simulated time). MASTER_PORT + 1
+.. + `launch.NEAR_PORTS` (NVIDIA's in-process restart and NeMo host a store at MASTER_PORT + 1)
+are the run's own ports (`env.PORT_MAP`), shown as the script named them.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from simdist.script import env
+from simdist.script.rank import simstore
+from simdist.script.stores import AGENT_STORE
+
+TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
+_TORCH_TCPSTORE = dist.TCPStore
+_TORCH_PREFIXSTORE = dist.PrefixStore
+
+
+def agent_port() -> int | None:
+    """The port torchrun's agent serves its store at (MASTER_PORT), or None where no agent
+    hosts one (a script that starts its own ranks: its MASTER_PORT is its own to serve)."""
+    if os.environ.get(AGENT_STORE) != "True":
+        return None
+    try:
+        return int(os.environ["MASTER_PORT"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _routed(port: Any) -> bool:
+    shown = agent_port()
+    try:
+        return shown is not None and int(port) == shown
+    except (TypeError, ValueError):
+        return False
+
+
+class SimTCPStore(simstore.SimStore):
+    """A script's own client of the agent's store in the simulator: the shared store's keys
+    as they are (no prefix), with TCPStore's attributes."""
+
+    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
+                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
+                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
+        self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
+        simstore.keep(self)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 - torch's name
+        return self._uv
+
+
+SimTCPStore.__name__ = "TCPStore"  # what `type(store).__name__` says on real torch
+
+class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
+    """A real TCPStore at `at` (host, port), showing the address the script named. `client`:
+    always a client (the launcher's store stands in for the agent's: with `is_master=True`
+    torch's bind of MASTER_PORT fails under torchrun and is ignored, its check comparing the
+    port with MASTER_PORT, which the launcher's is not)."""
+
+    def __init__(self, at: tuple[str, int], client: bool, host_name: str, port: int, world_size: int | None = None,
+                 is_master: bool = False, timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True,
+                 multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
+                         master_listen_fd, use_libuv)
+        self._shown = (host_name, int(port))
+
+    @property
+    def host(self) -> str:
+        return self._shown[0]
+
+    @property
+    def port(self) -> int:
+        return self._shown[1]
+
+
+_Shown.__name__ = "TCPStore"
+
+
+def _launchers() -> tuple[str, int]:
+    host, port = os.environ[env.STORE].rsplit(":", 1)
+    return host, int(port)
+
+
+def near_port(port: Any) -> int | None:
+    """The run's own port for MASTER_PORT + k (`env.PORT_MAP`, `launch.near_ports`), or None."""
+    for pair in os.environ.get(env.PORT_MAP, "").split(","):
+        shown, _, real = pair.partition(":")
+        try:
+            if real and int(shown) == int(port):
+                return int(real)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
+    """`isinstance(store, dist.TCPStore)` stays true for torch's stores and the routed ones."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, (_TORCH_TCPSTORE, SimTCPStore))
+
+
+def _factory(mode: str) -> type:
+    """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the agent's port.
+    Its `__new__` returns a finished store (torch's or a routed one), never an instance of
+    itself, so Python calls no `__init__` after it."""
+
+    class TCPStore(_TORCH_TCPSTORE, metaclass=_AnyClient):  # type: ignore[misc,valid-type]
+        __doc__ = _TORCH_TCPSTORE.__doc__
+
+        def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+            if _routed(port) and mode == env.GLOO and env.STORE in os.environ:
+                return _Shown(_launchers(), True, host_name, port, *args, **kwargs)
+            if _routed(port) and mode != env.GLOO:
+                return SimTCPStore(host_name, port, *args, **kwargs)
+            if (near := near_port(port)) is not None:
+                return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
+            return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)
+
+    TCPStore.__module__, TCPStore.__qualname__ = _TORCH_TCPSTORE.__module__, _TORCH_TCPSTORE.__qualname__
+    return TCPStore
+
+
+class _AnyPrefix(type(_TORCH_PREFIXSTORE)):  # type: ignore[misc]
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
+
+
+class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[misc,valid-type]
+    """torch's `PrefixStore`, in Python over a simulated store (`simstore.SimPrefixStore`:
+    with the queues and `list_keys` a C++ one over a Python store lacks)."""
+
+    __doc__ = _TORCH_PREFIXSTORE.__doc__
+
+    def __new__(cls, prefix: Any, store: Any) -> Any:
+        if isinstance(store, (simstore.SimStore, simstore.SimPrefixStore)):
+            return simstore.SimPrefixStore(prefix, store)
+        return _TORCH_PREFIXSTORE(prefix, store)
+
+
+PrefixStore.__module__, PrefixStore.__qualname__ = _TORCH_PREFIXSTORE.__module__, _TORCH_PREFIXSTORE.__qualname__
+
+
+def install(mode: str) -> None:
+    """Route a script's own clients of MASTER_PORT (`dist.TCPStore` as the script reaches it:
+    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this); in the
+    simulator, `PrefixStore` over a simulated store (the script's, and torch's own over the
+    default store: `c10d._get_default_store()` is one) is `simstore.SimPrefixStore`."""
+    dist.TCPStore = _factory(mode)  # type: ignore[misc]
+    if mode != env.GLOO:
+        dist.PrefixStore = c10d.PrefixStore = PrefixStore  # type: ignore[misc]
