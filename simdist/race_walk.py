@@ -39,14 +39,21 @@ def each_rank(sim: Report, real: Report, cmp: Comparison,
     return [r for r in races if r is not None] if all(r is not None for r in races) else []
 
 
+def lost_peer(r: RankResult) -> int | None:
+    """The peer whose process's end failed `r`, by the simulator's words (`PEER_GONE`); None:
+    it lost no peer."""
+    cause = PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
+    return None if cause is None else int(cause.group(1))
+
+
 def failed_at(sims: Mapping[int, RankResult], rank: int, seen: frozenset[int] = frozenset()) -> float:
     """When `rank` failed on the simulated clocks: a rank that loses a peer fails when the peer
     exited or timed out, which its own clock (`RankResult.time`: its last issue) does not show."""
     r = sims[rank]
-    cause = PEER_GONE.search(r.error.message) if r.error is not None and r.error.category == "peer_lost" else None
-    if cause is None or int(cause.group(1)) in seen:
+    peer = lost_peer(r)
+    if peer is None or peer in seen:
         return r.time
-    return max(r.time, failed_at(sims, int(cause.group(1)), seen | {rank}))
+    return max(r.time, failed_at(sims, peer, seen | {rank}))
 
 
 def stopped_short(sim: RankResult, real: RankResult) -> bool:

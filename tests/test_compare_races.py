@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from simdist.agent_race import AgentRace
 from simdist.cli.console import ExitCode, worst
 from simdist.cli.reports import Compared
 from simdist.compare import AGREE_UP_TO_A_RACE
@@ -176,3 +177,23 @@ def test_a_root_that_failed_in_its_collective_long_after_posting_it_makes_no_tea
     assert Compared.of(sim, real).verdict == "race"
     sim.ranks[2].time = sim.ranks[0].trace[-1].t_issue + 10.0
     assert Compared.of(sim, real).verdict == "differ"
+
+
+def test_a_rank_sigtermed_before_it_lost_another_failed_rank_is_an_agent_race():
+    """examples/monitored_barrier_straggler.py (3 ranks; `python bench/race_tally.py
+    examples/monitored_barrier_straggler.py --nproc 3 --keep DIR`): rank 2 raises, rank 0's
+    monitored_barrier fails on its closure, and rank 1, waiting for rank 0's answer, loses rank 0
+    in turn. On real Gloo that loss comes only once rank 0 has torn down, while the agent's
+    SIGTERM comes a poll after rank 2's end: either first (real torchrun: rank 1 SIGTERMed in 5
+    of 6 runs; simdist's real side: in 15 of 40 under load). The simulator keeps rank 1's own
+    end and notes the race (`build._lost_after_teardown`); a real run whose SIGTERM came first
+    is that race, exit code 4, not a difference."""
+    sim, real = (Report.from_dict(json.loads((RACES / f"agent_chain_monitored_{n}.json").read_text()))
+                 for n in ("sim", "real"))
+    assert [n.split(" inside")[0] for n in sim.notes if "agent race" in n] == [
+        "rank 1: agent race: its own end came 0.00 s after rank 2's failure on the simulated clock, and on real "
+        "Gloo only once rank 0, which failed too, had torn down,"]
+    assert (sim.ranks[1].error.category, real.ranks[1].error.category) == ("peer_lost", "killed")
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert got.races == [AgentRace(1, 2, 0.0, False)]

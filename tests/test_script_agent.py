@@ -137,3 +137,25 @@ def test_after_a_failure_with_no_teardown_a_step_past_a_poll_is_the_agents_firm_
     # line are unknown there, a difference of its own; rank 0's, the agent's, must agree)
     assert cmp.agree or (how == "sigkill" and {d.rank for d in cmp.differences} == {1}), format_comparison(cmp)
     assert both.real.report.ranks[0].exit == terminated_words(1)
+
+
+def test_a_rank_that_lost_another_failed_rank_races_the_sigterm(tmp_path, monkeypatch, script_zygote):
+    """examples/monitored_barrier_straggler.py: rank 2 raises; rank 0's monitored_barrier fails
+    on its closure (at rank 2's end, before any SIGTERM: firm, no note); rank 1 loses rank 0 in
+    turn, which on real Gloo comes only after rank 0's own teardown, while the SIGTERM comes a
+    poll after rank 2's end: either first (real torchrun, 6 runs at load 5-9: rank 1 raised
+    once, was SIGTERMed 5 times). The simulator keeps rank 1's loss and notes the race; the
+    real side agrees or differs by that race alone. Before, no note: a real rank 1 SIGTERMed
+    first (5 of 30 runs under load) was a model difference."""
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(ROOT / "examples" / "monitored_barrier_straggler.py", [], nproc_per_node=3,
+                          timeout_s=120, stdout=subprocess.DEVNULL, measure_compute=False, zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [(r.status, r.error.category) for r in sim.ranks] == [("error", "other"), ("error", "peer_lost"),
+                                                                 ("error", "other")]
+    raced = [n for n in sim.notes if "agent race" in n]
+    assert [n.split(":")[0] for n in raced] == ["rank 1"] and "only once rank 0, which failed too, had torn down" in raced[0]
+    cmp = compare_reports(sim, real)
+    if not cmp.agree:
+        assert [(r.kind, r.rank, r.sim_ended) for r in named_races(sim, real, cmp)] == [("agent", 1, False)], \
+            format_comparison(cmp)

@@ -18,7 +18,7 @@ from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
-from simdist.race_walk import failed_at
+from simdist.race_walk import failed_at, lost_peer
 from simdist.report import (
     SHUTDOWN_ABORT,
     CodeLocation,
@@ -261,6 +261,16 @@ def _tore_down(coord: Coordinator, rank: int) -> bool:
     return x is not None and x.get("how") != "os._exit"
 
 
+def _lost_after_teardown(coord: Coordinator, r: RankResult, first: int, failed: dict[int, float]) -> int | None:
+    """The rank whose process's end failed `r`, when it is a failed rank other than `first`
+    that tore its interpreter down: on real Gloo `r` lost it only after that teardown
+    (`TEARDOWN_MIN_S` to seconds), while the agent's SIGTERM comes a poll after `first`'s
+    end, so either may come first (examples/monitored_barrier_straggler.py: rank 1 lost rank 0
+    in 1 real torchrun run of 6, was SIGTERMed in 5). None: no such rank."""
+    peer = lost_peer(r)
+    return peer if peer is not None and peer != first and peer in failed and _tore_down(coord, peer) else None
+
+
 def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
     clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
@@ -291,9 +301,10 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
         returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
-        if r is not first and not returned and r.status != "hang" and step is not None and \
-                f0 + earliest <= step <= f0 + latest_s:
-            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank))
+        via = _lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
+        if r is not first and not returned and r.status != "hang" and step is not None and (
+                f0 + earliest <= step <= f0 + latest_s or via is not None and step + TEARDOWN_MIN_S <= f0 + latest_s):
+            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank, via))
         if returned and r is not first:
             lo, hi = exit_band(r.time)  # type: ignore[arg-type]
             if lo <= t <= hi:  # the agent races its process's exit: the simulator lets it finish

@@ -10,7 +10,16 @@ each waiting rank raises the store's `DistStoreError: wait timeout after 1000ms`
 names the last rank) and the last one completes.
 `exchange`: each rank's side thread sleeps 0.3 s and receives from the next rank; its main
 thread makes `new_group(all ranks)` (the last rank 0.6 s late), then sends its rank to the
-previous rank: the receives complete only after every new_group returned; all complete.
+previous rank: each receive completes only after its sender's new_group returned; then a
+barrier of the world, and all complete. The barrier keeps every rank from leaving before
+all have returned from new_group: Gloo returns from it once a rank's OWN side of each pair
+is connected, so without it the last rank, its message from rank 0 in, could exit while
+rank 1 (descheduled on a loaded host) still connects its pair with it, and rank 1 then
+fails in new_group ("Gloo connectFullMesh failed with ... Connection closed by peer") and
+rank 0's receive from it with it: once in a CI run, 1 of 30 beside two CPU burners, 3 of
+10 with rank 1 stopped while it connects (`bench/new_group_exit_probe.py exit`); with the
+barrier 0 of 20 (`... barrier`). That race is `simdist.races.ConnectRace`'s, not this
+script's subject.
 """
 import datetime
 import sys
@@ -43,6 +52,7 @@ if sys.argv[1:] == ["exchange"]:
     dist.send(torch.tensor([float(rank)]), (rank - 1) % (last + 1))
     thread.join()
     print(rank, "received", got.item(), flush=True)
+    dist.barrier()  # nobody leaves while a member may still connect the group (docstring)
     sys.exit(0)
 if rank == last:
     side()
