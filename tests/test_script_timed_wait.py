@@ -12,10 +12,12 @@ its (wall-clock) wakes have moved its timeline past the deadline."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
-from simdist.script.api import compare_script
+from simdist.script.api import compare_script, run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants, line_of
 
@@ -55,7 +57,7 @@ class Recorder:  # the client's timed-wait bookkeeping, with the woken thread he
         self.timed, self.told, self.gate = set(), threading.Lock(), threading.Lock()
         self.told.acquire()
         self.gate.acquire()
-    def timed_wait(self, s):
+    def timed_wait(self, s, number):
         self.timed.add(threading.get_ident())
         self.told.release()
     def timed_woken(self, idents):
@@ -82,9 +84,115 @@ def test_notify_takes_the_woken_thread_out_of_the_timed_waits_at_once():
     its timer when the notifier then blocks in a collective (its claim taken before the woken
     thread tells its own wake), a deadline due before that timer could fire ahead of the post
     the woken thread is about to make. The notifier takes it out, on its own thread."""
-    import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", NOTIFY_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "after-notify []" in out.stdout, out.stdout
+
+
+# The coordinator wakes threads in timed waits itself once nothing else can happen (`simdist.script.timedwakes`)
+BAR = ROOT / "tests" / "scripts" / "progress_bar_timeout.py"
+SHORT_S = 3  # the real side's timeout: a run of real Gloo the test can wait for
+
+
+def _said(report) -> list[list[str]]:
+    return [r.output for r in report.ranks]
+
+
+def _ended_by_the_timeout(rep) -> None:
+    """progress_bar_timeout.py's ending: rank 0 raised its timeout error again, rank 1 returned."""
+    assert [r.status for r in rep.ranks] == ["error", "completed"], (rep.source, rep.notes)
+    assert rep.ranks[0].error.category == "timeout", (rep.source, rep.notes)
+
+
+@pytest.fixture(scope="module")
+def short_run(script_zygote):
+    """progress_bar_timeout.py with a monitor waking every 0.5 s and a 3 s timeout, on both
+    sides: on real Gloo both ranks' waits end with the timeout error at 3 s while the monitor
+    keeps waking."""
+    run_id = new_run_id()
+    both = compare_script(BAR, ["0.5", str(SHORT_S)], nproc_per_node=2, backend="gloo", timeout_s=120,
+                          hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    return both
+
+
+def test_a_monitor_waking_through_the_timeout_agrees_with_real_gloo(short_run):
+    """Same outcome, error, ranks and printed lines on both sides: each rank's wait lasted 3 s
+    by its time.monotonic, time.time and perf_counter, the monitor woke about 6 times and read
+    the time pass. The simulated side reaches the deadline by waking the monitor itself, not in
+    the monitor's wall time, and its clocks read the deadline after it."""
+    sim, real = short_run.sim.report, short_run.real.report
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+    message = f"Timed out waiting {SHORT_S * 1000}ms for recv operation to complete"
+    for rep in (sim, real):
+        _ended_by_the_timeout(rep)
+        for r in rep.ranks:
+            assert r.output[1:] == [f"{r.rank} raised after [{SHORT_S}, {SHORT_S}, {SHORT_S}] s: {message}",
+                                    f"{r.rank} monitor woke as its timer says: True and read the time pass: True"], \
+                (rep.source, r.output)
+    assert sim.ranks[0].error.message == message, sim.notes
+
+
+def test_torchs_default_timeout_is_reached_in_simulated_time_in_seconds(script_zygote, short_run):
+    """The same script with torch's default timeout (30 min) and tqdm's 10 s monitor: real
+    Gloo raises after 30 min; the simulator used to sit until its watchdog (every wake of the
+    monitor came before the deadline). Now it wakes the monitor 180 times in simulated time:
+    the ranks' waits end at 1800 s simulated with the words of the real 3 s run, their clocks
+    read 1800 s, and it takes seconds of wall time."""
+    run_id = new_run_id()
+    rep = run_script(BAR, ["10", "0"], nproc_per_node=2, backend="gloo", timeout_s=120, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("sim").pid) == []
+    real = short_run.real.report
+    _ended_by_the_timeout(rep)
+    assert rep.ranks[0].error.message == "Timed out waiting 1800000ms for recv operation to complete"
+    assert _said(rep) == [[line.replace(f"[{SHORT_S}, {SHORT_S}, {SHORT_S}]", "[1800, 1800, 1800]")
+                           .replace(f"{SHORT_S * 1000}ms", "1800000ms") for line in lines] for lines in _said(real)]
+    assert [r.location.line for r in rep.ranks] == [r.location.line for r in real.ranks]
+    assert all(1800 <= r.time < 1802 for r in rep.ranks), [r.time for r in rep.ranks]  # (+ the 0.5, 1.5 s sleeps)
+    assert rep.timings["wall_s"] < 60, rep.timings  # (measured 4-10 s; the watchdog's 120 s before)
+
+
+@pytest.mark.parametrize(("timeout", "ending"), [("2", ["error", "completed"]), ("0", ["hang", "hang"])])
+def test_past_the_cap_a_threads_timers_run_in_wall_time_again(script_zygote, monkeypatch, timeout, ending):
+    """A thread that wakes too often to be woken all the way (here every 10 ms, the cap at 20
+    wakes) is woken up to the cap, then its timer runs in wall time as before: a 2 s timeout
+    still ends the waits as on real Gloo, torch's default is left to the watchdog; the report
+    says where the cap stopped the wakes."""
+    from simdist.script import timedwakes
+
+    monkeypatch.setattr(timedwakes, "MAX_WAKES", 20)
+    run_id = new_run_id()
+    rep = run_script(BAR, ["0.01", timeout], nproc_per_node=2, backend="gloo", timeout_s=8, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("sim").pid) == []
+    assert [r.status for r in rep.ranks] == ending, rep.notes
+    if timeout != "0":
+        assert rep.ranks[0].error.message == "Timed out waiting 2000ms for recv operation to complete"
+        assert rep.ranks[1].output[1].startswith("1 raised after [2, 2, 2] s: Timed out waiting 2000ms"), rep.ranks[1].output
+    else:
+        assert any(n.startswith("watchdog:") for n in rep.notes), rep.notes
+    note = [n for n in rep.notes if n.startswith("timed waits:")]
+    assert len(note) == 1 and "woke threads in timed waits 20 times" in note[0] and "every 0.01 s" in note[0], rep.notes
+
+
+def test_a_rank_asleep_in_timed_waits_past_a_deadline_cannot_post_before_it():
+    """`deadlines.overdue`: rank 0 waits until 3 s on rank 1, which is past it; rank 0's own
+    side thread sleeps in a timed wait until 4 s: nothing can post before 3 s, the deadline
+    is due (before, a rank with such a thread counted as one that could post: its deadline
+    waited for the other rank's exit, and its clocks read that exit's wall time). Until 2.5 s
+    it may post first."""
+    from types import SimpleNamespace
+
+    from simdist.script.deadlines import overdue
+
+    def rank(r: int, clock: float, wake: float | None):
+        return SimpleNamespace(rank=r, clock=clock, blocked=lambda: False, wake_at=lambda: wake, exit=None)
+
+    late = rank(1, 5.0, None)
+    assert overdue(lambda _call, r: r == 1, None, 3.0, rank(0, 0.0, 4.0), [rank(0, 0.0, 4.0), late])
+    owner = rank(0, 0.0, 2.5)
+    assert not overdue(lambda _call, r: r == 1, None, 3.0, owner, [owner, late])

@@ -69,13 +69,18 @@ class GlooTimeoutsMixin:
         none of those can post before the first of them wakes, so a deadline due before then
         ends its wait as it would with no such thread (real Gloo times out while they sleep).
         None is: the first of those threads wakes then (`TimedWakesMixin._wake_first`), and
-        what it does is the program's. A Gloo op's deadline at torch's default timeout counts
+        what it does is the program's (where no deadline is left at all, its timer runs in wall
+        time: a thread that never posts would be woken to the cap for nothing). A Gloo op's deadline at torch's default timeout counts
         here (`OpRecord.long`): the wakes run simulated time to it, as the wall clock would."""
-        if not any(c.claim.timed for c in self._live()) or not self._hung(timed=True):
+        if not any(c.claim.timed for c in self._live()):
+            return
+        self._overdue()  # (a rank past a deadline while its owner is asleep in timed waits beyond it)
+        if not self._hung(timed=True):
             return
         wake = min(w for c in self._live() if (w := c.wake_at()) is not None)
-        if not deadlines.fire_next([d for d in self._deadlines(long=True) if d.at < wake]):
-            self._wake_first()
+        pending = self._deadlines(long=True)
+        if not deadlines.fire_next([d for d in pending if d.at < wake]) and pending:
+            self._wake_first()  # (with no deadline to reach, the wakes are left to the wall clock, as before)
 
     def _gloo_deadlines(self, long: bool = False) -> list[Deadline]:
         """The live ranks' unfinished Gloo ops with a deadline and their `Work.wait(timeout=)`
@@ -133,7 +138,7 @@ class GlooTimeoutsMixin:
             nonlocal pending
             if pending is None:
                 pending = {}
-                for d in self._deadlines():
+                for d in self._deadlines(long=True):
                     pending.setdefault(id(d.conn), []).append(d)
             return deadlines.frees_before(pending.get(id(c), []), at, GLOO, scope)
 
@@ -147,7 +152,7 @@ class GlooTimeoutsMixin:
             if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
                 self._give_up(c)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
-               and not r.long and overdue(r, r.deadline, c)]
+               and overdue(r, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()

@@ -85,8 +85,9 @@ class OpRecord:
     deadline: float | None = None  # simulated time at which Gloo's timeout ends its wait (`deadlines`)
     limit_s: float | None = None  # the timeout that deadline comes from
     ended_at: float | None = None  # simulated time at which its timeout ended it
-    # its deadline is torch's default timeout or longer: only a run carried there by threads' timed waits
-    # reaches it (`TimedWakesMixin`); a run stuck without them is reported as the hang it is, at once
+    # its deadline is torch's default timeout or longer: it fires once simulated time gets there (a rank's
+    # clock past it, `_overdue`; threads' timed waits woken up to it, `TimedWakesMixin`), never as the way
+    # out of a run stuck without them, which is reported as the hang it is, at once (`_expire_next`)
     long: bool = False
     proc: float | None = None  # the script's clock (`rank.simclock`) at its message, with `entry.t_issue`
 

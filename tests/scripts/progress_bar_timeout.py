@@ -1,13 +1,17 @@
 """A progress bar's monitor thread on every rank while the ranks hang, until Gloo's timeout ends them.
 
 The thread loops as tqdm's monitor (`tqdm._monitor.TMonitor.run`) does: `Event.wait(INTERVAL)`,
-then it reads `time.time()`; it never posts (standard library only). Rank 0 does one all_reduce
-more than rank 1, which waits in a recv from rank 0 meanwhile: neither wait can complete, and on
-real Gloo both raise "Timed out waiting <T>ms for recv operation to complete" after TIMEOUT s
-(init's `timeout=`; 0: torch's default, 30 min). Each rank catches the error and prints it (less
-Gloo's source-file prefix), how long its wait lasted by each of its clocks (time.monotonic,
-time.time, time.perf_counter; whole seconds) and whether the monitor woke as often as its timer
-says and read that time pass; then it raises it again.
+then it reads `time.time()`; it never posts (standard library only). Rank 0 waits in an
+all_reduce on WORLD that rank 1 never joins, rank 1 in one on a group of both ranks that rank 0
+never joins: on real Gloo each raises "Timed out waiting <T>ms for recv operation to complete"
+after TIMEOUT s (init's and the group's `timeout=`; 0: torch's default, 30 min), each on its
+own (a timeout closes its rank's pairs of that group only, so neither wait meets the other's
+closure, however far apart the two ranks enter them). Each rank catches the error and prints
+it (less Gloo's source-file prefix), how long its wait lasted by each of its clocks
+(time.monotonic, time.time, time.perf_counter; whole seconds) and whether the monitor woke as
+often as its timer says and read that time pass. Rank 1 then returns after 0.5 s (its pairs
+stay open until rank 0 has timed out, on real Gloo as in the simulator), rank 0 raises the
+error again after 1.5 s (once rank 1 has exited 0: torchrun's agent has no one left to end).
 
 Args: INTERVAL (0: no monitor thread) TIMEOUT.
 """
@@ -23,6 +27,7 @@ interval, timeout = float(sys.argv[1]), float(sys.argv[2])
 kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout > 0 else {}
 dist.init_process_group("gloo", **kwargs)
 rank = dist.get_rank()
+both = dist.new_group([0, 1], **kwargs)
 limit = timeout or 1800.0  # torch's default for Gloo
 stop = threading.Event()
 seen = {"wakes": 0, "last": 0.0}
@@ -45,16 +50,15 @@ dist.all_reduce(t)
 print(rank, "step", t.tolist(), flush=True)
 t0, w0, p0 = time.monotonic(), time.time(), time.perf_counter()
 try:
-    if rank == 0:
-        dist.all_reduce(t)
-    else:
-        dist.recv(t, src=0)
+    dist.all_reduce(t) if rank == 0 else dist.recv(t, src=0, group=both)
 except RuntimeError as e:
     took = [round(time.monotonic() - t0), round(time.time() - w0), round(time.perf_counter() - p0)]
     stop.set()
     if interval > 0:
         thread.join()
     print(rank, "raised after", took, "s:", str(e).splitlines()[0].split("] ")[-1], flush=True)
-    print(rank, "monitor woke as its timer says:", seen["wakes"] >= limit / interval - 2,
+    print(rank, "monitor woke as its timer says:", seen["wakes"] >= (limit / interval - 2 if interval > 0 else 0),
           "and read the time pass:", seen["last"] - w0 >= limit - 2 * interval - 1, flush=True)
-    raise
+    time.sleep(0.5 if rank else 1.5)
+    if rank == 0:
+        raise
