@@ -196,3 +196,67 @@ def test_a_rank_asleep_in_timed_waits_past_a_deadline_cannot_post_before_it():
     assert overdue(lambda _call, r: r == 1, None, 3.0, rank(0, 0.0, 4.0), [rank(0, 0.0, 4.0), late])
     owner = rank(0, 0.0, 2.5)
     assert not overdue(lambda _call, r: r == 1, None, 3.0, owner, [owner, late])
+
+
+WAKE_PROBE = r"""
+import queue, threading, time
+from simdist.script.rank import client, timedwait
+
+class Recorder:  # the client's timed-wait bookkeeping: which wait each thread told, by number
+    def __init__(self):
+        self.told = queue.SimpleQueue()
+    def timed_wait(self, s, number):
+        self.told.put((client.thread_key(), number, s))
+    def timed_woken(self, idents):
+        pass
+    def timed_over(self, timer):
+        pass
+
+rec = client.CLIENT = Recorder()
+timedwait.install()
+out = {}
+
+def get():
+    t0, w0 = time.monotonic(), time.time()
+    try:
+        queue.Queue().get(timeout=30)
+    except queue.Empty:
+        out["get"] = (round(time.monotonic() - t0), round(time.time() - w0))
+
+def wait(ev):
+    t0 = time.perf_counter()
+    out.setdefault("wait", []).append((ev.wait(30), round(time.perf_counter() - t0)))
+
+real0 = timedwait.simclock.real_monotonic()
+t = threading.Thread(target=get); t.start()
+key, number, s = rec.told.get(timeout=10)
+timedwait._woken({"tid": key, "n": number + 1})  # a stale wake (another wait's number): nothing
+timedwait._woken({"tid": key, "n": number})
+t.join(10)
+ev = threading.Event()
+t = threading.Thread(target=wait, args=(ev,)); t.start()
+key, number, s = rec.told.get(timeout=10)
+timedwait._woken({"tid": key, "n": number})
+t.join(10)
+ev = threading.Event()
+t = threading.Thread(target=wait, args=(ev,)); t.start()
+key, number, s = rec.told.get(timeout=10)
+time.sleep(0.1)
+ev.set()  # notified first: the wake that follows finds the wait over
+timedwait._woken({"tid": key, "n": number})
+t.join(10)
+print("results", out["get"], out["wait"], round(timedwait.simclock.real_monotonic() - real0))
+"""
+
+
+def test_a_wake_ends_the_wait_it_names_as_its_timer_would_with_the_clocks_moved_on():
+    """The rank side of a wake (`rank.timedwait._wake`): a `Queue.get(timeout=30)` raises Empty
+    at once, 30 s later by the script's time.monotonic and time.time (the queue module's own
+    name for monotonic moved too, or it would wait its 30 s again); an `Event.wait(30)` returns
+    False 30 s later by perf_counter; a wake naming another wait does nothing, and one that
+    comes after a notify finds the wait over (it returned True). No wall time passed."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", WAKE_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "results (30, 30) [(False, 30), (True, 0)] 0" in out.stdout, out.stdout
