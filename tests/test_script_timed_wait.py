@@ -1,14 +1,16 @@
 """A thread of the script in a timed wait (`rank.timedwait`): a progress bar's monitor does not
 keep Gloo's timeout from ending waits that can no longer complete.
 
-tests/scripts/timed_wait_thread.py: rank 1 does one fewer all_reduce than rank 0 and then waits
-in a recv, while a thread of each rank loops on `Event.wait(INTERVAL)` (as tqdm's monitor
-does on `Event.wait(10)`), with init's `timeout=` 2 s. On real Gloo both ranks raise Gloo's
-timeout error at 2 s. The simulator used to count the waiting thread as one that could post,
-so no rank was ever blocked, the deadlines never fired, and the run ended at the watchdog
-("sim hang, real error"). Now a thread in a timed wait posts nothing before its timer ends:
-a deadline due before that fires at once, and one due after the thread's wakes fires once
-its (wall-clock) wakes have moved its timeline past the deadline."""
+tests/scripts/progress_bar_timeout.py: rank 0 waits in an all_reduce on WORLD the others never
+join, each other rank in a recv from rank 0 on a group of all ranks, while a thread of each rank
+loops on `Event.wait(INTERVAL)` as tqdm's monitor does (`Event.wait(10)`); each rank prints its
+wait's error and how long it lasted by its clocks. On real Gloo every wait ends with Gloo's
+timeout error after the timeout. The simulator used to count the waiting thread as one that
+could post, so no rank was ever blocked, the deadlines never fired, and the run ended at the
+watchdog ("sim hang, real error"). Now a thread in a timed wait posts nothing before its timer
+ends: a deadline due before that fires at once, and once nothing else can happen the
+coordinator wakes the thread itself (`simdist.script.timedwakes`), in simulated time, with the
+script's clocks moved on (`rank.simclock`): torch's default 30-min timeout is reached in seconds."""
 
 from __future__ import annotations
 
@@ -23,26 +25,43 @@ from tests.conftest import ROOT, descendants, line_of
 
 pytestmark = pytest.mark.real
 
-SCRIPT = ROOT / "tests" / "scripts" / "timed_wait_thread.py"
+BAR = ROOT / "tests" / "scripts" / "progress_bar_timeout.py"
+
+
+def _ended_by_the_timeout(rep) -> None:
+    """progress_bar_timeout.py's ending: rank 0 raised its timeout error again, the others returned."""
+    assert [r.status for r in rep.ranks] == ["error"] + ["completed"] * (len(rep.ranks) - 1), (rep.source, rep.notes)
+    assert rep.ranks[0].error.category == "timeout", (rep.source, rep.notes)
+
+
+def _timed_out(rep, limit_s: int, woke: bool) -> None:
+    """Every rank printed its wait's timeout error after `limit_s` by its three clocks."""
+    message = f"Timed out waiting {limit_s * 1000}ms for recv operation to complete"
+    for r in rep.ranks:
+        assert r.output[1:] == [f"{r.rank} raised after [{limit_s}, {limit_s}, {limit_s}] s: {message}",
+                                f"{r.rank} monitor woke as its timer says: True and read the time pass: {woke}"], \
+            (rep.source, r.output)
 
 
 @pytest.mark.parametrize(("interval", "nproc"), [("60", 2), ("0.3", 2), ("60", 3)])
 def test_a_thread_in_a_timed_wait_leaves_gloos_timeout_to_end_the_waits(script_zygote, interval, nproc):
     """INTERVAL 60: the thread's timer ends long after Gloo's 2 s timeout, which fires on the
     simulated side as soon as every rank blocks (not after the thread's 60 s, nor at the
-    watchdog). INTERVAL 0.3: the thread wakes six times before the deadline, posting nothing."""
+    watchdog). INTERVAL 0.3: the thread wakes six times before the deadline, posting nothing.
+    (Was tests/scripts/timed_wait_thread.py, whose ranks wait on WORLD both: on a loaded host
+    real Gloo's rank 1 met rank 0's pair closure, "Connection closed by peer", in 1 case of 9 on
+    main's b74f561 and 6 of 18 here under load 9-13: a few ms of the wall clock between the
+    ranks' entries, which the simulated clocks do not see.)"""
     run_id = new_run_id()
-    both = compare_script(SCRIPT, [interval, "2"], nproc_per_node=nproc, backend="gloo", timeout_s=120,
+    both = compare_script(BAR, [interval, "2"], nproc_per_node=nproc, backend="gloo", timeout_s=120,
                           hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
     assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
     sim, real = both.sim.report, both.real.report
-    # rank r does 3 - r all_reduces: the last rank is in its recv, the others in the all_reduce it never joins
-    lines = [line_of(SCRIPT, "dist.all_reduce(t)")] * (nproc - 1) + [line_of(SCRIPT, "dist.recv(t, src=0)")]
     for rep in (sim, real):
-        assert [r.status for r in rep.ranks] == ["error"] * nproc, (rep.source, rep.notes)
-        assert [r.error.category for r in rep.ranks] == ["timeout"] * nproc, (rep.source, rep.notes)
-        assert [r.location.line for r in rep.ranks] == lines, rep.source
-    assert all(r.error.message == "Timed out waiting 2000ms for recv operation to complete" for r in sim.ranks), sim.notes
+        _ended_by_the_timeout(rep)
+        _timed_out(rep, 2, interval != "60")
+        assert rep.ranks[0].location.line == line_of(BAR, "dist.all_reduce(t) if rank == 0"), rep.source
+    assert sim.ranks[0].error.message == "Timed out waiting 2000ms for recv operation to complete", sim.notes
     assert sim.timings["wall_s"] < 30, sim.timings  # neither the thread's 60 s timer nor the watchdog
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
@@ -92,18 +111,11 @@ def test_notify_takes_the_woken_thread_out_of_the_timed_waits_at_once():
 
 
 # The coordinator wakes threads in timed waits itself once nothing else can happen (`simdist.script.timedwakes`)
-BAR = ROOT / "tests" / "scripts" / "progress_bar_timeout.py"
 SHORT_S = 3  # the real side's timeout: a run of real Gloo the test can wait for
 
 
 def _said(report) -> list[list[str]]:
     return [r.output for r in report.ranks]
-
-
-def _ended_by_the_timeout(rep) -> None:
-    """progress_bar_timeout.py's ending: rank 0 raised its timeout error again, rank 1 returned."""
-    assert [r.status for r in rep.ranks] == ["error", "completed"], (rep.source, rep.notes)
-    assert rep.ranks[0].error.category == "timeout", (rep.source, rep.notes)
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +138,10 @@ def test_a_monitor_waking_through_the_timeout_agrees_with_real_gloo(short_run):
     sim, real = short_run.sim.report, short_run.real.report
     c = compare_reports(sim, real)
     assert c.agree, format_comparison(c)
-    message = f"Timed out waiting {SHORT_S * 1000}ms for recv operation to complete"
     for rep in (sim, real):
         _ended_by_the_timeout(rep)
-        for r in rep.ranks:
-            assert r.output[1:] == [f"{r.rank} raised after [{SHORT_S}, {SHORT_S}, {SHORT_S}] s: {message}",
-                                    f"{r.rank} monitor woke as its timer says: True and read the time pass: True"], \
-                (rep.source, r.output)
-    assert sim.ranks[0].error.message == message, sim.notes
+        _timed_out(rep, SHORT_S, True)
+    assert sim.ranks[0].error.message == f"Timed out waiting {SHORT_S * 1000}ms for recv operation to complete", sim.notes
 
 
 def test_torchs_default_timeout_is_reached_in_simulated_time_in_seconds(script_zygote, short_run):

@@ -151,8 +151,10 @@ class GlooTimeoutsMixin:
             assert c.wait_until is not None
             if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
                 self._give_up(c)
+        latest = max((c.clock for c in live), default=0.0)  # (no rank past a deadline: not overdue; most ops
+        # carry torch's default 30 min now, `OpRecord.long`: this keeps them from costing each message)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
-               and overdue(r, r.deadline, c)]
+               and r.deadline < latest and overdue(r, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
