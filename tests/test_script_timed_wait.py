@@ -268,3 +268,28 @@ def test_a_wake_ends_the_wait_it_names_as_its_timer_would_with_the_clocks_moved_
     out = subprocess.run([sys.executable, "-c", WAKE_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "results (30, 30) [(False, 30), (True, 0)] 0" in out.stdout, out.stdout
+
+
+def test_a_real_tqdm_bar_reaches_torchs_default_timeout_in_simulated_time(script_zygote):
+    """tqdm_timeout.py: a loop under a real tqdm bar (its monitor thread loops on
+    `Event.wait(10)`) hangs. With a 3 s timeout both sides agree; with torch's default the
+    simulated ranks print the same lines at 1800 s, and tqdm's own clock (`from time import
+    time`, bound when torch imports tqdm) read the 30 minutes too. tqdm is no dependency of
+    simdist: skipped where it is not installed."""
+    pytest.importorskip("tqdm")
+    script = ROOT / "tests" / "scripts" / "tqdm_timeout.py"
+    run_id = new_run_id()
+    both = compare_script(script, ["3"], nproc_per_node=2, backend="gloo", timeout_s=120, hang_after_s=3.0,
+                          run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    said = _said(both.real.report)
+    assert said[0][-1] == "0 raised after 3 s: Timed out waiting 3000ms for recv operation to complete", said
+    run_id = new_run_id()
+    rep = run_script(script, ["0"], nproc_per_node=2, backend="gloo", timeout_s=120, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("sim").pid) == []
+    assert _said(rep) == [[line.replace(" 3 s:", " 1800 s:").replace("3000ms", "1800000ms") for line in lines]
+                          for lines in said]
+    assert any("30:00<" in line for r in rep.ranks for line in r.stderr), rep.ranks[0].stderr  # tqdm's elapsed
+    assert rep.timings["wall_s"] < 60, rep.timings

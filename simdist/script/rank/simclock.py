@@ -68,7 +68,8 @@ def _shifted(name: str) -> tuple[object, object]:
 
 
 def install() -> None:
-    """Once per process, before the script runs (`timedwait.install`)."""
+    """Once per process, before torch is imported (`boot.install`: torch imports tqdm, whose
+    `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
     if getattr(time.monotonic, "__module__", None) == __name__:
         return
     for name in _REAL:
