@@ -63,14 +63,15 @@ def _shifted(name: str) -> tuple[object, object]:
             return real_ns() + int(_offset * 1e9)
         return real_ns()
 
-    clock.__name__, clock_ns.__name__ = name, f"{name}_ns"
+    for fn, as_name in ((clock, name), (clock_ns, f"{name}_ns")):  # named as the module's own: a
+        fn.__module__, fn.__name__, fn.__qualname__ = "time", as_name, as_name  # pickle finds `time.<name>`
     return clock, clock_ns
 
 
 def install() -> None:
     """Once per process, before torch is imported (`boot.install`: torch imports tqdm, whose
     `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
-    if getattr(time.monotonic, "__module__", None) == __name__:
+    if time.monotonic is not _REAL["monotonic"]:  # (installed already)
         return
     for name in _REAL:
         clock, clock_ns = _shifted(name)
