@@ -4,7 +4,9 @@ Kept apart from `pg` (what a group does with each operation) because making a gr
 different exchange with the coordinator: torch calls `create` for WORLD and for each
 `new_group`, and for a group of named members it waits, as Gloo's does, until every member
 has made it (`Coordinator._group`), carrying the group's timeout where it is shorter than
-torch's default (`simdist.script.deadlines`).
+torch's default (`simdist.script.deadlines`), and as "lto" where it is not: for the group's
+operations alone, whose deadline only threads in timed waits carry a stuck run to
+(`simdist.script.timedwakes`).
 """
 
 from __future__ import annotations
