@@ -31,8 +31,8 @@ from typing import Any
 from simdist.script.ranks import RankConn
 
 # Wakes the coordinator makes a run at most. Measured (docs/script-backend.md, "Hangs, at once":
-# a thread in a timed wait) at 1.2-2.5 ms a wake on a 2-core host under load 8-10: 20 000 is some
-# 25-50 s of wall time at most, enough for one 10-a-second refresh thread to reach a 30-min timeout.
+# a thread in a timed wait) at 0.6 ms a wake on an idle 2-core host, 1.2-2.5 ms under load 8-10:
+# 20 000 is 12-50 s of wall time at most, enough for one 10-a-second refresh thread to reach 30 min.
 MAX_WAKES = 20_000
 
 
