@@ -352,6 +352,7 @@ def _notes(report: Report, coord: Coordinator, ending: Ending) -> list[str]:
     if report.source == "sim" and ending.kind in ("hang", "interrupted"):  # how real torch ends it (`rendezvous`)
         notes.extend(coord.default_timeouts() + coord.barrier_default_timeouts() + coord.store_default_timeouts())
     notes.extend(_timeout_notes(coord))
+    notes.extend(coord.wake_notes())
     if report.source == "real" and ending.kind in ("hang", "timeout"):
         last = [latest(coord.gens, r) for r in range(coord.world_size)]
         silent = [c.rank for c in last if c is not None and c.exit is None and c.record is None]

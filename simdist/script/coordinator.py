@@ -48,6 +48,7 @@ from simdist.script.keystore import KeyStoreMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
 from simdist.script.stalls import Ending, StalledMixin, StallRule
+from simdist.script.timedwakes import TimedWakesMixin
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
 
 POLL_S = 0.05
@@ -69,7 +70,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
 
 
 class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
-                  KeyStoreMixin, StalledMixin, InitWatchMixin):
+                  KeyStoreMixin, StalledMixin, InitWatchMixin, TimedWakesMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -90,6 +91,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         # (group, rank) -> that rank's Gloo timeout for the group (s), where modelled (`deadlines`): each
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
+        self.long_limits: set[tuple[str, int | None]] = set()  # ... of those, torch's default or longer (`OpRecord.long`)
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
@@ -150,7 +152,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 return Ending("finished", time.time())
             if self._hung() and not self._expire_next():  # the wait due first ends, whatever its kind
                 return Ending("hang", time.time(), self._last_event())
-            self._expire_before_wakes()  # ... and one due before a thread in a timed wait wakes
+            self._expire_before_wakes()  # ... and one due before a thread in a timed wait wakes (or that thread wakes)
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
             self._groups_gather()
@@ -282,7 +284,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             entry.within = str(h["hidden"])
         entry.t_issue = conn.clock
         entry.phase, entry.iteration = phase_of(frames), None
-        rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call)
+        rec = OpRecord(rank, int(h["id"]), entry, frames, user, bool(h.get("want", True)), members, call=work.call,
+                       long="to" not in h and (group, rank) in self.long_limits, proc=h.get("p"))
         limit = h.get("to", self.timeouts.get((group, rank)))  # the op's own (monitored_barrier's) or its group's
         if limit is not None:  # a p2p's group timeout starts at its wait, as Gloo's (`RankConn.waited_on`)
             rec.limit_s = float(limit)

@@ -39,9 +39,10 @@ approximation with no measured window behind it: on real Gloo whether a later de
 times out on its own or first meets a timed-out peer's pair closure depends on which peer
 its rank waits on at that step of Gloo's algorithm, which the engine does not model (the
 measurements: docs/script-backend.md, "Near ties"). A send's or receive's deadline is armed
-when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is not
-modelled: a run that would sit for 30 minutes is reported as the hang it is, at once (the
-rank layer sends a group's timeout only when it is shorter, `rank.backend.create`).
+when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is no way
+out of a stuck run: a run that would sit for 30 minutes is reported as the hang it is, at once
+(`OpRecord.long`); its deadline fires only when simulated time gets there, a rank's clock past
+it or threads in timed waits woken up to it (`simdist.script.timedwakes`).
 """
 
 from __future__ import annotations
@@ -150,8 +151,15 @@ def overdue(awaits: Any, call: Any, at: float, owner: Any, live: list[Any], post
     """Whether `owner`'s `call` (waiting until simulated time `at`) runs out before what it
     waits for can come: a live rank it `awaits` is past `at` without having posted it, and
     either that rank is `posting` now (its post comes too late) or no rank can still post
-    anything before `at` (each is past it, leaving, or blocked and not `freed` before `at`
-    by a deadline of its own: `frees_before`), so the timeout at `at` acts on no earlier post."""
+    anything before `at` (each is past it, leaving, or blocked -- or blocked but for threads in
+    timed waits that wake after `at`, `RankConn.wake_at` -- and not `freed` before `at` by a
+    deadline of its own: `frees_before`), so the timeout at `at` acts on no earlier post."""
     late = [c for c in live if c is not owner and c.clock > at and awaits(call, c.rank)]
-    return bool(late) and (posting in late or all(c.clock >= at or (c.blocked() and not freed(c)) or c.exit is not None
+    return bool(late) and (posting in late or all(c.clock >= at or (_still_at(c, at) and not freed(c)) or c.exit is not None
                                                   for c in live))
+
+
+def _still_at(conn: Any, at: float) -> bool:
+    """Nothing of the rank can post before simulated time `at`: it is blocked, or blocked but for
+    threads in timed waits (`rank.timedwait`) the first of which wakes after `at`."""
+    return bool(conn.blocked() or ((wake := conn.wake_at()) is not None and wake > at))

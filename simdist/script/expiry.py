@@ -50,11 +50,13 @@ class GlooTimeoutsMixin:
     _group_deadlines: Any
     _barrier_deadlines: Any
     _store_deadlines: Any
+    _wake_first: Any
 
-    def _deadlines(self) -> list[Deadline]:
-        """Every wait that a deadline can end now, of every kind."""
+    def _deadlines(self, long: bool = False) -> list[Deadline]:
+        """Every wait that a deadline can end now, of every kind (`long`: Gloo ops' at torch's
+        default timeout or longer too, `OpRecord.long`)."""
         return (self._init_deadlines() + self._group_deadlines() + self._barrier_deadlines() + self._store_deadlines()
-                + self._gloo_deadlines())
+                + self._gloo_deadlines(long))
 
     def _expire_next(self) -> bool:
         """Nothing can progress: the wait whose deadline comes first in simulated time ends
@@ -66,20 +68,29 @@ class GlooTimeoutsMixin:
         """Every live rank is blocked, some but for threads in a timed wait (`rank.timedwait`):
         none of those can post before the first of them wakes, so a deadline due before then
         ends its wait as it would with no such thread (real Gloo times out while they sleep).
-        One due later is left to come: what a thread does when it wakes is the program's."""
-        if not any(c.claim.timed for c in self._live()) or not self._hung(timed=True):
+        None is: the first of those threads wakes then (`TimedWakesMixin._wake_first`), and
+        what it does is the program's (where no deadline is left at all, its timer runs in wall
+        time: a thread that never posts would be woken to the cap for nothing). A Gloo op's deadline at torch's default timeout counts
+        here (`OpRecord.long`): the wakes run simulated time to it, as the wall clock would."""
+        if not any(c.claim.timed for c in self._live()):
+            return
+        self._overdue()  # (a rank past a deadline while its owner is asleep in timed waits beyond it)
+        if not self._hung(timed=True):
             return
         wake = min(w for c in self._live() if (w := c.wake_at()) is not None)
-        deadlines.fire_next([d for d in self._deadlines() if d.at < wake])
+        pending = self._deadlines(long=True)
+        if not deadlines.fire_next([d for d in pending if d.at < wake]) and pending:
+            self._wake_first()  # (with no deadline to reach, the wakes are left to the wall clock, as before)
 
-    def _gloo_deadlines(self) -> list[Deadline]:
-        """The live ranks' unfinished Gloo ops with a deadline and their `Work.wait(timeout=)` waits."""
+    def _gloo_deadlines(self, long: bool = False) -> list[Deadline]:
+        """The live ranks' unfinished Gloo ops with a deadline and their `Work.wait(timeout=)`
+        waits (`long`: those at torch's default timeout too)."""
         if self.backend != "gloo":
             return []
         seen: set[int] = set()  # an op can be in `_timed` twice (its group's timeout, then its wait's own)
         ops = []
         for c, rec in self._timed:
-            if not rec.done and rec.deadline is not None and c.active() and id(rec) not in seen:
+            if not rec.done and rec.deadline is not None and c.active() and id(rec) not in seen and (long or not rec.long):
                 seen.add(id(rec))
                 ops.append(Deadline(rec.deadline, int(c.rank), GLOO, c, (c, rec), self._fire_ops,  # type: ignore[arg-type]
                                     _scope(c, rec), _peers(rec)))
@@ -127,7 +138,7 @@ class GlooTimeoutsMixin:
             nonlocal pending
             if pending is None:
                 pending = {}
-                for d in self._deadlines():
+                for d in self._deadlines(long=True):
                     pending.setdefault(id(d.conn), []).append(d)
             return deadlines.frees_before(pending.get(id(c), []), at, GLOO, scope)
 
@@ -140,8 +151,10 @@ class GlooTimeoutsMixin:
             assert c.wait_until is not None
             if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
                 self._give_up(c)
+        latest = max((c.clock for c in live), default=0.0)  # (no rank past a deadline: not overdue; most ops
+        # carry torch's default 30 min now, `OpRecord.long`: this keeps them from costing each message)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
-               and overdue(r, r.deadline, c)]
+               and r.deadline < latest and overdue(r, r.deadline, c)]
         if due:
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
@@ -154,10 +167,18 @@ class GlooTimeoutsMixin:
         conn.wait_until = None
         conn.unblock()
         conn.clock = max(conn.clock, until)
+        self._clock_to(conn, rec, until)
         if rec in conn.to_sync:  # it did not wait for the op after all
             conn.to_sync.remove(rec)
             rec.waited = False
         self._send(conn, {"t": "waited", "id": rec.id, "error": deadlines.WAIT_TIMED_OUT})
+
+    def _clock_to(self, conn: RankConn, rec: OpRecord, at: float) -> None:
+        """A wait ends at simulated time `at`, its deadline: the rank's script clocks read that
+        time when it goes on (`rank.simclock`), as they would on real Gloo after the wait,
+        however little wall time the simulator took to get there. Sent before the op's end."""
+        if rec.proc is not None:
+            self._send(conn, {"t": "clock", "p": rec.proc + max(at - rec.entry.t_issue, 0.0)})
 
     def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
         """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
@@ -173,5 +194,6 @@ class GlooTimeoutsMixin:
             expired.setdefault(conn.gen, []).append((rec.call, msg))
             if blocked:
                 conn.clock = max(conn.clock, rec.deadline)
+                self._clock_to(conn, rec, rec.deadline)
         for gen, calls in expired.items():
             gen.engine.time_out(calls)

@@ -94,6 +94,7 @@ class GroupsMixin:
     _default_timeout_s: Any
     protocol_errors: list[str]
     timeouts: dict[tuple[str, int | None], float]
+    long_limits: set[tuple[str, int | None]]
     _send: Any
 
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
@@ -105,6 +106,9 @@ class GroupsMixin:
         ranks = [int(r) for r in h["ranks"]]
         if h.get("to") is not None:
             self.timeouts[h["g"], conn.rank] = float(h["to"])
+        elif h.get("lto") is not None:  # torch's default or longer: for its ops alone (`OpRecord.long`)
+            self.timeouts[h["g"], conn.rank] = float(h["lto"])
+            self.long_limits.add((h["g"], conn.rank))
         have = conn.gen.engine.add_group(h["g"], ranks)
         if sorted(have) != sorted(ranks):
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")

@@ -85,6 +85,11 @@ class OpRecord:
     deadline: float | None = None  # simulated time at which Gloo's timeout ends its wait (`deadlines`)
     limit_s: float | None = None  # the timeout that deadline comes from
     ended_at: float | None = None  # simulated time at which its timeout ended it
+    # its deadline is torch's default timeout or longer: it fires once simulated time gets there (a rank's
+    # clock past it, `_overdue`; threads' timed waits woken up to it, `TimedWakesMixin`), never as the way
+    # out of a run stuck without them, which is reported as the hang it is, at once (`_expire_next`)
+    long: bool = False
+    proc: float | None = None  # the script's clock (`rank.simclock`) at its message, with `entry.t_issue`
 
 
 @dataclass
@@ -142,6 +147,7 @@ class RankConn:
     cpu_marks: dict[int | None, float] = field(default_factory=dict)
     wakes: dict[int | None, float] = field(default_factory=dict)  # per thread key: the end of its timed wait
     timers_at: dict[int | None, float] = field(default_factory=dict)  # per thread key: its last timer's end
+    wait_numbers: dict[int | None, int] = field(default_factory=dict)  # per thread key: its timed wait's number
     to_sync: list[OpRecord] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -194,6 +200,7 @@ class RankConn:
             self.timers_at[tid] = self.wakes.pop(tid, self.clock)
         else:
             self.wakes[tid] = max(self.clock, self.timers_at.get(tid, 0.0)) + max(float(h["s"]), 0.0)
+            self.wait_numbers[tid] = int(h.get("n") or 0)
 
     def wake_at(self) -> float | None:
         """Blocked but for threads in a timed wait: when the first of them wakes, on its simulated

@@ -4,7 +4,9 @@ Kept apart from `pg` (what a group does with each operation) because making a gr
 different exchange with the coordinator: torch calls `create` for WORLD and for each
 `new_group`, and for a group of named members it waits, as Gloo's does, until every member
 has made it (`Coordinator._group`), carrying the group's timeout where it is shorter than
-torch's default (`simdist.script.deadlines`).
+torch's default (`simdist.script.deadlines`), and as "lto" where it is not: for the group's
+operations alone, whose deadline only threads in timed waits carry a stuck run to
+(`simdist.script.timedwakes`).
 """
 
 from __future__ import annotations
@@ -28,20 +30,23 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     # the group's timeout, where Gloo's would end a stuck run sooner than torch's default
     # (`simdist.script.deadlines`: the default's 30 minutes are reported as the hang at once)
     limit = opts.timeout.total_seconds() if opts.timeout < c10d.default_pg_timeout else None
+    # ... and where it is not, for the group's ops alone: threads in timed waits may carry a stuck
+    # run there in simulated time (`simdist.script.timedwakes`)
+    long = None if limit is not None else opts.timeout.total_seconds()
     if client.CLIENT is not None:
         _post_address(opts)
     if client.CLIENT is not None and given:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
-        reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit,
+        reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long,
                                        "key": str(opts.group_id), "frames": stack.caller_stack(1),
                                        "cpu": time.thread_time()},
                                       blocks=True)
         if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)
-    elif client.CLIENT is not None and limit is not None:
-        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit})
+    elif client.CLIENT is not None:
+        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
 
 

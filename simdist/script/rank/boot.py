@@ -29,7 +29,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, client, exits, output, stack, writes
+from simdist.script.rank import callbacks, client, exits, output, simclock, stack, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -166,4 +166,6 @@ def install() -> None:
     exits.install()
     writes.install()
     _patch_sleep()
+    if env.mode() == env.SIM:  # before torch, which imports tqdm (`torch.hub`): its `from time import time`
+        simclock.install()     # must get the clock that reads simulated time (`rank.simclock`)
     _after_import("torch", _on_torch)

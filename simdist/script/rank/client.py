@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from simdist.script import wire
-from simdist.script.rank import callbacks, stack, threads
+from simdist.script.rank import callbacks, simclock, stack, threads
 
 IDLE_POLL_S = 0.04
 IDLE_CONFIRM_S = 0.12
@@ -109,6 +109,7 @@ class Client:
         self._parked()
         if "cpu" in header:  # its sender's `time.thread_time()`: the coordinator keeps a mark per thread
             header["tid"] = thread_key()
+            header["p"] = simclock.now()  # and the script's clock then (`rank.simclock`; `OpRecord.proc`)
         try:
             with self._send_lock:
                 if register is not None:
@@ -152,9 +153,10 @@ class Client:
         n = sum(1 for _ in threads.running(lambda ident, _tid, _frame: ident in waits, own=in_job))
         return [n + int(queued), handled, timed]
 
-    def timed_wait(self, seconds: float) -> None:
-        """This thread begins a wait that its timer ends after `seconds` (`rank.timedwait`)."""
-        self.send({"t": "twait", "s": seconds, "cpu": time.thread_time()}, claim=True, timed=True)
+    def timed_wait(self, seconds: float, number: int) -> None:
+        """This thread begins a wait that its timer ends after `seconds` (`rank.timedwait`: its
+        `number` names it in the coordinator's wake)."""
+        self.send({"t": "twait", "s": seconds, "n": number, "cpu": time.thread_time()}, claim=True, timed=True)
 
     def timed_woken(self, idents: list[int]) -> None:
         """Another thread notified these threads' waits (`rank.timedwait`): they run from now on."""
@@ -280,6 +282,8 @@ class Client:
                 if header.get("halt"):  # torchrun's agent's SIGTERM follows the answer (`simdist.script.agent`)
                     self.halted_ns = time.time_ns()
                 self.send({"t": "record", **_record(self.halted_ns)})
+            elif kind in _HANDLERS:  # another module's message (`on_message`)
+                _HANDLERS[kind](header)
 
     def _woke(self, op_id: int) -> None:
         """Under `_state`, before the op's waiters can wake: they could post from now on."""
@@ -335,6 +339,7 @@ def _in_native_call(frame: Any) -> bool:
 
 
 _answer: Callable[[], dict[str, Any]] | None = None  # what a "dump" request is answered with
+_HANDLERS: dict[str, Callable[[dict[str, Any]], None]] = {}  # message kind -> its handler (`on_message`)
 _watcher: Callable[[Client], None] | None = None  # what the idle thread runs instead of `_watch_idle`
 
 
@@ -343,6 +348,12 @@ def watch_with(fn: Callable[[Client], None]) -> None:
     for a stall in a torch.distributed wait instead, for the early hang verdict."""
     global _watcher
     _watcher = fn
+
+
+def on_message(kind: str, fn: Callable[[dict[str, Any]], None]) -> None:
+    """The reader thread hands the coordinator's messages of `kind` to `fn` (which must not
+    block: completions come through the reader). `rank.timedwait`'s "wake"."""
+    _HANDLERS[kind] = fn
 
 
 def answer_dumps(fn: Callable[[], dict[str, Any]]) -> None:

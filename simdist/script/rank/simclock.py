@@ -1,0 +1,81 @@
+"""Simulated side: the script's clocks read simulated time where the coordinator ran time forward.
+
+When every rank is blocked but for threads in a timed wait (`rank.timedwait`), the coordinator
+does not wait out their timers in wall time: it wakes the first of them at once, as its timer
+would have (`simdist.script.timedwakes`), and ends a wait at its Gloo deadline without the wall
+clock having got there (`simdist.script.expiry`). For the script that time has passed: a
+progress bar's monitor reads `time.time()` when it wakes to decide whether to redraw, a
+`Queue.get(timeout=)` computes what is left of its timeout from `time.monotonic()`, and a rank
+whose all_reduce timed out after 30 min prints how long it waited. So the process's clocks
+carry an offset, the simulated time skipped so far (`advance_to`), which only grows:
+`time.time`, `time.monotonic`, `time.perf_counter` and their `_ns` forms read the real clock
+plus it (the standard library's own names for `monotonic`, `threading._time` and `queue.time`,
+bound before this ran, too). simdist's own code reads the real clocks: its wall times go to the
+coordinator (a block's start, the Flight Recorder's generation starts), which keeps wall time.
+
+Not moved: clocks read in C (`datetime.now()`, C++ code's own clocks), and CPU-time clocks
+(`time.thread_time`, `process_time`: a skipped wait uses no CPU either). Another process of the
+rank's (a DataLoader worker) keeps its own clock.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+
+from simdist.frames import SIMDIST_DIR
+
+_offset = 0.0  # seconds of simulated time skipped so far in this process
+_lock = threading.Lock()
+_REAL = {name: getattr(time, name) for name in ("time", "monotonic", "perf_counter")}
+real_monotonic = _REAL["monotonic"]
+
+
+def offset() -> float:
+    return _offset
+
+
+def now() -> float:
+    """The script's monotonic clock: the real one plus the simulated time skipped."""
+    return real_monotonic() + _offset
+
+
+def advance_to(target: float) -> None:
+    """The script's monotonic clock reads at least `target` from now on (a wait the coordinator
+    ended at its simulated end, `now()`'s basis); never back."""
+    global _offset
+    with _lock:
+        _offset = max(_offset, target - real_monotonic())
+
+
+def _shifted(name: str) -> tuple[object, object]:
+    real, real_ns = _REAL[name], getattr(time, f"{name}_ns")
+
+    def clock() -> float:
+        if _offset and not sys._getframe(1).f_code.co_filename.startswith(SIMDIST_DIR):
+            return real() + _offset
+        return real()
+
+    def clock_ns() -> int:
+        if _offset and not sys._getframe(1).f_code.co_filename.startswith(SIMDIST_DIR):
+            return real_ns() + int(_offset * 1e9)
+        return real_ns()
+
+    for fn, as_name in ((clock, name), (clock_ns, f"{name}_ns")):  # named as the module's own: a
+        fn.__module__, fn.__name__, fn.__qualname__ = "time", as_name, as_name  # pickle finds `time.<name>`
+    return clock, clock_ns
+
+
+def install() -> None:
+    """Once per process, before torch is imported (`boot.install`: torch imports tqdm, whose
+    `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
+    if time.monotonic is not _REAL["monotonic"]:  # (installed already)
+        return
+    for name in _REAL:
+        clock, clock_ns = _shifted(name)
+        setattr(time, name, clock)
+        setattr(time, f"{name}_ns", clock_ns)
+    threading._time = time.monotonic  # type: ignore[attr-defined]  # Condition.wait_for, Semaphore, Barrier
+    queue.time = time.monotonic  # type: ignore[attr-defined]  # Queue.get/put(timeout=)
