@@ -15,7 +15,9 @@ simulated report's note says so (`agent_race_note`), both ways:
 * "own end": the simulator's rank ended its own way before its agent came; on real Gloo
   the SIGTERM came first and ended it short of that.
 
-A rank whose step fell outside the band is no race: the agent's verdict there is firm.
+A rank whose step fell outside the band is no race: the agent's verdict there is firm. For a
+rank whose script returned, the step is its process's exit (`agent.exit_band`: real Gloo's
+destroy_process_group, then the exit), a race wherever that band meets the SIGTERM's.
 
 A module of its own so that `simdist.races` stays within the house size rule; it imports only
 the shared walk (`simdist.race_walk`), and `simdist.races` imports it (no cycle).
@@ -69,13 +71,20 @@ class AgentRace:
                 f"end, after its teardown if any, then a poll); {first} agent ended it before the step, {then} came after it")
 
 
+def noted_agent_races(sim: Report) -> dict[int, tuple[bool, float, int]]:
+    """The ranks the simulated report's notes put in an agent race (`agent_race_note`): rank ->
+    (whether the simulator's agent ended it before its step, the step's gap after the failure,
+    the failed rank)."""
+    return {int(m.group(1)): (m.group(2) == _NEXT, float(m.group(3)), int(m.group(4)))
+            for m in map(_NOTE.match, sim.notes) if m}
+
+
 def agent_races(sim: Report, real: Report, cmp: Comparison) -> list[AgentRace]:
     """The agent races that make up every difference of `cmp` (the module's docstring): each
     differing rank has the simulated report's note, and on the side the agent ended first
     it did and printed a beginning of what it did on the other. Empty when the runs agree or
     anything else differs."""
-    noted = {int(m.group(1)): (m.group(2) == _NEXT, float(m.group(3)), int(m.group(4)))
-             for m in map(_NOTE.match, sim.notes) if m}
+    noted = noted_agent_races(sim)
 
     def namer(sims: dict[int, RankResult], reals: dict[int, RankResult], rank: int,
               differ: set[str]) -> AgentRace | None:

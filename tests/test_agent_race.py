@@ -8,7 +8,7 @@ from simdist.agent_race import AgentRace, agent_race_note, agent_races
 from simdist.compare import compare_reports
 from simdist.races import named_races
 from simdist.report import RankError, RankResult, Report, TraceEntry
-from simdist.script.agent import sigterm_error, terminated_words
+from simdist.script.agent import exit_races_sigterm, sigterm_error, terminated_words
 
 _BOOM = RankError("RuntimeError", "boom", "other")
 _LOST = RankError("RuntimeError", "Connection closed by peer (rank 1 has exited)", "peer_lost")
@@ -57,3 +57,28 @@ def test_no_note_no_race_and_anything_more_is_a_difference():
     sim, real = _reports(_killed(1), _lost(2), "next step")
     real.ranks[1].output = ["a line the simulator did not print"]  # one more difference: no excuse
     assert agent_races(sim, real, compare_reports(sim, real)) == []
+
+
+def test_a_returned_ranks_exit_races_the_sigterm_where_the_two_bands_meet():
+    """A rank whose script returned ends when its process exits (`agent.exit_band`, 0.01-0.2 s
+    later): a race wherever that meets real torchrun's SIGTERM (`agent.sigterm_band`), on either
+    side of the simulator's instant (failure + 0.13 s)."""
+    assert exit_races_sigterm(1.0, 1.0, tore_down=False)  # exit 1.01-1.2 s, SIGTERM 1.02-1.25 s
+    assert exit_races_sigterm(0.85, 1.0, tore_down=False)  # returned before the failure: exit until 1.05 s
+    assert exit_races_sigterm(1.2, 1.0, tore_down=False)  # the simulator ends it (1.13 s), real may not
+    assert not exit_races_sigterm(0.8, 1.0, tore_down=False)  # exited by 1.0 s: completed on both
+    assert not exit_races_sigterm(1.3, 1.0, tore_down=False)  # its exit after the latest SIGTERM: ended on both
+    assert exit_races_sigterm(3.0, 1.0, tore_down=True)  # after a teardown the SIGTERM comes up to 4 s later
+
+
+def test_a_real_rank_sigtermed_in_its_exit_is_the_noted_race():
+    """examples/grad_accum_no_join.py under CI load: rank 0's script returned (all its lines
+    printed, all its operations done) and real torchrun's SIGTERM came in its
+    destroy_process_group; the simulator completed it and noted the race ("own end")."""
+    lines = ["rank 0: done"]
+    sim0 = RankResult(0, "completed", trace=[_op(1)], output=lines, exit="returned normally")
+    real0 = RankResult(0, "error", error=sigterm_error(), trace=[_op(1)], output=lines, exit=terminated_words(1))
+    sim, real = _reports(sim0, real0, "own end", gap=0.01)
+    assert named_races(sim, real, compare_reports(sim, real)) == [AgentRace(0, 1, 0.01, False)]
+    sim, real = _reports(sim0, real0, None)  # no note (the bands do not meet): a difference
+    assert named_races(sim, real, compare_reports(sim, real)) == []

@@ -470,3 +470,18 @@ def test_a_finished_traces_mismatch_is_judged_in_the_groups_rank_order():
     assert finding.kind == "size_mismatch" and " aborts: " in finding.detail, finding.detail
     calls = [CollectiveCall(r, "all_reduce", 8 if r == 1 else 6, "float32", "sum") for r in (1, 0, 2)]
     assert _consequence(report, calls, [1, 0, 2]).aborting_ranks == [2]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("order", [(1, 0, 2), (1, 2, 0), (0, 2, 1), (2, 0, 1)])
+def test_two_receivers_one_message_kills_both_abort_and_neither_raises(order):
+    # broadcast from rank 1 of 2 floats, ranks 0 and 2 receive 1 (tests/scripts/subgroup_mismatch.py
+    # bc): both abort on the root's message, whoever posts when; the first one's reset must not fail
+    # the second's receive from the root (real Gloo: both print what(), neither raises). The engine
+    # failed it with "Connection reset by peer (rank 0 has exited)": its process raised, then aborted
+    eng = Engine(3, {"WORLD": [0, 1, 2]}, AlphaBeta(alpha=1.0, beta=0.0))
+    work = {r: eng.issue(r, "broadcast", Payload.full(2 if r == 1 else 1, "float32", 1), origin="t", root=1,
+                         async_op=True) for r in order}
+    eng.env.run()
+    assert [eng.ranks[r].abort_error is not None for r in range(3)] == [True, False, True]
+    assert not work[0].call.event.triggered and not work[2].call.event.triggered
+    assert work[1].call.event.ok

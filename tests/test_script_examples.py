@@ -18,7 +18,9 @@ import re
 import pytest
 import tomllib
 
+from simdist.agent_race import AgentRace, noted_agent_races
 from simdist.compare import compare_reports
+from simdist.races import named_races
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
@@ -46,6 +48,19 @@ def differences(sim: Report, real: Report) -> list[str]:
     return [d.detail for d in compare_reports(sim, real).differences]
 
 
+def differences_but_agent_races(sim: Report, real: Report) -> list[str]:
+    """`differences`, or none when `simdist compare` names every one an agent race
+    (`AgentRace`, torchrun's SIGTERM against a rank's next step or its process's exit) on a
+    rank the simulated report put in one (`noted_agent_races`): real torchrun goes either way
+    there, so the real run may; any other difference stands."""
+    cmp = compare_reports(sim, real)
+    races = named_races(sim, real, cmp)
+    noted = noted_agent_races(sim)
+    if races and all(isinstance(r, AgentRace) and r.rank in noted for r in races):
+        return []
+    return [d.detail for d in cmp.differences]
+
+
 # Tests whose real side races on timing (which of several near-equal Gloo deadlines fires
 # first) run it at most this often until it shows the outcome the simulator gives, and must
 # show it once.
@@ -68,7 +83,9 @@ def test_example_agrees_with_real_gloo(entry, script_zygote):
     sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
     assert (sim.source, real.source) == ("sim", "real")
     assert _verdict(sim) == entry["ranks"]
-    assert differences(sim, real) == []
+    # (grad_accum_no_join: ranks 0 and 1 return as rank 2 fails; under CI load real torchrun's
+    # SIGTERM came while one was in destroy_process_group: the race the simulator names)
+    assert differences_but_agent_races(sim, real) == []
     assert any(r.output for r in sim.ranks)  # every example prints something to compare
 
 

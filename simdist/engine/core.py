@@ -22,7 +22,7 @@ import simpy
 
 from simdist.engine import gloo_bridge, gloo_rules
 from simdist.engine.calls import Call, Instance, P2PKey, RankState, Work
-from simdist.engine.exits import GlooExits
+from simdist.engine.exits import GlooExits, quiet_after_abort
 from simdist.engine.p2p import GlooP2P
 from simdist.engine.results import collective_results, gloo_avg_error, gloo_exchanges_nothing, gloo_local_error
 from simdist.engine.timeouts import GlooTimeouts
@@ -217,8 +217,10 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
         outcomes = verdict.rank_outcomes
         done = [m for m in inst.members if outcomes.get(m) == "ok"]
         inst.stuck = True
-        for m in inst.members:  # who fails whose exit: the ranks left waiting on the peers named
-            inst.calls[m].waits_on = frozenset() if m in done else verdict.waits_on.get(m)
+        # who fails whose exit: the ranks left waiting on the peers named; one that completes, or
+        # that its own message aborts, waits on no one (`quiet_after_abort`)
+        for m in inst.members:
+            inst.calls[m].waits_on = frozenset() if quiet_after_abort(verdict, m) else verdict.waits_on.get(m)
         if verdict.kind == "abort":
             for m in done:
                 self._deliver(inst.calls[m], collective_results(calls, self.backend == "gloo")[m])

@@ -85,6 +85,16 @@ def exit_band(returned_at: float) -> tuple[float, float]:
     return returned_at + EXIT_MIN_S, returned_at + EXIT_MAX_S
 
 
+def exit_races_sigterm(returned_at: float, failed_at: float, tore_down: bool) -> bool:
+    """Whether the process of a rank whose script returned at `returned_at` may end either
+    side of real torchrun's SIGTERM after a failure at `failed_at`: its exit (`exit_band`)
+    and the SIGTERM's band (`sigterm_band`) overlap. A race both ways (`AgentRace`): the
+    SIGTERM ends it in destroy_process_group or its exit (exit -15), or finds it completed."""
+    lo, hi = exit_band(returned_at)
+    earliest, latest = sigterm_band(tore_down)
+    return failed_at + earliest <= hi and lo <= failed_at + latest
+
+
 def sigterm_band(tore_down: bool) -> tuple[float, float]:
     """The band of real torchrun's SIGTERM, in seconds after a failure: after a process that
     tore its interpreter down (an exception, `sys.exit`), `AGENT_EARLIEST_S`-`AGENT_LATEST_S`;

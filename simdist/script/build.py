@@ -37,6 +37,7 @@ from simdist.script.agent import (
     TEARDOWN_MIN_S,
     agent_instant,
     exit_band,
+    exit_races_sigterm,
     sigterm_band,
     sigterm_error,
     terminated_words,
@@ -283,7 +284,10 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
     end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
     failure (`agent.sigterm_band`, by whether the failed process tore its interpreter down):
-    a race both ways (`agent_race`)."""
+    a race both ways (`agent_race`). For a rank whose script returned, that step is its
+    process's exit (`agent.exit_band`): a race wherever the two bands overlap, whichever side
+    of the exit the simulator's instant falls (a real rank SIGTERMed in destroy_process_group
+    while the simulator completed it: examples/grad_accum_no_join.py under CI load)."""
     by_rank = {r.rank: r for r in ranks}
     # when each failed (a rank that lost a peer: when that peer exited or timed out, `race_walk.failed_at`)
     failed = {r.rank: failed_at(by_rank, r.rank) for r in ranks
@@ -294,7 +298,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
     f0 = failed[first.rank]
     t = agent_instant(f0)
-    earliest, latest_s = sigterm_band(_tore_down(coord, first.rank))
+    tore_down = _tore_down(coord, first.rank)
+    earliest, latest_s = sigterm_band(tore_down)
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
@@ -306,10 +311,11 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
                 f0 + earliest <= step <= f0 + latest_s or via is not None and step + TEARDOWN_MIN_S <= f0 + latest_s):
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank, via))
         if returned and r is not first:
-            lo, hi = exit_band(r.time)  # type: ignore[arg-type]
-            if lo <= t <= hi:  # the agent races its process's exit: the simulator lets it finish
-                notes.append(agent_race_note(r.rank, "own end", max(lo - f0, 0.0), first.rank))
-            if t >= lo or conn is None:
+            lo = exit_band(r.time)[0]  # type: ignore[arg-type]
+            if exit_races_sigterm(r.time, f0, tore_down):  # type: ignore[arg-type]
+                notes.append(agent_race_note(r.rank, "next step" if t < lo else "own end", max(lo - f0, 0.0),
+                                             first.rank))
+            if t >= lo or conn is None:  # the simulator's agent came once its process may have ended: it completed
                 continue
         elif r is first or conn is None or (r.status != "hang" and step is not None and step <= t):
             continue

@@ -24,6 +24,7 @@ Python signal handler would never run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -123,6 +124,10 @@ class Client:
         except OSError:
             coordinator_gone()
         return registered
+
+    def send_line(self, stream: str, line: str) -> None:
+        """One line the rank printed on `stream` ("stdout", "stderr"), for the report (`rank.output`)."""
+        self.send({"t": "out", "s": stream, "x": line})
 
     # ------------------------------------------------------------------ threads that could post
     def waiting(self, ids: list[int] | frozenset[int], ident: int | None = None) -> frozenset[int] | None:
@@ -388,9 +393,19 @@ def coordinator_gone() -> None:
 
 
 def _abort(detail: str) -> None:
-    """Gloo's I/O thread threw (a mismatch the backend cannot pair): std::terminate, SIGABRT."""
-    sys.stderr.write(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  {detail}\n")
-    sys.stderr.flush()
+    """Gloo's I/O thread threw (a mismatch the backend cannot pair): std::terminate, SIGABRT.
+    Its words go straight to fd 2, as C++'s terminate handler writes them, not through
+    `sys.stderr`: torch's excepthook swaps `sys.stderr` for a StringIO while it formats a
+    traceback (`distributed_c10d._distributed_excepthook`), and what this thread wrote there
+    meanwhile died with the process (about 1 run in 8 of tests/test_script_abort_words.py)."""
+    text = f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  {detail}\n"
+    data = text.encode(errors="replace")
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(2, data):]
+    if CLIENT is not None and CLIENT.rank is not None:  # the report's stderr, as `rank.output` tees it
+        for line in text.splitlines():
+            CLIENT.send_line("stderr", line)
     os.abort()
 
 

@@ -22,7 +22,7 @@ _lock = threading.Lock()
 def _emit(stream: str, line: str) -> None:
     c = client.CLIENT
     if c is not None and c.rank is not None:
-        c.send({"t": "out", "s": stream, "x": line})
+        c.send_line(stream, line)
     elif len(_pending) < _MAX_PENDING:
         _pending.append((stream, line))
 
