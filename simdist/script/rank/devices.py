@@ -155,7 +155,9 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = move_target(args, kwargs)
-        if is_accelerator(target) or stands_for_gpu(target):  # torch's `to` initialises CUDA for a CUDA device
+        # torch's `to` initialises CUDA for a CUDA device (a tensor's storage is not read while
+        # dynamo traces: a graph break, where `x.to(other)` compiles on a GPU)
+        if is_accelerator(target) or (not compiling() and stands_for_gpu(target)):
             cuda_init.lazy_init()
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
