@@ -41,10 +41,11 @@ def summary(y):
 def mixed(y, x):
     """A compiled function of a device tensor `y` and a host `x` whose results a GPU puts on
     either side: host memory computed on after `.cpu()`, a factory given no device, a factory
-    sized by `y` (both host memory on a GPU though `y` is on the device), and `x.to(y)` (on
-    `y`'s device). The move `y * 3` makes the graph one with a move on every machine."""
+    sized by `y`, one placed on "cpu" (all host memory on a GPU though `y` is on the device),
+    `x.to(y)` and `x.to(y.device)` (on `y`'s device). The move `y * 3` makes the graph one with
+    a move on every machine."""
     return (y.to(device) * 3, y.to("cpu", non_blocking=True) + 1, torch.ones(2) + 0,
-            torch.zeros(y.size(0)), x.to(y))
+            torch.zeros(y.size(0)), x.to(y), torch.zeros(2, device="cpu"), x.to(y.device))
 
 
 def main():
@@ -80,7 +81,8 @@ def main():
     on = [t.device.type == device.type for t in mx(total, x.double())]
     on_cpu = [t.device.type == "cpu" for t in mx(total, x.double())]
     print(f"[rank{rank}] mixed: tripled on device {on[0]}, after .cpu() on cpu {on_cpu[1]}, a factory of no "
-          f"device on cpu {on_cpu[2]}, sized by y on cpu {on_cpu[3]}, x.to(y) on device {on[4]}", flush=True)
+          f"device on cpu {on_cpu[2]}, sized by y on cpu {on_cpu[3]}, placed on \"cpu\" on cpu {on_cpu[5]}, "
+          f"x.to(y) on device {on[4]}, x.to(y.device) on device {on[6]}", flush=True)
     counters = torch._dynamo.utils.counters
     breaks = sum(counters["graph_break"].values())
     print(f"[rank{rank}] compiled: frames {counters['stats'].get('unique_graphs', 0)}, graph breaks {breaks}",

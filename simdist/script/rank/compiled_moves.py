@@ -114,7 +114,16 @@ def _node_sources(node: Any, known: dict[Any, tuple[Source, ...]]) -> tuple[Sour
                 found.append(source)
             if source[0] == "gpu":
                 return tuple(found)
-    return (*found, _GRAPH) if "device" in node.kwargs else tuple(found)
+    return (*found, _GRAPH) if _given_a_device(node) else tuple(found)
+
+
+def _given_a_device(node: Any) -> bool:
+    """Whether a traced call names a device that the graph shows as a CPU device object (a
+    factory's `device=`, `x.to(y.device)`): read off a tensor (dynamo's fake tensors are on the
+    CPU), so on a GPU the device of the GPU tensors the program computes with. ("cpu" written
+    out is a host move: `PLACE` follows the call.)"""
+    return "device" in node.kwargs or (node.op == "call_method" and node.target == "to"
+                                       and any(isinstance(a, torch.device) for a in node.args[1:]))
 
 
 def _tensor_valued(node: Any) -> bool:
@@ -151,7 +160,7 @@ def output_sources(gm: Any) -> list[tuple[Source, ...] | None] | None:
             known[node] = (("in", inputs),)
             inputs += 1
         elif node.op in ("call_function", "call_method", "call_module"):
-            has_move = has_move or _is_place(node) or _like_tensor(node) is not None
+            has_move = has_move or _is_place(node) or _like_tensor(node) is not None or _given_a_device(node)
             known[node] = _node_sources(node, known) if _tensor_valued(node) else ()
         elif node.op == "output":
             outputs = node.args[0]

@@ -94,6 +94,9 @@ class CudaToCpu(TorchFunctionMode):
             if dev is not None:
                 if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
                     out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
+                    if compiling():  # traced: "cpu" written out is a host move (`graph_destination`)
+                        host = isinstance(out, torch.Tensor) and func not in _MOVES and graph_destination(dev) is not None
+                        return compiled_moves.PLACE(out, compiled_moves.HOST) if host else out
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
                 cuda_init.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
