@@ -9,8 +9,8 @@ and two things broke that:
 * dynamo lists the tensor methods it puts in a graph by reading `torch.Tensor`
   (`trace_rules.get_tensor_method`), where it found the replacements, so torch's own method
   the replacement calls was "a builtin Dynamo does not know how to trace": a graph break and
-  a warning per move (4 graphs and 7 breaks in `tests/scripts/compiled_moves.py`, where the
-  CPU run compiles 2 and none), and
+  a warning per move (4 graphs and 7 breaks in `tests/scripts/compiled_moves.py` before its
+  `mixed`, where the CPU run compiles 2 and none), and
   `fullgraph=True` raised `Unsupported` (`know_tensor_methods`);
 * in a graph every tensor is a CPU fake tensor, so a move to a simulated GPU is a move from
   the CPU to the CPU: no copy (an alias of its input, where a GPU copies), and which memory

@@ -158,10 +158,8 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = move_target(args, kwargs)
-        # torch's `to` initialises CUDA for a CUDA device (a tensor's storage is not read while
-        # dynamo traces: a graph break, where `x.to(other)` compiles on a GPU)
-        if is_accelerator(target) or (not compiling() and stands_for_gpu(target)):
-            cuda_init.lazy_init()
+        if is_accelerator(target) or (not compiling() and stands_for_gpu(target)):  # (traced: no storage
+            cuda_init.lazy_init()  # read, a graph break) torch's `to` initialises CUDA for a CUDA device
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN:  # (also every tensor AOT autograd and inductor trace: fake ones)
