@@ -38,6 +38,16 @@ def summary(y):
     return y * 2, y.sum().cpu(), (y + 1).to(y.device)
 
 
+def mixed(y, x):
+    """A compiled function of a device tensor `y` and a host `x` whose results a GPU puts on
+    either side: host memory computed on after `.cpu()`, a factory given no device, a factory
+    sized by `y`, one placed on "cpu" (all host memory on a GPU though `y` is on the device),
+    `x.to(y)` and `x.to(y.device)` (on `y`'s device). The move `y * 3` makes the graph one with
+    a move on every machine."""
+    return (y.to(device) * 3, y.to("cpu", non_blocking=True) + 1, torch.ones(2) + 0,
+            torch.zeros(y.size(0)), x.to(y), torch.zeros(2, device="cpu"), x.to(y.device))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="inductor", choices=["inductor", "aot_eager", "eager", "uncompiled"])
@@ -48,9 +58,10 @@ def main():
         torch.cuda.set_device(local)
     dist.init_process_group("nccl" if gpu else "gloo")
     torch._dynamo.utils.counters.clear()
-    fn, sm = step, summary
+    fn, sm, mx = step, summary, mixed
     if args.backend != "uncompiled":
-        fn, sm = (torch.compile(f, backend=args.backend, fullgraph=args.fullgraph) for f in (step, summary))
+        fn, sm, mx = (torch.compile(f, backend=args.backend, fullgraph=args.fullgraph)
+                      for f in (step, summary, mixed))
     g = torch.Generator().manual_seed(rank)
     w = torch.randn(4, 3, generator=g)
     for i in range(2):
@@ -67,6 +78,11 @@ def main():
               f"{back.item():.4f} on device {double.device.type == device.type} and on cpu {back.device.type == 'cpu'}, "
               f"moved to y.device on device {same.device.type == device.type}",
               flush=True)
+    on = [t.device.type == device.type for t in mx(total, x.double())]
+    on_cpu = [t.device.type == "cpu" for t in mx(total, x.double())]
+    print(f"[rank{rank}] mixed: tripled on device {on[0]}, after .cpu() on cpu {on_cpu[1]}, a factory of no "
+          f"device on cpu {on_cpu[2]}, sized by y on cpu {on_cpu[3]}, placed on \"cpu\" on cpu {on_cpu[5]}, "
+          f"x.to(y) on device {on[4]}, x.to(y.device) on device {on[6]}", flush=True)
     counters = torch._dynamo.utils.counters
     breaks = sum(counters["graph_break"].values())
     print(f"[rank{rank}] compiled: frames {counters['stats'].get('unique_graphs', 0)}, graph breaks {breaks}",

@@ -9,8 +9,8 @@ and two things broke that:
 * dynamo lists the tensor methods it puts in a graph by reading `torch.Tensor`
   (`trace_rules.get_tensor_method`), where it found the replacements, so torch's own method
   the replacement calls was "a builtin Dynamo does not know how to trace": a graph break and
-  a warning per move (4 graphs and 7 breaks in `tests/scripts/compiled_moves.py`, where the
-  CPU run compiles 2 and none), and
+  a warning per move (4 graphs and 7 breaks in `tests/scripts/compiled_moves.py` before its
+  `mixed`, where the CPU run compiles 2 and none), and
   `fullgraph=True` raised `Unsupported` (`know_tensor_methods`);
 * in a graph every tensor is a CPU fake tensor, so a move to a simulated GPU is a move from
   the CPU to the CPU: no copy (an alias of its input, where a GPU copies), and which memory
@@ -74,18 +74,39 @@ PLACE: Any = None  # set by `install`
 
 # A graph's output is on the first simulated GPU among its sources: ("in", i), graph input i's
 # device; ("gpu", k), simulated GPU k; ("graph", 0), the one GPU the graph's inputs are on (a
-# tensor made from none: `torch.arange(n, device=x.device)` reads the CPU of dynamo's fake
-# tensors in a graph, and a GPU program makes it on its GPU); none of them on a GPU, host memory.
+# factory given a device the graph shows as the CPU: `torch.arange(n, device=x.device)` reads
+# the CPU of dynamo's fake tensors, and a GPU program makes it on its GPU); none of them on a
+# GPU, host memory.
 Source = tuple[str, int]
 _GRAPH: Source = ("graph", 0)
 
 
+def _is_place(node: Any) -> bool:
+    return node.op == "call_function" and node.target in (PLACE, PLACE.overloadpacket)
+
+
+def _like_tensor(node: Any) -> Any:
+    """The tensor `x.to(other)` takes its device from (the FX node of `other`), else None."""
+    if node.op == "call_method" and node.target == "to" and len(node.args) > 1:
+        import torch.fx
+
+        return node.args[1] if isinstance(node.args[1], torch.fx.Node) else None
+    return None
+
+
 def _node_sources(node: Any, known: dict[Any, tuple[Source, ...]]) -> tuple[Source, ...]:
-    """The sources of an FX node's tensor result: a move's own device, else its inputs' (in
-    argument order, as `gpu_memory.input_index` reads an eager call's)."""
-    if node.op == "call_function" and node.target in (PLACE, PLACE.overloadpacket):
+    """The sources of an FX node's tensor result: a move's own device (`x.to(other)`:
+    `other`'s), else its inputs' (in argument order, as `gpu_memory.input_index` reads an
+    eager call's). A result of no tensor operand on a GPU (a host move's result, a factory) is
+    host memory, unless the call names a device: a factory's `device=` left in a graph is a
+    CPU device object (`device=x.device` reads the CPU of dynamo's fake tensors), which a GPU
+    program places on its GPU: then the graph's GPU, `_GRAPH`."""
+    if _is_place(node):
         index = node.args[1] if len(node.args) > 1 else node.kwargs.get("index", HOST)
         return () if index == HOST else (("gpu", int(index)),)
+    like = _like_tensor(node)
+    if like is not None:
+        return known.get(like, ())
     found: list[Source] = []
     for arg in _flat_nodes((node.args, node.kwargs)):
         for source in known.get(arg, ()):
@@ -93,7 +114,27 @@ def _node_sources(node: Any, known: dict[Any, tuple[Source, ...]]) -> tuple[Sour
                 found.append(source)
             if source[0] == "gpu":
                 return tuple(found)
-    return tuple(found) or (_GRAPH,)
+    return (*found, _GRAPH) if _given_a_device(node) else tuple(found)
+
+
+def _given_a_device(node: Any) -> bool:
+    """Whether a traced call names a device that the graph shows as a CPU device object (a
+    factory's `device=`, `x.to(y.device)`): read off a tensor (dynamo's fake tensors are on the
+    CPU), so on a GPU the device of the GPU tensors the program computes with. ("cpu" written
+    out is a host move: `PLACE` follows the call.)"""
+    return "device" in node.kwargs or (node.op == "call_method" and node.target == "to"
+                                       and any(isinstance(a, torch.device) for a in node.args[1:]))
+
+
+def _tensor_valued(node: Any) -> bool:
+    """Whether a traced node's value is a tensor or several (`x.size(0)`, a SymInt, is not:
+    `torch.zeros(x.size(0))` is host memory on a GPU); a node without dynamo's example value
+    (a graph traced otherwise) counts as one."""
+    if "example_value" not in node.meta:
+        return True
+    value = node.meta["example_value"]
+    return isinstance(value, torch.Tensor) or (
+        isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value))
 
 
 def _flat_nodes(value: Any) -> list[Any]:
@@ -119,8 +160,8 @@ def output_sources(gm: Any) -> list[tuple[Source, ...] | None] | None:
             known[node] = (("in", inputs),)
             inputs += 1
         elif node.op in ("call_function", "call_method", "call_module"):
-            has_move = has_move or (node.op == "call_function" and node.target in (PLACE, PLACE.overloadpacket))
-            known[node] = _node_sources(node, known)
+            has_move = has_move or _is_place(node) or _like_tensor(node) is not None or _given_a_device(node)
+            known[node] = _node_sources(node, known) if _tensor_valued(node) else ()
         elif node.op == "output":
             outputs = node.args[0]
     if not has_move:

@@ -94,6 +94,9 @@ class CudaToCpu(TorchFunctionMode):
             if dev is not None:
                 if not is_accelerator(dev):  # placed on the host explicitly: not propagated (a GPU
                     out = func(*args, **kwargs)  # tensor's memory placed there: a host copy, `_MAY_ALIAS`)
+                    if compiling():  # traced: "cpu" written out is a host move (`graph_destination`)
+                        host = isinstance(out, torch.Tensor) and func not in _MOVES and graph_destination(dev) is not None
+                        return compiled_moves.PLACE(out, compiled_moves.HOST) if host else out
                     return out.clone() if func in _MAY_ALIAS and stands_for_gpu(out) else out
                 cuda_init.lazy_init()  # (torch: `maybe_initialize_device` before it places anything)
                 out = func(*args, **{**kwargs, "device": _CPU})
@@ -155,8 +158,8 @@ def _patch_tensor_moves() -> None:
     @functools.wraps(orig_to)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         target = move_target(args, kwargs)
-        if is_accelerator(target) or stands_for_gpu(target):  # torch's `to` initialises CUDA for a CUDA device
-            cuda_init.lazy_init()
+        if is_accelerator(target) or (not compiling() and stands_for_gpu(target)):  # (traced: no storage
+            cuda_init.lazy_init()  # read, a graph break) torch's `to` initialises CUDA for a CUDA device
         if is_accelerator(target) and "device" in kwargs:
             kwargs["device"] = _CPU
         if type(self) not in _PLAIN:  # (also every tensor AOT autograd and inductor trace: fake ones)
