@@ -127,3 +127,24 @@ def test_a_store_rank_0_hosts_at_master_port_plus_1_is_the_runs_own_on_both_side
     for rep in (sim, real):
         assert [r.output for r in rep.ranks] == [
             [f"{r} next True 4 ['r0', 'r1', 'r2']"] for r in range(3)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_zygote, nproc):
+    """An `add` on a value that is no number closes that client's connection only: the rank's
+    default store and its other client go on (before, the simulator closed every store of the
+    rank: the default store's next call raised "Broken pipe", real Gloo's answered). A client
+    made without a world size counts TCPStore's own key from init on (before, the simulator
+    counted it only once a counted client had called: one key fewer); the classes say torch's
+    names and module; a port given as a str is torch's TypeError (before, it was routed)."""
+    sim, real = _compare(script_zygote, ["apart"], nproc)
+    gone = "0 own DistNetworkError Failed to recv, got 0 bytes"
+    both = ["class TCPStore torch._C._distributed_c10d True PrefixStore torch.distributed.distributed_c10d",
+            f"num_keys {nproc + 1}", "a str port: TypeError"]
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} {line}" for line in both] + ([gone, gone, "0 own DistNetworkError Broken pipe",
+                                                 "0 default b'up' other b'no number'"] if r == 0 else [])
+            for r in range(nproc)], rep.source

@@ -15,7 +15,11 @@ check, list_keys (its own keys), the queue operations, `num_keys` (the server's 
 `next_port`: rank 0 hosts a second store on MASTER_PORT + 1 (as NVIDIA's in-process restart
 and NeMo do), every rank a client, each sets a key and waits for all; `groups`: two new groups, then rank 0 lists the keys (Gloo's addresses of each group);
 `second_port`: rank 0 hosts a TCPStore of its own on a free port, tells the others the port
-through the default store, and they become its clients.
+through the default store, and they become its clients; `apart`: what a script sees of its
+client's class (names, `issubclass`, a `PrefixStore`'s), a client made without a world size
+counting the keys (TCPStore's count of its workers is there since init), a port given as a
+str (torch's TypeError), and an `add` on a value that is no number, which closes that
+client's connection only: the rank's default store and its other client go on working.
 """
 import datetime
 import os
@@ -116,4 +120,26 @@ elif mode == "second_port":  # rank 0 serves on a free port and tells the others
     dist.barrier()
     say("n", own.add("n", 0))
     dist.barrier()  # rank 0 serves until every client is done (its exit would end the server)
+elif mode == "apart":  # each client is a connection of its own; what the classes say
+    dist.barrier()  # every rank's Gloo address is in the store
+    own = dist.TCPStore(addr, port, timeout=second)  # no world size: it does not count itself in
+    other = dist.TCPStore(addr, port, world, is_master=False, timeout=second)
+    kind, pre = type(own), type(dist.PrefixStore("p", own))
+    say("class", kind.__name__, kind.__module__, issubclass(kind, dist.TCPStore), pre.__name__, pre.__module__)
+    say("num_keys", own.num_keys())
+    try:
+        dist.TCPStore(addr, str(port), timeout=second)
+    except TypeError:
+        say("a str port: TypeError")
+    dist.barrier()
+    if rank == 0:
+        own.set("n", "no number")
+        for call in (lambda: own.add("n", 1), lambda: own.get("n"), lambda: own.get("n")):
+            try:
+                call()
+            except dist.DistError as e:
+                say("own", type(e).__name__, str(e).split(".")[0])
+        c10d._get_default_store().set("still", "up")
+        say("default", c10d._get_default_store().get("still"), "other", other.get("n"))
+    dist.barrier()
 dist.destroy_process_group()

@@ -26,6 +26,7 @@ are the run's own ports (`env.PORT_MAP`), shown as the script named them.
 
 from __future__ import annotations
 
+import operator
 import os
 from datetime import timedelta
 from typing import Any
@@ -53,12 +54,18 @@ def agent_port() -> int | None:
         return None
 
 
+def _port(port: Any) -> int | None:
+    """`port` as torch's binding takes it (an int, or what has `__index__`: not a str, which
+    torch refuses with a TypeError), or None."""
+    try:
+        return operator.index(port)
+    except TypeError:
+        return None
+
+
 def _routed(port: Any) -> bool:
     shown = agent_port()
-    try:
-        return shown is not None and int(port) == shown
-    except (TypeError, ValueError):
-        return False
+    return shown is not None and _port(port) == shown
 
 
 class SimTCPStore(simstore.SimStore):
@@ -85,7 +92,7 @@ class SimTCPStore(simstore.SimStore):
         return self._uv
 
 
-SimTCPStore.__name__ = "TCPStore"  # what `type(store).__name__` says on real torch
+simstore.named_as(SimTCPStore, _TORCH_TCPSTORE)
 
 class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
     """A real TCPStore at `at` (host, port), showing the address the script named. `client`:
@@ -109,7 +116,7 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
         return self._shown[1]
 
 
-_Shown.__name__ = "TCPStore"
+simstore.named_as(_Shown, _TORCH_TCPSTORE)
 
 
 def _launchers() -> tuple[str, int]:
@@ -119,13 +126,11 @@ def _launchers() -> tuple[str, int]:
 
 def near_port(port: Any) -> int | None:
     """The run's own port for MASTER_PORT + k (`env.PORT_MAP`, `launch.near_ports`), or None."""
+    asked = _port(port)
     for pair in os.environ.get(env.PORT_MAP, "").split(","):
         shown, _, real = pair.partition(":")
-        try:
-            if real and int(shown) == int(port):
-                return int(real)
-        except (TypeError, ValueError):
-            return None
+        if real and asked is not None and int(shown) == asked:
+            return int(real)
     return None
 
 
@@ -134,6 +139,9 @@ class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, (_TORCH_TCPSTORE, SimTCPStore))
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, (_TORCH_TCPSTORE, SimTCPStore))
 
 
 def _factory(mode: str) -> type:
@@ -153,13 +161,16 @@ def _factory(mode: str) -> type:
                 return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)
 
-    TCPStore.__module__, TCPStore.__qualname__ = _TORCH_TCPSTORE.__module__, _TORCH_TCPSTORE.__qualname__
+    simstore.named_as(TCPStore, _TORCH_TCPSTORE)
     return TCPStore
 
 
 class _AnyPrefix(type(_TORCH_PREFIXSTORE)):  # type: ignore[misc]
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
 
 
 class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[misc,valid-type]
@@ -174,7 +185,7 @@ class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[mis
         return _TORCH_PREFIXSTORE(prefix, store)
 
 
-PrefixStore.__module__, PrefixStore.__qualname__ = _TORCH_PREFIXSTORE.__module__, _TORCH_PREFIXSTORE.__qualname__
+simstore.named_as(PrefixStore, _TORCH_PREFIXSTORE)
 
 
 def install(mode: str) -> None:

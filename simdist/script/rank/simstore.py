@@ -18,6 +18,7 @@ to call pure virtual function"). The timeout is the base class's (`set_timeout`,
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import timedelta
 from typing import Any
@@ -28,6 +29,7 @@ import torch.distributed.distributed_c10d as c10d
 from simdist.script.rank import client, stack
 
 _KEPT: list[SimStore] = []  # every SimStore made (`default_store`)
+_CLIENTS = itertools.count(1)  # each SimStore's number (`keystore.client_of`; 0: a call that names none)
 
 
 def _bytes(value: Any) -> bytes:
@@ -46,18 +48,28 @@ class SimStore(dist.Store):
     def __init__(self, timeout: timedelta, counted: bool = True) -> None:
         super().__init__()
         self.set_timeout(timeout)
+        # each client is a connection of its own: the server may close one and not the rank's
+        # others (`keystore.client_of`)
+        self._client = next(_CLIENTS)
         # made with a world size (torchrun's env:// client is): TCPStore counts its workers in a
-        # key of its own (`keystore.KVState.internal`), told with this client's first call
+        # key of its own (`keystore.KVState.internal`) as the client is made, or, made before
+        # init, with its first call
         self._counted = counted
+        self._count_in()
+
+    def _count_in(self) -> None:
+        c = client.CLIENT
+        if self._counted and c is not None:
+            c.send({"t": "kv", "op": "set", "post": True, "keys": [], "vals": [], "init": True})
+            self._counted = False
 
     def _call(self, op: str, keys: list[str], vals: list[Any] | tuple = (), limit: timedelta | None = None) -> dict[str, Any]:
         c = client.CLIENT
         if c is None:  # (a client made before init: its rank is not known to the coordinator yet)
             raise RuntimeError(f"simdist: a store call ({op}) before the rank's init_process_group is not modelled")
-        header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys],
+        self._count_in()
+        header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys], "client": self._client,
                                   "vals": [_text(v) for v in vals], "cpu": time.thread_time()}
-        if self._counted:
-            header["init"], self._counted = True, False
         if limit is not None:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
             header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
@@ -129,6 +141,12 @@ class SimStore(dist.Store):
 
     def queue_len(self, key: str) -> int:
         return int(self._call("queue_len", [key])["v"])
+
+
+def named_as(cls: type, torchs: type) -> None:
+    """Name `cls` as torch names `torchs`: `type(store).__name__`, `__module__`, `__qualname__`
+    are what a script prints or compares, and a stand-in shows torch's."""
+    cls.__name__, cls.__qualname__, cls.__module__ = torchs.__name__, torchs.__qualname__, torchs.__module__
 
 
 def post(store: Any, key: str, value: Any) -> None:
@@ -226,6 +244,9 @@ class SimPrefixStore(dist.Store):
 
     def queue_len(self, key: str) -> int:
         return self._store.queue_len(self._k(key))
+
+
+named_as(SimPrefixStore, dist.PrefixStore)
 
 
 def default_store(timeout: timedelta | None) -> dist.Store:
