@@ -137,11 +137,12 @@ def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_
     rank: the default store's next call raised "Broken pipe", real Gloo's answered). A client
     made without a world size counts TCPStore's own key from init on (before, the simulator
     counted it only once a counted client had called: one key fewer); the classes say torch's
-    names and module; a port given as a str is torch's TypeError (before, it was routed)."""
+    names and module; a port given as a str is torch's TypeError (before, it was routed); the
+    default store's timeout is torch's 30 minutes (before, the real side's was 5)."""
     sim, real = _compare(script_zygote, ["apart"], nproc)
     gone = "0 own DistNetworkError Failed to recv, got 0 bytes"
     both = ["class TCPStore torch._C._distributed_c10d True PrefixStore torch.distributed.distributed_c10d",
-            f"num_keys {nproc + 1}", "a str port: TypeError"]
+            f"num_keys {nproc + 1} default's timeout 0:30:00", "a str port: TypeError"]
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
         assert [r.output for r in rep.ranks] == [

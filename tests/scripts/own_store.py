@@ -19,7 +19,8 @@ through the default store, and they become its clients; `apart`: what a script s
 client's class (names, `issubclass`, a `PrefixStore`'s), a client made without a world size
 counting the keys (TCPStore's count of its workers is there since init), a port given as a
 str (torch's TypeError), and an `add` on a value that is no number, which closes that
-client's connection only: the rank's default store and its other client go on working.
+client's connection only: the rank's default store and its other client go on working;
+the default store's timeout (torch's 30 minutes when init is given none).
 """
 import datetime
 import os
@@ -126,7 +127,7 @@ elif mode == "apart":  # each client is a connection of its own; what the classe
     other = dist.TCPStore(addr, port, world, is_master=False, timeout=second)
     kind, pre = type(own), type(dist.PrefixStore("p", own))
     say("class", kind.__name__, kind.__module__, issubclass(kind, dist.TCPStore), pre.__name__, pre.__module__)
-    say("num_keys", own.num_keys())
+    say("num_keys", own.num_keys(), "default's timeout", c10d._get_default_store().timeout)
     try:
         dist.TCPStore(addr, str(port), timeout=second)
     except TypeError:

@@ -173,11 +173,10 @@ def _launcher_store(world_size: int, timeout: Any, generation: int) -> dist.Stor
     initialises again while a peer still lives in the old generation read the peer's old
     Gloo address (measured: its next collective fails with "Connection reset by peer" when
     the peer destroys the old group); that race is not the program's."""
-    import datetime
-
     host, port = os.environ[env.STORE].rsplit(":", 1)
+    # init's timeout, else torch's default (init sets it on the store it makes, not on one it is given)
     store = dist.TCPStore(host, int(port), world_size, is_master=False,
-                          timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
+                          timeout=timeout if timeout is not None else c10d.default_pg_timeout)
     return dist.PrefixStore("default_pg", store if generation <= 1 else dist.PrefixStore(f"simdist/gen{generation}", store))
 
 
