@@ -19,9 +19,9 @@ from tests.conftest import ROOT, line_of
 SCRIPT = ROOT / "tests" / "scripts" / "own_store.py"
 
 
-def _compare(zygote, args: list[str], nproc: int):
+def _compare(zygote, args: list[str], nproc: int | None, script=SCRIPT):
     run_id = new_run_id()
-    both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+    both = compare_script(script, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
                           zygotes=zygote, timeout_s=90, hang_after_s=0.3)
     assert tagged_processes(run_id) == []
     sim, real = both.sim.report, both.real.report
@@ -149,3 +149,16 @@ def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_
             [f"{r} {line}" for line in both] + ([gone, gone, "0 own DistNetworkError Broken pipe",
                                                  "0 default b'up' other b'no number'"] if r == 0 else [])
             for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_an_own_client_of_the_port_rank_0_hosts_at_reaches_that_store_without_torchrun(script_zygote, nproc):
+    """`mp.spawn` and env://: rank 0's init hosts the store at the script's MASTER_PORT, which
+    both sides serve elsewhere; a client of that port made after init reaches it, as on plain
+    torch (measured with `python own_store_spawn.py 3`: the same lines, 5 keys). Before, both
+    sides timed out connecting to (127.0.0.1, 29512), alike."""
+    sim, real = _compare(script_zygote, [str(nproc)], None, ROOT / "tests" / "scripts" / "own_store_spawn.py")
+    for rep in (sim, real):
+        assert sorted(line for r in rep.ranks for line in r.output) == sorted(
+            [f"{r} got b\"rank 0's\" 29512 True" for r in range(nproc)] + [f"0 num_keys {nproc + 2}"]), rep.source

@@ -17,6 +17,11 @@ simdist shows the ranks torchrun's MASTER_PORT while nothing listens there
 * in the simulator to the shared store the coordinator holds (`rank.simstore.SimStore`,
   without the default store's prefix), with the timeout the script gives.
 
+Without torchrun (`mp.spawn`, the tutorials' env://) rank 0's init hosts the store at the port
+the script named, and a client of that port made after init reaches it on plain torch; both
+sides serve that store elsewhere (the real side's `env.HOST_PORT`, the simulator's shared
+store), so such a client is routed the same way (`hosted`).
+
 A client of any other port is torch's own `TCPStore`: a rank that hosts a second server
 (`is_master=True` on a port of its own) serves its peers for real, the simulated ranks being
 processes of this host too (its waits then take wall time, not simulated time). MASTER_PORT + 1
@@ -63,9 +68,28 @@ def _port(port: Any) -> int | None:
         return None
 
 
-def _routed(port: Any) -> bool:
-    shown = agent_port()
-    return shown is not None and _port(port) == shown
+_HOSTED: dict[str, int] = {}  # "port": the port the rank's latest init named where rank 0 hosts the store (`hosted`)
+
+
+def hosted(at: tuple[str, int] | None) -> None:
+    """Note where this rank's init has rank 0 host the store (`stores.rank0_hosts`: env:// or a
+    tcp:// URL without torchrun's agent, the tutorials' `mp.spawn`), so that a script's own
+    client of that port, made after init, reaches it as on plain torch: both sides serve that
+    store at an address of the run's own (the real side's `env.HOST_PORT`, the simulator's
+    shared store), not at the port the script named."""
+    if at is not None:
+        _HOSTED["port"] = int(at[1])
+
+
+def _serving(port: Any) -> str | None:
+    """Which stand-in serves a client of `port`: the launcher's store (`env.STORE`, for
+    torchrun's agent's), the run's rank-0-hosted store (`env.HOST_PORT`), or None (torch's own)."""
+    asked = _port(port)
+    if asked is None:
+        return None
+    if asked == agent_port():
+        return env.STORE
+    return env.HOST_PORT if asked == _HOSTED.get("port") else None
 
 
 class SimTCPStore(simstore.SimStore):
@@ -119,8 +143,8 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
 simstore.named_as(_Shown, _TORCH_TCPSTORE)
 
 
-def _launchers() -> tuple[str, int]:
-    host, port = os.environ[env.STORE].rsplit(":", 1)
+def _address(var: str) -> tuple[str, int]:
+    host, port = os.environ[var].rsplit(":", 1)
     return host, int(port)
 
 
@@ -145,7 +169,8 @@ class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
 
 
 def _factory(mode: str) -> type:
-    """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the agent's port.
+    """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the ports `_serving`
+    and `near_port` name.
     Its `__new__` returns a finished store (torch's or a routed one), never an instance of
     itself, so Python calls no `__init__` after it."""
 
@@ -153,10 +178,11 @@ def _factory(mode: str) -> type:
         __doc__ = _TORCH_TCPSTORE.__doc__
 
         def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-            if _routed(port) and mode == env.GLOO and env.STORE in os.environ:
-                return _Shown(_launchers(), True, host_name, port, *args, **kwargs)
-            if _routed(port) and mode != env.GLOO:
+            served = _serving(port)
+            if served is not None and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
+            if served is not None and served in os.environ:
+                return _Shown(_address(served), True, host_name, port, *args, **kwargs)
             if (near := near_port(port)) is not None:
                 return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)

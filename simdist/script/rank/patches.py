@@ -112,6 +112,7 @@ def _patch_init(backend: str) -> None:
         except Exception:
             exits.init_raised()
             raise
+        ownstore.hosted(host)  # a script's own client of that port reaches that store
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
