@@ -136,7 +136,9 @@ def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_
     default store and its other client go on (before, the simulator closed every store of the
     rank: the default store's next call raised "Broken pipe", real Gloo's answered). A client
     made without a world size counts TCPStore's own key from init on (before, the simulator
-    counted it only once a counted client had called: one key fewer); the classes say torch's
+    counted it only once a counted client had called: one key fewer); a clone is a connection
+    of its own, its timeout copied (before, the simulator's clone was the store itself, broken
+    with it, its timeout shared); the classes say torch's
     names and module; a port given as a str is torch's TypeError (before, it was routed); the
     default store's timeout is torch's 30 minutes (before, the real side's was 5)."""
     sim, real = _compare(script_zygote, ["apart"], nproc)
@@ -147,7 +149,8 @@ def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_
         assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
         assert [r.output for r in rep.ranks] == [
             [f"{r} {line}" for line in both] + ([gone, gone, "0 own DistNetworkError Broken pipe",
-                                                 "0 default b'up' other b'no number'"] if r == 0 else [])
+                                                 "0 default b'up' other b'no number'",
+                                                 "0 clone TCPStore b'no number' 0:00:01 True"] if r == 0 else [])
             for r in range(nproc)], rep.source
 
 

@@ -19,7 +19,8 @@ through the default store, and they become its clients; `apart`: what a script s
 client's class (names, `issubclass`, a `PrefixStore`'s), a client made without a world size
 counting the keys (TCPStore's count of its workers is there since init), a port given as a
 str (torch's TypeError), and an `add` on a value that is no number, which closes that
-client's connection only: the rank's default store and its other client go on working;
+client's connection only: the rank's default store, its other client and a clone made before
+(its timeout copied, not shared) go on working;
 the default store's timeout (torch's 30 minutes when init is given none).
 """
 import datetime
@@ -134,6 +135,8 @@ elif mode == "apart":  # each client is a connection of its own; what the classe
         say("a str port: TypeError")
     dist.barrier()
     if rank == 0:
+        twin = own.clone()  # a connection of its own, the timeout copied
+        own.set_timeout(2 * second)
         own.set("n", "no number")
         for call in (lambda: own.add("n", 1), lambda: own.get("n"), lambda: own.get("n")):
             try:
@@ -142,5 +145,6 @@ elif mode == "apart":  # each client is a connection of its own; what the classe
                 say("own", type(e).__name__, str(e).split(".")[0])
         c10d._get_default_store().set("still", "up")
         say("default", c10d._get_default_store().get("still"), "other", other.get("n"))
+        say("clone", type(twin).__name__, twin.get("n"), twin.timeout, twin.port == port)
     dist.barrier()
 dist.destroy_process_group()

@@ -103,6 +103,9 @@ class SimTCPStore(simstore.SimStore):
         self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
         simstore.keep(self)
 
+    def _twin(self) -> SimTCPStore:
+        return SimTCPStore(self._host, self._port, None, timeout=self.timeout, use_libuv=self._uv)
+
     @property
     def host(self) -> str:
         return self._host
@@ -129,7 +132,12 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
                  multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
         super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
                          master_listen_fd, use_libuv)
-        self._shown = (host_name, int(port))
+        self._at, self._shown = at, (host_name, int(port))
+
+    def clone(self) -> _Shown:
+        """A connection of its own to the same server, showing the same address (torch's clone
+        is a client of the address it reached: the stand-in's, not the script's)."""
+        return _Shown(self._at, True, *self._shown, None, timeout=self.timeout, use_libuv=self.libuvBackend)
 
     @property
     def host(self) -> str:

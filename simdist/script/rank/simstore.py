@@ -110,9 +110,13 @@ class SimStore(dist.Store):
         self._call("multi_set", list(keys), list(values))
 
     def clone(self) -> SimStore:
-        """A second client of the same store (torch's `shrink_group` clones its group's store;
-        TCPStore's clone connects to the same server). The timeout is shared, not copied."""
-        return self
+        """A second client of the same store (torch's `shrink_group` clones its group's store):
+        TCPStore's clone is a connection of its own with the timeout copied, not shared
+        (measured on torch 2.13: a later `set_timeout` of either leaves the other's)."""
+        return keep(self._twin())
+
+    def _twin(self) -> SimStore:
+        return SimStore(self.timeout, counted=False)
 
     def deleteKey(self, key: str) -> bool:  # noqa: N802 - the trampoline's C++ name
         return bool(self._call("delete", [key])["v"])
