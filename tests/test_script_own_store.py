@@ -140,11 +140,14 @@ def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_
     of its own, its timeout copied (before, the simulator's clone was the store itself, broken
     with it, its timeout shared); the classes say torch's
     names and module; a port given as a str is torch's TypeError (before, it was routed); the
-    default store's timeout is torch's 30 minutes (before, the real side's was 5)."""
+    default store's timeout is torch's 30 minutes (before, the real side's was 5); the default
+    store's base is a TCPStore showing MASTER_ADDR:MASTER_PORT, as on torchrun (before: the
+    simulator's a `SimStore` without `host` or `port`, the real side's at the launcher's port)."""
     sim, real = _compare(script_zygote, ["apart"], nproc)
     gone = "0 own DistNetworkError Failed to recv, got 0 bytes"
     both = ["class TCPStore torch._C._distributed_c10d True PrefixStore torch.distributed.distributed_c10d",
-            f"num_keys {nproc + 1} default's timeout 0:30:00", "a str port: TypeError"]
+            f"num_keys {nproc + 1} default's timeout 0:30:00", "default's base TCPStore True True True",
+            "a str port: TypeError"]
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
         assert [r.output for r in rep.ranks] == [

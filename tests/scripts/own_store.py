@@ -21,7 +21,8 @@ counting the keys (TCPStore's count of its workers is there since init), a port 
 str (torch's TypeError), and an `add` on a value that is no number, which closes that
 client's connection only: the rank's default store, its other client and a clone made before
 (its timeout copied, not shared) go on working;
-the default store's timeout (torch's 30 minutes when init is given none).
+the default store's timeout (torch's 30 minutes when init is given none) and its base, a
+TCPStore showing MASTER_ADDR:MASTER_PORT.
 """
 import datetime
 import os
@@ -129,6 +130,10 @@ elif mode == "apart":  # each client is a connection of its own; what the classe
     kind, pre = type(own), type(dist.PrefixStore("p", own))
     say("class", kind.__name__, kind.__module__, issubclass(kind, dist.TCPStore), pre.__name__, pre.__module__)
     say("num_keys", own.num_keys(), "default's timeout", c10d._get_default_store().timeout)
+    base = c10d._get_default_store()
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    say("default's base", type(base).__name__, isinstance(base, dist.TCPStore), base.host == addr, base.port == port)
     try:
         dist.TCPStore(addr, str(port), timeout=second)
     except TypeError:

@@ -41,9 +41,9 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import simstore
+from simdist.script.rank.simstore import TCP_TIMEOUT, SimTCPStore
 from simdist.script.stores import AGENT_STORE
 
-TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _TORCH_TCPSTORE = dist.TCPStore
 _TORCH_PREFIXSTORE = dist.PrefixStore
 
@@ -92,34 +92,6 @@ def _serving(port: Any) -> str | None:
     return env.HOST_PORT if asked == _HOSTED.get("port") else None
 
 
-class SimTCPStore(simstore.SimStore):
-    """A script's own client of the agent's store in the simulator: the shared store's keys
-    as they are (no prefix), with TCPStore's attributes."""
-
-    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
-                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
-                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
-        self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
-        simstore.keep(self)
-
-    def _twin(self) -> SimTCPStore:
-        return SimTCPStore(self._host, self._port, None, timeout=self.timeout, use_libuv=self._uv)
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def libuvBackend(self) -> bool:  # noqa: N802 - torch's name
-        return self._uv
-
-
-simstore.named_as(SimTCPStore, _TORCH_TCPSTORE)
 
 class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
     """A real TCPStore at `at` (host, port), showing the address the script named. `client`:
@@ -133,6 +105,7 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
         super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
                          master_listen_fd, use_libuv)
         self._at, self._shown = at, (host_name, int(port))
+        simstore.keep(self)  # once only C++ holds it (a PrefixStore's), pybind would hand out a bare TCPStore
 
     def clone(self) -> _Shown:
         """A connection of its own to the same server, showing the same address (torch's clone
@@ -149,6 +122,14 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
 
 
 simstore.named_as(_Shown, _TORCH_TCPSTORE)
+
+
+def shown(at: tuple[str, int], named: tuple[str, int], world_size: int, timeout: timedelta) -> Any:
+    """A real client of the store at `at` showing the address `named`: the base of the real
+    side's default store (`rank.patches._launcher_store`), as torchrun's env:// client of the
+    agent's store shows MASTER_ADDR:MASTER_PORT (what a script that walks `underlying_store`
+    finds, on both sides: `simstore.default_store`)."""
+    return _Shown(at, True, named[0], named[1], world_size, False, timeout)
 
 
 def _address(var: str) -> tuple[str, int]:

@@ -28,6 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script.rank import client, stack
 
+TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _KEPT: list[SimStore] = []  # every SimStore made (`default_store`)
 _CLIENTS = itertools.count(1)  # each SimStore's number (`keystore.client_of`; 0: a call that names none)
 
@@ -253,13 +254,47 @@ class SimPrefixStore(dist.Store):
 named_as(SimPrefixStore, dist.PrefixStore)
 
 
-def default_store(timeout: timedelta | None) -> dist.Store:
+class SimTCPStore(SimStore):
+    """A client of the shared store showing TCPStore's attributes: a script's own client of the
+    agent's store (`rank.ownstore`), the keys as they are (no prefix), and the base of a
+    rank's default store (`default_store`), at the address init read, as on torchrun."""
+
+    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
+                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
+                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
+        self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
+        keep(self)
+
+    def _twin(self) -> SimTCPStore:
+        return SimTCPStore(self._host, self._port, None, timeout=self.timeout, use_libuv=self._uv)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 - torch's name
+        return self._uv
+
+
+named_as(SimTCPStore, dist.TCPStore)
+
+
+def default_store(timeout: timedelta | None, at: tuple[str, int] | None, world_size: int) -> dist.Store:
     """What a simulated rank's init gets as its store: the shared store under torch's own
-    prefix, with init's timeout (torch sets the rendezvous store's so), as under torchrun.
+    prefix, with init's timeout (torch sets the rendezvous store's so), as under torchrun; its
+    base a TCPStore of the address init read (`at`, env:// or tcp://: what torch's rendezvous
+    makes, its `host` and `port` what a script that walks `underlying_store` finds).
     Kept alive here: a Python subclass held only by C++ (the `PrefixStore`) loses its Python
     half when its last Python reference goes (its calls then fail with "Tried to call pure
     virtual function"), so each stays for the process's life (one per init)."""
-    store = keep(SimStore(timeout if timeout is not None else c10d.default_pg_timeout))
+    limit = timeout if timeout is not None else c10d.default_pg_timeout
+    store = keep(SimStore(limit)) if at is None else SimTCPStore(at[0], at[1], world_size, timeout=limit)
     return SimPrefixStore("default_pg", store)
 
 
