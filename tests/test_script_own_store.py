@@ -19,9 +19,9 @@ from tests.conftest import ROOT, line_of
 SCRIPT = ROOT / "tests" / "scripts" / "own_store.py"
 
 
-def _compare(zygote, args: list[str], nproc: int):
+def _compare(zygote, args: list[str], nproc: int | None, script=SCRIPT):
     run_id = new_run_id()
-    both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+    both = compare_script(script, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
                           zygotes=zygote, timeout_s=90, hang_after_s=0.3)
     assert tagged_processes(run_id) == []
     sim, real = both.sim.report, both.real.report
@@ -127,3 +127,44 @@ def test_a_store_rank_0_hosts_at_master_port_plus_1_is_the_runs_own_on_both_side
     for rep in (sim, real):
         assert [r.output for r in rep.ranks] == [
             [f"{r} next True 4 ['r0', 'r1', 'r2']"] for r in range(3)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_each_client_is_a_connection_of_its_own_and_shows_torchs_classes(script_zygote, nproc):
+    """An `add` on a value that is no number closes that client's connection only: the rank's
+    default store and its other client go on (before, the simulator closed every store of the
+    rank: the default store's next call raised "Broken pipe", real Gloo's answered). A client
+    made without a world size counts TCPStore's own key from init on (before, the simulator
+    counted it only once a counted client had called: one key fewer); a clone is a connection
+    of its own, its timeout copied (before, the simulator's clone was the store itself, broken
+    with it, its timeout shared); the classes say torch's
+    names and module; a port given as a str is torch's TypeError (before, it was routed); the
+    default store's timeout is torch's 30 minutes (before, the real side's was 5); the default
+    store's base is a TCPStore showing MASTER_ADDR:MASTER_PORT, as on torchrun (before: the
+    simulator's a `SimStore` without `host` or `port`, the real side's at the launcher's port)."""
+    sim, real = _compare(script_zygote, ["apart"], nproc)
+    gone = "0 own DistNetworkError Failed to recv, got 0 bytes"
+    both = ["class TCPStore torch._C._distributed_c10d True PrefixStore torch.distributed.distributed_c10d",
+            f"num_keys {nproc + 1} default's timeout 0:30:00", "default's base TCPStore True True True",
+            "a str port: TypeError"]
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} {line}" for line in both] + ([gone, gone, "0 own DistNetworkError Broken pipe",
+                                                 "0 default b'up' other b'no number'",
+                                                 "0 clone TCPStore b'no number' 0:00:01 True"] if r == 0 else [])
+            for r in range(nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_an_own_client_of_the_port_rank_0_hosts_at_reaches_that_store_without_torchrun(script_zygote, nproc):
+    """`mp.spawn` and env://: rank 0's init hosts the store at the script's MASTER_PORT, which
+    both sides serve elsewhere; a client of that port made after init reaches it, as on plain
+    torch (measured with `python own_store_spawn.py 3`: the same lines, 5 keys). Before, both
+    sides timed out connecting to (127.0.0.1, 29512), alike."""
+    sim, real = _compare(script_zygote, [str(nproc)], None, ROOT / "tests" / "scripts" / "own_store_spawn.py")
+    for rep in (sim, real):
+        assert sorted(line for r in rep.ranks for line in r.output) == sorted(
+            [f"{r} got b\"rank 0's\" 29512 True" for r in range(nproc)] + [f"0 num_keys {nproc + 2}"]), rep.source

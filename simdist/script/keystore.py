@@ -18,9 +18,10 @@ The semantics are TCPStore's (torch 2.13's libuv server), measured on one server
   call; a timeout of 0 raises at once; `get` and `multi_get` wait as `wait` does;
 * `add` parses the value as C's `stoll` does (leading blanks, a sign, digits; the rest
   ignored: "7 " is 7); a value with no number ends the server's connection to that client:
-  `DistNetworkError: Failed to recv, got 0 bytes. ...`; the rank's next call of its store
-  raises that too (its request goes out, the answer is the closed connection's end of file),
-  every later one "Broken pipe" (`BROKEN`: the server's reset came back);
+  `DistNetworkError: Failed to recv, got 0 bytes. ...`; that client's next call raises that
+  too (its request goes out, the answer is the closed connection's end of file), every later
+  one "Broken pipe" (`BROKEN`: the server's reset came back); the rank's other clients (its
+  default store, a script's own, `client_of`) go on working;
 * `compare_set` on a missing key sets it only when the expected value is empty and returns the
   new value, else returns the expected value; on a present key it returns the new value when
   the current one matched, else the current one;
@@ -120,12 +121,12 @@ class KVCall:
 
 @dataclass
 class KVState:
-    """One generation's store: its keys, its parked waits, the ranks whose connection it closed."""
+    """One generation's store: its keys, its parked waits, the clients whose connection it closed."""
 
     keys: dict[str, Entry] = field(default_factory=dict)
     waits: list[KVWait] = field(default_factory=list)
     held: list[KVCall] = field(default_factory=list)  # calls a peer may still precede (`_kv_ready`)
-    broken: dict[int, int] = field(default_factory=dict)  # rank -> its calls since the server closed it
+    broken: dict[tuple[int, int], int] = field(default_factory=dict)  # `client_of` -> its calls since the server closed it
     queues: dict[str, list[Entry]] = field(default_factory=dict)  # `queue_push`ed values, apart from the keys
     internal: bool = False  # TCPStore's own key (its workers' count: `num_keys` counts it, `list_keys` hides it)
 
@@ -136,6 +137,13 @@ class KVState:
             return self.keys[key]
         q = self.queues.get(key)
         return Entry(b"", q[0].at) if q else None
+
+
+def client_of(conn: RankConn, h: dict[str, Any]) -> tuple[int, int]:
+    """Which connection a call came on: its rank's and its client's (`rank.simstore`: each
+    client of a rank, the default store and a script's own, is a connection of its own, so a
+    server that closes one leaves the rank's others working; measured on torch 2.13)."""
+    return int(conn.rank), int(h.get("client") or 0)  # type: ignore[arg-type]
 
 
 class KeyStoreMixin:
@@ -156,6 +164,7 @@ class KeyStoreMixin:
         if h.get("post"):  # Gloo's key for a group the rank made (`rank.backend`): no reply, no turn
             if conn.gen is not None:
                 st = self._kv_state(conn.gen)
+                st.internal = st.internal or bool(h.get("init"))  # a client made with a world size counted itself in
                 st.keys.update((str(k), Entry(str(v).encode("latin-1"), conn.clock)) for k, v in zip(h["keys"], h["vals"], strict=True))
                 self._kv_wake(st)
             return
@@ -203,13 +212,11 @@ class KeyStoreMixin:
         conn, h = call.conn, call.h
         req, op = int(h["req"]), str(h["op"])
         keys, vals = [str(k) for k in h.get("keys") or []], [str(v).encode("latin-1") for v in h.get("vals") or []]
-        if h.get("init"):  # a client made with a world size counted itself in (`rank.simstore`)
-            st.internal = True
-        if conn.rank in st.broken:
-            st.broken[conn.rank] += 1  # type: ignore[index]
+        if (who := client_of(conn, h)) in st.broken:
+            st.broken[who] += 1
             if call.held:
                 conn.answered()
-            self._send(conn, {"t": "reply", "req": req, "raise": SERVER_GONE if st.broken[conn.rank] == 1 else BROKEN})  # type: ignore[index]
+            self._send(conn, {"t": "reply", "req": req, "raise": SERVER_GONE if st.broken[who] == 1 else BROKEN})
             return
         if op in WAITS:
             w = KVWait(conn, req, op, keys, call.clock, None if h.get("to") is None else float(h["to"]),
@@ -219,6 +226,8 @@ class KeyStoreMixin:
                 conn.wait_in_request(Block([], time.time(), w.frames, waiting_in(f"store.{op}")))
             return
         reply = self._kv_apply(st, conn, op, keys, vals)
+        if reply.get("raise") == SERVER_GONE:  # the server closed this client's connection, not the rank's others
+            st.broken[who] = 0
         if call.held:
             conn.answered()
         self._send(conn, {"t": "reply", "req": req, **reply})
@@ -242,8 +251,7 @@ class KeyStoreMixin:
         if op == "add":
             old = kv.get(keys[0])
             n = stoll(old.value) if old is not None else 0
-            if n is None:  # the server's stoll threw: it closed this client's connection
-                st.broken[int(conn.rank)] = 0  # type: ignore[arg-type]
+            if n is None:  # the server's stoll threw: it closes this client's connection (`_kv_do`)
                 return {"raise": SERVER_GONE}
             n += int(vals[0])  # (its amount, sent as decimal digits)
             kv[keys[0]] = Entry(str(n).encode(), now)

@@ -15,7 +15,14 @@ check, list_keys (its own keys), the queue operations, `num_keys` (the server's 
 `next_port`: rank 0 hosts a second store on MASTER_PORT + 1 (as NVIDIA's in-process restart
 and NeMo do), every rank a client, each sets a key and waits for all; `groups`: two new groups, then rank 0 lists the keys (Gloo's addresses of each group);
 `second_port`: rank 0 hosts a TCPStore of its own on a free port, tells the others the port
-through the default store, and they become its clients.
+through the default store, and they become its clients; `apart`: what a script sees of its
+client's class (names, `issubclass`, a `PrefixStore`'s), a client made without a world size
+counting the keys (TCPStore's count of its workers is there since init), a port given as a
+str (torch's TypeError), and an `add` on a value that is no number, which closes that
+client's connection only: the rank's default store, its other client and a clone made before
+(its timeout copied, not shared) go on working;
+the default store's timeout (torch's 30 minutes when init is given none) and its base, a
+TCPStore showing MASTER_ADDR:MASTER_PORT.
 """
 import datetime
 import os
@@ -116,4 +123,33 @@ elif mode == "second_port":  # rank 0 serves on a free port and tells the others
     dist.barrier()
     say("n", own.add("n", 0))
     dist.barrier()  # rank 0 serves until every client is done (its exit would end the server)
+elif mode == "apart":  # each client is a connection of its own; what the classes say
+    dist.barrier()  # every rank's Gloo address is in the store
+    own = dist.TCPStore(addr, port, timeout=second)  # no world size: it does not count itself in
+    other = dist.TCPStore(addr, port, world, is_master=False, timeout=second)
+    kind, pre = type(own), type(dist.PrefixStore("p", own))
+    say("class", kind.__name__, kind.__module__, issubclass(kind, dist.TCPStore), pre.__name__, pre.__module__)
+    say("num_keys", own.num_keys(), "default's timeout", c10d._get_default_store().timeout)
+    base = c10d._get_default_store()
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    say("default's base", type(base).__name__, isinstance(base, dist.TCPStore), base.host == addr, base.port == port)
+    try:
+        dist.TCPStore(addr, str(port), timeout=second)
+    except TypeError:
+        say("a str port: TypeError")
+    dist.barrier()
+    if rank == 0:
+        twin = own.clone()  # a connection of its own, the timeout copied
+        own.set_timeout(2 * second)
+        own.set("n", "no number")
+        for call in (lambda: own.add("n", 1), lambda: own.get("n"), lambda: own.get("n")):
+            try:
+                call()
+            except dist.DistError as e:
+                say("own", type(e).__name__, str(e).split(".")[0])
+        c10d._get_default_store().set("still", "up")
+        say("default", c10d._get_default_store().get("still"), "other", other.get("n"))
+        say("clone", type(twin).__name__, twin.get("n"), twin.timeout, twin.port == port)
+    dist.barrier()
 dist.destroy_process_group()

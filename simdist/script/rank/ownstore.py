@@ -17,6 +17,11 @@ simdist shows the ranks torchrun's MASTER_PORT while nothing listens there
 * in the simulator to the shared store the coordinator holds (`rank.simstore.SimStore`,
   without the default store's prefix), with the timeout the script gives.
 
+Without torchrun (`mp.spawn`, the tutorials' env://) rank 0's init hosts the store at the port
+the script named, and a client of that port made after init reaches it on plain torch; both
+sides serve that store elsewhere (the real side's `env.HOST_PORT`, the simulator's shared
+store), so such a client is routed the same way (`hosted`).
+
 A client of any other port is torch's own `TCPStore`: a rank that hosts a second server
 (`is_master=True` on a port of its own) serves its peers for real, the simulated ranks being
 processes of this host too (its waits then take wall time, not simulated time). MASTER_PORT + 1
@@ -26,6 +31,7 @@ are the run's own ports (`env.PORT_MAP`), shown as the script named them.
 
 from __future__ import annotations
 
+import operator
 import os
 from datetime import timedelta
 from typing import Any
@@ -35,9 +41,9 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import simstore
+from simdist.script.rank.simstore import TCP_TIMEOUT, SimTCPStore
 from simdist.script.stores import AGENT_STORE
 
-TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _TORCH_TCPSTORE = dist.TCPStore
 _TORCH_PREFIXSTORE = dist.PrefixStore
 
@@ -53,39 +59,39 @@ def agent_port() -> int | None:
         return None
 
 
-def _routed(port: Any) -> bool:
-    shown = agent_port()
+def _port(port: Any) -> int | None:
+    """`port` as torch's binding takes it (an int, or what has `__index__`: not a str, which
+    torch refuses with a TypeError), or None."""
     try:
-        return shown is not None and int(port) == shown
-    except (TypeError, ValueError):
-        return False
+        return operator.index(port)
+    except TypeError:
+        return None
 
 
-class SimTCPStore(simstore.SimStore):
-    """A script's own client of the agent's store in the simulator: the shared store's keys
-    as they are (no prefix), with TCPStore's attributes."""
-
-    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
-                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
-                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
-        self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
-        simstore.keep(self)
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def libuvBackend(self) -> bool:  # noqa: N802 - torch's name
-        return self._uv
+_HOSTED: dict[str, int] = {}  # "port": the port the rank's latest init named where rank 0 hosts the store (`hosted`)
 
 
-SimTCPStore.__name__ = "TCPStore"  # what `type(store).__name__` says on real torch
+def hosted(at: tuple[str, int] | None) -> None:
+    """Note where this rank's init has rank 0 host the store (`stores.rank0_hosts`: env:// or a
+    tcp:// URL without torchrun's agent, the tutorials' `mp.spawn`), so that a script's own
+    client of that port, made after init, reaches it as on plain torch: both sides serve that
+    store at an address of the run's own (the real side's `env.HOST_PORT`, the simulator's
+    shared store), not at the port the script named."""
+    if at is not None:
+        _HOSTED["port"] = int(at[1])
+
+
+def _serving(port: Any) -> str | None:
+    """Which stand-in serves a client of `port`: the launcher's store (`env.STORE`, for
+    torchrun's agent's), the run's rank-0-hosted store (`env.HOST_PORT`), or None (torch's own)."""
+    asked = _port(port)
+    if asked is None:
+        return None
+    if asked == agent_port():
+        return env.STORE
+    return env.HOST_PORT if asked == _HOSTED.get("port") else None
+
+
 
 class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
     """A real TCPStore at `at` (host, port), showing the address the script named. `client`:
@@ -98,7 +104,13 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
                  multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
         super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
                          master_listen_fd, use_libuv)
-        self._shown = (host_name, int(port))
+        self._at, self._shown = at, (host_name, int(port))
+        simstore.keep(self)  # once only C++ holds it (a PrefixStore's), pybind would hand out a bare TCPStore
+
+    def clone(self) -> _Shown:
+        """A connection of its own to the same server, showing the same address (torch's clone
+        is a client of the address it reached: the stand-in's, not the script's)."""
+        return _Shown(self._at, True, *self._shown, None, timeout=self.timeout, use_libuv=self.libuvBackend)
 
     @property
     def host(self) -> str:
@@ -109,23 +121,29 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
         return self._shown[1]
 
 
-_Shown.__name__ = "TCPStore"
+simstore.named_as(_Shown, _TORCH_TCPSTORE)
 
 
-def _launchers() -> tuple[str, int]:
-    host, port = os.environ[env.STORE].rsplit(":", 1)
+def shown(at: tuple[str, int], named: tuple[str, int], world_size: int, timeout: timedelta) -> Any:
+    """A real client of the store at `at` showing the address `named`: the base of the real
+    side's default store (`rank.patches._launcher_store`), as torchrun's env:// client of the
+    agent's store shows MASTER_ADDR:MASTER_PORT (what a script that walks `underlying_store`
+    finds, on both sides: `simstore.default_store`)."""
+    return _Shown(at, True, named[0], named[1], world_size, False, timeout)
+
+
+def _address(var: str) -> tuple[str, int]:
+    host, port = os.environ[var].rsplit(":", 1)
     return host, int(port)
 
 
 def near_port(port: Any) -> int | None:
     """The run's own port for MASTER_PORT + k (`env.PORT_MAP`, `launch.near_ports`), or None."""
+    asked = _port(port)
     for pair in os.environ.get(env.PORT_MAP, "").split(","):
         shown, _, real = pair.partition(":")
-        try:
-            if real and int(shown) == int(port):
-                return int(real)
-        except (TypeError, ValueError):
-            return None
+        if real and asked is not None and int(shown) == asked:
+            return int(real)
     return None
 
 
@@ -135,9 +153,13 @@ class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, (_TORCH_TCPSTORE, SimTCPStore))
 
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, (_TORCH_TCPSTORE, SimTCPStore))
+
 
 def _factory(mode: str) -> type:
-    """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the agent's port.
+    """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the ports `_serving`
+    and `near_port` name.
     Its `__new__` returns a finished store (torch's or a routed one), never an instance of
     itself, so Python calls no `__init__` after it."""
 
@@ -145,21 +167,25 @@ def _factory(mode: str) -> type:
         __doc__ = _TORCH_TCPSTORE.__doc__
 
         def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-            if _routed(port) and mode == env.GLOO and env.STORE in os.environ:
-                return _Shown(_launchers(), True, host_name, port, *args, **kwargs)
-            if _routed(port) and mode != env.GLOO:
+            served = _serving(port)
+            if served is not None and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
+            if served is not None and served in os.environ:
+                return _Shown(_address(served), True, host_name, port, *args, **kwargs)
             if (near := near_port(port)) is not None:
                 return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)
 
-    TCPStore.__module__, TCPStore.__qualname__ = _TORCH_TCPSTORE.__module__, _TORCH_TCPSTORE.__qualname__
+    simstore.named_as(TCPStore, _TORCH_TCPSTORE)
     return TCPStore
 
 
 class _AnyPrefix(type(_TORCH_PREFIXSTORE)):  # type: ignore[misc]
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore))
 
 
 class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[misc,valid-type]
@@ -174,7 +200,7 @@ class PrefixStore(_TORCH_PREFIXSTORE, metaclass=_AnyPrefix):  # type: ignore[mis
         return _TORCH_PREFIXSTORE(prefix, store)
 
 
-PrefixStore.__module__, PrefixStore.__qualname__ = _TORCH_PREFIXSTORE.__module__, _TORCH_PREFIXSTORE.__qualname__
+simstore.named_as(PrefixStore, _TORCH_PREFIXSTORE)
 
 
 def install(mode: str) -> None:

@@ -40,7 +40,7 @@ from simdist.script.rank import (
     stack,
     timedwait,
 )
-from simdist.script.stores import rank0_hosts
+from simdist.script.stores import rank0_hosts, store_address
 
 
 def rank_and_size(rank: Any, world_size: Any, init_method: str | None, store_given: bool = False) -> tuple[int, int]:
@@ -112,6 +112,7 @@ def _patch_init(backend: str) -> None:
         except Exception:
             exits.init_raised()
             raise
+        ownstore.hosted(host)  # a script's own client of that port reaches that store
         at = time.time() if client.CLIENT is None else None  # its process's first init (`rendezvous`)
         c = client.connect(os.environ[env.SOCKET])
         limit = a.get("timeout")
@@ -137,14 +138,15 @@ def _patch_init(backend: str) -> None:
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:  # the store the generation's ranks share (`simdist.script.keystore`)
-                a["store"] = simstore.default_store(limit)
+                a["store"] = simstore.default_store(limit, store_address(a.get("init_method"), os.environ), world_size)
         elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
             a.update(backend=backend, rank=rank, world_size=world_size,
                      init_method=f"tcp://{os.environ[env.HOST_PORT]}")
         else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
-                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation)
+                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation,
+                                             store_address(a.get("init_method"), os.environ))
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
@@ -162,7 +164,7 @@ def _rebind_imported(orig: Any, new: Any) -> None:
             setattr(module, name, new)
 
 
-def _launcher_store(world_size: int, timeout: Any, generation: int) -> dist.Store:
+def _launcher_store(world_size: int, timeout: Any, generation: int, shown: tuple[str, int] | None) -> dist.Store:
     """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`) under
     torch's `PrefixStore("default_pg", ...)`, as torchrun's env:// rendezvous gives it: the
     first generation's keys are torchrun's (`default_pg/0//cpu//0/1`, in errors and beside a
@@ -172,12 +174,13 @@ def _launcher_store(world_size: int, timeout: Any, generation: int) -> dist.Stor
     one key space for every generation (torchrun's agent store) would let a rank that
     initialises again while a peer still lives in the old generation read the peer's old
     Gloo address (measured: its next collective fails with "Connection reset by peer" when
-    the peer destroys the old group); that race is not the program's."""
-    import datetime
-
+    the peer destroys the old group); that race is not the program's. Its base shows `shown`,
+    the address init read (MASTER_ADDR:MASTER_PORT under torchrun), where there is one."""
     host, port = os.environ[env.STORE].rsplit(":", 1)
-    store = dist.TCPStore(host, int(port), world_size, is_master=False,
-                          timeout=timeout if timeout is not None else datetime.timedelta(minutes=5))
+    # init's timeout, else torch's default (init sets it on the store it makes, not on one it is given)
+    limit = timeout if timeout is not None else c10d.default_pg_timeout
+    store = (dist.TCPStore(host, int(port), world_size, is_master=False, timeout=limit) if shown is None
+             else ownstore.shown((host, int(port)), shown, world_size, limit))
     return dist.PrefixStore("default_pg", store if generation <= 1 else dist.PrefixStore(f"simdist/gen{generation}", store))
 
 

@@ -18,6 +18,7 @@ to call pure virtual function"). The timeout is the base class's (`set_timeout`,
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import timedelta
 from typing import Any
@@ -27,7 +28,9 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script.rank import client, stack
 
+TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _KEPT: list[SimStore] = []  # every SimStore made (`default_store`)
+_CLIENTS = itertools.count(1)  # each SimStore's number (`keystore.client_of`; 0: a call that names none)
 
 
 def _bytes(value: Any) -> bytes:
@@ -46,18 +49,28 @@ class SimStore(dist.Store):
     def __init__(self, timeout: timedelta, counted: bool = True) -> None:
         super().__init__()
         self.set_timeout(timeout)
+        # each client is a connection of its own: the server may close one and not the rank's
+        # others (`keystore.client_of`)
+        self._client = next(_CLIENTS)
         # made with a world size (torchrun's env:// client is): TCPStore counts its workers in a
-        # key of its own (`keystore.KVState.internal`), told with this client's first call
+        # key of its own (`keystore.KVState.internal`) as the client is made, or, made before
+        # init, with its first call
         self._counted = counted
+        self._count_in()
+
+    def _count_in(self) -> None:
+        c = client.CLIENT
+        if self._counted and c is not None:
+            c.send({"t": "kv", "op": "set", "post": True, "keys": [], "vals": [], "init": True})
+            self._counted = False
 
     def _call(self, op: str, keys: list[str], vals: list[Any] | tuple = (), limit: timedelta | None = None) -> dict[str, Any]:
         c = client.CLIENT
         if c is None:  # (a client made before init: its rank is not known to the coordinator yet)
             raise RuntimeError(f"simdist: a store call ({op}) before the rank's init_process_group is not modelled")
-        header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys],
+        self._count_in()
+        header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys], "client": self._client,
                                   "vals": [_text(v) for v in vals], "cpu": time.thread_time()}
-        if self._counted:
-            header["init"], self._counted = True, False
         if limit is not None:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
             header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
@@ -98,9 +111,13 @@ class SimStore(dist.Store):
         self._call("multi_set", list(keys), list(values))
 
     def clone(self) -> SimStore:
-        """A second client of the same store (torch's `shrink_group` clones its group's store;
-        TCPStore's clone connects to the same server). The timeout is shared, not copied."""
-        return self
+        """A second client of the same store (torch's `shrink_group` clones its group's store):
+        TCPStore's clone is a connection of its own with the timeout copied, not shared
+        (measured on torch 2.13: a later `set_timeout` of either leaves the other's)."""
+        return keep(self._twin())
+
+    def _twin(self) -> SimStore:
+        return SimStore(self.timeout, counted=False)
 
     def deleteKey(self, key: str) -> bool:  # noqa: N802 - the trampoline's C++ name
         return bool(self._call("delete", [key])["v"])
@@ -129,6 +146,12 @@ class SimStore(dist.Store):
 
     def queue_len(self, key: str) -> int:
         return int(self._call("queue_len", [key])["v"])
+
+
+def named_as(cls: type, torchs: type) -> None:
+    """Name `cls` as torch names `torchs`: `type(store).__name__`, `__module__`, `__qualname__`
+    are what a script prints or compares, and a stand-in shows torch's."""
+    cls.__name__, cls.__qualname__, cls.__module__ = torchs.__name__, torchs.__qualname__, torchs.__module__
 
 
 def post(store: Any, key: str, value: Any) -> None:
@@ -228,13 +251,50 @@ class SimPrefixStore(dist.Store):
         return self._store.queue_len(self._k(key))
 
 
-def default_store(timeout: timedelta | None) -> dist.Store:
+named_as(SimPrefixStore, dist.PrefixStore)
+
+
+class SimTCPStore(SimStore):
+    """A client of the shared store showing TCPStore's attributes: a script's own client of the
+    agent's store (`rank.ownstore`), the keys as they are (no prefix), and the base of a
+    rank's default store (`default_store`), at the address init read, as on torchrun."""
+
+    def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
+                 timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
+                 master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
+        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
+        self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
+        keep(self)
+
+    def _twin(self) -> SimTCPStore:
+        return SimTCPStore(self._host, self._port, None, timeout=self.timeout, use_libuv=self._uv)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 - torch's name
+        return self._uv
+
+
+named_as(SimTCPStore, dist.TCPStore)
+
+
+def default_store(timeout: timedelta | None, at: tuple[str, int] | None, world_size: int) -> dist.Store:
     """What a simulated rank's init gets as its store: the shared store under torch's own
-    prefix, with init's timeout (torch sets the rendezvous store's so), as under torchrun.
+    prefix, with init's timeout (torch sets the rendezvous store's so), as under torchrun; its
+    base a TCPStore of the address init read (`at`, env:// or tcp://: what torch's rendezvous
+    makes, its `host` and `port` what a script that walks `underlying_store` finds).
     Kept alive here: a Python subclass held only by C++ (the `PrefixStore`) loses its Python
     half when its last Python reference goes (its calls then fail with "Tried to call pure
     virtual function"), so each stays for the process's life (one per init)."""
-    store = keep(SimStore(timeout if timeout is not None else c10d.default_pg_timeout))
+    limit = timeout if timeout is not None else c10d.default_pg_timeout
+    store = keep(SimStore(limit)) if at is None else SimTCPStore(at[0], at[1], world_size, timeout=limit)
     return SimPrefixStore("default_pg", store)
 
 
