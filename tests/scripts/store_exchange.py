@@ -36,6 +36,11 @@ mode = sys.argv[1]
 nums = [float(x) for x in sys.argv[2:]]
 world_timeout = datetime.timedelta(seconds=nums[1]) if mode == "vs_gloo" else None
 dist.init_process_group("gloo", timeout=world_timeout)
+# no rank runs ahead and exits while a peer is still connecting the world: Gloo returns from
+# init once a rank's own side of each pair is up, so a rank that ended right after init (the
+# store-only modes) could make a descheduled peer fail in connectFullMesh with "Connection
+# closed by peer" (a real race, `simdist.races.ConnectRace`; seen under CI load)
+dist.barrier()
 rank, world = dist.get_rank(), dist.get_world_size()
 store = c10d._get_default_store()
 if mode == "set_get":
