@@ -38,6 +38,16 @@ def _peers(rec: OpRecord) -> frozenset[int] | None:
     return frozenset([e.peer]) if e.op in ("send", "recv") and e.peer is not None else None
 
 
+def _with_ties(due: list[tuple[RankConn, OpRecord]], ripe: list[tuple[RankConn, OpRecord]]) -> list[tuple[RankConn, OpRecord]]:
+    """The overdue ops (`due`) that fire with those whose wait ends now (`ripe`): in a ripe
+    one's group, due no later than `deadlines.TIE_S` after it, as `deadlines.next_due` ties
+    them (ranks of one group that time out together, a few ms apart on the wall clock)."""
+    upto: dict[Any, float] = {}
+    for c, r in ripe:
+        upto[_scope(c, r)] = max(upto.get(_scope(c, r), 0.0), r.deadline or 0.0)
+    return [(c, r) for c, r in due if (k := _scope(c, r)) in upto and (r.deadline or 0.0) <= upto[k] + deadlines.TIE_S]
+
+
 class GlooTimeoutsMixin:
     """Needs from the class it is mixed into: `gens`, `backend`, `expired`, `_timed`,
     `_live()`, `_pump()` and `_send()` (see `Coordinator`), and the other kinds' deadlines:
@@ -160,23 +170,25 @@ class GlooTimeoutsMixin:
 
         def overdue(rec: OpRecord, at: float, owner: RankConn) -> bool:
             scope = _scope(owner, rec)
-            if not (deadlines.overdue(gen.engine.awaits, rec.call, at, owner, live, posting,
-                                      lambda c: freed(c, at, scope))):
-                return False
-            # a rank runs in wall time past it (a peer's sleep): it fires when the wall clock gets
-            # there, as on real Gloo (`scriptclocks`), unless the late rank posts now
+            return deadlines.overdue(gen.engine.awaits, rec.call, at, owner, live, posting,
+                                     lambda c: freed(c, at, scope))
+
+        def now(rec: OpRecord, at: float, owner: RankConn) -> bool:
+            """An overdue wait ends now: the late rank posts now, or the wall clock got to it (a
+            rank runs in wall time past it, a peer's sleep: it fires then, as on real Gloo,
+            `scriptclocks`; else `_expire_reached` comes back)."""
             forced = posting is not None and posting.clock > at and gen.engine.awaits(rec.call, posting.rank)
-            return forced or self.reached(owner, script_at(rec, at))  # (else `_expire_reached` comes back)
+            return forced or self.reached(owner, script_at(rec, at))
 
         for c in waits:
             assert c.wait_until is not None
-            if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
+            if c.active() and overdue(*c.wait_until, c) and now(*c.wait_until, c):
                 self._give_up(c)
         latest = max((c.clock for c in live), default=0.0)  # (no rank past a deadline: not overdue; most ops
         # carry torch's default 30 min now, `OpRecord.long`: this keeps them from costing each message)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
                and r.deadline < latest and overdue(r, r.deadline, c)]
-        if due:
+        if due := _with_ties(due, [(c, r) for c, r in due if now(r, r.deadline or 0.0, c)]):
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
 
