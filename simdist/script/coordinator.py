@@ -47,6 +47,7 @@ from simdist.script.initwatch import InitWatchMixin
 from simdist.script.keystore import KeyStoreMixin
 from simdist.script.ranks import Block, OpRecord, RankConn, raw_frames
 from simdist.script.rendezvous import RendezvousMixin
+from simdist.script.scriptclocks import ScriptClocksMixin
 from simdist.script.stalls import Ending, StalledMixin, StallRule
 from simdist.script.timedwakes import TimedWakesMixin
 from simdist.vocab import P2P_OPS, reduce_op_of, root_of
@@ -70,7 +71,7 @@ def _site(dtype: str, raw: tuple[tuple[Any, ...], ...]) -> tuple[list[Frame], li
 
 
 class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMixin, StoreBarrierMixin,
-                  KeyStoreMixin, StalledMixin, InitWatchMixin, TimedWakesMixin):
+                  KeyStoreMixin, StalledMixin, InitWatchMixin, TimedWakesMixin, ScriptClocksMixin):
     def __init__(self, listener: socket.socket, cost_factory: Any, *, backend: str | None = None,
                  measure_compute: bool = True, batches: list[int] | None = None, stalls: StallRule | None = None,
                  rendezvous: bool = True):
@@ -153,6 +154,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             if self._hung() and not self._expire_next():  # the wait due first ends, whatever its kind
                 return Ending("hang", time.time(), self._last_event())
             self._expire_before_wakes()  # ... and one due before a thread in a timed wait wakes (or that thread wakes)
+            self._expire_reached()  # ... and one left to the wall clock that it has got to
             if (stalled := self._stalled() or self._init_stalled()) is not None:
                 return stalled
             self._groups_gather()

@@ -13,13 +13,16 @@ answers the rank over its connection.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from simdist.script import deadlines
 from simdist.script.deadlines import Deadline
 from simdist.script.ranks import OpRecord, RankConn
+from simdist.script.scriptclocks import script_at
 
 GLOO, WAIT = "gloo", "wait"  # the kinds of `Deadline` this mixin fires
+RECHECK_S = 0.05  # how often the coordinator's loop looks for overdue deadlines with no message to say so
 
 
 def _scope(conn: RankConn, rec: OpRecord) -> tuple[int, str]:
@@ -33,6 +36,16 @@ def _peers(rec: OpRecord) -> frozenset[int] | None:
     algorithm is not modelled) or a receive from any source."""
     e = rec.entry
     return frozenset([e.peer]) if e.op in ("send", "recv") and e.peer is not None else None
+
+
+def _with_ties(due: list[tuple[RankConn, OpRecord]], ripe: list[tuple[RankConn, OpRecord]]) -> list[tuple[RankConn, OpRecord]]:
+    """The overdue ops (`due`) that fire with those whose wait ends now (`ripe`): in a ripe
+    one's group, due no later than `deadlines.TIE_S` after it, as `deadlines.next_due` ties
+    them (ranks of one group that time out together, a few ms apart on the wall clock)."""
+    upto: dict[Any, float] = {}
+    for c, r in ripe:
+        upto[_scope(c, r)] = max(upto.get(_scope(c, r), 0.0), r.deadline or 0.0)
+    return [(c, r) for c, r in due if (k := _scope(c, r)) in upto and (r.deadline or 0.0) <= upto[k] + deadlines.TIE_S]
 
 
 class GlooTimeoutsMixin:
@@ -51,6 +64,10 @@ class GlooTimeoutsMixin:
     _barrier_deadlines: Any
     _store_deadlines: Any
     _wake_first: Any
+    _standstill: bool
+    _skip: Any
+    reached: Any
+    _rechecked = 0.0  # when `_expire_reached` last ran `_overdue` (time.monotonic)
 
     def _deadlines(self, long: bool = False) -> list[Deadline]:
         """Every wait that a deadline can end now, of every kind (`long`: Gloo ops' at torch's
@@ -62,7 +79,16 @@ class GlooTimeoutsMixin:
         """Nothing can progress: the wait whose deadline comes first in simulated time ends
         (with those of its kind tied with it, `deadlines.next_due`). Returns whether one
         ended (the run goes on); False: no deadline is left, the run hangs."""
-        return deadlines.fire_next(self._deadlines())
+        return self._fire_standing(self._deadlines())
+
+    def _fire_standing(self, pending: list[Deadline]) -> bool:
+        """`deadlines.fire_next` where every live rank stands still: the skip to the deadline
+        moves every rank's script clocks (`ScriptClocksMixin._skip`)."""
+        self._standstill = True
+        try:
+            return deadlines.fire_next(pending)
+        finally:
+            self._standstill = False
 
     def _expire_before_wakes(self) -> None:
         """Every live rank is blocked, some but for threads in a timed wait (`rank.timedwait`):
@@ -79,7 +105,7 @@ class GlooTimeoutsMixin:
             return
         wake = min(w for c in self._live() if (w := c.wake_at()) is not None)
         pending = self._deadlines(long=True)
-        if not deadlines.fire_next([d for d in pending if d.at < wake]) and pending:
+        if not self._fire_standing([d for d in pending if d.at < wake]) and pending:
             self._wake_first()  # (with no deadline to reach, the wakes are left to the wall clock, as before)
 
     def _gloo_deadlines(self, long: bool = False) -> list[Deadline]:
@@ -147,15 +173,22 @@ class GlooTimeoutsMixin:
             return deadlines.overdue(gen.engine.awaits, rec.call, at, owner, live, posting,
                                      lambda c: freed(c, at, scope))
 
+        def now(rec: OpRecord, at: float, owner: RankConn) -> bool:
+            """An overdue wait ends now: the late rank posts now, or the wall clock got to it (a
+            rank runs in wall time past it, a peer's sleep: it fires then, as on real Gloo,
+            `scriptclocks`; else `_expire_reached` comes back)."""
+            forced = posting is not None and posting.clock > at and gen.engine.awaits(rec.call, posting.rank)
+            return forced or self.reached(owner, script_at(rec, at))
+
         for c in waits:
             assert c.wait_until is not None
-            if c.active() and overdue(c.wait_until[0], c.wait_until[1], c):
+            if c.active() and overdue(*c.wait_until, c) and now(*c.wait_until, c):
                 self._give_up(c)
         latest = max((c.clock for c in live), default=0.0)  # (no rank past a deadline: not overdue; most ops
         # carry torch's default 30 min now, `OpRecord.long`: this keeps them from costing each message)
         due = [(c, r) for c, r in self._timed if c.gen is gen and c.active() and r.deadline is not None
                and r.deadline < latest and overdue(r, r.deadline, c)]
-        if due:
+        if due := _with_ties(due, [(c, r) for c, r in due if now(r, r.deadline or 0.0, c)]):
             self._fire(sorted(due, key=lambda cr: (cr[1].deadline, cr[0].rank)))
             self._pump()
 
@@ -167,18 +200,20 @@ class GlooTimeoutsMixin:
         conn.wait_until = None
         conn.unblock()
         conn.clock = max(conn.clock, until)
-        self._clock_to(conn, rec, until)
+        self._skip(conn, script_at(rec, until))
         if rec in conn.to_sync:  # it did not wait for the op after all
             conn.to_sync.remove(rec)
             rec.waited = False
         self._send(conn, {"t": "waited", "id": rec.id, "error": deadlines.WAIT_TIMED_OUT})
 
-    def _clock_to(self, conn: RankConn, rec: OpRecord, at: float) -> None:
-        """A wait ends at simulated time `at`, its deadline: the rank's script clocks read that
-        time when it goes on (`rank.simclock`), as they would on real Gloo after the wait,
-        however little wall time the simulator took to get there. Sent before the op's end."""
-        if rec.proc is not None:
-            self._send(conn, {"t": "clock", "p": rec.proc + max(at - rec.entry.t_issue, 0.0)})
+    def _expire_reached(self) -> None:
+        """`_overdue` again every `RECHECK_S` of wall time: deadlines it left to the wall clock
+        (`reached`) fire once it gets there, and those a rank made overdue by blocking where no
+        message says so (a store request, `keystore`) fire too."""
+        now = time.monotonic()
+        if now - self._rechecked >= RECHECK_S:
+            self._rechecked = now
+            self._overdue()
 
     def _fire(self, due: list[tuple[RankConn, OpRecord]]) -> None:
         """Gloo's timeout ends these waits at their deadlines, together (`deadlines`,
@@ -194,6 +229,6 @@ class GlooTimeoutsMixin:
             expired.setdefault(conn.gen, []).append((rec.call, msg))
             if blocked:
                 conn.clock = max(conn.clock, rec.deadline)
-                self._clock_to(conn, rec, rec.deadline)
+                self._skip(conn, script_at(rec, rec.deadline))  # sent before the op's end
         for gen, calls in expired.items():
             gen.engine.time_out(calls)

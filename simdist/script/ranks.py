@@ -148,6 +148,7 @@ class RankConn:
     wakes: dict[int | None, float] = field(default_factory=dict)  # per thread key: the end of its timed wait
     timers_at: dict[int | None, float] = field(default_factory=dict)  # per thread key: its last timer's end
     wait_numbers: dict[int | None, int] = field(default_factory=dict)  # per thread key: its timed wait's number
+    wait_ends: dict[int | None, float] = field(default_factory=dict)  # ... and its end on the script's clock (`rank.simclock`)
     to_sync: list[OpRecord] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -201,6 +202,8 @@ class RankConn:
         else:
             self.wakes[tid] = max(self.clock, self.timers_at.get(tid, 0.0)) + max(float(h["s"]), 0.0)
             self.wait_numbers[tid] = int(h.get("n") or 0)
+            if h.get("p") is not None:
+                self.wait_ends[tid] = float(h["p"]) + max(float(h["s"]), 0.0)
 
     def wake_at(self) -> float | None:
         """Blocked but for threads in a timed wait: when the first of them wakes, on its simulated

@@ -11,7 +11,7 @@ and it waited for each in wall time.
 Now, once every live rank is blocked but for threads in timed waits and no deadline comes
 before the first of them wakes, the coordinator wakes that thread at once (`"wake"`): its wait
 returns as its timer would have ended it, with its process's clocks moved to the wait's end
-(`rank.simclock`), and what the thread does then is the program's (it may post, print, wait
+(`rank.simclock`) and every other live rank's by as much (`scriptclocks`), and what the thread does then is the program's (it may post, print, wait
 again). Each wake moves the thread's timeline on by its wait (`RankConn.timed_wait`), so the
 loop runs simulated time forward until a thread posts or a deadline, the default timeout's
 too (`OpRecord.long`), comes before the next wake: about 180 wakes for tqdm's 10 s monitor to
@@ -37,10 +37,11 @@ MAX_WAKES = 20_000
 
 
 class TimedWakesMixin:
-    """Needs from the class it is mixed into: `_live()` and `_send()` (see `Coordinator`)."""
+    """Needs from the class it is mixed into: `_live()`, `_send()` and `_skip()` (see `Coordinator`)."""
 
     _live: Any
     _send: Any
+    _skip: Any
     _waking: tuple[RankConn, int | None, int] | None = None  # the wake in flight: rank, thread key, wait number
     wakes_made = 0
     wakes_capped: tuple[RankConn, int | None, float, float] | None = None  # where the cap stopped them
@@ -64,6 +65,7 @@ class TimedWakesMixin:
         self.wakes_made += 1
         self._waking = (conn, key, conn.wait_numbers.get(key, 0))
         self._send(conn, {"t": "wake", "tid": key, "n": self._waking[2]})
+        self._skip(conn, conn.wait_ends.get(key), told=True)  # every live rank's clocks move on with it (`scriptclocks`)
 
     def wake_notes(self) -> list[str]:
         """The report's word on the wakes: how many, and where the cap stopped them."""
