@@ -6,7 +6,9 @@ process end (a pidfd), rank 1's sockets close (an irecv from it fails then: when
 lose it), and catches the agent's SIGTERM in a sleep, then prints one line:
 `PROBE {"lost": t, "exit": t, "term": t}` (wall times; the tally subtracts the raise's).
 With the argument `os_exit`, rank 1 fails by `os._exit(1)` instead (no traceback, no
-interpreter teardown: what a failure with no teardown gives, as a rank killed by a signal).
+interpreter teardown: what a failure with no teardown gives, as a rank killed by a signal);
+with `abort`, by `os.abort()` (SIGABRT, as Gloo's I/O thread's throw ends a rank: `lost` minus
+`exit` is then how long a peer takes to see the loss, against `term` minus `exit`, the agent's).
 docs/script-backend.md, "torchrun's agent"; simdist/script/agent.py's band.
 """
 
@@ -31,6 +33,8 @@ if rank == 1:
     print(f"RAISE {time.time():.6f}", flush=True)
     if sys.argv[1:] == ["os_exit"]:
         os._exit(1)
+    if sys.argv[1:] == ["abort"]:
+        os.abort()
     raise RuntimeError("boom")
 marks: dict[str, float] = {}
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Real torchrun: how long after a worker's `raise` its peers lose it, its process ends, and the
 # agent's SIGTERM reaches a sleeping peer (docs/script-backend.md, "torchrun's agent"):
-#   bench/torchrun_teardown_tally.sh RUNS [os_exit]   (os_exit: rank 1 fails by os._exit(1), no teardown)
+#   bench/torchrun_teardown_tally.sh RUNS [os_exit|abort]   (os_exit: rank 1 fails by os._exit(1), no teardown;
+#   abort: by os.abort(), SIGABRT)
 # One line per run: the 1-minute load, rank 1's exit code (1: a full teardown; -6: it aborted
 # in its teardown), then seconds after the raise: lost, exit, term.
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -38,17 +38,23 @@ _NEXT, _OWN = "next step", "own end"
 _NOTE = re.compile(r"^rank (\d+): agent race: its (next step|own end) came ([\d.]+) s after rank (\d+)'s failure")
 
 
-def agent_race_note(rank: int, step: str, gap_s: float, failed: int, via: int | None = None) -> str:
+def agent_race_note(rank: int, step: str, gap_s: float, failed: int, via: int | None = None,
+                    lost: int | None = None) -> str:
     """The simulated report's note for a rank whose `step` ("next step": past the simulated
     agent's instant, "own end": before it) came `gap_s` after rank `failed`'s failure, inside
     the band of real torchrun's SIGTERM; or, `via`, a step that is the loss of rank `via`,
     which failed too: on real Gloo it comes once that process tore down, which races the
-    SIGTERM whatever `gap_s`."""
+    SIGTERM whatever `gap_s`; or, `lost`, a step that is the loss of rank `lost`'s end: on real
+    Gloo it comes once the rank's own threads see the closure and raise, which under load can
+    outlast the rest of the agent's poll after the first failed process's end (docs/script-backend.md,
+    "torchrun's agent", a loss at the failure's instant)."""
     how = ("ended here by the agent; on real torchrun the SIGTERM may come later and the rank get there"
            if step == _NEXT else "the simulator's agent came later; on real torchrun the SIGTERM may come first")
-    teardown = "" if via is None else f", and on real Gloo only once rank {via}, which failed too, had torn down"
+    why = (f", and on real Gloo only once rank {via}, which failed too, had torn down" if via is not None else
+           f", the loss of rank {lost}'s end, on real Gloo once its own threads see the closure and raise"
+           if lost is not None else "")
     return (f"rank {rank}: agent race: its {step} came {gap_s:.2f} s after rank {failed}'s failure on the "
-            f"simulated clock{teardown}, inside the band of torchrun's SIGTERM (the failed process's end, after "
+            f"simulated clock{why}, inside the band of torchrun's SIGTERM (the failed process's end, after "
             f"its teardown if any, then a poll): {how}")
 
 

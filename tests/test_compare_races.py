@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from simdist.agent_race import AgentRace
+from simdist.agent_race import AgentRace, noted_agent_races
 from simdist.cli.console import ExitCode, worst
 from simdist.cli.reports import Compared
 from simdist.compare import AGREE_UP_TO_A_RACE
@@ -197,3 +197,22 @@ def test_a_rank_sigtermed_before_it_lost_another_failed_rank_is_an_agent_race():
     got = Compared.of(sim, real)
     assert (got.verdict, got.code) == ("race", ExitCode.RACE)
     assert got.races == [AgentRace(1, 2, 0.0, False)]
+
+
+def test_a_rank_sigtermed_before_it_raised_its_loss_of_the_failed_rank_is_an_agent_race():
+    """tests/scripts/unsorted_group.py sizes (3 ranks; `python bench/race_tally.py
+    tests/scripts/unsorted_group.py --nproc 3 --keep DIR -- sizes`): rank 2 aborts, ranks 0 and
+    1 lose it in the ring. On real Gloo each fails only once its own threads see the closure,
+    and the agent's poll after rank 2's end may come first (simdist's real side, beside two CPU
+    hogs: 5 of 30 runs, here both ranks). The simulator keeps their loss and notes the race on
+    each (`build._agent_on_clock`, a loss below the band); such a run is that race, exit code 4.
+    Anything else on those ranks stays a difference."""
+    sim, real = (Report.from_dict(json.loads((RACES / f"loss_reaction_sizes_{n}.json").read_text()))
+                 for n in ("sim", "real"))
+    assert {r: gap for r, (_, gap, _) in noted_agent_races(sim).items()} == {0: 0.0, 1: 0.0}
+    assert [r.error.category for r in real.ranks] == ["killed", "killed", "gloo_abort"]
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert got.races == [AgentRace(0, 2, 0.0, False), AgentRace(1, 2, 0.0, False)]
+    real.ranks[0].output = ["rank 0: a line the simulator never printed"]
+    assert Compared.of(sim, real).verdict == "differ"

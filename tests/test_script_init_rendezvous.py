@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from simdist.agent_race import noted_agent_races
 from simdist.compare import compare_reports, format_comparison
 from simdist.engine.core import Engine
 from simdist.races import rendezvous_races
@@ -158,7 +159,7 @@ def test_inits_timeout_ends_the_wait_for_a_missing_rank_with_the_stores_error(sc
 
 def _agent_raced(rep) -> list[int]:
     """The ranks the simulated report names in the race of torchrun's agent (`simdist.agent_race`)."""
-    return [int(n.split(":")[0].removeprefix("rank ")) for n in rep.notes if ": agent race: " in n]
+    return sorted(noted_agent_races(rep))
 
 
 @pytest.mark.real

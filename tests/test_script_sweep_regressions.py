@@ -5,11 +5,10 @@ compare` does (`simdist.compare`): a fix in the model, checked against real Gloo
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
-from simdist.agent_race import AgentRace
+from simdist.agent_race import AgentRace, noted_agent_races
 from simdist.compare import compare_reports
 from simdist.races import EXIT_RACE_S, ConnectRace, connect_races, exit_races, named_races
 from simdist.report import CodeLocation, RankError, RankResult, Report, TraceEntry
@@ -116,13 +115,10 @@ def test_a_rank_that_timed_out_had_sent_what_its_peers_received(script_zygote):
 
 
 def _agent_raced(sim: Report) -> dict[int, tuple[int, float]]:
-    """The ranks the simulated report names in an agent race: rank -> (the failed rank, the
-    gap from its failure to the rank's next step)."""
-    found = {}
-    for note in sim.notes:
-        if (m := re.match(r"rank (\d+): agent race: its next step came ([\d.]+) s after rank (\d+)'s failure", note)):
-            found[int(m.group(1))] = (int(m.group(3)), float(m.group(2)))
-    return found
+    """The ranks the simulated report names in an agent race its agent ended them before
+    (`noted_agent_races`, "next step"): rank -> (the failed rank, the gap from its failure to
+    the rank's next step)."""
+    return {rank: (failed, gap) for rank, (ended, gap, failed) in noted_agent_races(sim).items() if ended}
 
 
 def _agrees_or_agent_race(entry: dict, sim: Report, zygote, also: tuple[type, ...] = ()) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from simdist.agent_race import agent_races, noted_agent_races
 from simdist.compare import compare_reports, format_comparison
 from simdist.script.api import compare_script
 from simdist.script.launch import new_run_id, tagged_processes
@@ -79,10 +80,17 @@ def test_mismatched_calls_pair_in_the_ring_of_group_ranks(script_zygote, mode):
     values each rank gets, and which rank meets the longer message and aborts, follow the
     given order. The pairing rules mapped global ranks to group ranks in ascending order
     (`gloo_rules._rank_maps`): the simulator named rank 0 as the one that aborts where real
-    Gloo aborts rank 2, and mixed segments by the wrong owners' ops."""
+    Gloo aborts rank 2, and mixed segments by the wrong owners' ops.
+    `sizes`: ranks 0 and 1 lose rank 2 in the ring as it aborts; on real Gloo they raise only
+    once their own threads see the closure, which under load torchrun's agent's poll after the
+    abort can beat (simdist's real side SIGTERMed one or both in 5 of 30 runs beside two CPU
+    hogs: docs/script-backend.md, "torchrun's agent"). The simulator keeps their loss and notes
+    that race on them; a real run that went the other way differs by it alone."""
     sim, real = _compare(script_zygote, [mode], 3)
     c = compare_reports(sim, real)
-    assert c.agree, format_comparison(c)
+    assert sorted(noted_agent_races(sim)) == ([0, 1] if mode == "sizes" else []), sim.notes
+    assert c.agree or agent_races(sim, real, c), format_comparison(c)
+    assert real.ranks[2].status == ("aborted" if mode == "sizes" else "completed"), real.source
     if mode == "ops":
         assert [r.status for r in real.ranks] == ["completed"] * 3, real.source
         assert len({tuple(r.output) for r in real.ranks}) > 1, real.source  # the ops mixed: not one sum

@@ -284,7 +284,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     Returns the report's notes: the agent's instant, and each rank whose next step (its own
     end, an operation, a sleep) fell inside the band of real torchrun's SIGTERM after the
     failure (`agent.sigterm_band`, by whether the failed process tore its interpreter down):
-    a race both ways (`agent_race`). For a rank whose script returned, that step is its
+    a race both ways (`agent_race`); so is a rank's loss of a peer below the band (its reaction
+    races the poll: docs, "torchrun's agent"). For a rank whose script returned, that step is its
     process's exit (`agent.exit_band`): a race wherever the two bands overlap, whichever side
     of the exit the simulator's instant falls (a real rank SIGTERMed in destroy_process_group
     while the simulator completed it: examples/grad_accum_no_join.py under CI load)."""
@@ -295,7 +296,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
               and (r.rank >= len(codes) or agent_failed(codes[r.rank]))}
     if not failed:
         return []
-    first = by_rank[min(failed, key=lambda rank: (failed[rank], rank))]
+    # at a tie, a rank that lost a peer comes after one that failed on its own (its loss is of that end)
+    first = by_rank[min(failed, key=lambda rank: (failed[rank], lost_peer(by_rank[rank]) is not None, rank))]
     f0 = failed[first.rank]
     t = agent_instant(f0)
     tore_down = _tore_down(coord, first.rank)
@@ -307,9 +309,12 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         step = failed.get(r.rank, r.time)
         returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
         via = _lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
+        lost = lost_peer(r) if r.rank in failed else None  # its failure a loss: its reaction races the poll
         if r is not first and not returned and r.status != "hang" and step is not None and (
-                f0 + earliest <= step <= f0 + latest_s or via is not None and step + TEARDOWN_MIN_S <= f0 + latest_s):
-            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank, via))
+                f0 + earliest <= step <= f0 + latest_s
+                or lost is not None and step + (TEARDOWN_MIN_S if via is not None else 0.0) <= f0 + latest_s):
+            notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank,
+                                         via, lost))
         if returned and r is not first:
             lo = exit_band(r.time)[0]  # type: ignore[arg-type]
             if exit_races_sigterm(r.time, f0, tore_down):  # type: ignore[arg-type]

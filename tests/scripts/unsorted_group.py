@@ -13,6 +13,10 @@ gather to group rank 0 (`group_dst`), a send/recv between group ranks 0 and 1.
                    segment is reduced by its owner's op, the owner a group rank)
     sizes          [1, 0, 2, ...]: group rank 0 all-reduces 8 elements, the others 6: which
                    rank aborts on the longer message follows the ring of group ranks
+                   (ops, sizes: a barrier of the world after new_group; without it a rank
+                   still connecting the group (Gloo's connectFullMesh) could meet the abort
+                   there, the group-connection race `simdist.races.ConnectRace`: 1 of 20
+                   test runs beside two CPU hogs, 2026-11-24)
     orders T       each rank passes the world with itself first, timeout=T s: each registers
                    as group rank 0, nobody as 1, and every rank raises the store's wait
                    timeout for group rank 1
@@ -38,6 +42,7 @@ def main():
     if mode in ("ops", "sizes"):
         ranks = [1, 0, *range(2, world)]
         g = dist.new_group(ranks, sort_ranks=False)
+        dist.barrier()  # no member uses g before every member has connected it (the docstring)
         first = dist.get_rank(g) == 0
         t = torch.arange(8 if first and mode == "sizes" else 6, dtype=torch.float32) * (rank + 1)
         dist.all_reduce(t, op=dist.ReduceOp.MAX if first and mode == "ops" else dist.ReduceOp.SUM, group=g)
