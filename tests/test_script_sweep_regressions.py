@@ -75,9 +75,12 @@ def test_a_reduce_posted_after_the_peer_left_fails_at_once(script_zygote):
     closed socket at once on both sides (the simulator, which did not model reduce message
     by message, waited for the 5 s timeout)."""
     entry = {"script": "../tests/scripts/reduce_after_exit.py", "nproc": 2}
-    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    sim = _run(entry, "sim", script_zygote)
     assert _verdict(sim)[1] == "error:peer_lost"
-    assert differences(sim, real) == []
+    # rank 1 fails once its threads see rank 0's closure, and torchrun's SIGTERM after rank 0's
+    # exit 3 may come first under load (seen in CI): the simulated report names the race
+    assert set(noted_agent_races(sim)) == {1}
+    _agrees_or_agent_race(entry, sim, script_zygote)
 
 
 @pytest.mark.real
@@ -88,9 +91,12 @@ def test_two_sizes_of_reduce_scatter_abort_before_the_third_member_posts(script_
     once, then rank 0 and rank 2 lose their peers, on both sides (the simulator waited for
     every member before pairing, and all timed out)."""
     entry = {"script": "../tests/scripts/reduce_scatter_two_sizes.py", "nproc": 3}
-    sim, real = _run(entry, "sim", script_zygote), _run(entry, "gloo", script_zygote)
+    sim = _run(entry, "sim", script_zygote)
     assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort", "error:peer_lost"]
-    assert differences(sim, real) == []
+    # ranks 0 and 2 fail only once they see the abort's closure (2 after 0's teardown), and
+    # torchrun's SIGTERM may come first under load (seen in CI): the report names both races
+    assert set(noted_agent_races(sim)) == {0, 2}
+    _agrees_or_agent_race(entry, sim, script_zygote)
 
 
 @pytest.mark.real
@@ -132,7 +138,7 @@ def _agrees_or_agent_race(entry: dict, sim: Report, zygote, also: tuple[type, ..
             break
         races = named_races(sim, real, cmp)
         assert races and all(isinstance(r, (AgentRace, *also)) for r in races), differences(sim, real)
-        assert all(r.rank in _agent_raced(sim) for r in races if isinstance(r, AgentRace))
+        assert all(r.rank in noted_agent_races(sim) for r in races if isinstance(r, AgentRace))
     assert differences(sim, real) == []
 
 
