@@ -62,7 +62,9 @@ def _relay_lines(_mode: str, nproc: int, gloo_first: bool) -> list[list[str]]:
 @pytest.mark.parametrize(("mode", "nproc", "gloo_s", "group_s"), [
     ("all_reduce", 2, 1, 3), ("all_reduce", 2, 3, 1), ("all_reduce", 3, 1, 3),
     ("monitored", 3, 1, 3), ("monitored", 3, 3, 1), ("wait", 3, 1, 3), ("wait", 3, 3, 1),
-    ("relay", 3, 1, 3), ("relay", 3, 3, 1),
+    # (relay 1 4: rank 2 makes the group after its receive timed out, 3 s inside rank 1's wait:
+    # 1 3 left 2 s, which a rank at CI load once missed on the real side)
+    ("relay", 3, 1, 4), ("relay", 3, 3, 1),
 ])
 def test_the_deadline_due_first_fires_first_whatever_its_kind(script_zygote, mode, nproc, gloo_s, group_s):
     sim, real = _compare(script_zygote, [mode, str(gloo_s), str(group_s)], nproc)
