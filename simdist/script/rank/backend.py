@@ -34,7 +34,7 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     # run there in simulated time (`simdist.script.timedwakes`)
     long = None if limit is not None else opts.timeout.total_seconds()
     if client.CLIENT is not None:
-        _post_address(opts)
+        _post_address(opts, whole=not given)
     if client.CLIENT is not None and given:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
@@ -50,13 +50,20 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
 
 
-def _post_address(opts: Any) -> None:
+def _post_address(opts: Any, whole: bool) -> None:
     """The key Gloo's rendezvous leaves in the store for this rank of the group (its address,
     under the group's and the device's prefixes: `default_pg/0//cpu//0/<group rank>` for WORLD
     under torchrun, measured with `list_keys` on torch 2.13), so a script's `num_keys` and a
     raw client's `list_keys` count what they count on Gloo (`rank.ownstore`). The value is no
-    address: nothing connects to a simulated rank."""
-    simstore.post(opts.store, f"0/{opts.group_rank}", b"simdist")
+    address: nothing connects to a simulated rank.
+
+    `whole` (WORLD, which no member waits for here): every member's key. On Gloo a rank's
+    init returns only once it read every peer's key, so whatever the script asks the store
+    afterwards sees them all; a peer's own post may reach the coordinator later in wall time
+    (a raw `list_keys` right after init missed one, once in CI). A made subgroup needs no more:
+    its reply comes once every member's request, each after its post, has arrived."""
+    for group_rank in (range(opts.group_size) if whole else [opts.group_rank]):
+        simstore.post(opts.store, f"0/{group_rank}", b"simdist")
 
 
 def register() -> None:
