@@ -125,19 +125,27 @@ def rank_main(rank: int, store_path: str, case: str) -> None:
     os._exit(0)
 
 
-def _stop_rank2_while_connecting(ranks: list, store_path: str) -> None:
-    """SIGSTOP rank 2 once its address for the side group is in the store; SIGCONT once rank
-    1 has exited (or after 10 s)."""
-    store = dist.FileStore(store_path, 3)
-    key = "0//1//cpu//0/2"  # the default group's prefix, the first new_group's, its device's: rank 2's address
-    deadline = time.monotonic() + CASE_WALL_S
+def stop_while_connecting(ranks: list, store_path: str, stopped: int, key: str, until: int,
+                          wall_s: float, hold_s: float = 10.0) -> None:
+    """SIGSTOP rank `stopped` once `key` (a rank's Gloo address for a group) is in the store;
+    SIGCONT once rank `until` has exited (or after `hold_s`): the stopped rank is then still
+    connecting the group when its peer runs on (also `bench/new_group_exit_probe.py`)."""
+    store = dist.FileStore(store_path, len(ranks))
+    deadline = time.monotonic() + wall_s
     while not store.check([key]) and time.monotonic() < deadline:
         time.sleep(0.0005)
-    os.kill(ranks[2].pid, signal.SIGSTOP)
-    log("probe", "rank 2 stopped")
-    ranks[1].join(10.0)
-    os.kill(ranks[2].pid, signal.SIGCONT)
-    log("probe", "rank 2 continued")
+    os.kill(ranks[stopped].pid, signal.SIGSTOP)
+    ranks[until].join(hold_s)
+    os.kill(ranks[stopped].pid, signal.SIGCONT)
+
+
+def end_ranks(ranks: list) -> None:
+    """Every rank process ends, a stopped one included (SIGCONT, then SIGKILL)."""
+    for p in ranks:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.join()
 
 
 def run_case(case: str) -> None:
@@ -150,15 +158,13 @@ def run_case(case: str) -> None:
             p.start()
         try:
             if case == "connect_race":
-                _stop_rank2_while_connecting(ranks, store_path)
+                # the default group's prefix, the first new_group's, its device's: rank 2's address
+                stop_while_connecting(ranks, store_path, 2, "0//1//cpu//0/2", until=1, wall_s=CASE_WALL_S)
+                log("probe", "rank 2 stopped until rank 1 exited")
             for p in ranks:
                 p.join(max(0.1, CASE_WALL_S - (time.monotonic() - _T0[0])))
         finally:
-            for p in ranks:
-                if p.is_alive():
-                    os.kill(p.pid, signal.SIGCONT)
-                    p.kill()
-                    p.join()
+            end_ranks(ranks)
 
 
 CASES = ("isend_wait2", "isend_wait1", "irecv_other", "bcast_fed", "bcast_unfed", "send_in_flight", "connect_race")

@@ -28,7 +28,6 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -36,6 +35,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from gloo_closed_pair_probe import end_ranks, how, stop_while_connecting
 
 from simdist.procs import die_with_parent
 
@@ -54,7 +54,7 @@ def rank_main(rank: int, store_path: str, mode: str) -> None:
         try:
             dist.recv(got, (rank + 1) % WORLD)
         except RuntimeError as e:
-            errors.append(f"recv: {_how(e)}")
+            errors.append(f"recv: {how(e)}")
 
     thread = threading.Thread(target=receive)
     thread.start()
@@ -67,29 +67,11 @@ def rank_main(rank: int, store_path: str, mode: str) -> None:
         if mode == "barrier":
             dist.barrier()
     except RuntimeError as e:
-        errors.append(_how(e))
+        errors.append(how(e))
     thread.join()
     with open(f"{store_path}.{rank}", "w") as f:  # its outcome, beside the store's file
         f.write("; ".join(errors) or f"ok (received {got.item():g})")
     os._exit(0)
-
-
-def _how(e: BaseException) -> str:
-    s = str(e)
-    kind = "timed out" if "Timed out" in s else "closed by peer" if "closed by peer" in s else s.splitlines()[0][:80]
-    return kind + (" in connectFullMesh" if "connectFullMesh" in s else "")
-
-
-def _hold_rank1(ranks: list, store_path: str) -> None:
-    """SIGSTOP rank 1 once the last rank's address for the group is in the store; SIGCONT once
-    rank 2 has exited, or after HOLD_S."""
-    store = dist.FileStore(store_path, WORLD)
-    deadline = time.monotonic() + RUN_WALL_S
-    while not store.check([LAST_KEY]) and time.monotonic() < deadline:
-        time.sleep(0.0005)
-    os.kill(ranks[1].pid, signal.SIGSTOP)
-    ranks[2].join(HOLD_S)
-    os.kill(ranks[1].pid, signal.SIGCONT)
 
 
 def run_once(mode: str) -> str:
@@ -101,15 +83,11 @@ def run_once(mode: str) -> str:
         for p in ranks:
             p.start()
         try:
-            _hold_rank1(ranks, store_path)
+            stop_while_connecting(ranks, store_path, 1, LAST_KEY, until=WORLD - 1, wall_s=RUN_WALL_S, hold_s=HOLD_S)
             for p in ranks:
                 p.join(max(0.1, RUN_WALL_S - (time.monotonic() - t0)))
         finally:
-            for p in ranks:
-                if p.is_alive():
-                    os.kill(p.pid, signal.SIGCONT)
-                    p.kill()
-                    p.join()
+            end_ranks(ranks)
         said = {r: open(f"{store_path}.{r}").read() for r in range(WORLD) if os.path.exists(f"{store_path}.{r}")}
         return " | ".join(f"{r}: {said.get(r, 'no outcome (killed)')}" for r in range(WORLD))
 
