@@ -208,13 +208,7 @@ def test_compare_sets_aside_only_what_the_first_sides_processes_wrote(script_zyg
         (tmp_path / "outside.log").write_text("mine\n")
 
     monkeypatch.chdir(tmp_path)
-    t = threading.Thread(target=outsider)
-    t.start()
-    try:
-        both = compare_script(script, nproc_per_node=2, backend="gloo", timeout_s=300, measure_compute=False,
-                              zygotes=script_zygote)
-    finally:
-        t.join()
+    both = compare_beside(script, outsider, script_zygote)
     for side in (both.sim.report, both.real.report):
         assert [r.output for r in side.ranks] == [["fresh "]] * 2
     assert differences(both.sim.report, both.real.report) == []
@@ -307,3 +301,15 @@ def test_a_ranks_writes_are_listed_whichever_call_made_them(tmp_path, monkeypatc
     names = {os.path.relpath(p, work) for p in env.written(str(run))}
     assert names == {"a.txt", "b.txt", "d", "d/e", "d/a.txt", "n.npy", "t.pt", "child.txt"}, names
     assert len(list(run.glob("writes-*.txt"))) == 2
+
+
+def compare_beside(script, outsider, zygotes):
+    """`compare_script` of `script` on 2 ranks while `outsider` writes in the folder from a
+    thread of this process: what another process writes meanwhile is no side's to set aside."""
+    t = threading.Thread(target=outsider)
+    t.start()
+    try:
+        return compare_script(script, nproc_per_node=2, backend="gloo", timeout_s=300, measure_compute=False,
+                              zygotes=zygotes)
+    finally:
+        t.join()

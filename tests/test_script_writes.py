@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import textwrap
-import threading
 import time
 
 import pytest
 
-from simdist.script.api import compare_script
 from tests.test_script_examples import differences
+from tests.test_script_workdir import compare_beside
 
 LINKS = """
 import os, time
@@ -58,13 +57,7 @@ def test_a_link_the_side_made_is_set_aside_and_a_folder_it_only_reused_claims_no
         (tmp_path / "logs" / "outside.log").write_text("mine\n")
 
     monkeypatch.chdir(tmp_path)
-    t = threading.Thread(target=outsider)
-    t.start()
-    try:
-        both = compare_script(script, nproc_per_node=2, backend="gloo", timeout_s=300, measure_compute=False,
-                              zygotes=script_zygote)
-    finally:
-        t.join()
+    both = compare_beside(script, outsider, script_zygote)
     for side in (both.sim.report, both.real.report):
         assert [r.output for r in side.ranks] == [["fresh"]] * 2
     assert differences(both.sim.report, both.real.report) == []
