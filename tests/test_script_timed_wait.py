@@ -293,3 +293,29 @@ def test_a_real_tqdm_bar_reaches_torchs_default_timeout_in_simulated_time(script
                           for lines in said]
     assert any("30:00<" in line for r in rep.ranks for line in r.stderr), rep.ranks[0].stderr  # tqdm's elapsed
     assert rep.timings["wall_s"] < 60, rep.timings
+
+
+def test_a_heartbeat_thread_sleeping_in_a_loop_is_a_timed_wait(script_zygote):
+    """progress_bar_timeout.py KIND sleep: the side thread is a heartbeat looping on
+    `time.sleep(INTERVAL)`. With a 3 s timeout both sides print the same lines (each wait lasted
+    3 s by its clocks, the heartbeat woke about 6 times); with torch's default and a 10 s
+    heartbeat the simulated ranks print them at 1800 s, in seconds of wall time. Before, a
+    sleeping side thread counted as one that could post: the run sat until the watchdog and
+    was called a hang (measured: 47 s to a 40 s watchdog), where real Gloo raises at 30 min."""
+    run_id = new_run_id()
+    both = compare_script(BAR, ["0.5", str(SHORT_S), "sleep"], nproc_per_node=2, backend="gloo", timeout_s=120,
+                          hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    for rep in (both.sim.report, both.real.report):
+        _ended_by_the_timeout(rep)
+        _timed_out(rep, SHORT_S, True)
+    run_id = new_run_id()
+    rep = run_script(BAR, ["10", "0", "sleep"], nproc_per_node=2, backend="gloo", timeout_s=120, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == [] and descendants(script_zygote("sim").pid) == []
+    _ended_by_the_timeout(rep)
+    assert _said(rep) == [[line.replace(f"[{SHORT_S}, {SHORT_S}, {SHORT_S}]", "[1800, 1800, 1800]")
+                           .replace(f"{SHORT_S * 1000}ms", "1800000ms") for line in lines] for lines in _said(both.real.report)]
+    assert rep.timings["wall_s"] < 60, rep.timings  # (measured 7.8 s; the watchdog's 120 s before)

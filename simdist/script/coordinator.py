@@ -255,6 +255,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
             conn.sleep(float(h["s"]))
+            if "n" in h:  # told as a timed wait (`rank.timedwait.sleep`): it ends at the clock now
+                conn.timed_wait(h, self.measure_compute)
             self._overdue()
 
     def _op(self, conn: RankConn, h: dict[str, Any], data: bytearray | None) -> None:

@@ -199,8 +199,11 @@ class RankConn:
         tid = h.get("tid")
         if h["t"] == "woke":
             self.timers_at[tid] = self.wakes.pop(tid, self.clock)
+        elif h["t"] == "sleep":  # a main thread's told sleep: `sleep` moved the rank's clock to its end already
+            self.wakes[tid] = self.clock
         else:
             self.wakes[tid] = max(self.clock, self.timers_at.get(tid, 0.0)) + max(float(h["s"]), 0.0)
+        if h["t"] != "woke":
             self.wait_numbers[tid] = int(h.get("n") or 0)
             if h.get("p") is not None:
                 self.wait_ends[tid] = float(h["p"]) + max(float(h["s"]), 0.0)
@@ -208,8 +211,9 @@ class RankConn:
     def wake_at(self) -> float | None:
         """Blocked but for threads in a timed wait: when the first of them wakes, on its simulated
         clock (none of them can post before); None: not so."""
-        if (self.init_wait is not None or self.block is None or not self.claim.timed
-                or not self.claim.quiet(timed=True) or any(self.ops[i].done for i in self.block.ids if i in self.ops)):
+        if (self.init_wait is not None or not self.claim.timed
+                or not self.claim.quiet(timed=True)
+                or (self.block is not None and any(self.ops[i].done for i in self.block.ids if i in self.ops))):
             return None
         wakes = [self.wakes.get(k) for k in self.claim.timed]
         return None if None in wakes else min(w for w in wakes if w is not None)

@@ -16,7 +16,10 @@ woke as often as its timer says and read that time pass. The other ranks then re
 which models no process teardown), rank 0 raises the error again after 1.5 s (once the others
 have exited 0: torchrun's agent has no one left to end).
 
-Args: INTERVAL (0: no monitor thread) TIMEOUT.
+KIND "sleep": the thread is a heartbeat instead, `while True: time.sleep(INTERVAL)` (left
+running, not joined: a daemon heartbeat is never stopped).
+
+Args: INTERVAL (0: no monitor thread) TIMEOUT [KIND: event (default) | sleep].
 """
 import datetime
 import sys
@@ -27,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 interval, timeout = float(sys.argv[1]), float(sys.argv[2])
+kind = sys.argv[3] if len(sys.argv) > 3 else "event"
 kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout > 0 else {}
 dist.init_process_group("gloo", **kwargs)
 rank = dist.get_rank()
@@ -45,7 +49,14 @@ def monitor() -> None:  # tqdm's TMonitor.run, less the bars it refreshes
         seen["last"] = time.time()
 
 
-thread = threading.Thread(target=monitor, daemon=True)
+def heartbeat() -> None:
+    while True:
+        time.sleep(interval)
+        seen["wakes"] += 1
+        seen["last"] = time.time()
+
+
+thread = threading.Thread(target=heartbeat if kind == "sleep" else monitor, daemon=True)
 if interval > 0:
     thread.start()
 t = torch.ones(2)
@@ -57,7 +68,7 @@ try:
 except RuntimeError as e:
     took = [round(time.monotonic() - t0), round(time.time() - w0), round(time.perf_counter() - p0)]
     stop.set()
-    if interval > 0:
+    if interval > 0 and kind != "sleep":
         thread.join()
     print(rank, "raised after", took, "s:", str(e).splitlines()[0].split("] ")[-1], flush=True)
     print(rank, "monitor woke as its timer says:", seen["wakes"] >= (limit / interval - 2 if interval > 0 else 0),

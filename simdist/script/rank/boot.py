@@ -6,8 +6,9 @@ Every process of a script run, whether the launcher started it or the script did
   exits at once if its parent is already gone, so killing `simdist` leaves no process behind;
 * reports its printed lines and how it ends (`output`, `exits`);
 * lists the files it writes (`writes`: what `compare` sets aside between its sides);
-* counts `time.sleep` as busy (a sleeping rank is not blocked in a collective) and as
-  simulated time passing;
+* counts `time.sleep` on the main thread as busy (a sleeping rank is not blocked in a
+  collective) and as simulated time passing; on another thread, on the simulated side, as a
+  timed wait (`rank.timedwait.sleep`: a heartbeat thread's loop keeps no timeout from firing);
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
   before the script does, so its environment settings still apply). In the "gloo" mode
@@ -29,7 +30,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, client, exits, output, simclock, stack, writes
+from simdist.script.rank import callbacks, client, exits, output, simclock, stack, timedwait, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -136,14 +137,20 @@ def _patch_sleep() -> None:
     def sleep(seconds: float) -> None:
         c = client.CLIENT
         if c is None or threading.current_thread() is not main:
-            return orig(seconds)
+            # another thread's sleep posts nothing before it ends: on the simulated side a timed wait
+            # the coordinator may end in simulated time once every rank is blocked (`rank.timedwait`)
+            if c is None or not timedwait.sleep(seconds, sys._getframe(1)):
+                orig(seconds)
+            return None
         c.sleeping += 1
         # simulated time passes as the sleep says (`RankConn.sleep`): said first, so that the
         # waits of peers that time out meanwhile end before this rank posts again
-        c.send({"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time(),
-                "frames": stack.caller_stack()})  # (where it stood while asleep: `script.agent`)
+        said = {"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time(),
+                "frames": stack.caller_stack()}  # (where it stood while asleep: `script.agent`)
         try:
-            orig(seconds)
+            if not timedwait.sleep(seconds, sys._getframe(1), said):  # (told, it is a timed wait too)
+                c.send(said)
+                orig(seconds)
         finally:
             c.sleeping -= 1
 

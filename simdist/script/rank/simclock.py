@@ -13,17 +13,23 @@ plus it (the standard library's own names for `monotonic`, `threading._time` and
 bound before this ran, too). simdist's own code reads the real clocks: its wall times go to the
 coordinator (a block's start, the Flight Recorder's generation starts), which keeps wall time.
 
-Not moved: clocks read in C (`datetime.now()`, C++ code's own clocks), and CPU-time clocks
-(`time.thread_time`, `process_time`: a skipped wait uses no CPU either). Another process of the
-rank's (a DataLoader worker) keeps its own clock.
+The calendar clocks C reads where no time is given (`datetime.now()`, `time.localtime()`,
+`time.strftime` with no time tuple: a log line's timestamp) read it too (`_calendar`). Not
+moved: C++ code's own clocks, and CPU-time clocks (`time.thread_time`, `process_time`: a
+skipped wait uses no CPU either). Another process of the rank's (a DataLoader worker) keeps
+its own clock.
 """
 
 from __future__ import annotations
 
+import ctypes
+import datetime
+import gc
 import queue
 import sys
 import threading
 import time
+from typing import Any
 
 from simdist.frames import SIMDIST_DIR
 
@@ -68,6 +74,68 @@ def _shifted(name: str) -> tuple[object, object]:
     return clock, clock_ns
 
 
+def _script_now(caller: Any) -> float | None:
+    """time.time() as the script reads it from frame `caller`, where a skip moved it; None: as
+    the real clock reads (nothing skipped yet, or simdist's own code)."""
+    if _offset and not caller.f_code.co_filename.startswith(SIMDIST_DIR):
+        return _REAL["time"]() + _offset
+    return None
+
+
+class _Unbound:
+    """A replacement for one of `time`'s builtins that, like them, binds no instance (logging's
+    `Formatter.converter = time.localtime`, a class attribute, is called as `self.converter(t)`)
+    and pickles as `time.<name>`. `fn(caller, *args)`: `caller` is the calling frame."""
+
+    def __init__(self, name: str, fn: Any):
+        self._fn, self.__name__, self.__qualname__, self.__module__ = fn, name, name, "time"
+
+    def __call__(self, *args: Any) -> Any:
+        return self._fn(sys._getframe(1), *args)
+
+    def __reduce__(self) -> str:
+        return self.__name__
+
+
+def _calendar() -> None:
+    """The calendar clocks that C reads with no time given: `time.localtime()`, `gmtime()`,
+    `ctime()`, `asctime()`, `strftime(fmt)` (a log line's timestamp), and `datetime.now(tz)`,
+    `datetime.utcnow()` (`date.today()` and `datetime.today()` call `time.time` themselves):
+    each reads the script's time.time. datetime's type is immutable and its instances come
+    from C code everywhere (pickles, `isinstance`, singledispatch and YAML representers keyed
+    by the class), so the class stays, and only its `now` and `utcnow` are swapped in its dict."""
+    real = {name: getattr(time, name) for name in ("localtime", "gmtime", "ctime", "asctime", "strftime")}
+
+    def at(name: str) -> Any:
+        return lambda caller, secs=None: real[name](_script_now(caller) if secs is None else secs)
+
+    def asctime(caller: Any, t: Any = None) -> str:
+        return real["asctime"](real["localtime"](_script_now(caller)) if t is None else t)
+
+    def strftime(caller: Any, format: str, t: Any = None) -> str:  # noqa: A002 - the standard library's name
+        return real["strftime"](format, real["localtime"](_script_now(caller)) if t is None else t)
+
+    for name, fn in (*((n, at(n)) for n in ("localtime", "gmtime", "ctime")), ("asctime", asctime), ("strftime", strftime)):
+        setattr(time, name, _Unbound(name, fn))
+    try:
+        slots = gc.get_referents(datetime.datetime.__dict__)[0]
+        real_now, real_utcnow = slots["now"], slots["utcnow"]  # (descriptors: `cls` is the caller's, a subclass too)
+    except (IndexError, TypeError, KeyError):  # not CPython: datetime.now reads the real clock
+        return
+
+    def now(cls: Any, tz: Any = None) -> Any:
+        t = _script_now(sys._getframe(1))
+        return real_now.__get__(None, cls)(tz) if t is None else cls.fromtimestamp(t, tz)
+
+    def utcnow(cls: Any) -> Any:
+        t = _script_now(sys._getframe(1))
+        return real_utcnow.__get__(None, cls)() if t is None else (
+            cls.fromtimestamp(t, datetime.timezone.utc).replace(tzinfo=None))
+
+    slots["now"], slots["utcnow"] = classmethod(now), classmethod(utcnow)
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(datetime.datetime))
+
+
 def install() -> None:
     """Once per process, before torch is imported (`boot.install`: torch imports tqdm, whose
     `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
@@ -79,3 +147,4 @@ def install() -> None:
         setattr(time, f"{name}_ns", clock_ns)
     threading._time = time.monotonic  # type: ignore[attr-defined]  # Condition.wait_for, Semaphore, Barrier
     queue.time = time.monotonic  # type: ignore[attr-defined]  # Queue.get/put(timeout=)
+    _calendar()

@@ -59,10 +59,12 @@ class _Told:
     waiter: Any = None  # its lock in the condition's waiters, once it waits
     woken: bool = False  # the coordinator's wake ended it (a timeout, not a notify)
     over: bool = False
+    sleep: bool = False  # a `time.sleep` (`_sleep`): it ends when the script's clock gets to `ends`
 
 
 _TOLD: dict[int, _Told] = {}  # thread key (`client.thread_key`) -> its told wait in progress
 _WAKER: list[Any] = [None, None]  # [the pid whose waker thread runs, its queue of wakes]
+_INSTALLED = [False]  # `install` ran (the simulated side): `sleep` tells side threads' sleeps
 
 
 def _simdists(frame: Any) -> bool:
@@ -118,6 +120,11 @@ def _wake(h: dict[str, Any]) -> None:
     with told.cond:
         if told.over or told.waiter is None:
             return
+        if told.sleep:  # (no notify can end a sleep: its gate may be released already by a clock move)
+            told.woken = True
+            simclock.advance_to(told.ends)
+            _release(told.waiter)
+            return
         try:
             told.waiter.release()
         except RuntimeError:  # a notify released it first: a wake by another thread
@@ -127,6 +134,45 @@ def _wake(h: dict[str, Any]) -> None:
         if told.ident in order:
             order.remove(told.ident)  # (`notify` must count the next waiter, not this one)
         simclock.advance_to(told.ends)
+
+
+def _release(gate: Any) -> None:
+    try:
+        gate.release()
+    except RuntimeError:  # released already, not yet taken back by its sleeper: it looks again anyway
+        pass
+
+
+def _sleep(told: _Told) -> bool:
+    """A told `time.sleep`: until the script's clock (`simclock.now`) reads the sleep's end. The
+    coordinator's wake moves the clock there (`_wake`); a skip of simulated time while it sleeps
+    (a deadline every other rank waited for fired at once, `scriptclocks`) moves its end nearer
+    in wall time (`_clock_moved`): a sleep of 4 s in which 2 s were skipped lasts 2 s more, as the
+    script's clocks then read 4 s, where one that slept its 4 s of wall time read 6.
+    Returns False, as a timed-out `Condition.wait` (no notify ends a sleep)."""
+    gate = allocate_lock()
+    gate.acquire()
+    with told.cond:
+        told.waiter = gate
+    try:
+        while not told.woken and (left := told.ends - simclock.now()) > 0:
+            gate.acquire(True, left)
+    finally:
+        with told.cond:
+            told.over = True
+    return False
+
+
+def _clock_moved(h: dict[str, Any]) -> None:
+    """The coordinator skipped simulated time ("clock": a deadline ended a wait at once while
+    every rank stood still, `expiry`): the script's clocks move on, and each told sleep looks
+    again at what is left of it (`_sleep`)."""
+    simclock.advance_to(float(h["p"]))
+    for told in list(_TOLD.values()):
+        if told.sleep:
+            with told.cond:
+                if not told.over and told.waiter is not None:
+                    _release(told.waiter)
 
 
 def _woken(h: dict[str, Any]) -> None:
@@ -145,27 +191,77 @@ def _serve_wakes(wakes: queue.SimpleQueue[dict[str, Any]]) -> None:
         _wake(wakes.get())
 
 
+def _told_wait(cond: Any, timeout: float, tell: Any = None, sleep: bool = False) -> bool:
+    """`cond.wait(timeout)` told to the coordinator (`tell(timeout, number)`, by default
+    `Client.timed_wait`), for the coordinator's wake to end (`_wake`); the caller holds `cond`'s
+    lock and has checked `tells`."""
+    c = client.CLIENT
+    assert c is not None
+    tell = tell or c.timed_wait
+    _IN.on = True
+    key = client.thread_key()
+    told = _TOLD[key] = _Told(cond, next(_NUMBERS), threading.get_ident(), simclock.now() + timeout, sleep=sleep)
+    woke = False
+    try:
+        tell(timeout, told.number)
+        woke = _sleep(told) if sleep else _wait(cond, timeout, told)
+        return woke
+    finally:
+        _TOLD.pop(key, None)
+        c.timed_over(timer=not woke)
+        _IN.on = False
+
+
+def tells(timeout: float | None, caller: Any) -> bool:
+    """A wait of `timeout` s called from frame `caller` is the script's, to tell: installed
+    (the simulated side), a timer, on a thread of the script's, not inside another told wait,
+    not simdist's own (`_simdists`)."""
+    return (_INSTALLED[0] and timeout is not None and timeout > 0 and client.CLIENT is not None
+            and not getattr(_IN, "on", False) and not threading.current_thread().name.startswith(OWN_PREFIX)
+            and not _simdists(caller))
+
+
+def sleep(seconds: float, caller: Any, main: dict[str, Any] | None = None) -> bool:
+    """`time.sleep(seconds)` called from frame `caller` (`boot`), as a told timed wait: a
+    heartbeat's or monitor's `while True: time.sleep(k)` loop posts nothing before its timer
+    ends, as tqdm's `Event.wait(10)` posts nothing (a private condition nothing notifies, so
+    only the timer or the coordinator's wake ends it, which moves the script's clocks on to its
+    end). `main`: the main thread's "sleep" message (simulated time passes on the rank's clock
+    as the sleep says, `RankConn.sleep`), sent as the telling; told only while the process has
+    no child (`_childless`): a main thread that sleeps in a loop may be polling a subprocess or
+    a worker, whose progress only the wall clock makes. False: not such a sleep (the caller
+    sleeps as it would)."""
+    if not tells(seconds, caller) or (main is not None and not _childless()):
+        return False
+    c = client.CLIENT
+    assert c is not None
+    _told_wait(threading.Condition(threading.Lock()), float(seconds), None if main is None else
+               lambda _s, number: c.send({**main, "n": number}, claim=True, timed=True), sleep=True)
+    return True
+
+
+def _childless() -> bool:
+    """This process has no child process (the children lists of its threads in /proc are
+    empty); False where /proc cannot tell."""
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+                if f.read().strip():
+                    return False
+    except OSError:
+        return False
+    return True
+
+
 def install() -> None:
     simclock.install()
     orig, orig_notify = threading.Condition.wait, threading.Condition.notify
+    _INSTALLED[0] = True
 
     def timed(self: Any, timeout: float | None) -> bool:
-        c = client.CLIENT
-        if (timeout is None or timeout <= 0 or c is None or getattr(_IN, "on", False)
-                or threading.current_thread().name.startswith(OWN_PREFIX) or _simdists(sys._getframe(2))):
+        if not tells(timeout, sys._getframe(2)):
             return orig(self, timeout)
-        _IN.on = True
-        key = client.thread_key()
-        told = _TOLD[key] = _Told(self, next(_NUMBERS), threading.get_ident(), simclock.now() + float(timeout))
-        woke = False
-        try:
-            c.timed_wait(float(timeout), told.number)
-            woke = _wait(self, float(timeout), told)
-            return woke
-        finally:
-            _TOLD.pop(key, None)
-            c.timed_over(timer=not woke)
-            _IN.on = False
+        return _told_wait(self, float(timeout))  # type: ignore[arg-type]
 
     def wait(self: Any, timeout: float | None = None) -> bool:
         order, me = _waiters(self), threading.get_ident()
@@ -191,4 +287,4 @@ def install() -> None:
     threading.Condition.wait = wait  # type: ignore[method-assign]
     threading.Condition.notify = notify  # type: ignore[method-assign]
     client.on_message("wake", _woken)
-    client.on_message("clock", lambda h: simclock.advance_to(float(h["p"])))  # a deadline ended a wait (`expiry`)
+    client.on_message("clock", _clock_moved)  # a deadline ended a wait (`expiry`)
