@@ -1,7 +1,9 @@
 """The rank layer's wrappers of builtins (`rank.writes`' `open` and `os.*`, `rank.boot`'s
-`time.sleep`) bind no instance, as the builtins they replace: `opener = open` in a class
-body, called as `self.opener(path, "w")`, got the instance as its path (TypeError on every
-side simdist runs: the script ran fine without it)."""
+`time.sleep`, `rank.simclock`'s clocks) bind no instance, as the builtins they replace:
+`opener = open` in a class body, called as `self.opener(path, "w")`, got the instance as its
+path (TypeError on every side simdist runs: the script ran fine without it); `clock =
+time.monotonic` got it as an argument it does not take, on the simulated side (until the
+ninth session)."""
 
 from __future__ import annotations
 

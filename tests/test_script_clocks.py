@@ -7,25 +7,32 @@ clocks. Before, only the rank whose wait timed out had its clocks moved, and at 
 every rank was blocked (MODE stuck) the others read 0 s for a wait of 2 s on real Gloo, by a
 tqdm-like monitor's wakes too; where a peer slept meanwhile (MODE sleep) the timed-out rank
 read the 4 s peer's sleep as 6 s (2 skipped + 4 of wall time), and with a third rank waiting
-in the store its timeout fired only when the sleeper woke (4 s, not 2)."""
+in the store its timeout fired only when the sleeper woke (4 s, not 2). datetime.now (read in C)
+was not moved at all: it read 0 s for those 2 s (`rank.simclock._calendar`).
+
+tests/scripts/main_sleeps_timeout.py: rank 0's main thread straggles in a `time.sleep`, then
+polls in a `time.sleep` loop while the others' recvs from it time out."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 
 from simdist.compare import compare_reports, format_comparison
-from simdist.script.api import compare_script
+from simdist.script.api import compare_script, run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.real
 
 SCRIPT = ROOT / "tests" / "scripts" / "clocks_after_timeout.py"
+MAIN_SLEEPS = ROOT / "tests" / "scripts" / "main_sleeps_timeout.py"
 
 
 @pytest.mark.parametrize(("args", "nproc", "waited", "keyed"), [
-    (["stuck", "2", "0"], 3, "[2, 2, 2]", "[2, 2, 2]"),  # every rank blocked: the skip moves every rank's clocks
-    (["stuck", "3", "0", "1"], 2, "[3, 3, 3]", "[3, 3, 3]"),  # ... and so do a monitor thread's wakes
+    (["stuck", "2", "0"], 3, "[2, 2, 2, 2]", "[2, 2, 2, 2]"),  # every rank blocked: the skip moves every rank's clocks
+    (["stuck", "3", "0", "1"], 2, "[3, 3, 3, 3]", "[3, 3, 3, 3]"),  # ... and so do a monitor thread's wakes
     (["sleep", "2", "4"], 2, "[2, 2, 2, 2]", "[4, 4, 4, 4]"),  # a peer sleeps: the timeout waits for the wall clock
     (["sleep", "2", "4"], 3, "[2, 2, 2, 2]", "[4, 4, 4, 4]"),  # ... with a rank blocked in a store request too
 ])
@@ -43,3 +50,36 @@ def test_every_ranks_clocks_read_the_timeout_as_real_gloos(script_zygote, args, 
                 (rep.source, r.output, rep.notes)
     c = compare_reports(both.sim.report, both.real.report)
     assert c.agree, format_comparison(c)
+
+
+def _main_sleeps_said(nproc: int, polled: int, limit: int) -> list[list[str]]:
+    """main_sleeps_timeout.py's lines (STRAGGLE 2) where the waits time out after `limit` s."""
+    agree = f"calendar clocks read time.time: {[True] * 9}"
+    raised = f"raised after {[limit] * 4} Timed out waiting {limit * 1000}ms for recv operation to complete"
+    return [[f"{r} all_reduce after [2, 2, 2, 2]", f"{r} {f'stopped polling after {[polled] * 4}' if r == 0 else raised}",
+             f"{r} {agree}"] for r in range(nproc)]
+
+
+def test_a_main_thread_sleeping_is_a_timed_wait_as_the_wall_clock_reads_it(script_zygote):
+    """Rank 0's main thread sleeps 2 s before an all_reduce, then polls in a `time.sleep(0.5)`
+    loop while the others' recvs from it time out after 3 s: both sides print the same lines
+    (every rank's clocks, datetime.now's too, read the 2 s straggle and the 3 s timeout; the
+    calendar clocks agree with time.time). With torch's default timeout and a 10 s poll, the
+    simulated ranks print the same at 1800 s in seconds of wall time: the main thread's sleeps
+    are timed waits the coordinator ends in simulated time once every other rank is blocked.
+    Before, the sleeps ran in wall time: the run sat until the watchdog, a hang."""
+    run_id = new_run_id()
+    both = compare_script(MAIN_SLEEPS, ["2", "0.5", "3"], nproc_per_node=3, backend="gloo", timeout_s=120,
+                          hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == []
+    for rep in (both.sim.report, both.real.report):
+        assert [r.output for r in rep.ranks] == _main_sleeps_said(3, 4, 3), (rep.source, rep.notes)
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, (rep.source, rep.notes)
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    run_id = new_run_id()
+    rep = run_script(MAIN_SLEEPS, ["2", "10", "0"], nproc_per_node=3, backend="gloo", timeout_s=120, run_id=run_id,
+                     measure_compute=False, zygote=script_zygote("sim"), stdout=subprocess.DEVNULL)
+    assert tagged_processes(run_id) == []
+    assert [r.output for r in rep.ranks] == _main_sleeps_said(3, 1810, 1800), rep.notes
+    assert rep.timings["wall_s"] < 60, rep.timings  # (measured 23 s: the last 10 s sleep runs in wall time)

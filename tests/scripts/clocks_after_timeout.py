@@ -8,7 +8,7 @@ by it, not only rank 0's. MODE sleep (`who` 1): rank 0 sleeps SLEEP s, then sets
 rank 1's timeout ends while rank 0 sleeps, and rank 1's clocks must not count again, once it
 has the key, the wall time it already skipped. Each rank prints how long its wait lasted
 (the one that timed out) and how long it took to the key, by time.time, time.monotonic and
-time.perf_counter (MODE sleep: datetime.now too, which nothing moves), whole seconds. With
+time.perf_counter and datetime.now (read in C: `rank.simclock` moves it too), whole seconds. With
 MONITOR > 0, a thread of rank 0 loops on `Event.wait(MONITOR)` meanwhile, as tqdm's monitor
 does: the simulator wakes it in simulated time (`simdist.script.timedwakes`), which must move
 every rank's clocks, not only rank 0's.
@@ -36,8 +36,7 @@ start = time.time(), time.monotonic(), time.perf_counter(), datetime.datetime.no
 
 def took() -> list[int]:
     now = time.time(), time.monotonic(), time.perf_counter(), datetime.datetime.now()
-    s = [round(b - a) for a, b in zip(start[:3], now[:3], strict=True)]
-    return s + [round((now[3] - start[3]).total_seconds())] if mode == "sleep" else s
+    return [round(b - a) for a, b in zip(start[:3], now[:3], strict=True)] + [round((now[3] - start[3]).total_seconds())]
 
 
 stop = threading.Event()

@@ -3,7 +3,8 @@ a recv from rank 1 that a thread of rank 1 sends after SECONDS (HOW: `sleep`, a 
 sleeps first, as an async checkpoint's or a heartbeat's does; `timer`, a `threading.Timer`).
 For that time both main threads are asleep in torch's waits with no CPU used; the run
 completes. With HOW `quits` the thread sleeps and ends without sending: a hang from then on,
-both main threads in their recv."""
+both main threads in their recv. Each rank prints whether its recv lasted the thread's SECONDS
+by its clock (the simulator ends the thread's timed wait in simulated time, `rank.timedwait`)."""
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ how, seconds = sys.argv[1], float(sys.argv[2])
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.zeros(2)
+t0 = time.monotonic()
 if rank == 1:
     def send():
         dist.send(torch.ones(2), dst=0)
@@ -31,5 +33,5 @@ if rank == 1:
 else:
     dist.recv(t, src=1)
     dist.send(t + 1, dst=1)
-print(rank, "done", t.tolist(), flush=True)
+print(rank, "done", t.tolist(), "after the thread's sleep:", time.monotonic() - t0 >= seconds, flush=True)
 dist.destroy_process_group()

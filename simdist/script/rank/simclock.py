@@ -22,6 +22,7 @@ its own clock.
 
 from __future__ import annotations
 
+import copyreg
 import ctypes
 import datetime
 import gc
@@ -56,6 +57,24 @@ def advance_to(target: float) -> None:
         _offset = max(_offset, target - real_monotonic())
 
 
+def _unbound(name: str, fn: Any) -> Any:
+    """`fn` as a replacement for `time.<name>` that, like the builtin, binds no instance
+    (logging's `Formatter.converter = time.localtime`, a class body's `clock = time.perf_counter`:
+    called through an instance, a function gets the instance as its first argument): a
+    staticmethod, callable since Python 3.10, pickled as `time.<name>` (`_reduce_static`). Its
+    call adds no Python frame: `sys._getframe(1)` in `fn` is its caller's."""
+    fn.__module__, fn.__name__, fn.__qualname__ = "time", name, name
+    return staticmethod(fn)
+
+
+def _reduce_static(obj: Any) -> str:
+    """Pickles (and copies) a replacement of `_unbound` by its name in `time`; any other
+    staticmethod cannot be pickled, as without this."""
+    if getattr(time, getattr(obj, "__name__", ""), None) is obj:
+        return str(obj.__name__)
+    raise TypeError("cannot pickle 'staticmethod' object")
+
+
 def _shifted(name: str) -> tuple[object, object]:
     real, real_ns = _REAL[name], getattr(time, f"{name}_ns")
 
@@ -69,9 +88,7 @@ def _shifted(name: str) -> tuple[object, object]:
             return real_ns() + int(_offset * 1e9)
         return real_ns()
 
-    for fn, as_name in ((clock, name), (clock_ns, f"{name}_ns")):  # named as the module's own: a
-        fn.__module__, fn.__name__, fn.__qualname__ = "time", as_name, as_name  # pickle finds `time.<name>`
-    return clock, clock_ns
+    return _unbound(name, clock), _unbound(f"{name}_ns", clock_ns)
 
 
 def _script_now(caller: Any) -> float | None:
@@ -80,21 +97,6 @@ def _script_now(caller: Any) -> float | None:
     if _offset and not caller.f_code.co_filename.startswith(SIMDIST_DIR):
         return _REAL["time"]() + _offset
     return None
-
-
-class _Unbound:
-    """A replacement for one of `time`'s builtins that, like them, binds no instance (logging's
-    `Formatter.converter = time.localtime`, a class attribute, is called as `self.converter(t)`)
-    and pickles as `time.<name>`. `fn(caller, *args)`: `caller` is the calling frame."""
-
-    def __init__(self, name: str, fn: Any):
-        self._fn, self.__name__, self.__qualname__, self.__module__ = fn, name, name, "time"
-
-    def __call__(self, *args: Any) -> Any:
-        return self._fn(sys._getframe(1), *args)
-
-    def __reduce__(self) -> str:
-        return self.__name__
 
 
 def _calendar() -> None:
@@ -107,16 +109,16 @@ def _calendar() -> None:
     real = {name: getattr(time, name) for name in ("localtime", "gmtime", "ctime", "asctime", "strftime")}
 
     def at(name: str) -> Any:
-        return lambda caller, secs=None: real[name](_script_now(caller) if secs is None else secs)
+        return lambda secs=None: real[name](_script_now(sys._getframe(1)) if secs is None else secs)
 
-    def asctime(caller: Any, t: Any = None) -> str:
-        return real["asctime"](real["localtime"](_script_now(caller)) if t is None else t)
+    def asctime(t: Any = None) -> str:
+        return real["asctime"](real["localtime"](_script_now(sys._getframe(1))) if t is None else t)
 
-    def strftime(caller: Any, format: str, t: Any = None) -> str:  # noqa: A002 - the standard library's name
-        return real["strftime"](format, real["localtime"](_script_now(caller)) if t is None else t)
+    def strftime(format: str, t: Any = None) -> str:  # noqa: A002 - the standard library's name
+        return real["strftime"](format, real["localtime"](_script_now(sys._getframe(1))) if t is None else t)
 
     for name, fn in (*((n, at(n)) for n in ("localtime", "gmtime", "ctime")), ("asctime", asctime), ("strftime", strftime)):
-        setattr(time, name, _Unbound(name, fn))
+        setattr(time, name, _unbound(name, fn))
     try:
         slots = gc.get_referents(datetime.datetime.__dict__)[0]
         real_now, real_utcnow = slots["now"], slots["utcnow"]  # (descriptors: `cls` is the caller's, a subclass too)
@@ -141,6 +143,7 @@ def install() -> None:
     `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
     if time.monotonic is not _REAL["monotonic"]:  # (installed already)
         return
+    copyreg.pickle(staticmethod, _reduce_static)
     for name in _REAL:
         clock, clock_ns = _shifted(name)
         setattr(time, name, clock)

@@ -69,8 +69,10 @@ _INSTALLED = [False]  # `install` ran (the simulated side): `sleep` tells side t
 
 def _simdists(frame: Any) -> bool:
     """The wait is simdist's own (the rank layer's `Work.wait` polls its events every 20 ms on
-    the script's thread): the first caller outside the standard library is simdist's code."""
-    while frame is not None:
+    the script's thread): the first caller outside the standard library is simdist's code. A
+    thread's start (`Thread._bootstrap_inner`, which the rank layer wraps, `devices`) ends the
+    look: a `threading.Timer`'s wait, the standard library's all the way, is the script's."""
+    while frame is not None and frame.f_code.co_name != "_bootstrap_inner":
         name = os.path.abspath(frame.f_code.co_filename)
         if not (frame.f_code.co_filename.startswith("<frozen ") or (name.startswith(STDLIB_DIR) and not name.startswith(SITE_DIR))):
             return name.startswith(_SIMDIST)
