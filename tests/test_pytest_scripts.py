@@ -145,7 +145,9 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 if dist.get_rank() == 0:
     open(sys.argv[1], "w").close()  # the ranks are up
-    time.sleep(600)  # working, as far as the simulator can tell: it waits (up to the watchdog's timeout)
+    end = time.monotonic() + 600
+    while time.monotonic() < end:  # working: the simulator waits (up to the watchdog's timeout); a
+        pass                       # sleep would be a timed wait it ends at once (`rank.timedwait`)
 dist.barrier()
 '''
 
@@ -180,8 +182,8 @@ def test_run(simdist_script):
 
 
 def test_the_watchdog_ends_a_run_that_waits_for_a_rank_and_its_ranks(script_zygote, tmp_path):
-    """`timeout_s`: a rank that never communicates again (sleeping, as far as the simulator
-    can tell: working) ends the run after that long, with every rank's process."""
+    """`timeout_s`: a rank that never communicates again (working) ends the run after that
+    long, with every rank's process."""
     (tmp_path / "train.py").write_text(WAITS)
     servers = SessionForkServers(script_zygote, tmp_path).servers
     report = ScriptRunner(servers, tmp_path).run(tmp_path / "train.py", [str(tmp_path / "up")], nproc_per_node=2,

@@ -156,14 +156,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def _start_cli(tmp_path: Path) -> tuple[subprocess.Popen, list[int], str]:
-    """simdist running a 2-rank script (rank 0 sleeping, rank 1 waiting on it), the ranks' pids
-    and the tag every process of the run carries in its environment."""
+    """simdist running a 2-rank script (rank 0 computing, rank 1 waiting on it: a sleep would be
+    a timed wait the simulator ends at once, `rank.timedwait`), the ranks' pids and the tag
+    every process of the run carries in its environment."""
     pids = tmp_path / "pids"
     pids.mkdir()
     p = _script(tmp_path, f"""
         open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
         if rank == 0:
-            time.sleep(600)
+            end = time.monotonic() + 600
+            while time.monotonic() < end:
+                pass
         dist.all_reduce(torch.ones(1))
     """)
     tag = uuid.uuid4().hex
@@ -173,7 +176,7 @@ def _start_cli(tmp_path: Path) -> tuple[subprocess.Popen, list[int], str]:
     deadline = time.time() + 120
     while len(os.listdir(pids)) < 2 and time.time() < deadline:
         time.sleep(0.1)
-    time.sleep(0.5)  # both ranks are in the loop now: rank 0 sleeping, rank 1 waiting
+    time.sleep(0.5)  # both ranks are in the loop now: rank 0 computing, rank 1 waiting
     return proc, [int(x) for x in os.listdir(pids)], tag
 
 

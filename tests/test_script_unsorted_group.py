@@ -58,7 +58,7 @@ def test_a_group_timeout_names_the_missing_member_by_its_given_place(script_zygo
 
 
 def test_the_status_lines_name_the_group_in_its_given_order(script_zygote, monkeypatch):
-    """Group [2, 0], rank 0 comes 1.5 s late: both sides' status lines name the group's
+    """Group [2, 0], rank 0 comes 1.5 s late (it computes): both sides' status lines name the group's
     members in group-rank order, as torch's `global_ranks_in_group` has them."""
     from simdist.script import initwatch
 

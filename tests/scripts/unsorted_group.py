@@ -7,7 +7,9 @@ gather to group rank 0 (`group_dst`), a send/recv between group ranks 0 and 1.
     pair           [world - 1, 0] (ranks in between are not members)
     timeout T      [world - 1, 0] with timeout=T s; rank 0 exits first: the last rank
                    raises the store's error naming the member it waits for by group rank
-    late           [world - 1, 0]; rank 0 sleeps 1.5 s first: the last rank waits for it
+    late           [world - 1, 0]; rank 0 computes 1.5 s first: the last rank waits for it (a
+                   sleep is a timed wait the simulator ends at once once the others wait,
+                   `rank.timedwait`: no wall time passes, no status line is due)
     ops            [1, 0, 2, ...]: the ring's order differs from the ascending one: group
                    rank 0 all-reduces with MAX, the others with SUM (Gloo pairs them; each
                    segment is reduced by its owner's op, the owner a group rank)
@@ -50,7 +52,9 @@ def main():
         dist.destroy_process_group()
         return
     if mode == "late" and rank == 0:
-        time.sleep(1.5)
+        began = time.perf_counter()
+        while time.perf_counter() - began < 1.5:
+            pass
     if mode == "timeout":
         dist.barrier()
         if rank == 0:
