@@ -83,3 +83,28 @@ def test_a_main_thread_sleeping_is_a_timed_wait_as_the_wall_clock_reads_it(scrip
     assert tagged_processes(run_id) == []
     assert [r.output for r in rep.ranks] == _main_sleeps_said(3, 1810, 1800), rep.notes
     assert rep.timings["wall_s"] < 60, rep.timings  # (measured 23 s: the last 10 s sleep runs in wall time)
+
+
+STORE_WAITS = ROOT / "tests" / "scripts" / "store_wait_clocks.py"
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("group", [["0 recv [1.0] after [2, 2, 2, 2]"], ["1 new_group raised after [2, 2, 2, 2] DistStoreError: wait timeout "
+                                                     "after 2000ms, keys: /default_pg/0//1//cpu//0/0"]]),
+    ("init", [["0 init raised after [2, 2, 2, 2] DistStoreError: wait timeout after 2000ms, keys: /default_pg/0//cpu//0/1"],
+              []]),
+])
+def test_a_store_wait_that_times_out_moves_the_clocks_as_real_gloos(script_zygote, mode, said):
+    """A new_group whose member never comes times out after 2 s while its peer waits in a recv:
+    the simulator ends the wait at once (every rank blocked), and every rank's clocks, datetime
+    too, read the 2 s (`groups._group_failed`); before, the skip moved no clock: both ranks read
+    0 s. So does an init whose peer's process ended before its own, where the coordinator ends
+    it at once (`rendezvous._init_failed`; its wall-clock path read 2 s before too)."""
+    run_id = new_run_id()
+    both = compare_script(STORE_WAITS, [mode, "2"], nproc_per_node=2, backend="gloo", timeout_s=120,
+                          hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == []
+    for rep in (both.sim.report, both.real.report):
+        assert [r.output for r in rep.ranks] == said, (rep.source, rep.notes)
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)

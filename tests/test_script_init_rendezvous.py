@@ -38,6 +38,9 @@ class _Rendezvous(RendezvousMixin):
     def _send(self, conn, h):
         self.answers[conn.rank] = h
 
+    def _skip(self, conn, target):  # (the script's clocks: `scriptclocks`, no process here)
+        pass
+
     def arrive(self, rank: int, at: float = 0.0, to: float | None = None, clock: float = 0.0,
                host: tuple[str, int] | None = None) -> None:
         """`at`: when it entered init (wall time: a process's first init is judged on it);

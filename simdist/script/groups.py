@@ -33,6 +33,7 @@ from simdist.script.deadlines import Deadline
 from simdist.script.gathering import Gathering, group_words, raises_words, timeouts_words
 from simdist.script.ranks import Block, RankConn, exit_words, file_line, user_line, waiting_in
 from simdist.script.rendezvous import REFUSED
+from simdist.script.scriptclocks import waited_to
 from simdist.script.stores import STORE_PREFIX
 
 NEW_GROUP_WAIT = waiting_in("new_group")  # how a member that waits there for the others is reported
@@ -54,6 +55,7 @@ class Creating:
     frames: list[Any]
     failed: bool = False  # its timeout ran out: it raised, its address stays in the store
     since: float = field(default_factory=time.time)  # when it came (wall time: the status lines')
+    proc: float | None = None  # the script's clock when it came (`scriptclocks.waited_to`)
 
     def index(self) -> int:
         """The group rank it registers its address under: its place in its own `ranks`."""
@@ -96,6 +98,7 @@ class GroupsMixin:
     timeouts: dict[tuple[str, int | None], float]
     long_limits: set[tuple[str, int | None]]
     _send: Any
+    _skip: Any
 
     def _group(self, conn: RankConn, h: dict[str, Any]) -> None:
         if conn.gen is None:
@@ -122,7 +125,7 @@ class GroupsMixin:
                 self._group_failed(w, waiting)
         frames = list(h.get("frames") or [])
         waiting[conn.rank] = Creating(conn, int(h["req"]), conn.clock, None if h.get("to") is None else float(h["to"]),
-                                      ranks, str(h.get("key") or h["g"]), frames)  # type: ignore[index]
+                                      ranks, str(h.get("key") or h["g"]), frames, proc=h.get("p"))  # type: ignore[index]
         conn.wait_in_request(Block([], time.time(), frames, NEW_GROUP_WAIT))
         if sorted(have) != sorted(ranks) or not unregistered(waiting, len(ranks)):
             # every address is in the store; one of a member that timed out and left refuses the connect
@@ -140,6 +143,7 @@ class GroupsMixin:
         missing = unregistered(waiting, len(w.ranks))[0]
         w.failed, w.conn.clock = True, w.clock + (w.limit_s or 0.0)
         w.conn.answered()
+        self._skip(w.conn, waited_to(w.proc, w.clock, w.conn.clock))  # (its clocks read the wait, as on Gloo; before the reply)
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
     def _group_deadlines(self) -> list[Deadline]:

@@ -45,6 +45,7 @@ from typing import Any
 from simdist.script.deadlines import Deadline
 from simdist.script.generations import latest
 from simdist.script.ranks import RankConn, exit_words, file_line, waiting_in
+from simdist.script.scriptclocks import waited_to
 from simdist.script.stores import (
     CONNECT_FACTOR,
     DEFAULT_TIMEOUT_S,
@@ -77,6 +78,7 @@ class InitWait:
     limit_s: float | None
     frames: list[Any]
     host: Address | None = None
+    proc: float | None = None  # the script's clock when it came (`scriptclocks.waited_to`)
 
 
 def gap(a: InitWait, b: InitWait) -> float:
@@ -211,6 +213,7 @@ class RendezvousMixin:
 
     gens: list[Any]
     _send: Any
+    _skip: Any
     measure_compute: bool
     never_joins: Callable[[], set[int]] = set  # `serve`'s `ended`: ranks whose launched process ended
     no_init: dict[int, dict[str, Any]]  # rank -> how its process ended without calling init
@@ -248,7 +251,8 @@ class RendezvousMixin:
         host = h.get("host")
         new = conn.init_wait = InitWait(int(h["req"]), time.time(), None if h.get("at") is None else float(h["at"]),
                                         conn.clock, None if h.get("to") is None else float(h["to"]),
-                                        list(h.get("frames") or []), None if host is None else (str(host[0]), int(host[1])))
+                                        list(h.get("frames") or []), None if host is None else (str(host[0]), int(host[1])),
+                                        h.get("p"))
         gen.entered[conn.rank] = new
         for c, f in _timed_waits(gen):  # those whose deadline passed before this arrival
             if c is not conn and c.init_wait is not None and f.after < gap(c.init_wait, new):
@@ -281,6 +285,7 @@ class RendezvousMixin:
         w = conn.init_wait
         assert w is not None
         conn.clock = w.clock + f.after
+        self._skip(conn, waited_to(w.proc, w.clock, conn.clock))  # (its clocks read the wait, as on Gloo; before the answer)
         f.rank, f.frames = int(conn.rank), w.frames  # type: ignore[arg-type]
         gen.failed.append(f)
         self._answer(conn, gen, f.error)

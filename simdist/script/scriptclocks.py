@@ -13,7 +13,9 @@ the wall clock gets there (`GlooTimeoutsMixin._overdue_in`, `reached`), so the t
 clocks do not run ahead of its peers' and count the same wall time twice when it later waits for
 them (measured: docs/script-backend.md, "Gloo's own timeout"). Only where a late rank posts
 before the wall clock gets there (its simulated clock ran ahead by the cost model's time) does
-the rank whose wait timed out skip alone.
+the rank whose wait timed out skip alone. The waits at the c10d store that a deadline ends
+(a group's creation, init's rendezvous) move the clocks as an op's does (`waited_to`: the
+script's clock the request said, "p", plus the simulated time waited).
 
 The coordinator keeps each rank's offset as it has sent it; CLOCK_MONOTONIC is one clock for
 every process of the host, so the coordinator's `time.monotonic()` is the ranks' real one.
@@ -30,7 +32,14 @@ from simdist.script.ranks import OpRecord, RankConn
 def script_at(rec: OpRecord, at: float) -> float | None:
     """The script's monotonic clock (`rank.simclock.now`) at simulated time `at` of the rank that
     posted `rec`, on the clock it read at the post; None: the post did not say (`OpRecord.proc`)."""
-    return None if rec.proc is None else rec.proc + max(at - rec.entry.t_issue, 0.0)
+    return waited_to(rec.proc, rec.entry.t_issue, at)
+
+
+def waited_to(proc: float | None, entry: float, at: float) -> float | None:
+    """The script's monotonic clock at simulated time `at` of a rank that entered a wait (an op,
+    a group's creation, init) at simulated time `entry` reading `proc` (the message's "p"; None: not
+    said, so unknown)."""
+    return None if proc is None else proc + max(at - entry, 0.0)
 
 
 class ScriptClocksMixin:

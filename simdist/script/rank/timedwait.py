@@ -16,8 +16,9 @@ timer ended is told too (`"woke"`): the rank's clock is at least its end then, s
 loops on a short timed wait moves the rank's clock on to a deadline as the wall clock does.
 
 Installed on the simulated side only: on real Gloo the stall rule reads such threads' waits
-from the kernel (`rank.stall`). Other timed waits (a `Lock.acquire(timeout=)`, `select`, a
-socket's timeout, `time.sleep` on a side thread) are not seen: their threads count as running.
+from the kernel (`rank.stall`). `time.sleep` is told too (`sleep`: a heartbeat's loop; the main
+thread's where its process has no child). Other timed waits (a `Lock.acquire(timeout=)`,
+`select`, a socket's timeout) are not seen: their threads count as running.
 
 Once every rank is blocked but for such threads, nothing but a timer can end the stand-still:
 the coordinator then ends the first of them at once, as that timer would (`"wake"`, the wait's
@@ -195,8 +196,9 @@ def _serve_wakes(wakes: queue.SimpleQueue[dict[str, Any]]) -> None:
 
 def _told_wait(cond: Any, timeout: float, tell: Any = None, sleep: bool = False) -> bool:
     """`cond.wait(timeout)` told to the coordinator (`tell(timeout, number)`, by default
-    `Client.timed_wait`), for the coordinator's wake to end (`_wake`); the caller holds `cond`'s
-    lock and has checked `tells`."""
+    `Client.timed_wait`), for the coordinator's wake to end (`_wake`); the caller has checked
+    `tells` and holds `cond`'s lock (a `sleep`'s private condition it need not: `_sleep` takes it
+    where it must)."""
     c = client.CLIENT
     assert c is not None
     tell = tell or c.timed_wait
