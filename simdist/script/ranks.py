@@ -191,8 +191,9 @@ class RankConn:
 
     def timed_wait(self, h: dict[str, Any], measure: bool) -> None:
         """A thread of it begins a timed wait ("twait": it wakes `s` on from its clock, or from
-        its last timer's end if later) or its timer ended one ("woke": the thread is at that
-        wait's end; `rank.timedwait`). The rank's clock is left as it is: a side thread's wait
+        its last timer's end if later; a main thread's told "sleep": at the rank's clock, which
+        `sleep` moved to its end) or its timer ended one ("woke": the thread is at that wait's
+        end; `rank.timedwait`). The rank's clock is left as it is: a side thread's wait
         does not delay the main thread (as its `time.sleep` does not), and `--zero-compute`
         times stay deterministic however often a thread's timer ended in wall time."""
         self.advance(h, measure)
@@ -210,7 +211,8 @@ class RankConn:
 
     def wake_at(self) -> float | None:
         """Blocked but for threads in a timed wait: when the first of them wakes, on its simulated
-        clock (none of them can post before); None: not so."""
+        clock (none of them can post before); None: not so. No wait in an op is needed: a rank
+        whose main thread sleeps (or joins a thread in one) is as stuck until a timer ends."""
         if (self.init_wait is not None or not self.claim.timed
                 or not self.claim.quiet(timed=True)
                 or (self.block is not None and any(self.ops[i].done for i in self.block.ids if i in self.ops))):

@@ -7,8 +7,9 @@ Every process of a script run, whether the launcher started it or the script did
 * reports its printed lines and how it ends (`output`, `exits`);
 * lists the files it writes (`writes`: what `compare` sets aside between its sides);
 * counts `time.sleep` on the main thread as busy (a sleeping rank is not blocked in a
-  collective) and as simulated time passing; on another thread, on the simulated side, as a
-  timed wait (`rank.timedwait.sleep`: a heartbeat thread's loop keeps no timeout from firing);
+  collective) and as simulated time passing; on the simulated side every sleep of the script's
+  is a timed wait too (`rank.timedwait.sleep`: the coordinator may end it in simulated time
+  once every rank is blocked, so a heartbeat thread's loop keeps no timeout from firing);
 * installs the simulated backend, the `init_process_group` patch and the CUDA-to-CPU
   remapping right after the script imports torch (an import hook: torch is not imported
   before the script does, so its environment settings still apply). In the "gloo" mode
