@@ -154,8 +154,16 @@ class KeyStoreMixin:
     _send: Any
 
     def _kv_state(self, gen: Any) -> KVState:
-        states: dict[int, KVState] = self.__dict__.setdefault("_kv_states", {})
-        return states.setdefault(gen.index, KVState())
+        """The key space `gen`'s ranks meet at: under torchrun the agent's one store, whose keys
+        every generation shares (destroy and init again reads the first's: measured, `rank.genkeys`);
+        where rank 0's init hosts a store (`Generation.hosted`: env:// or tcp:// without the
+        agent, a second `mp.spawn`) a new one each init, the generation's own."""
+        states: dict[tuple[int, ...], KVState] = self.__dict__.setdefault("_kv_states", {})
+        return states.setdefault((gen.index,) if gen.hosted else (), KVState())
+
+    def _kv_spaces(self) -> list[KVState]:
+        """Every key space, once (generations may share one)."""
+        return list({id(st): st for st in map(self._kv_state, self.gens)}.values())
 
     def _kv(self, conn: RankConn, h: dict[str, Any]) -> None:
         """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
@@ -187,8 +195,9 @@ class KeyStoreMixin:
         (a timeout, a held store call of its own). What reaches the coordinator first need not
         come first: a peer's store wait that times out earlier is known only once nothing else
         can happen before it (`deadlines.next_due`), and a rank's measured compute is no wall time."""
-        t, gen = call.clock, call.conn.gen
-        others = [c for c in gen.by_rank.values() if c is not call.conn and _reaches(c) and c.clock < t]
+        t, st = call.clock, self._kv_state(call.conn.gen)
+        others = [c for g in self.gens if self._kv_state(g) is st for c in g.by_rank.values()
+                  if c is not call.conn and _reaches(c) and c.clock < t]
         if not others:
             return True
         if not all(c.blocked() for c in others):
@@ -199,8 +208,7 @@ class KeyStoreMixin:
 
     def _kv_release(self) -> None:
         """Do the held store calls that nothing can precede any more, earliest first."""
-        for gen in self.gens:
-            st = self._kv_state(gen)
+        for st in self._kv_spaces():
             st.held = [c for c in st.held if c.conn.connected]
             while ready := [c for c in sorted(st.held, key=KVCall.order) if self._kv_ready(c)][:1]:
                 st.held.remove(ready[0])
@@ -324,13 +332,13 @@ class KeyStoreMixin:
     def _store_deadlines(self) -> list[Deadline]:
         """The parked store waits with a timeout: each raises at its call + its timeout."""
         return [Deadline(due, int(w.conn.rank), STORE_KIND, w.conn, (st, w), self._fire_store_waits)  # type: ignore[arg-type]
-                for gen in self.gens for st in [self._kv_state(gen)] for w in st.waits
+                for st in self._kv_spaces() for w in st.waits
                 if (due := w.due()) is not None and w.conn.connected] + self._held_deadlines()
 
     def _held_deadlines(self) -> list[Deadline]:
         """The held store calls: each is due at its own time (nothing then can come before it)."""
         return [Deadline(c.clock, int(c.conn.rank), HELD_KIND, c.conn, (st, c), self._fire_held)  # type: ignore[arg-type]
-                for gen in self.gens for st in [self._kv_state(gen)] for c in st.held if c.conn.connected]
+                for st in self._kv_spaces() for c in st.held if c.conn.connected]
 
     def _fire_held(self, due: list[tuple[KVState, KVCall]]) -> None:
         """Every rank is blocked and these held calls come first in simulated time: done, in order."""
@@ -352,5 +360,5 @@ class KeyStoreMixin:
         the store's own timeout (init's, torch's default 30 min where the script gives none)."""
         return [f"store.{w.op}: on real torch rank {w.conn.rank}'s wait ends after its store's timeout "
                 f"({w.full_s:g} s): {': '.join(wait_timeout(w.full_s, w.keys))}"
-                for gen in self.gens for w in sorted(self._kv_state(gen).waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
+                for st in self._kv_spaces() for w in sorted(st.waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
                 if w.limit_s is None and w.conn.active()]

@@ -132,6 +132,16 @@ def shown(at: tuple[str, int], named: tuple[str, int], world_size: int, timeout:
     return _Shown(at, True, named[0], named[1], world_size, False, timeout)
 
 
+def of_agent(store: Any) -> bool:
+    """Whether `store` reaches the real side's stand-in for torchrun's agent store (`env.STORE`):
+    the default store it makes, or a script's own client of MASTER_PORT given to init. Those
+    keys outlive a generation of ranks, as the agent's do (`rank.genkeys`)."""
+    while isinstance(store, _TORCH_PREFIXSTORE):
+        store = store.underlying_store
+    return isinstance(store, _TORCH_TCPSTORE) and env.STORE in os.environ and (
+        (store._at if isinstance(store, _Shown) else (store.host, store.port)) == _address(env.STORE))
+
+
 def _address(var: str) -> tuple[str, int]:
     host, port = os.environ[var].rsplit(":", 1)
     return host, int(port)
