@@ -1,0 +1,67 @@
+"""The store's keys across generations of ranks (`tests/scripts/store_generations.py`), on real
+Gloo and the simulator. Under torchrun the agent's one TCPStore holds every generation's keys:
+after destroy and init again a script's own client counts and lists the first generation's
+keys, and the new default store reads them (measured under `torchrun --standalone`, 2 and 3
+ranks: the lines below). Before, the real side's later generation met at `simdist/gen2/...`
+(num_keys one group's Gloo keys more than torchrun's) and the simulator's held only its own
+generation's keys (the first's `get` waited for good). Under `mp.spawn` rank 0 hosts a new
+store each spawn: the second spawn's client sees its own keys only, on both sides."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.compare import compare_reports, format_comparison
+from simdist.script.api import compare_script
+from simdist.script.launch import new_run_id, tagged_processes
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "tests" / "scripts" / "store_generations.py"
+
+
+def _compare(zygote, args: list[str], nproc: int | None):
+    run_id = new_run_id()
+    both = compare_script(SCRIPT, args, nproc_per_node=nproc, backend="gloo", run_id=run_id, measure_compute=False,
+                          zygotes=zygote, timeout_s=90, hang_after_s=0.3)
+    assert tagged_processes(run_id) == []
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    return both.sim.report, both.real.report
+
+
+def _gloo(group: str, ranks: range) -> list[str]:
+    return [f"default_pg/0//{group}cpu//0/{r}" for r in ranks]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_second_init_in_the_same_processes_sees_the_first_generations_keys(script_zygote, nproc):
+    """torchrun's listing (num_keys counts TCPStore's own key too): after init the counter and
+    Gloo's key of each rank; after `new_group([0, 1])` its two keys and the script's; the same
+    after destroy, after init again (its Gloo keys rewritten under their names) and its second
+    group; every rank reads the first generation's keys in the second; the counter is both
+    generations'."""
+    sim, real = _compare(script_zygote, ["reinit"], nproc)
+    first = sorted(["default_pg/0//count", *_gloo("", range(nproc))])
+    later = sorted([*first, *_gloo("1//", range(2)), "default_pg/0//dflt", "mine"])
+    rank0 = [f"init1 {len(first) + 1} {first}"] + [f"{step} {len(later) + 1} {later}" for step in
+                                                    ("group1", "destroyed", "init2")]
+    reads = "gen2 reads b'through default_pg' b'through default_pg' b\"rank 0's own\" True"
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert [r.output for r in rep.ranks] == [
+            [*rank0, f"0 {reads}", f"group2 {len(later) + 1} {later}", f"count {2 * nproc}"]] + [
+            [f"{r} {reads}"] for r in range(1, nproc)], rep.source
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_second_mp_spawn_meets_at_a_new_store_on_the_same_port(script_zygote, nproc):
+    """`python store_generations.py spawn N` on plain torch: each spawn's rank 0 hosts a store of
+    its own at the script's port; a client of it sees that spawn's keys only."""
+    sim, real = _compare(script_zygote, ["spawn", str(nproc)], None)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * nproc, rep.source
+        assert rep.ranks[0].output == [
+            line for k in (1, 2) for line in (f"spawn{k} {nproc + 2} {sorted([*_gloo('', range(nproc)), f'spawn{k}'])}",
+                                              f"spawn1's key {k == 1}")], rep.source
