@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +44,7 @@ import torch.distributed.distributed_c10d as c10d
 from simdist.script import env
 from simdist.script.rank import simstore
 from simdist.script.rank.simstore import TCP_TIMEOUT, SimTCPStore
-from simdist.script.stores import AGENT_STORE
+from simdist.script.stores import AGENT_STORE, BIND_IGNORED
 
 _TORCH_TCPSTORE = dist.TCPStore
 _TORCH_PREFIXSTORE = dist.PrefixStore
@@ -167,6 +169,20 @@ class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
         return issubclass(sub, (_TORCH_TCPSTORE, SimTCPStore))
 
 
+def _bind_ignored(port: int, args: tuple, kwargs: dict[str, Any]) -> None:
+    """What torch logs on stderr for a client of MASTER_PORT made with `is_master=True` under
+    torchrun (its bind fails, the agent holds the port), as C++ logs it: measured on torch 2.13,
+    `[E1125 00:32:00.319428895 TCPStore.cpp:277] [c10d] The server socket on 38089 has ...`,
+    after init with c10's `[rank<r>]:` in front."""
+    if not kwargs.get("is_master", args[1] if len(args) > 1 else False):
+        return
+    ns = time.time_ns()
+    prefix = f"[rank{dist.get_rank()}]:" if dist.is_initialized() else ""
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9:09d}"
+    sys.stderr.flush()
+    os.write(2, f"{prefix}[E{stamp} {BIND_IGNORED.format(port)}\n".encode())
+
+
 def _factory(mode: str) -> type:
     """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the ports `_serving`
     and `near_port` name.
@@ -178,6 +194,8 @@ def _factory(mode: str) -> type:
 
         def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
             served = _serving(port)
+            if served == env.STORE:
+                _bind_ignored(int(port), args, kwargs)
             if served is not None and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
             if served is not None and served in os.environ:
