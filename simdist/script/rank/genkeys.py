@@ -137,7 +137,8 @@ class _FreshGloo(_TORCH_GLOO, metaclass=_AnyGloo):  # type: ignore[misc,valid-ty
         if made is None:
             return _TORCH_GLOO(store, *args, **kwargs)
         generation, prefix, devices = made
-        device = devices[min(len(_LOCAL.done), len(devices) - 1)]
+        n = len(_LOCAL.done)  # (a backend beyond the devices': TORCH_DISTRIBUTED_DEBUG=DETAIL's helper, keys apart)
+        device = devices[n] if n < len(devices) else f"{devices[-1]}+{n}"
         _LOCAL.done.append(device)
         tag = f"gen{generation}"
         own = dist.PrefixStore(f"{tag}/{prefix}{device}/", _root())
