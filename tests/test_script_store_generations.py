@@ -65,3 +65,18 @@ def test_a_second_mp_spawn_meets_at_a_new_store_on_the_same_port(script_zygote, 
         assert rep.ranks[0].output == [
             line for k in (1, 2) for line in (f"spawn{k} {nproc + 2} {sorted([*_gloo('', range(nproc)), f'spawn{k}'])}",
                                               f"spawn1's key {k == 1}")], rep.source
+
+
+@pytest.mark.real
+def test_a_second_mp_spawn_whose_rank_0_serves_the_port_itself_gets_a_new_store(script_zygote):
+    """`python store_generations.py own_server 3`: each spawn's rank 0 makes its own TCPStore
+    server at the script's port before init (the others clients) and gives it to init (whose
+    keys then have no `default_pg/` prefix: torch adds it only to a store it makes). A real
+    server on both sides (not routed: the simulated ranks are processes of this host); the
+    second spawn binds the port again and sees its own keys only (measured: these lines)."""
+    sim, real = _compare(script_zygote, ["own_server", "3"], None)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
+        assert rep.ranks[0].output == [
+            line for k in (1, 2) for line in (f"spawn{k} 5 {sorted([f'0//cpu//0/{r}' for r in range(3)] + [f'spawn{k}'])}",
+                                              f"spawn1's key {k == 1}")], rep.source

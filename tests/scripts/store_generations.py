@@ -3,6 +3,7 @@ store see after `destroy_process_group` and init again.
 
     torchrun --standalone --nproc-per-node N store_generations.py reinit   # N >= 2
     python store_generations.py spawn N                                      # mp.spawn twice
+    python store_generations.py own_server N                                 # the same, rank 0 serving the port itself
 
 `reinit` (torchrun-style): every rank inits, makes its own client of MASTER_PORT, adds 1 to a
 counter through the default store, rank 0 sets a key on its client and one through the
@@ -13,6 +14,8 @@ it kept, its own client) and adds to the counter again. Under torchrun the agent
 holds every generation's keys: the second init rewrites Gloo's under the same names.
 `spawn`: the tutorials' shape, `mp.spawn` twice at one MASTER_PORT; rank 0's init hosts a new
 store each spawn, so the second spawn's client sees only its own generation's keys.
+`own_server`: the same with rank 0's own TCPStore server at the port, made before init and
+given to it (`store=`), a new server each spawn.
 """
 import datetime
 import os
@@ -80,10 +83,24 @@ def spawned(rank, world, spawn):
     dist.destroy_process_group()
 
 
+def own_server(rank, world, spawn):
+    """The script's own store at its port, made before init (rank 0 its server), given to init."""
+    own = dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=LONG)
+    dist.init_process_group("gloo", store=own, rank=rank, world_size=world)
+    if rank == 0:
+        own.set(f"spawn{spawn}", "rank 0's")
+    dist.barrier()
+    if rank == 0:
+        keys(f"spawn{spawn}", own)
+        print("spawn1's key", own.check(["spawn1"]), flush=True)
+    dist.barrier()  # rank 0 serves until every client is done
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "reinit":
         reinit()
     else:
         n = int(sys.argv[2])
         for spawn in (1, 2):
-            mp.spawn(spawned, args=(n, spawn), nprocs=n)
+            mp.spawn(spawned if sys.argv[1] == "spawn" else own_server, args=(n, spawn), nprocs=n)
