@@ -1,4 +1,5 @@
-"""The c10d store the simulated ranks of a generation share: held here, on the simulated clock.
+"""The c10d store the simulated ranks share: held here, on the simulated clock (one key space for
+every generation of ranks at torchrun's agent store, one a generation where rank 0 hosts it).
 
 On real Gloo under torchrun every rank's default store (`c10d._get_default_store()`, a
 `PrefixStore` over the agent's TCPStore) reaches one server, so a script (or a library: torch
@@ -29,14 +30,14 @@ The semantics are TCPStore's (torch 2.13's libuv server), measured on one server
   `append` to a missing key creates it.
 
 Order on the clocks: a call takes effect at its rank's simulated time t, held until no other
-rank of the generation can reach the store before t (`KeyStoreMixin._kv_ready`), so an `add`,
+rank at the store can reach it before t (`KeyStoreMixin._kv_ready`), so an `add`,
 `check` or `compare_set` reads what the calls before it in simulated time wrote, whatever
 order they reach the coordinator in (a peer's store timeout, proven only once nothing else
 can come first, comes after calls later than it in wall time). A value written at simulated
 time t reaches a reader at t at the
 earliest (its clock moves on to t), and a waiter whose deadline comes before t times out
 instead (its timeout ran out before the write). `num_keys` counts the keys the script's
-generation wrote here (Gloo's addresses too, `rank.backend`) and TCPStore's own count of its
+generations wrote here (Gloo's addresses too, `rank.backend`) and TCPStore's own count of its
 workers; the queues (`queue_push`, `queue_pop`, `queue_len`) are held apart from the keys.
 """
 
@@ -121,7 +122,7 @@ class KVCall:
 
 @dataclass
 class KVState:
-    """One generation's store: its keys, its parked waits, the clients whose connection it closed."""
+    """One key space (`KeyStoreMixin._kv_state`): its keys, its parked waits, the clients whose connection it closed."""
 
     keys: dict[str, Entry] = field(default_factory=dict)
     waits: list[KVWait] = field(default_factory=list)
@@ -190,7 +191,7 @@ class KeyStoreMixin:
         self._kv_release()
 
     def _kv_ready(self, call: KVCall) -> bool:
-        """Whether no other rank of the generation can still reach the store before `call`'s time:
+        """Whether no other rank at the store (every generation's that shares it) can still reach it before `call`'s time:
         each is there already on its clock, or blocked with nothing due before it that frees it
         (a timeout, a held store call of its own). What reaches the coordinator first need not
         come first: a peer's store wait that times out earlier is known only once nothing else
