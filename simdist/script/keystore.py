@@ -1,5 +1,7 @@
-"""The c10d store the simulated ranks share: held here, on the simulated clock (one key space for
-every generation of ranks at torchrun's agent store, one a generation where rank 0 hosts it).
+"""The c10d store the simulated ranks share: held here, on the simulated clock.
+
+One key space serves every generation of ranks at torchrun's agent store, one a generation
+where rank 0 hosts the store (`KeyStoreMixin._kv_state`).
 
 On real Gloo under torchrun every rank's default store (`c10d._get_default_store()`, a
 `PrefixStore` over the agent's TCPStore) reaches one server, so a script (or a library: torch
