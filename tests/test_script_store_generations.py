@@ -55,6 +55,17 @@ def test_a_second_init_in_the_same_processes_sees_the_first_generations_keys(scr
 
 
 @pytest.mark.real
+def test_a_second_inits_wait_for_a_missing_peers_address_names_torchs_key(script_zygote):
+    """Generation 2's Gloo rendezvous meets its own addresses (`rank.genkeys` on the real side),
+    and its timeout names the key as torch names it, on both sides: before, the real side's
+    said `/simdist/gen2/default_pg/0//cpu//0/1`. (Real torchrun's rank 0 may read rank 1's
+    address of generation 1 there instead and fail connecting: its stale-address race, noted.)"""
+    sim, real = _compare(script_zygote, ["missing"], 2)
+    for rep in (sim, real):
+        assert rep.ranks[0].output == ["0 DistStoreError wait timeout after 2000ms, keys: /default_pg/0//cpu//0/1"], rep.source
+
+
+@pytest.mark.real
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_a_second_mp_spawn_meets_at_a_new_store_on_the_same_port(script_zygote, nproc):
     """`python store_generations.py spawn N` on plain torch: each spawn's rank 0 hosts a store of

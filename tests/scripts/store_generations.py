@@ -12,6 +12,8 @@ init, after the group, after destroy and after init again and a second `new_grou
 second generation every rank reads the first's keys (through the new default store, the one
 it kept, its own client) and adds to the counter again. Under torchrun the agent's one store
 holds every generation's keys: the second init rewrites Gloo's under the same names.
+`missing`: rank 1 leaves after generation 1, rank 0's second init times out waiting for its
+Gloo address (2 s): `DistStoreError: wait timeout after 2000ms, keys: /default_pg/0//cpu//0/1`.
 `spawn`: the tutorials' shape, `mp.spawn` twice at one MASTER_PORT; rank 0's init hosts a new
 store each spawn, so the second spawn's client sees only its own generation's keys.
 `own_server`: the same with rank 0's own TCPStore server at the port, made before init and
@@ -20,6 +22,7 @@ given to it (`store=`), a new server each spawn.
 import datetime
 import os
 import sys
+import time
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -69,6 +72,22 @@ def reinit():
     dist.destroy_process_group()
 
 
+def missing():
+    """Rank 1 leaves after generation 1; rank 0 initialises again with a 2 s timeout: its wait
+    for rank 1's Gloo address of generation 2 runs out (the key as torch names it)."""
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank != 0:
+        time.sleep(4)
+        return
+    try:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+    except dist.DistError as e:
+        print(rank, type(e).__name__, str(e).splitlines()[0], flush=True)
+
+
 def spawned(rank, world, spawn):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(PORT)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -100,6 +119,8 @@ def own_server(rank, world, spawn):
 if __name__ == "__main__":
     if sys.argv[1] == "reinit":
         reinit()
+    elif sys.argv[1] == "missing":
+        missing()
     else:
         n = int(sys.argv[2])
         for spawn in (1, 2):
