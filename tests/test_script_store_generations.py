@@ -82,12 +82,28 @@ def test_a_second_mp_spawn_meets_at_a_new_store_on_the_same_port(script_zygote, 
 def test_a_second_mp_spawn_whose_rank_0_serves_the_port_itself_gets_a_new_store(script_zygote):
     """`python store_generations.py own_server 3`: each spawn's rank 0 makes its own TCPStore
     server at the script's port before init (the others clients) and gives it to init (whose
-    keys then have no `default_pg/` prefix: torch adds it only to a store it makes). A real
-    server on both sides (not routed: the simulated ranks are processes of this host); the
-    second spawn binds the port again and sees its own keys only (measured: these lines)."""
+    keys then have no `default_pg/` prefix: torch adds it only to a store it makes); the
+    second spawn binds the port again and sees its own keys only (measured: these lines). The
+    server is the run's on both sides (`ownstore._ahead`: the real side's at its own port, the
+    simulator's the shared store, a key space of the generation's own); before, a real server
+    at the script's port 29514 on both sides, which two runs at once shared."""
     sim, real = _compare(script_zygote, ["own_server", "3"], None)
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
         assert rep.ranks[0].output == [
             line for k in (1, 2) for line in (f"spawn{k} 5 {sorted([f'0//cpu//0/{r}' for r in range(3)] + [f'spawn{k}'])}",
                                               f"spawn1's key {k == 1}")], rep.source
+
+
+@pytest.mark.real
+def test_a_client_made_before_the_init_that_hosts_its_port_reaches_that_store(script_zygote):
+    """`python store_generations.py early 3` on plain torch: ranks 1 and 2 make their client of
+    the script's port before init, rank 0 after it; every rank reads its spawn's count, 3, and
+    the second spawn's client sees a new store. Before, both sides timed out connecting
+    ("The client socket has timed out after 20000ms while trying to connect to (127.0.0.1,
+    29514)"): a client made before init was not routed."""
+    sim, real = _compare(script_zygote, ["early", "3"], None)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["completed"] * 3, rep.source
+        assert [r.output for r in rep.ranks] == [
+            [f"{r} n1 3 29514 True", f"{r} n2 3 29514 False"] for r in range(3)], rep.source

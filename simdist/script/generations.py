@@ -50,7 +50,7 @@ class Generation:
     # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> `barriers.BarrierWait`
     barriers: dict[str, dict[int, Any]] = field(default_factory=dict)
     # its ranks' init made a store of their own (rank 0 hosts one: env:// or tcp:// without torchrun's
-    # agent), whose keys are the generation's only; else they meet at the agent's, whose keys every
+    # agent; or rank 0 made its own server at MASTER_PORT and gave it to init, `ownstore.hosts_own`), whose keys are the generation's only; else they meet at the agent's, whose keys every
     # such generation shares (`keystore.KeyStoreMixin._kv_space`)
     hosted: bool = False
 
@@ -162,7 +162,7 @@ class GenerationsMixin:
                 conn.clock = max([c.clock for g in self.gens[:gen.index - 1] for c in g.by_rank.values()  # type: ignore[union-attr]
                                   if not c.active() or c.exit is not None], default=0.0)
             conn.rank, conn.pid, conn.gen = rank, h.get("pid"), gen
-            gen.hosted = gen.hosted if gen.by_rank else h.get("host") is not None  # type: ignore[union-attr]
+            gen.hosted = gen.hosted if gen.by_rank else h.get("host") is not None or bool(h.get("own"))  # type: ignore[union-attr]
             gen.by_rank[rank] = conn  # type: ignore[union-attr]
             self.requested.append(str(h.get("backend")))
         else:

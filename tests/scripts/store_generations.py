@@ -4,6 +4,7 @@ store see after `destroy_process_group` and init again.
     torchrun --standalone --nproc-per-node N store_generations.py reinit   # N >= 2
     python store_generations.py spawn N                                      # mp.spawn twice
     python store_generations.py own_server N                                 # the same, rank 0 serving the port itself
+    python store_generations.py early N                                      # clients made before init
 
 `reinit` (torchrun-style): every rank inits, makes its own client of MASTER_PORT, adds 1 to a
 counter through the default store, rank 0 sets a key on its client and one through the
@@ -17,7 +18,8 @@ Gloo address (2 s): `DistStoreError: wait timeout after 2000ms, keys: /default_p
 `spawn`: the tutorials' shape, `mp.spawn` twice at one MASTER_PORT; rank 0's init hosts a new
 store each spawn, so the second spawn's client sees only its own generation's keys.
 `own_server`: the same with rank 0's own TCPStore server at the port, made before init and
-given to it (`store=`), a new server each spawn.
+given to it (`store=`), a new server each spawn. `early`: ranks > 0 make their client of the
+port before init, rank 0 after it; each adds 1 to a counter of its spawn.
 """
 import datetime
 import os
@@ -116,6 +118,20 @@ def own_server(rank, world, spawn):
     dist.destroy_process_group()
 
 
+def early(rank, world, spawn):
+    """A client of the port rank 0's init will host at, made before init (ranks > 0) or after
+    it (rank 0): it reaches that store on plain torch (it retries until the server is up)."""
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(PORT)
+    own = None if rank == 0 else dist.TCPStore("127.0.0.1", PORT, world, is_master=False, timeout=LONG)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    own = own or dist.TCPStore("127.0.0.1", PORT, world, is_master=False, timeout=LONG)
+    own.add(f"n{spawn}", 1)
+    dist.barrier()
+    print(rank, f"n{spawn}", own.add(f"n{spawn}", 0), own.port, own.check(["n1"]), flush=True)
+    dist.barrier()  # rank 0 serves until every client is done
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "reinit":
         reinit()
@@ -124,4 +140,4 @@ if __name__ == "__main__":
     else:
         n = int(sys.argv[2])
         for spawn in (1, 2):
-            mp.spawn(spawned if sys.argv[1] == "spawn" else own_server, args=(n, spawn), nprocs=n)
+            mp.spawn({"spawn": spawned, "own_server": own_server, "early": early}[sys.argv[1]], args=(n, spawn), nprocs=n)

@@ -31,6 +31,7 @@ are the run's own ports (`env.PORT_MAP`), shown as the script named them.
 
 from __future__ import annotations
 
+import multiprocessing
 import operator
 import os
 import sys
@@ -91,7 +92,32 @@ def _serving(port: Any) -> str | None:
         return None
     if asked == agent_port():
         return env.STORE
-    return env.HOST_PORT if asked == _HOSTED.get("port") else None
+    return env.HOST_PORT if asked is not None and asked in (_HOSTED.get("port"), _ahead()) else None
+
+
+def _ahead() -> int | None:
+    """In a rank process the script started itself (`mp.spawn`'s child, no agent) before any
+    init hosted a store: MASTER_PORT as the script set it, where rank 0's init will host the
+    store, or rank 0 serves its own (`TCPStore(..., is_master=rank == 0)`, given to init as
+    `store=`). A client made there before init reaches it on plain torch (measured: `python
+    tests/scripts/store_generations.py early 3`), so it is routed as one made after init; a
+    server there is the run's (`env.HOST_PORT` on the real side, the simulator's shared store),
+    and init given it meets at a store of its generation's own (`hosts_own`). Not in the
+    script's main process: a store it makes serves its children for real, as before."""
+    if "port" in _HOSTED or os.environ.get(AGENT_STORE) == "True" or multiprocessing.parent_process() is None:
+        return None
+    try:
+        return int(os.environ["MASTER_PORT"])
+    except (KeyError, ValueError):
+        return None
+
+
+def hosts_own(store: Any) -> bool:
+    """Whether init's `store=` is the run's stand-in for a server rank 0 made at MASTER_PORT
+    (`_ahead`): its keys are the generation's own, as a store rank 0's init hosts."""
+    while isinstance(store, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore)):
+        store = store.underlying_store
+    return isinstance(store, (_Shown, SimTCPStore)) and store.port == _ahead()
 
 
 
@@ -198,8 +224,10 @@ def _factory(mode: str) -> type:
                 _bind_ignored(int(port), args, kwargs)
             if served is not None and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
-            if served is not None and served in os.environ:
-                return _Shown(_address(served), True, host_name, port, *args, **kwargs)
+            if served is not None and served in os.environ:  # (a server only ahead of init: `_ahead`)
+                server = served == env.HOST_PORT and "port" not in _HOSTED and kwargs.get(
+                    "is_master", args[1] if len(args) > 1 else False)
+                return _Shown(_address(served), not server, host_name, port, *args, **kwargs)
             if (near := near_port(port)) is not None:
                 return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)

@@ -122,7 +122,8 @@ def _patch_init(backend: str) -> None:
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
-                           "at": at, "frames": stack.caller_stack(1), "host": host})
+                           "at": at, "frames": stack.caller_stack(1), "host": host,
+                           "own": ownstore.hosts_own(a.get("store"))})  # (rank 0's own server: the generation's keys)
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
