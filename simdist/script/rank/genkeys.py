@@ -4,15 +4,16 @@ with each generation's Gloo rendezvous reading its own generation's addresses.
 Under torchrun every init of a process, the first and one after `destroy_process_group`, is
 a client of the agent's one TCPStore, and torch names its keys alike each time (destroy
 resets the group count: WORLD is "0" again). Measured under `torchrun --standalone` (torch
-2.13, 2 ranks: `tests/scripts/store_generations.py`): the keys of generation 1 (Gloo's address
-of each rank of each group, a script's own) stay after destroy, a second init rewrites
-Gloo's under the same names, `num_keys` stays 7, and a key generation 1 set is read in
-generation 2. So the real side's default store is the launcher's in every generation with
+2.13, 2 ranks: `tests/scripts/store_generations.py reinit`): the keys of generation 1 (Gloo's
+address of each rank of each group, a script's own) stay after destroy, a second init
+rewrites Gloo's under the same names, `num_keys` stays 8, and a key generation 1 set is read
+in generation 2. So the real side's default store is the launcher's in every generation with
 torchrun's names (`rank.patches._launcher_store`; it was `simdist/gen<k>/...` for k > 1).
 
 But torchrun's Gloo rendezvous of generation 2 may read a peer's address of generation 1,
 left under the same name, before the peer rewrote it: it connects to a listener that is gone
-or still generation 1's (measured: the probe above hung in its second `new_group` 1 run in 3;
+or still generation 1's (measured: that script's `reinit` completed 0 of 6 runs, failing "Connection refused" or
+"Connection reset by peer" in its second init or `new_group`, or hanging;
 a rank initialising again while its peer still lived in generation 1 failed with "Connection
 reset by peer"). That race is torchrun's store, not the program; a compare would flake on it.
 So from generation 2 on, the Gloo backend a group creates gets `Fresh`: it writes each key
