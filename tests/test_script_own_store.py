@@ -6,7 +6,11 @@ MASTER_PORT: both timed out connecting, where torchrun's agent serves it."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +18,7 @@ from simdist.compare import compare_reports, format_comparison
 from simdist.script.api import compare_script
 from simdist.script.keystore import wait_timeout
 from simdist.script.launch import TORCHRUN_PORT, new_run_id, tagged_processes
+from simdist.script.stores import BIND_IGNORED
 from tests.conftest import ROOT, line_of
 
 SCRIPT = ROOT / "tests" / "scripts" / "own_store.py"
@@ -168,3 +173,20 @@ def test_an_own_client_of_the_port_rank_0_hosts_at_reaches_that_store_without_to
     for rep in (sim, real):
         assert sorted(line for r in rep.ranks for line in r.output) == sorted(
             [f"{r} got b\"rank 0's\" 29512 True" for r in range(nproc)] + [f"0 num_keys {nproc + 2}"]), rep.source
+
+
+BIND_LOG = re.compile(r"^\[rank0\]:\[E\d{4} \d\d:\d\d:\d\d\.\d{9} " + re.escape(BIND_IGNORED.format(TORCHRUN_PORT)) + "$")
+
+
+@pytest.mark.real
+def test_an_own_server_at_master_port_logs_torchs_ignored_bind_on_both_sides(tmp_path):
+    """Under torchrun, `TCPStore(MASTER_ADDR, MASTER_PORT, is_master=True)` after init logs on
+    rank 0's stderr (measured, torch 2.13): `[rank0]:[E1125 00:31:30.021155253 TCPStore.cpp:277]
+    [c10d] The server socket on <MASTER_PORT> has failed to bind. TORCHELASTIC_USE_AGENT_STORE is
+    enabled so ignoring the error.` (without `[rank0]:` before init). Before, neither side printed
+    it: the routed client never binds. One line a side, rank 0's only."""
+    res = subprocess.run([sys.executable, "-m", "simdist", "compare", str(SCRIPT), "--nproc-per-node", "3", "--json",
+                          "--", "master"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert json.loads(res.stdout)["agree"], res.stdout
+    assert len([line for line in res.stderr.splitlines() if BIND_LOG.match(line)]) == 2, res.stderr
+    assert res.stderr.count("has failed to bind") == 2, res.stderr

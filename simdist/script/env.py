@@ -22,6 +22,9 @@ GPUS = "SIMDIST_SCRIPT_GPUS"  # how many CUDA devices torch.cuda reports; 0: a C
 MODE = "SIMDIST_SCRIPT_MODE"  # "sim": simulated ranks; "gloo": real Gloo process groups (passthrough)
 SIM, GLOO = "sim", "gloo"
 STORE = "SIMDIST_SCRIPT_STORE"  # gloo mode: host:port of the launcher's loopback rendezvous store
+# gloo mode: host:port of the launcher's second store, where each generation k > 1 of a torchrun-style
+# run meets its peers' Gloo addresses apart from the keys the script sees (`rank.genkeys`)
+GEN_STORE = "SIMDIST_SCRIPT_GEN_STORE"
 HOST_PORT = "SIMDIST_SCRIPT_HOST_PORT"  # gloo mode: 127.0.0.1:port, where rank 0 hosts an env:// or tcp:// store
 PORT_MAP = "SIMDIST_SCRIPT_PORT_MAP"  # torchrun-style: "29501:41234,...", MASTER_PORT + k -> the run's own port (`rank.ownstore`)
 # A barrier carries no tensor; both sides' traces give it this dtype (the engine needs one; real

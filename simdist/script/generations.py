@@ -49,6 +49,10 @@ class Generation:
     failed: list[Any] = field(default_factory=list)
     # store-based barriers under way (TORCH_DIST_INIT_BARRIER=1): key -> rank -> `barriers.BarrierWait`
     barriers: dict[str, dict[int, Any]] = field(default_factory=dict)
+    # its ranks' init made a store of their own (rank 0 hosts one: env:// or tcp:// without torchrun's
+    # agent; or rank 0 made its own server at MASTER_PORT and gave it to init, `ownstore.hosts_own`), whose keys are the generation's only; else they meet at the agent's, whose keys every
+    # such generation shares (`keystore.KeyStoreMixin._kv_space`)
+    hosted: bool = False
 
     def complete(self) -> bool:
         """Every rank of its world has joined (before that, a missing rank may still come)."""
@@ -104,8 +108,13 @@ def summary(gens: list[Generation]) -> str | None:
         missing = [r for r in range(g.world_size) if r not in g.by_rank]
         gap = f", ranks {missing} never joined" if missing else ""
         parts.append(f"{g.index}: {g.world_size} ranks{gap}")
+    stale = ("; under torchrun a later generation meets at the agent's store, which still holds the earlier one's "
+             "Gloo addresses under the names it rewrites: a rank that reads a peer's before the peer rewrote it "
+             "connects to a listener that is gone (measured: examples/reinit_same_process.py 3 of 6 runs failed "
+             "or hung); simdist models each generation meeting its own"
+             if any(g.index > 1 and not g.hosted for g in gens) else "")
     return (f"generations: the default process group was initialised {len(gens)} times ({'; '.join(parts)}); "
-            f"the operations of generation k > 1 are in groups named gen<k>/... (gen2/WORLD)")
+            f"the operations of generation k > 1 are in groups named gen<k>/... (gen2/WORLD){stale}")
 
 
 def semantics_of(requested: str) -> str:
@@ -153,6 +162,7 @@ class GenerationsMixin:
                 conn.clock = max([c.clock for g in self.gens[:gen.index - 1] for c in g.by_rank.values()  # type: ignore[union-attr]
                                   if not c.active() or c.exit is not None], default=0.0)
             conn.rank, conn.pid, conn.gen = rank, h.get("pid"), gen
+            gen.hosted = gen.hosted if gen.by_rank else h.get("host") is not None or bool(h.get("own"))  # type: ignore[union-attr]
             gen.by_rank[rank] = conn  # type: ignore[union-attr]
             self.requested.append(str(h.get("backend")))
         else:

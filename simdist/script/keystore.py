@@ -1,4 +1,7 @@
-"""The c10d store the simulated ranks of a generation share: held here, on the simulated clock.
+"""The c10d store the simulated ranks share: held here, on the simulated clock.
+
+One key space serves every generation of ranks at torchrun's agent store, one a generation
+where rank 0 hosts the store (`KeyStoreMixin._kv_state`).
 
 On real Gloo under torchrun every rank's default store (`c10d._get_default_store()`, a
 `PrefixStore` over the agent's TCPStore) reaches one server, so a script (or a library: torch
@@ -29,14 +32,14 @@ The semantics are TCPStore's (torch 2.13's libuv server), measured on one server
   `append` to a missing key creates it.
 
 Order on the clocks: a call takes effect at its rank's simulated time t, held until no other
-rank of the generation can reach the store before t (`KeyStoreMixin._kv_ready`), so an `add`,
+rank at the store can reach it before t (`KeyStoreMixin._kv_ready`), so an `add`,
 `check` or `compare_set` reads what the calls before it in simulated time wrote, whatever
 order they reach the coordinator in (a peer's store timeout, proven only once nothing else
 can come first, comes after calls later than it in wall time). A value written at simulated
 time t reaches a reader at t at the
 earliest (its clock moves on to t), and a waiter whose deadline comes before t times out
 instead (its timeout ran out before the write). `num_keys` counts the keys the script's
-generation wrote here (Gloo's addresses too, `rank.backend`) and TCPStore's own count of its
+generations wrote here (Gloo's addresses too, `rank.backend`) and TCPStore's own count of its
 workers; the queues (`queue_push`, `queue_pop`, `queue_len`) are held apart from the keys.
 """
 
@@ -121,7 +124,7 @@ class KVCall:
 
 @dataclass
 class KVState:
-    """One generation's store: its keys, its parked waits, the clients whose connection it closed."""
+    """One key space (`KeyStoreMixin._kv_state`): its keys, its parked waits, the clients whose connection it closed."""
 
     keys: dict[str, Entry] = field(default_factory=dict)
     waits: list[KVWait] = field(default_factory=list)
@@ -154,8 +157,16 @@ class KeyStoreMixin:
     _send: Any
 
     def _kv_state(self, gen: Any) -> KVState:
-        states: dict[int, KVState] = self.__dict__.setdefault("_kv_states", {})
-        return states.setdefault(gen.index, KVState())
+        """The key space `gen`'s ranks meet at: under torchrun the agent's one store, whose keys
+        every generation shares (destroy and init again reads the first's: measured, `rank.genkeys`);
+        where rank 0's init hosts a store (`Generation.hosted`: env:// or tcp:// without the
+        agent, a second `mp.spawn`) a new one each init, the generation's own."""
+        states: dict[tuple[int, ...], KVState] = self.__dict__.setdefault("_kv_states", {})
+        return states.setdefault((gen.index,) if gen.hosted else (), KVState())
+
+    def _kv_spaces(self) -> list[KVState]:
+        """Every key space, once (generations may share one)."""
+        return list({id(st): st for st in map(self._kv_state, self.gens)}.values())
 
     def _kv(self, conn: RankConn, h: dict[str, Any]) -> None:
         """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
@@ -182,13 +193,14 @@ class KeyStoreMixin:
         self._kv_release()
 
     def _kv_ready(self, call: KVCall) -> bool:
-        """Whether no other rank of the generation can still reach the store before `call`'s time:
+        """Whether no other rank at the store (every generation's that shares it) can still reach it before `call`'s time:
         each is there already on its clock, or blocked with nothing due before it that frees it
         (a timeout, a held store call of its own). What reaches the coordinator first need not
         come first: a peer's store wait that times out earlier is known only once nothing else
         can happen before it (`deadlines.next_due`), and a rank's measured compute is no wall time."""
-        t, gen = call.clock, call.conn.gen
-        others = [c for c in gen.by_rank.values() if c is not call.conn and _reaches(c) and c.clock < t]
+        t, st = call.clock, self._kv_state(call.conn.gen)
+        others = [c for g in self.gens if self._kv_state(g) is st for c in g.by_rank.values()
+                  if c is not call.conn and _reaches(c) and c.clock < t]
         if not others:
             return True
         if not all(c.blocked() for c in others):
@@ -199,8 +211,7 @@ class KeyStoreMixin:
 
     def _kv_release(self) -> None:
         """Do the held store calls that nothing can precede any more, earliest first."""
-        for gen in self.gens:
-            st = self._kv_state(gen)
+        for st in self._kv_spaces():
             st.held = [c for c in st.held if c.conn.connected]
             while ready := [c for c in sorted(st.held, key=KVCall.order) if self._kv_ready(c)][:1]:
                 st.held.remove(ready[0])
@@ -324,13 +335,13 @@ class KeyStoreMixin:
     def _store_deadlines(self) -> list[Deadline]:
         """The parked store waits with a timeout: each raises at its call + its timeout."""
         return [Deadline(due, int(w.conn.rank), STORE_KIND, w.conn, (st, w), self._fire_store_waits)  # type: ignore[arg-type]
-                for gen in self.gens for st in [self._kv_state(gen)] for w in st.waits
+                for st in self._kv_spaces() for w in st.waits
                 if (due := w.due()) is not None and w.conn.connected] + self._held_deadlines()
 
     def _held_deadlines(self) -> list[Deadline]:
         """The held store calls: each is due at its own time (nothing then can come before it)."""
         return [Deadline(c.clock, int(c.conn.rank), HELD_KIND, c.conn, (st, c), self._fire_held)  # type: ignore[arg-type]
-                for gen in self.gens for st in [self._kv_state(gen)] for c in st.held if c.conn.connected]
+                for st in self._kv_spaces() for c in st.held if c.conn.connected]
 
     def _fire_held(self, due: list[tuple[KVState, KVCall]]) -> None:
         """Every rank is blocked and these held calls come first in simulated time: done, in order."""
@@ -352,5 +363,5 @@ class KeyStoreMixin:
         the store's own timeout (init's, torch's default 30 min where the script gives none)."""
         return [f"store.{w.op}: on real torch rank {w.conn.rank}'s wait ends after its store's timeout "
                 f"({w.full_s:g} s): {': '.join(wait_timeout(w.full_s, w.keys))}"
-                for gen in self.gens for w in sorted(self._kv_state(gen).waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
+                for st in self._kv_spaces() for w in sorted(st.waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
                 if w.limit_s is None and w.conn.active()]

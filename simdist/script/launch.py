@@ -78,6 +78,7 @@ class Launch:
     run_id: str
     procs: LocalProcesses = field(default_factory=LocalProcesses)
     store: Any = None  # gloo mode: the rendezvous store, kept alive for the whole run
+    gen_store: Any = None  # gloo mode: where generations k > 1 meet their Gloo addresses (`env.GEN_STORE`)
     host: socket.socket | None = None  # gloo mode: holds the port of a rank-0-hosted store (`host_port`)
     near: list[socket.socket] = field(default_factory=list)  # torchrun-style: MASTER_PORT + k's stand-ins
 
@@ -123,6 +124,8 @@ def start(script: Path, args: Sequence[str], socket_path: str, *, nproc_per_node
         if mode == env.GLOO:  # the ranks reach it by env.STORE (`rank.patches`), not MASTER_PORT:
             run.store = loopback_store(nproc_per_node)  # both modes show the script torchrun's port
             common[env.STORE] = f"{LOOPBACK}:{int(run.store.port)}"
+            run.gen_store = loopback_store(None)
+            common[env.GEN_STORE] = f"{LOOPBACK}:{int(run.gen_store.port)}"
             run.host = host_port()
             common[env.HOST_PORT] = f"{LOOPBACK}:{run.host.getsockname()[1]}"
         if nproc_per_node is not None:
@@ -194,7 +197,7 @@ def end(run: Launch, grace_s: float = 2.0) -> None:
             except OSError:
                 pass
         time.sleep(0.02)
-    run.store = None  # the store closes its socket when the last reference goes
+    run.store = run.gen_store = None  # a store closes its socket when the last reference goes
     if run.host is not None:
         run.host.close()
         run.host = None

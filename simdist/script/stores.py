@@ -50,6 +50,9 @@ STORE_PREFIX = "/default_pg"  # the default group's prefix in the store (env://,
 BARRIER_CALL = "the store-based barrier (TORCH_DIST_INIT_BARRIER=1)"
 BARRIER_KEY = "store_based_barrier_key"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # "True": torchrun's agent hosts the store (its default)
+# what torch's C++ logs (after "[E<time> ") for a TCPStore with is_master=True at MASTER_PORT under torchrun
+BIND_IGNORED = ("TCPStore.cpp:277] [c10d] The server socket on {} has failed to bind. "
+                "TORCHELASTIC_USE_AGENT_STORE is enabled so ignoring the error.")
 # a connect to a store nobody serves gives up after about twice its timeout (see above)
 CONNECT_FACTOR = 2.0
 SERVER_GONE = ("DistNetworkError", "Failed to recv, got 0 bytes. Connection was likely closed. "

@@ -31,8 +31,11 @@ are the run's own ports (`env.PORT_MAP`), shown as the script named them.
 
 from __future__ import annotations
 
+import multiprocessing
 import operator
 import os
+import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +45,7 @@ import torch.distributed.distributed_c10d as c10d
 from simdist.script import env
 from simdist.script.rank import simstore
 from simdist.script.rank.simstore import TCP_TIMEOUT, SimTCPStore
-from simdist.script.stores import AGENT_STORE
+from simdist.script.stores import AGENT_STORE, BIND_IGNORED
 
 _TORCH_TCPSTORE = dist.TCPStore
 _TORCH_PREFIXSTORE = dist.PrefixStore
@@ -89,7 +92,32 @@ def _serving(port: Any) -> str | None:
         return None
     if asked == agent_port():
         return env.STORE
-    return env.HOST_PORT if asked == _HOSTED.get("port") else None
+    return env.HOST_PORT if asked is not None and asked in (_HOSTED.get("port"), _ahead()) else None
+
+
+def _ahead() -> int | None:
+    """In a rank process the script started itself (`mp.spawn`'s child, no agent) before any
+    init hosted a store: MASTER_PORT as the script set it, where rank 0's init will host the
+    store, or rank 0 serves its own (`TCPStore(..., is_master=rank == 0)`, given to init as
+    `store=`). A client made there before init reaches it on plain torch (measured: `python
+    tests/scripts/store_generations.py early 3`), so it is routed as one made after init; a
+    server there is the run's (`env.HOST_PORT` on the real side, the simulator's shared store),
+    and init given it meets at a store of its generation's own (`hosts_own`). Not in the
+    script's main process: a store it makes serves its children for real, as before."""
+    if "port" in _HOSTED or os.environ.get(AGENT_STORE) == "True" or multiprocessing.parent_process() is None:
+        return None
+    try:
+        return int(os.environ["MASTER_PORT"])
+    except (KeyError, ValueError):
+        return None
+
+
+def hosts_own(store: Any) -> bool:
+    """Whether init's `store=` is the run's stand-in for a server rank 0 made at MASTER_PORT
+    (`_ahead`): its keys are the generation's own, as a store rank 0's init hosts."""
+    while isinstance(store, (_TORCH_PREFIXSTORE, simstore.SimPrefixStore)):
+        store = store.underlying_store
+    return isinstance(store, (_Shown, SimTCPStore)) and store.port == _ahead()
 
 
 
@@ -132,6 +160,16 @@ def shown(at: tuple[str, int], named: tuple[str, int], world_size: int, timeout:
     return _Shown(at, True, named[0], named[1], world_size, False, timeout)
 
 
+def of_agent(store: Any) -> bool:
+    """Whether `store` reaches the real side's stand-in for torchrun's agent store (`env.STORE`):
+    the default store it makes, or a script's own client of MASTER_PORT given to init. Those
+    keys outlive a generation of ranks, as the agent's do (`rank.genkeys`)."""
+    while isinstance(store, _TORCH_PREFIXSTORE):
+        store = store.underlying_store
+    return isinstance(store, _TORCH_TCPSTORE) and env.STORE in os.environ and (
+        (store._at if isinstance(store, _Shown) else (store.host, store.port)) == _address(env.STORE))
+
+
 def _address(var: str) -> tuple[str, int]:
     host, port = os.environ[var].rsplit(":", 1)
     return host, int(port)
@@ -157,6 +195,20 @@ class _AnyClient(type(_TORCH_TCPSTORE)):  # type: ignore[misc]
         return issubclass(sub, (_TORCH_TCPSTORE, SimTCPStore))
 
 
+def _bind_ignored(port: int, args: tuple, kwargs: dict[str, Any]) -> None:
+    """What torch logs on stderr for a client of MASTER_PORT made with `is_master=True` under
+    torchrun (its bind fails, the agent holds the port), as C++ logs it: measured on torch 2.13,
+    `[E1125 00:32:00.319428895 TCPStore.cpp:277] [c10d] The server socket on 38089 has ...`,
+    after init with c10's `[rank<r>]:` in front."""
+    if not kwargs.get("is_master", args[1] if len(args) > 1 else False):
+        return
+    ns = time.time_ns()
+    prefix = f"[rank{dist.get_rank()}]:" if dist.is_initialized() else ""
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9:09d}"
+    sys.stderr.flush()
+    os.write(2, f"{prefix}[E{stamp} {BIND_IGNORED.format(port)}\n".encode())
+
+
 def _factory(mode: str) -> type:
     """What `dist.TCPStore` is in a rank of `mode`: torch's class, except for the ports `_serving`
     and `near_port` name.
@@ -168,10 +220,14 @@ def _factory(mode: str) -> type:
 
         def __new__(cls, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
             served = _serving(port)
+            if served == env.STORE:
+                _bind_ignored(int(port), args, kwargs)
             if served is not None and mode != env.GLOO:
                 return SimTCPStore(host_name, port, *args, **kwargs)
-            if served is not None and served in os.environ:
-                return _Shown(_address(served), True, host_name, port, *args, **kwargs)
+            if served is not None and served in os.environ:  # (a server only ahead of init: `_ahead`)
+                server = served == env.HOST_PORT and "port" not in _HOSTED and kwargs.get(
+                    "is_master", args[1] if len(args) > 1 else False)
+                return _Shown(_address(served), not server, host_name, port, *args, **kwargs)
             if (near := near_port(port)) is not None:
                 return _Shown((host_name, near), False, host_name, port, *args, **kwargs)
             return _TORCH_TCPSTORE(host_name, port, *args, **kwargs)

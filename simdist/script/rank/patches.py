@@ -33,6 +33,7 @@ from simdist.script.rank import (
     client,
     cpu_node,
     exits,
+    genkeys,
     output,
     ownstore,
     pg,
@@ -121,7 +122,8 @@ def _patch_init(backend: str) -> None:
         reply = c.request({"t": "init", "rank": rank, "world_size": world_size, "pid": os.getpid(),
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
-                           "at": at, "frames": stack.caller_stack(1), "host": host})
+                           "at": at, "frames": stack.caller_stack(1), "host": host,
+                           "own": ownstore.hosts_own(a.get("store"))})  # (rank 0's own server: the generation's keys)
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank
@@ -145,8 +147,9 @@ def _patch_init(backend: str) -> None:
         else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
-                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation,
-                                             store_address(a.get("init_method"), os.environ))
+                a["store"] = _launcher_store(world_size, a.get("timeout"), store_address(a.get("init_method"), os.environ))
+        if backend == "gloo":  # every generation at the launcher's store shares its keys, as on torchrun (`genkeys`)
+            genkeys.shared(c.generation if host is None and ownstore.of_agent(a["store"]) else None)
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
@@ -164,24 +167,20 @@ def _rebind_imported(orig: Any, new: Any) -> None:
             setattr(module, name, new)
 
 
-def _launcher_store(world_size: int, timeout: Any, generation: int, shown: tuple[str, int] | None) -> dist.Store:
+def _launcher_store(world_size: int, timeout: Any, shown: tuple[str, int] | None) -> dist.Store:
     """A client of the store the launcher hosts on 127.0.0.1 (`simdist.script.launch`) under
     torch's `PrefixStore("default_pg", ...)`, as torchrun's env:// rendezvous gives it: the
-    first generation's keys are torchrun's (`default_pg/0//cpu//0/1`, in errors and beside a
-    script's own client of MASTER_PORT, `rank.ownstore`). A later generation of ranks
-    (`simdist.script.generations`) meets at fresh keys (`simdist/gen<k>/default_pg/...`), as
-    it does where rank 0 hosts the store (`env://`, a `tcp://` URL: a new server each init):
-    one key space for every generation (torchrun's agent store) would let a rank that
-    initialises again while a peer still lives in the old generation read the peer's old
-    Gloo address (measured: its next collective fails with "Connection reset by peer" when
-    the peer destroys the old group); that race is not the program's. Its base shows `shown`,
-    the address init read (MASTER_ADDR:MASTER_PORT under torchrun), where there is one."""
+    keys are torchrun's (`default_pg/0//cpu//0/1`, in errors and beside a script's own client
+    of MASTER_PORT, `rank.ownstore`) in every generation of ranks, one key space as torchrun's
+    agent store is (`rank.genkeys`: each generation's Gloo rendezvous still meets its own
+    addresses). Its base shows `shown`, the address init read (MASTER_ADDR:MASTER_PORT under
+    torchrun), where there is one."""
     host, port = os.environ[env.STORE].rsplit(":", 1)
     # init's timeout, else torch's default (init sets it on the store it makes, not on one it is given)
     limit = timeout if timeout is not None else c10d.default_pg_timeout
     store = (dist.TCPStore(host, int(port), world_size, is_master=False, timeout=limit) if shown is None
              else ownstore.shown((host, int(port)), shown, world_size, limit))
-    return dist.PrefixStore("default_pg", store if generation <= 1 else dist.PrefixStore(f"simdist/gen{generation}", store))
+    return dist.PrefixStore("default_pg", store)
 
 
 def _patch_destroy() -> None:
@@ -246,7 +245,10 @@ def _patch_group_helper(backend: str) -> None:
         for name in ("device_id", "backend_options"):
             if name in bound.arguments:
                 bound.arguments[name] = None
-        return orig(*bound.args, **bound.kwargs)
+        if backend != "gloo":
+            return orig(*bound.args, **bound.kwargs)
+        with genkeys.creating(bound.arguments["group_name"], backend):  # (generation 2 on: its own addresses)
+            return orig(*bound.args, **bound.kwargs)
 
     c10d._new_process_group_helper = helper
 
