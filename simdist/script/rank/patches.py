@@ -39,6 +39,7 @@ from simdist.script.rank import (
     simstore,
     stack,
     timedwait,
+    work,
 )
 from simdist.script.stores import rank0_hosts, store_address
 
@@ -322,4 +323,5 @@ def install(mode: str) -> None:
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
     _patch_get_backend()
+    work.keep_reducer_works()  # DDP's Join hands its reducer a work it reads in C++
     timedwait.install()  # a thread in a timed wait posts nothing before its timer ends
