@@ -136,18 +136,18 @@ def _patch_init(backend: str) -> None:
         cpu_node.check_backend(a.get("backend"))  # a CPU-only node's torch has no NCCL
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
+        url = a.get("init_method")  # the script's, read before the updates below clear it
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:  # the store the generation's ranks share (`simdist.script.keystore`)
-                a["store"] = simstore.default_store(limit, store_address(a.get("init_method"), os.environ), world_size)
+                a["store"] = simstore.default_store(limit, store_address(url, os.environ), world_size)
         elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
             a.update(backend=backend, rank=rank, world_size=world_size,
                      init_method=f"tcp://{os.environ[env.HOST_PORT]}")
         else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
-                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation,
-                                             store_address(a.get("init_method"), os.environ))
+                a["store"] = _launcher_store(world_size, a.get("timeout"), c.generation, store_address(url, os.environ))
         orig(*bound.args, **bound.kwargs)
 
     c10d.init_process_group = init_process_group
