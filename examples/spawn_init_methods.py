@@ -1,4 +1,4 @@
-"""mp.spawn of 3 workers that rendezvous through init_method (file:// on a temporary file
+"""mp.spawn of 2 workers that rendezvous through init_method (file:// on a temporary file
 the parent made, or tcp://) with rank and world_size given, no MASTER_ADDR in the
 environment, train a DDP model a few steps and all-reduce the final loss.
 
@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-WORLD = 3
+WORLD = 2
 
 
 def worker(rank, init_method, fail):
