@@ -239,12 +239,15 @@ def _compare_rank(sim: RankResult, real: RankResult) -> RankComparison:
 def _unrecorded(real: RankResult) -> bool:
     """A real rank killed before it could record: aborted with no trace, or (a script's
     rank that the watchdog ended in a hang without its answer to the request for its record,
-    `Coordinator.collect_records`) with no trace, no line and no blocked operation; a rank
-    that recorded anything, or completed, is compared in full."""
+    `Coordinator.collect_records`) with no trace, no line and no blocked operation, or killed
+    by a signal with no trace and no line (`mp.spawn` SIGTERMs the other workers once one
+    raised: one that was blocked in a collective may die before it reports, or after, by a
+    race); a rank that recorded anything, or completed, is compared in full."""
     if real.trace:
         return False
-    return real.status == "aborted" or (real.status == "hang" and real.location is None
-                                        and real.blocked_in is None)
+    killed = real.error is not None and real.error.category == "killed" and real.location is None
+    return killed or real.status == "aborted" or (real.status == "hang" and real.location is None
+                                                  and real.blocked_in is None)
 
 
 def _compare_args(rc: RankComparison, sim: list[TraceEntry], real: list[TraceEntry]) -> None:

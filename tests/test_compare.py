@@ -204,6 +204,29 @@ def test_a_real_rank_killed_before_it_could_record_has_no_trace_to_compare():
     assert {d.field for d in compare_reports(sim, real).differences} == {"status", "trace"}
 
 
+def test_a_real_rank_killed_by_a_signal_before_it_reported_has_no_record_to_compare():
+    """mp.spawn SIGTERMs the other workers once one raised: a real worker blocked in DDP's
+    all_reduce may die before it reports its record (no trace, no line), as the simulated
+    one, which the model knows, does not: its status, error category and printed lines are
+    compared, its operations are not. One that reported is compared in full."""
+    from simdist.report import CodeLocation
+
+    sim, real = _report(), _report("real")
+    for rep in (sim, real):
+        rep.ranks[1].status, rep.ranks[1].blocked_in = "error", None
+        rep.ranks[1].error = RankError("Killed", "the process ended without reporting how", "killed")
+        rep.outcome = "error"
+    sim.ranks[1].location = CodeLocation("/x/train.py", 12, "main")
+    real.ranks[1].trace = []
+    c = compare_reports(sim, real)
+    assert c.agree and c.ranks[1].unrecorded and not c.ranks[0].unrecorded
+    real.ranks[1].error = RankError("ValueError", "bad", "other")  # raised, not killed: compared
+    assert {d.field for d in compare_reports(sim, real).differences} == {"error", "trace", "location"}
+    real.ranks[1].error = RankError("Killed", "the process ended without reporting how", "killed")
+    real.ranks[1].location = CodeLocation("/x/train.py", 14, "main")  # it reported where it was: compared
+    assert {d.field for d in compare_reports(sim, real).differences} == {"trace", "location"}
+
+
 def test_a_real_rank_the_watchdog_ended_in_a_hang_has_no_record_to_compare():
     """A script's real rank killed by the watchdog in a hang before it answered the request for
     its record keeps no Flight Recorder, line or blocked operation: its outcome, status and

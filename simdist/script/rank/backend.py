@@ -19,11 +19,12 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import client, simstore, stack
-from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup
+from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup, UnsupportedOperation
 
 
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
+    refuse_detail_debug()
     given = list(opts.global_ranks_in_group)
     ranks = given or list(range(opts.group_size))
     name = env.group_name(str(opts.group_id), not given, client.CLIENT.generation if client.CLIENT else 1)
@@ -48,6 +49,20 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     elif client.CLIENT is not None:
         client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long})
     return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
+
+
+def refuse_detail_debug() -> None:
+    """A group made under `TORCH_DISTRIBUTED_DEBUG=DETAIL` is not modelled: there torch wraps
+    a Gloo group in c10d's ProcessGroupWrapper, which before each collective (not p2p) runs a
+    monitored barrier and two all_gathers of the op's fingerprint on a helper Gloo group (both
+    in the Flight Recorder, under the group name "pg") and raises "Detected mismatch between
+    collectives on ranks" on every rank when the fingerprints differ; and DDP's constructor
+    dies by SIGSEGV in `set_construction_data_and_log` (its logger reads the wrapper as a
+    ProcessGroupGloo; torch 2.13, measured). A simulated group is its own backend, which
+    torch never wraps, so its run would show none of that: named instead of differing."""
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        raise UnsupportedOperation("TORCH_DISTRIBUTED_DEBUG=DETAIL (Gloo's ProcessGroupWrapper: fingerprint "
+                                   "checks before each collective)")
 
 
 def _post_address(opts: Any, whole: bool) -> None:

@@ -40,6 +40,7 @@ from simdist.script.rank import (
     simstore,
     stack,
     timedwait,
+    work,
 )
 from simdist.script.stores import rank0_hosts, store_address
 
@@ -137,17 +138,18 @@ def _patch_init(backend: str) -> None:
         cpu_node.check_backend(a.get("backend"))  # a CPU-only node's torch has no NCCL
         for name in ("device_id", "pg_options"):
             a.pop(name, None)
+        url = a.get("init_method")  # the script's, read before the updates below clear it
         if backend == pg.BACKEND_NAME:
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:  # the store the generation's ranks share (`simdist.script.keystore`)
-                a["store"] = simstore.default_store(limit, store_address(a.get("init_method"), os.environ), world_size)
+                a["store"] = simstore.default_store(limit, store_address(url, os.environ), world_size)
         elif host is not None:  # rank 0 hosts the store, as the script's env:// or tcp:// has it, on 127.0.0.1
             a.update(backend=backend, rank=rank, world_size=world_size,
                      init_method=f"tcp://{os.environ[env.HOST_PORT]}")
         else:  # real ranks meet at the launcher's loopback store (torchrun's agent's), whatever address the script names
             a.update(backend=backend, init_method=None, rank=rank, world_size=world_size)
             if a.get("store") is None:
-                a["store"] = _launcher_store(world_size, a.get("timeout"), store_address(a.get("init_method"), os.environ))
+                a["store"] = _launcher_store(world_size, a.get("timeout"), store_address(url, os.environ))
         if backend == "gloo":  # every generation at the launcher's store shares its keys, as on torchrun (`genkeys`)
             genkeys.shared(c.generation if host is None and ownstore.of_agent(a["store"]) else None)
         orig(*bound.args, **bound.kwargs)
@@ -324,4 +326,5 @@ def install(mode: str) -> None:
     _patch_destroy()
     _patch_group_helper(pg.BACKEND_NAME)
     _patch_get_backend()
+    work.keep_reducer_works()  # DDP's Join hands its reducer a work it reads in C++
     timedwait.install()  # a thread in a timed wait posts nothing before its timer ends

@@ -249,3 +249,32 @@ class SimWorks(dist._Work):
         if not all(w.op_done for w in self.parts):
             raise RuntimeError(NOT_COMPLETED)
         return _work_result(self._result)
+
+
+# DDP's reducer, per reducer (by id: a pybind object takes no attributes): the Python work
+# it was last handed, which C++ alone would not keep alive
+_HANDED: dict[int, Any] = {}
+
+
+def keep_reducer_works() -> None:
+    """Keep alive the work DDP hands its reducer under Join (`_set_forward_pass_work_handle`:
+    the all-reduce counting the ranks not yet joined, waited on and read through `getFuture`
+    in the backward when `divide_by_initial_world_size=False`). A work a Python group
+    returned to Python reaches C++ without the holder torch wraps around the works C++
+    itself asks a Python group for (`PyWorkHolder`), so once DDP's `_pre_forward` dropped it
+    the reducer's calls found no Python override: its `wait()` was c10d's base one and
+    `getFuture` raised "Work::getFuture not implemented.", where Gloo's C++ work just works.
+    One work a reducer, replaced by the next forward's."""
+    from torch._C._distributed_c10d import Reducer
+
+    orig = Reducer._set_forward_pass_work_handle
+    if getattr(orig, "_simdist", False):
+        return
+
+    @functools.wraps(orig)
+    def handed(self: Any, work: Any, use_static_world_size: bool) -> None:
+        _HANDED[id(self)] = work
+        orig(self, work, use_static_world_size)
+
+    handed._simdist = True  # type: ignore[attr-defined]
+    Reducer._set_forward_pass_work_handle = handed
