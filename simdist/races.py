@@ -404,7 +404,8 @@ Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | A
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     """The front door: the races of real processes that explain every difference of `cmp`
     (ranks' errors that are each an exit or a rendezvous race, a group-connection race, a
-    teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
+    teardown race, a send-band race, agent races, tie races or reset races, the first kind that
+    explains them all); empty when the runs agree or something is left over: then all of it is
     a difference."""
     return (each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
             or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp)
