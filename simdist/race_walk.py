@@ -2,10 +2,11 @@
 differs in, whether a real rank stopped short of the simulated one, when a rank failed on the
 simulated clocks, and the loops that name one race per differing rank.
 
-Why a module of its own: these are shared by all five kinds of race (exit, rendezvous,
-connect, teardown, send-band) and say nothing about any one of them, while `simdist.races`
-keeps the kinds themselves, their measurements (its docstring) and the front door
-(`named_races`). Kept apart, `simdist.races` stays within the house limit on a module's size
+Why a module of its own: these are shared by every kind of race (exit, rendezvous,
+connect, teardown, send-band; agent, `simdist.agent_race`; tie and reset,
+`simdist.closure_races`) and say nothing about any one of them, while `simdist.races` keeps
+the kinds themselves, their measurements (its docstring) and the front door (`named_races`).
+Kept apart, `simdist.races` stays within the house limit on a module's size
 (tests/test_layout.py) and the walk can be read without the races' long record. It imports
 nothing of `simdist.races` (no cycle): the races import it.
 """

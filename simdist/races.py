@@ -101,7 +101,10 @@ completes the send, and a real timeout of one longer than the kernel's default s
 (`whole_write`, read from `net.ipv4.tcp_wmem`), to a receiver that ended within `EXIT_RACE_S` of
 the two posts on the simulated clocks (one that lived on read it), is named this race.
 
-A sixth race, of torchrun's agent (`AgentRace`), is `simdist.agent_race`'s.
+A sixth race, of torchrun's agent (`AgentRace`), is `simdist.agent_race`'s; a seventh and an
+eighth, a peer's pair closure before a rank's own next event (a timeout's before a near
+deadline, `TieRace`; an abort's reset before the read of its block, `ResetRace`),
+`simdist.closure_races`'.
 
 The per-rank walk the kinds share (which fields each rank differs in, whether a rank stopped
 short, when it failed on the simulated clocks) is `simdist.race_walk`.
@@ -114,6 +117,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from simdist.agent_race import AgentRace, agent_races
+from simdist.closure_races import ResetRace, TieRace, reset_races, tie_races
 from simdist.compare import Comparison
 from simdist.race_walk import (
     CHAINED_FIELDS,
@@ -394,16 +398,18 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     return SendBandRace(rank, peer, nbytes, whole) if soon else None
 
 
-Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace
+Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace | TieRace | ResetRace
 
 
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     """The front door: the races of real processes that explain every difference of `cmp`
     (ranks' errors that are each an exit or a rendezvous race, a group-connection race, a
-    teardown race, or a send-band race); empty when the runs agree or something is left over: then all of it is
+    teardown race, a send-band race, agent races, tie races or reset races, the first kind that
+    explains them all); empty when the runs agree or something is left over: then all of it is
     a difference."""
     return (each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
-            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp))
+            or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp)
+            or tie_races(sim, real, cmp) or reset_races(sim, real, cmp))
 
 
 def race_jsonable(race: Race) -> dict[str, Any]:

@@ -15,9 +15,11 @@ import pytest
 from simdist.agent_race import AgentRace, noted_agent_races
 from simdist.cli.console import ExitCode, worst
 from simdist.cli.reports import Compared
+from simdist.closure_races import TIE_RACE_S, ResetRace, noted_reset_races, noted_tie_races, tie_race_notes
 from simdist.compare import AGREE_UP_TO_A_RACE
 from simdist.races import TeardownRace
-from simdist.report import Report
+from simdist.report import Report, TraceEntry
+from simdist.script.deadlines import Expiry, message
 from simdist.script.workdir import SetAside
 from tests.conftest import ROOT
 
@@ -215,4 +217,75 @@ def test_a_rank_sigtermed_before_it_raised_its_loss_of_the_failed_rank_is_an_age
     assert (got.verdict, got.code) == ("race", ExitCode.RACE)
     assert got.races == [AgentRace(0, 2, 0.0, False), AgentRace(1, 2, 0.0, False)]
     real.ranks[0].output = ["rank 0: a line the simulator never printed"]
+    assert Compared.of(sim, real).verdict == "differ"
+
+
+def _expiry(rank: int, deadline: float, op: str = "all_reduce", peer: int | None = None, group: str = "WORLD") -> Expiry:
+    entry = TraceEntry(1, op, 4, "float32", group, 3, "user.x.py:9", peer=peer)
+    return Expiry(rank, entry, [], deadline, 3.0, message(op, 3.0))
+
+
+def test_tied_timeouts_within_the_closure_band_are_noted_both_ways_and_no_others():
+    """`closure_races.tie_race_notes`: ranks whose tied timeouts are within `TIE_RACE_S` of
+    another's in the same group are noted, the earlier one too (under load real Gloo's rank 1,
+    the earliest on the simulated clocks, once lost rank 0's closure); a timeout farther off,
+    in another group, or a send's or receive's against a rank that is not its peer is not."""
+    def noted(expired: list[Expiry]) -> dict[int, tuple[int, float]]:
+        sim = Report("x.py", "sim", "error", [])
+        sim.notes = tie_race_notes(expired)
+        return {r: (other, round(gap, 5)) for r, (other, gap) in noted_tie_races(sim).items()}
+
+    assert noted([_expiry(1, 3.00009), _expiry(0, 3.00018), _expiry(2, 3.00018)]) == {
+        1: (0, 0.00009), 0: (2, 0.0), 2: (0, 0.0)}
+    assert noted([_expiry(1, 3.0), _expiry(0, 3.0 + TIE_RACE_S + 0.001)]) == {}  # past the band: the model's TIE_S
+    assert noted([_expiry(1, 3.0), _expiry(0, 3.001, group="pg1")]) == {}
+    assert noted([_expiry(0, 3.0, "recv", peer=1), _expiry(2, 3.001, "recv", peer=1)]) == {}
+    assert noted([_expiry(0, 3.0, "recv", peer=1), _expiry(1, 3.001, "send", peer=0)]) == {0: (1, 0.001), 1: (0, 0.001)}
+
+
+def _saved(name: str) -> tuple[Report, Report]:
+    return tuple(Report.from_dict(json.loads((RACES / f"{name}_{n}.json").read_text())) for n in ("sim", "real"))
+
+
+def test_a_rank_that_met_a_tied_peers_closure_is_a_tie_race_only_where_noted():
+    """tests/scripts/rank_failures.py --case mismatch (3 ranks; `python bench/race_tally.py
+    tests/scripts/rank_failures.py --nproc 3 --keep DIR -- --case mismatch --pg-timeout 3`):
+    the three timeouts are 0.09 ms apart on the simulated clocks; beside two CPU burners (load
+    14-19) real rank 0 met rank 1's timeout's closure ("Connection closed by peer") in 4 runs of
+    20, rank 1 a closure in 1.
+    Named a tie race on a noted rank; not on a rank the report did not note, nor with anything
+    else differing."""
+    sim, real = _saved("tie_mismatch")
+    assert set(noted_tie_races(sim)) == {0, 1, 2}
+    assert [r.error.category for r in real.ranks] == ["peer_lost", "timeout", "timeout"]
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert [(r.kind, r.rank) for r in got.races] == [("tie", 0)]
+    assert "tie race, not a model difference" in got.races[0].describe()
+    unnoted = dataclasses.replace(sim, notes=[n for n in sim.notes if not n.startswith("rank 0: tie race")])
+    assert Compared.of(unnoted, real).verdict == "differ"
+    # the other order (1 run of 20): rank 1, the earliest on the simulated clocks, met a closure
+    other = Report.from_dict(json.loads((RACES / "tie_mismatch_real_rank1.json").read_text()))
+    assert [r.error.category for r in other.ranks] == ["timeout", "peer_lost", "timeout"]
+    assert [(r.kind, r.rank) for r in Compared.of(sim, other).races] == [("tie", 1)]
+    real.ranks[0].output = real.ranks[0].output[:1]
+    assert Compared.of(sim, real).verdict == "differ"
+
+
+def test_a_rank_whose_block_the_aborts_reset_overtook_is_a_reset_race_only_where_noted():
+    """tests/scripts/alltoallv_split_sizes.py (2 ranks; `python bench/race_tally.py
+    tests/scripts/alltoallv_split_sizes.py --nproc 2 --keep DIR`): rank 1 aborts on rank 0's
+    longer block; in the simulator rank 0 read rank 1's block and fails at its next all_reduce,
+    on a loaded host real rank 0 lost the block to the abort's reset and failed in the
+    alltoallv ("Read error"). Named a reset race on the noted rank; not where unnoted, nor
+    where the rank failed otherwise than by losing its peer."""
+    sim, real = _saved("reset_alltoallv")
+    assert noted_reset_races(sim) == {0: (1, 2, "all_to_all", "WORLD")}
+    assert real.ranks[0].output == [] and real.ranks[1].status == "aborted"
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert got.races == [ResetRace(0, 1, 2, "all_to_all")]
+    unnoted = dataclasses.replace(sim, notes=[n for n in sim.notes if "reset race" not in n])
+    assert Compared.of(unnoted, real).verdict == "differ"
+    real.ranks[0].error = dataclasses.replace(real.ranks[0].error, category="timeout")
     assert Compared.of(sim, real).verdict == "differ"

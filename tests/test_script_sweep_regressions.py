@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from simdist.agent_race import AgentRace, noted_agent_races
+from simdist.agent_race import noted_agent_races
+from simdist.closure_races import noted_reset_races
 from simdist.compare import compare_reports
 from simdist.races import EXIT_RACE_S, ConnectRace, connect_races, exit_races, named_races
 from simdist.report import CodeLocation, RankError, RankResult, Report, TraceEntry
 from tests.conftest import ROOT
-from tests.test_script_examples import RACE_TRIES, _run, _verdict, differences
+from tests.test_script_examples import RACE_TRIES, _run, _verdict, differences, differences_but_noted_races
 
 
 @pytest.mark.real
@@ -128,18 +129,19 @@ def _agent_raced(sim: Report) -> dict[int, tuple[int, float]]:
 
 
 def _agrees_or_agent_race(entry: dict, sim: Report, zygote, also: tuple[type, ...] = ()) -> None:
-    """The real side agrees with `sim`; a run that differs only by the agent race the
-    simulated report names (or a race of `also`'s kinds) is run again, at most RACE_TRIES
-    times, and must agree once; any other difference fails at once."""
+    """The real side agrees with `sim`, or differs only by races the simulated report noted on
+    those ranks (`differences_but_noted_races`: torchrun's agent, a tie, a reset): real Gloo goes
+    either way there. A run that differs by a race of `also`'s kinds, which no note places, is
+    run again, at most RACE_TRIES times; any other difference fails at once. (Requiring exact
+    agreement once in RACE_TRIES failed reduce_scatter_two_sizes 2 of 5 and timed_out_root_fed
+    1 of 5 at 3 tries beside two CPU burners, load 16-18: their agent races came 3 times running.)"""
     for _ in range(RACE_TRIES):
         real = _run(entry, "gloo", zygote)
-        cmp = compare_reports(sim, real)
-        if cmp.agree:
-            break
-        races = named_races(sim, real, cmp)
-        assert races and all(isinstance(r, (AgentRace, *also)) for r in races), differences(sim, real)
-        assert all(r.rank in noted_agent_races(sim) for r in races if isinstance(r, AgentRace))
-    assert differences(sim, real) == []
+        if not differences_but_noted_races(sim, real):
+            return
+        races = named_races(sim, real, compare_reports(sim, real))
+        assert races and all(isinstance(r, also) for r in races), differences(sim, real)
+    assert differences_but_noted_races(sim, real) == []
 
 
 def _race_reports(gap: float, real_category: str = "timeout") -> tuple[Report, Report]:
@@ -425,17 +427,16 @@ def test_even_split_sizes_given_run_alltoallv_and_a_longer_block_aborts_the_rece
     run Gloo's alltoallv, so rank 1 aborts on the longer message and rank 0 fails in its next
     all_reduce with rank 1 gone (the simulator took even splits for alltoall and reported a
     hang). Whether rank 0 read rank 1's block before the abort's reset is a race of the real
-    run: the real side runs again, at most RACE_TRIES times, until it shows the outcome of
-    prompt reading, and must show it once."""
+    run (real Gloo, load ~10: 3 of 15 runs rank 0 failed in the alltoallv itself, "Read error"):
+    the simulated report notes it on rank 0 (`closure_races.ResetRace`), and only there may the
+    real run differ so."""
     entry = {"script": "../tests/scripts/alltoallv_split_sizes.py", "nproc": 2}
     sim = _run(entry, "sim", script_zygote)
     assert _verdict(sim) == ["error:peer_lost", "aborted:gloo_abort"]
     assert sim.ranks[0].output == ["[0] [0.0, 10.0, 11.0]"]
-    for _ in range(RACE_TRIES):
-        real = _run(entry, "gloo", script_zygote)
-        if not differences(sim, real):
-            break
-    assert differences(sim, real) == []
+    assert noted_reset_races(sim) == {0: (1, 2, "all_to_all", "WORLD")}
+    real = _run(entry, "gloo", script_zygote)
+    assert differences_but_noted_races(sim, real) == []
 
 
 @pytest.mark.real

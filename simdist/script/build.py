@@ -16,6 +16,7 @@ from simdist.agent_race import agent_race_note
 from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
+from simdist.closure_races import reset_race_notes, tie_race_notes
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
 from simdist.race_walk import failed_at, lost_peer
@@ -413,7 +414,7 @@ def _timeout_notes(coord: Coordinator) -> list[str]:
     if coord.expired:
         notes.append("timeout: Gloo's timeout ended waits that no rank could complete any more (a hang that the "
                      "group's timeout turns into errors)")
-    return notes
+    return notes + tie_race_notes(coord.expired)
 
 
 def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: list[int | None],
@@ -433,7 +434,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
-    report.notes = _notes(report, coord, ending) + agent
+    report.notes = _notes(report, coord, ending) + agent + ([] if real else reset_race_notes(ranks))
     # why, read from the traces (the call sites that met at one sequence number, a rank that
     # finished while others wait): what a scenario's explanation says, for the user's script
     report.notes.extend(trace_hints(report, judge(report, list(report.findings))))

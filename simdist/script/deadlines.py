@@ -38,8 +38,10 @@ it first (`tests/scripts/closure_first.py`). For a collective it is an
 approximation with no measured window behind it: on real Gloo whether a later deadline
 times out on its own or first meets a timed-out peer's pair closure depends on which peer
 its rank waits on at that step of Gloo's algorithm, which the engine does not model (the
-measurements: docs/script-backend.md, "Near ties"). A send's or receive's deadline is armed
-when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is no way
+measurements: docs/script-backend.md, "Near ties"). Within `closure_races.TIE_RACE_S` of
+each other, which of two tied timeouts comes first is the host's (either rank may meet the
+other's closure): the report notes such ranks a tie race (`closure_races.tie_race_notes`).
+A send's or receive's deadline is armed when its rank waits for it (`RankConn.waited_on`). Torch's default timeout (30 min) is no way
 out of a stuck run: a run that would sit for 30 minutes is reported as the hang it is, at once
 (`OpRecord.long`); its deadline fires only when simulated time gets there, a rank's clock past
 it or threads in timed waits woken up to it (`simdist.script.timedwakes`).
