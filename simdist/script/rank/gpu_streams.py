@@ -65,11 +65,12 @@ class Stream:
 
 
 class Event(Stream):
-    """`torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False)`: recorded at
-    the script's clock (`time.perf_counter`, the simulated side's clock where it skipped time:
-    `rank.simclock`)."""
+    """`torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False, external=False)`:
+    recorded at the script's clock (`time.perf_counter`, the simulated side's clock where it
+    skipped time: `rank.simclock`)."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 external: bool = False):
         super().__init__()
         self.enable_timing = enable_timing
         self._at: float | None = None
