@@ -524,7 +524,8 @@ def test_llms_from_scratch_ch05_ddp_trainer_agrees_but_for_its_token_rates(scrip
     rates differ (the events' times, as between two real runs)."""
     script = THIRD_PARTY / "llms_from_scratch" / "02_opt_multi_gpu_ddp.py"
     rng = np.random.default_rng(0)
-    words = "the of and to a in that was he she her it his with as had for not be on at by all said".split()
+    words = ("the of and to a in that was he she her it his with as had for not be on at by all said which one "
+             "would have").split()
     (tmp_path / "middlemarch.txt").write_text(" ".join(rng.choice(words, 600)))  # (it downloads the novel)
     sim, real = _both(script, 2, [], script_zygote, tmp_path)
     assert _verdict(sim) == ["completed"] * 2
