@@ -219,10 +219,15 @@ def _id(case) -> str:
     return f"{script.removesuffix('.py')}-n{nproc}" + (f"-b{batches}" if batches else "") + "".join(args[:2])
 
 
+# what a CUDA event times (the FSDP tutorial prints its initialisation's): no two runs alike
+_EVENT_TIME = re.compile(r"CUDA event elapsed time: \S+sec")
+
+
 def _check(case, zygote, tmp_path) -> None:
     script, nproc, args, batches, verdict = case
     sim, real = _both(THIRD_PARTY / script, nproc, args, zygote, tmp_path, batches)
     assert _verdict(sim) == verdict
+    _scrub(_EVENT_TIME, "CUDA event elapsed time: _sec", sim, real)
     assert differences(sim, real) == []
     assert any(r.output for r in sim.ranks)
 
@@ -474,3 +479,71 @@ def test_the_ddp_tutorials_three_spawns_with_model_parallel_agree(script_zygote,
     assert sim.ranks[3].output[-1] == "Running DDP with model parallel example on rank 3."
     assert len(sim.ranks[4].output) == 2 and not any(e.group.startswith("gen3/") for e in sim.ranks[4].trace)
     assert any(e.group == "gen3/WORLD" for e in sim.ranks[0].trace)
+
+
+# Sixth batch (docs/script-backend.md, "Sixth batch"): rasbt/LLMs-from-scratch's mp.spawn DDP
+# script, which picks its world by `CUDA_VISIBLE_DEVICES`, its chapter-5 GPT trainer (compiled,
+# bf16, fused AdamW, CUDA events timing each step) and Lightning Fabric's 2-D parallel example.
+@pytest.mark.real
+@pytest.mark.parametrize("visible,nproc", [("0,1", 2), pytest.param("0,1,2", 3, marks=pytest.mark.slow)])
+def test_llms_from_scratch_spawn_script_takes_its_world_from_cuda_visible_devices(visible, nproc, script_zygote,
+                                                                                 tmp_path, monkeypatch):
+    """`DDP-script.py` spawns `torch.cuda.device_count()` ranks and says to run it as
+    `CUDA_VISIBLE_DEVICES=0,1 python DDP-script.py`: so many ranks, losses and accuracies as
+    on real Gloo (seeded in each process: it seeds only the parent, and torch seeds a new
+    process at random). Before `rank/visible_gpus.py` the variable was ignored: 8 ranks."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    sim, real = _both(THIRD_PARTY / "llms_from_scratch" / "DDP-script-seeded.py", None, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * nproc
+    assert differences(sim, real) == []
+    assert f"[GPU{nproc - 1}] Test accuracy 1.0" in sim.ranks[nproc - 1].output
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_llms_from_scratch_spawn_script_on_eight_gpus_fails_alike(script_zygote, tmp_path):
+    """Unedited, no variable: 8 simulated GPUs, 8 ranks for 5 training samples; each rank's
+    loader (drop_last) is empty and its accuracy divides by zero, which the script re-raises
+    with its own advice ("designed for 2 GPUs"): on every rank, on both sides."""
+    sim, real = _both(THIRD_PARTY / "llms_from_scratch" / "DDP-script.py", None, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["error:other"] * 8
+    assert differences(sim, real) == []
+    assert "designed for 2 GPUs" in sim.ranks[7].error.message
+
+
+_RATES = re.compile(r"tok/sec: \d+")
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_llms_from_scratch_ch05_ddp_trainer_agrees_but_for_its_token_rates(script_zygote, tmp_path):
+    """Chapter 5's `02_opt_multi_gpu_ddp.py` under torchrun: `torch.compile` then DDP of a bf16
+    GPT, fused AdamW, `barrier(device_ids=...)`, 4 DataLoader workers a loader, two SUM
+    all-reduces of token counts each 5 steps, timed by CUDA events; rank 0 samples text and
+    plots. Losses, the sample and every collective (45 a rank) as on real Gloo; only the token
+    rates differ (the events' times, as between two real runs)."""
+    script = THIRD_PARTY / "llms_from_scratch" / "02_opt_multi_gpu_ddp.py"
+    rng = np.random.default_rng(0)
+    words = ("the of and to a in that was he she her it his with as had for not be on at by all said which one "
+             "would have").split()
+    (tmp_path / "middlemarch.txt").write_text(" ".join(rng.choice(words, 600)))  # (it downloads the novel)
+    sim, real = _both(script, 2, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 2
+    _scrub(_RATES, "tok/sec: _", sim, real)
+    assert differences(sim, real) == []
+    assert any(line.startswith("Reserved memory: ") for line in sim.ranks[0].output) and len(sim.ranks[1].trace) == 45
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_lightning_fabric_tensor_parallel_example_agrees(script_zygote, tmp_path):
+    """Fabric's `ModelParallelStrategy` (FSDP2 on "data_parallel", TP and sequence parallelism on
+    "tensor_parallel", a 2x2 mesh of the simulated GPUs), activation checkpointing,
+    `loss_parallel`, a meta-device model initialised after sharding, and a distributed checkpoint
+    by `fabric.save`: 8 iterations on 4 ranks, as on real Gloo."""
+    pytest.importorskip("lightning", reason="lightning is not installed (an optional library: docs/script-backend.md)")
+    sim, real = _both(THIRD_PARTY / "lightning_fabric_tp" / "train.py", 4, [], script_zygote, tmp_path)
+    assert _verdict(sim) == ["completed"] * 4
+    assert differences(sim, real) == []
+    assert sim.ranks[0].output[-3:] == ["Saving a (distributed) checkpoint ...", "Training successfully completed!",
+                                       "Peak memory usage: 0.00 GB"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from simdist.script.rank import gpu_allocator
+from simdist.script.rank import gpu_allocator, visible_gpus
 
 
 class _Init:
@@ -63,6 +63,9 @@ def lazy_init() -> None:
         return
     if _Init.bad_fork:
         _TORCH_LAZY_INIT()
+    if visible_gpus.count() == 0:  # CUDA_VISIBLE_DEVICES names none of the node's GPUs
+        raise RuntimeError(visible_gpus.NO_GPUS)
+    visible_gpus.fix()
     _Init.initialized = _Init.poisoned = True
     _mark_torch(True)
 
@@ -90,6 +93,7 @@ def fresh_process() -> None:
     zygote's own imports did is not the script's)."""
     _Init.initialized = _Init.poisoned = _Init.bad_fork = False
     _mark_torch(False)
+    visible_gpus.unfix()
     gpu_allocator.reset()
 
 

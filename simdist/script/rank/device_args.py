@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import compiled_moves, device_view, gpu_memory, gpu_shims
+from simdist.script.rank import compiled_moves, device_view, gpu_memory, gpu_shims, visible_gpus
 
 CPU = torch.device("cpu")
 
@@ -47,15 +47,22 @@ def stands_for_gpu(t: Any) -> bool:
 
 
 def target_index(device: Any) -> int:
-    """The simulated GPU a CUDA device argument names ("cuda": the current one)."""
+    """The simulated GPU a CUDA device argument names ("cuda": the current one); one the process
+    does not see (`cuda:8` on an 8-GPU node, `cuda:2` under CUDA_VISIBLE_DEVICES=0,1) is CUDA's
+    "invalid device ordinal", as placing a tensor there raises on a GPU."""
     if isinstance(device, torch.device):
         read_off = device_view.host_index(device) if device.type == "cpu" else None  # (`is_accelerator`)
         if read_off is not None:
             return read_off
-        return gpu_shims._Gpus.current if device.index is None else device.index
-    if isinstance(device, str):
+        if device.index is None:
+            return gpu_shims._Gpus.current
+        index = device.index
+    elif isinstance(device, str):
         return target_index(torch.device(device))
-    return int(device)
+    else:
+        index = int(device)
+    visible_gpus.check_ordinal(index)
+    return index
 
 
 def move_target(args: tuple, kwargs: dict) -> Any:

@@ -226,7 +226,7 @@ def _patch_tensor_moves() -> None:
 def _patch_record_stream() -> None:
     """`t.record_stream(stream)` of a simulated GPU tensor does nothing, as there is nothing to
     keep: CUDA's caching allocator holds the memory until the work queued on `stream` is done,
-    and a CPU's work is done when it is issued (the streams are `gpu_shims._Stream`). A GPU
+    and a CPU's work is done when it is issued (the streams are `gpu_streams.Stream`). A GPU
     script's prefetcher calls it after copying a batch on a side stream; it raised (torch:
     "Could not run 'aten::record_stream' with arguments from the 'CPU' backend"). A host
     tensor's raises as torch's does."""

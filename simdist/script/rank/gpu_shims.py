@@ -27,14 +27,8 @@ from typing import Any
 
 import torch
 
-from simdist.script.rank import cuda_init, device_view, gpu_allocator, gpu_props
-
-
-class _Gpus:
-    """What the `torch.cuda` shims report."""
-
-    count = 8
-    current = 0
+from simdist.script.rank import cuda_init, device_view, gpu_allocator, gpu_props, gpu_streams, visible_gpus
+from simdist.script.rank.visible_gpus import Gpus as _Gpus
 
 
 def _index(device: Any) -> int:
@@ -67,7 +61,7 @@ def is_available() -> bool:
 
     if not tc._nvml_based_avail():
         cuda_init.poison_fork()
-    return not _asked_by_inductor(2)
+    return visible_gpus.count() > 0 and not _asked_by_inductor(2)
 
 
 def _cuda_device_index(device: Any, optional: bool = False) -> int:
@@ -85,6 +79,7 @@ def _select_index(index: int) -> None:
     initialises CUDA first (`_cuda_setDevice`, `_accelerator_setDeviceIndex`)."""
     if index >= 0:
         cuda_init.lazy_init()
+        visible_gpus.check_ordinal(index)
         _Gpus.current = index
 
 
@@ -117,10 +112,11 @@ class _DeviceContext:
         self._before = _Gpus.current
         if self.device is None:
             pass
-        elif isinstance(self.device, _Stream):
+        elif isinstance(self.device, gpu_streams.Stream):
             cuda_init.lazy_init()
         elif _index(self.device) >= 0:
             cuda_init.lazy_init()
+            visible_gpus.check_ordinal(_index(self.device))
             _Gpus.current = _index(self.device)
 
     def __exit__(self, *exc: Any) -> None:
@@ -137,51 +133,6 @@ class _CudaDeviceContext(_DeviceContext):
         super().__init__(_cuda_device_index(device, optional=True))
 
 
-class _Stream:
-    """A CUDA stream or event on the CPU: work is done when it is issued, so there is nothing
-    to wait for (torch.distributed.checkpoint's writer overlaps copies on the current stream
-    once CUDA is available; scripts make side streams and events for overlap and timing)."""
-
-    device_type = "cuda"
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.device = torch.device("cuda", _Gpus.current)
-
-    def synchronize(self) -> None:
-        return None
-
-    def query(self) -> bool:
-        return True
-
-    def is_capturing(self) -> bool:  # an optimizer's step asks (no CUDA graph is captured here)
-        return False
-
-    def __enter__(self) -> Any:  # `with stream:` (torch.Stream's own context manager)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def wait_stream(self, stream: Any) -> None:
-        return None
-
-    def wait_event(self, event: Any) -> None:
-        return None
-
-    def wait(self, stream: Any = None) -> None:
-        return None
-
-    def record(self, stream: Any = None) -> None:
-        return None
-
-    def record_event(self, event: Any = None) -> Any:
-        return event if event is not None else _Stream()
-
-    def elapsed_time(self, end: Any) -> float:
-        return 0.0
-
-
-_CURRENT_STREAM = _Stream()
 
 
 _PROPS = gpu_props.DeviceProperties()
@@ -194,9 +145,9 @@ def _properties(device: Any = None) -> gpu_props.DeviceProperties:
 
     read_off = device_view.host_index(device)  # (a device torch's code read off a GPU tensor: that GPU)
     index = _get_device_index(device, optional=True) if read_off is None else read_off
-    if index < 0 or index >= _Gpus.count:
+    if index < 0 or index >= visible_gpus.count():
         raise AssertionError("Invalid device id")
-    return gpu_props.of(index)
+    return gpu_props.of(visible_gpus.physical(index))
 
 
 def _install_queries(tc: Any) -> None:
@@ -230,14 +181,14 @@ def install(gpus: int) -> None:
     generator state work, CUDA's initialisation poisons fork (module docstring)."""
     import torch.cuda as tc
 
-    _Gpus.count = gpus
+    visible_gpus.install(gpus)
     cuda_init.install()
     # the binding a CUDA build has (torch/csrc/cuda/Module.cpp) and scripts ask directly
     # (Accelerate's notebook test after `notebook_launcher` forks): AttributeError on a CPU build
     torch._C._cuda_isInBadFork = cuda_init.in_bad_fork
     shims: dict[str, Any] = {
         "is_available": is_available,
-        "device_count": lambda: _Gpus.count,
+        "device_count": visible_gpus.count,
         "init": cuda_init.lazy_init,
         "_is_in_bad_fork": cuda_init.in_bad_fork,
         "set_device": _set_device,
@@ -245,10 +196,10 @@ def install(gpus: int) -> None:
         "synchronize": cuda_init.initialising(lambda device=None: None),
         "get_device_name": cuda_init.initialising(lambda device=None: "simdist simulated GPU (CPU)"),
         "device": _CudaDeviceContext,
-        "Stream": _Stream,
-        "Event": _Stream,
-        "current_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
-        "default_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
+        "Stream": gpu_streams.Stream,
+        "Event": gpu_streams.Event,
+        "current_stream": cuda_init.initialising(lambda device=None: gpu_streams.CURRENT_STREAM),
+        "default_stream": cuda_init.initialising(lambda device=None: gpu_streams.CURRENT_STREAM),
         "stream": _DeviceContext,
     }
     for name, fn in shims.items():
@@ -262,7 +213,7 @@ def install(gpus: int) -> None:
 def _allocator(index: int) -> gpu_allocator.DeviceAllocator:
     """Device `index`'s allocator, as c10's `assertValidDevice` admits it: CUDA initialised
     (before that torch has no allocator for any device) and a device that exists."""
-    if not (cuda_init._Init.initialized and 0 <= index < _Gpus.count):
+    if not (cuda_init._Init.initialized and 0 <= index < visible_gpus.count()):
         raise RuntimeError(f"Invalid device argument {index}: did you call init?")
     return gpu_allocator.device(index)
 
@@ -280,7 +231,7 @@ def _empty_cache() -> None:
     `emptyCache` empties each device's allocator, `gpu_allocator.empty_all`), once CUDA is
     initialised."""
     if cuda_init._Init.initialized:
-        gpu_allocator.empty_all(_Gpus.count)
+        gpu_allocator.empty_all(visible_gpus.count())
 
 
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -329,7 +280,7 @@ def _install_cuda_rng_shims() -> None:
     shims: dict[str, Any] = {
         "get_rng_state": cuda_init.initialising(lambda device="cuda": torch.get_rng_state()),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "get_rng_state_all": cuda_init.initialising(lambda: [torch.get_rng_state() for _ in range(_Gpus.count)]),
+        "get_rng_state_all": cuda_init.initialising(lambda: [torch.get_rng_state() for _ in range(visible_gpus.count())]),
         "set_rng_state_all": lambda new_states: [torch.set_rng_state(s) for s in new_states[:1]] and None,
         "initial_seed": cuda_init.initialising(torch.initial_seed),
     }
@@ -337,7 +288,7 @@ def _install_cuda_rng_shims() -> None:
         setattr(tc, name, fn)
         setattr(tcr, name, fn)
     # torch's seed calls run once CUDA is initialised (`cuda_init._mark_torch`), on these
-    tc.default_generators = (torch.default_generator,) * _Gpus.count
+    tc.default_generators = (torch.default_generator,) * visible_gpus.count()
     tcr.current_device, tcr.device_count = tc.current_device, tc.device_count  # (imported there by name)
 
 
@@ -354,14 +305,14 @@ def _install_accelerator_shims() -> None:
     shims: dict[str, Any] = {
         "is_available": lambda: tc.is_available(),
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
-        "device_count": lambda: _Gpus.count,
+        "device_count": visible_gpus.count,
         "current_device_index": cuda_init.initialising(lambda: _Gpus.current),
         "current_device_idx": cuda_init.initialising(lambda: _Gpus.current),
         "set_device_index": _set_device_index,
         "set_device_idx": _set_device_index,
         "device_index": _DeviceContext,
         "synchronize": lambda device=None: None,
-        "current_stream": cuda_init.initialising(lambda device=None: _CURRENT_STREAM),
+        "current_stream": cuda_init.initialising(lambda device=None: gpu_streams.CURRENT_STREAM),
         "set_stream": cuda_init.initialising(lambda stream: None),
         # the allocator's figures are torch.cuda's (`_install_memory_stats`)
         "empty_cache": lambda: tc.empty_cache(),
