@@ -335,3 +335,22 @@ def test_a_sleep_polling_a_peers_child_runs_in_wall_time(script_zygote):
     for rep in (both.sim.report, both.real.report):
         assert [r.status for r in rep.ranks] == ["completed", "completed"], (rep.source, rep.notes)
         assert rep.ranks[1].output == ["rank 1 saw the file; its clock read under a minute: True", "rank 1 done"], rep.source
+
+
+def test_sleep_reads_its_length_as_the_builtin(script_zygote):
+    """sleep_lengths.py: a tensor, a numpy float32 or a str raise TypeError, a negative, NaN or
+    infinity what the builtin raises, on the main thread and another, on both sides. The told
+    sleep read the length with `float()` and slept a tensor's and a float32's (a str's error
+    named `>`)."""
+    both = compare_script(ROOT / "tests" / "scripts" / "sleep_lengths.py", [], nproc_per_node=2, backend="gloo",
+                          timeout_s=120, hang_after_s=3.0, run_id=new_run_id(), measure_compute=False, zygotes=script_zygote)
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    for rep in (both.sim.report, both.real.report):
+        lines = rep.ranks[0].output
+        for where in ("main", "thread"):
+            assert f"{where} Tensor tensor(0.0100): TypeError: only integer tensors of a single element can be " \
+                   "converted to an index" in lines, (rep.source, lines)
+            assert f"{where} float32 np.float32(0.01): TypeError: 'numpy.float32' object cannot be interpreted " \
+                   "as an integer" in lines, (rep.source, lines)
+            assert f"{where} float 0.01: slept" in lines, (rep.source, lines)
