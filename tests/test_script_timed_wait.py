@@ -341,13 +341,15 @@ def test_sleep_reads_its_length_as_the_builtin(script_zygote):
     """sleep_lengths.py: a tensor, a numpy float32 or a str raise TypeError, a negative, NaN or
     infinity what the builtin raises, on the main thread and another, on both sides. The told
     sleep read the length with `float()` and slept a tensor's and a float32's (a str's error
-    named `>`)."""
+    named `>`). `time.sleep` pickles as itself, as the builtin (it raised "cannot pickle 'staticmethod'
+    object" on both sides, which compare cannot see)."""
     both = compare_script(ROOT / "tests" / "scripts" / "sleep_lengths.py", [], nproc_per_node=2, backend="gloo",
                           timeout_s=120, hang_after_s=3.0, run_id=new_run_id(), measure_compute=False, zygotes=script_zygote)
     c = compare_reports(both.sim.report, both.real.report)
     assert c.agree, format_comparison(c)
     for rep in (both.sim.report, both.real.report):
         lines = rep.ranks[0].output
+        assert "time.sleep pickles as itself: True" in lines, (rep.source, lines)
         for where in ("main", "thread"):
             assert f"{where} Tensor tensor(0.0100): TypeError: only integer tensors of a single element can be " \
                    "converted to an index" in lines, (rep.source, lines)

@@ -2,8 +2,10 @@
 another: a tensor, a numpy float32, a str (TypeError: only a float or an integer by `__index__`
 is a length), a numpy int64, a negative, NaN, infinity (ValueError, OverflowError), a float.
 Each rank prints what each did. The simulated side's told sleep read them with `float()` and
-slept where the builtin raises."""
+slept where the builtin raises. And whether `time.sleep` pickles as itself, as the builtin does
+(`ProcessPoolExecutor.map(time.sleep, ...)`): both sides' patched sleep raised "cannot pickle"."""
 import math
+import pickle
 import threading
 import time
 
@@ -24,6 +26,7 @@ def attempt(where: str) -> None:
             print(f"{where} {type(v).__name__} {v!r}: {type(e).__name__}: {e}")
 
 
+print(f"time.sleep pickles as itself: {pickle.loads(pickle.dumps(time.sleep)) is time.sleep}")
 attempt("main")
 t = threading.Thread(target=attempt, args=("thread",))
 t.start()

@@ -164,7 +164,7 @@ def _patch_sleep() -> None:
         finally:
             c.sleeping -= 1
 
-    time.sleep = staticmethod(sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body)
+    time.sleep = simclock.unbound("sleep", sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body; pickles as it)
 
 
 def _after_fork_child() -> None:
