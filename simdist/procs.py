@@ -134,6 +134,20 @@ def die_with_parent(parent: int | None = None) -> None:
 
 
 # ----------------------------------------------------------------------------- processes
+def has_children(pid: int | str = "self") -> bool:
+    """Whether process `pid` has a child process now (the children lists of its threads in
+    /proc; a zombie not yet reaped counts). True where /proc cannot tell: a caller asks so as
+    not to run time forward past a child's progress, which only the wall clock makes."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                if f.read().strip():
+                    return True
+    except OSError:
+        return True
+    return False
+
+
 class Child(Protocol):
     """What a launcher needs of a process it owns: a `subprocess.Popen`, or a process a fork
     server forked for it (`simdist.forkserver.ForkedProcess`), which leads its own session too."""

@@ -319,3 +319,40 @@ def test_a_heartbeat_thread_sleeping_in_a_loop_is_a_timed_wait(script_zygote):
     assert _said(rep) == [[line.replace(f"[{SHORT_S}, {SHORT_S}, {SHORT_S}]", "[1800, 1800, 1800]")
                            .replace(f"{SHORT_S * 1000}ms", "1800000ms") for line in lines] for lines in _said(both.real.report)]
     assert rep.timings["wall_s"] < 60, rep.timings  # (measured 7.8 s; the watchdog's 120 s before)
+
+
+def test_a_sleep_polling_a_peers_child_runs_in_wall_time(script_zygote):
+    """polls_peer_child.py: rank 1 polls for a file rank 0's child writes after 2 s, rank 0 waits
+    in a barrier with a 10 s timeout. Both sides complete, rank 1's clock reading the wait's wall
+    time. Sleeps woken in simulated time while a rank has a child process ran rank 1's clock
+    ~100 s ahead in 2 s of wall time and fired rank 0's timeout ("sim error, real completed")."""
+    run_id = new_run_id()
+    both = compare_script(ROOT / "tests" / "scripts" / "polls_peer_child.py", ["10"], nproc_per_node=2, backend="gloo",
+                          timeout_s=120, hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    for rep in (both.sim.report, both.real.report):
+        assert [r.status for r in rep.ranks] == ["completed", "completed"], (rep.source, rep.notes)
+        assert rep.ranks[1].output == ["rank 1 saw the file; its clock read under a minute: True", "rank 1 done"], rep.source
+
+
+def test_sleep_reads_its_length_as_the_builtin(script_zygote):
+    """sleep_lengths.py: a tensor, a numpy float32 or a str raise TypeError, a negative, NaN or
+    infinity what the builtin raises, on the main thread and another, on both sides. The told
+    sleep read the length with `float()` and slept a tensor's and a float32's (a str's error
+    named `>`). `time.sleep` pickles as itself, as the builtin (it raised "cannot pickle 'staticmethod'
+    object" on both sides, which compare cannot see)."""
+    both = compare_script(ROOT / "tests" / "scripts" / "sleep_lengths.py", [], nproc_per_node=2, backend="gloo",
+                          timeout_s=120, hang_after_s=3.0, run_id=new_run_id(), measure_compute=False, zygotes=script_zygote)
+    c = compare_reports(both.sim.report, both.real.report)
+    assert c.agree, format_comparison(c)
+    for rep in (both.sim.report, both.real.report):
+        lines = rep.ranks[0].output
+        assert "time.sleep pickles as itself: True" in lines, (rep.source, lines)
+        for where in ("main", "thread"):
+            assert f"{where} Tensor tensor(0.0100): TypeError: only integer tensors of a single element can be " \
+                   "converted to an index" in lines, (rep.source, lines)
+            assert f"{where} float32 np.float32(0.01): TypeError: 'numpy.float32' object cannot be interpreted " \
+                   "as an integer" in lines, (rep.source, lines)
+            assert f"{where} float 0.01: slept" in lines, (rep.source, lines)

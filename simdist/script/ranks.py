@@ -149,6 +149,7 @@ class RankConn:
     timers_at: dict[int | None, float] = field(default_factory=dict)  # per thread key: its last timer's end
     wait_numbers: dict[int | None, int] = field(default_factory=dict)  # per thread key: its timed wait's number
     wait_ends: dict[int | None, float] = field(default_factory=dict)  # ... and its end on the script's clock (`rank.simclock`)
+    sleepers: set[int | None] = field(default_factory=set)  # thread keys whose timed wait is a `time.sleep`
     to_sync: list[OpRecord] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
@@ -206,6 +207,7 @@ class RankConn:
             self.wakes[tid] = max(self.clock, self.timers_at.get(tid, 0.0)) + max(float(h["s"]), 0.0)
         if h["t"] != "woke":
             self.wait_numbers[tid] = int(h.get("n") or 0)
+            (self.sleepers.add if h["t"] == "sleep" or h.get("sl") else self.sleepers.discard)(tid)
             if h.get("p") is not None:
                 self.wait_ends[tid] = float(h["p"]) + max(float(h["s"]), 0.0)
 

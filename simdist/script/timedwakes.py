@@ -22,12 +22,22 @@ A thread that wakes too often to get there (rich's 10 a second is 18 000 wakes t
 that waits 1 ms, 1.8 million) is woken at most `MAX_WAKES` times a run: after that its timers
 run in wall time again, as before (a deadline it passes still fires; torch's default is then
 left to the watchdog), and the report says so (`wake_notes`).
+
+A `time.sleep` is not woken while any live rank's process has a child process (a `Popen`, a
+DataLoader's workers): a loop that sleeps may be polling what the child makes in wall time (a
+file it writes, its exit), and a peer's may poll a file a rank's child writes, so running its
+timers forward would let it give up, or a peer's Gloo timeout fire, before the child is done
+(tests/scripts/polls_peer_child.py: rank 1 polls every 0.1 s for a file rank 0's child writes
+after 2 s while rank 0 waits in a barrier with a 10 s timeout; the simulator raised the
+timeout). Its timer ends it in wall time then, as it did before sleeps were timed waits; the
+rank's main thread's sleep is told only where its own process has no child (`rank.timedwait`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from simdist.procs import has_children
 from simdist.script.ranks import RankConn
 
 # Wakes the coordinator makes a run at most. Measured (docs/script-backend.md, "Hangs, at once":
@@ -58,6 +68,8 @@ class TimedWakesMixin:
         if first is None:
             return
         conn, key, at = first
+        if key in conn.sleepers and any(has_children(c.pid) for c in self._live() if c.pid is not None):
+            return  # (a sleep may be polling a child's progress, which only the wall clock makes: its timer ends it)
         if self.wakes_made >= MAX_WAKES:
             if self.wakes_capped is None:
                 self.wakes_capped = (conn, key, at, at - conn.timers_at.get(key, conn.clock))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import operator
 import os
 import sys
 import threading
@@ -131,16 +132,24 @@ def _on_dynamo(_dynamo: Any) -> None:
     trace_rules._recompile_re()
 
 
+_LONGEST_S = float(2**62 // 10**9)  # the builtin refuses a longer sleep (OverflowError): left to it
+
+
 def _patch_sleep() -> None:
     orig = time.sleep
     main = threading.main_thread()
 
     def sleep(seconds: float) -> None:
         c = client.CLIENT
-        if c is None or threading.current_thread() is not main:
+        # as the builtin reads its length: a float, or an integer by `__index__` (a float32 or a
+        # tensor raises TypeError, as there); one it refuses (negative, NaN, too long) raises there
+        seconds = seconds if isinstance(seconds, float) else operator.index(seconds)
+        if c is None or not 0 <= seconds < _LONGEST_S:
+            return orig(seconds)
+        if threading.current_thread() is not main:
             # another thread's sleep posts nothing before it ends: on the simulated side a timed wait
             # the coordinator may end in simulated time once every rank is blocked (`rank.timedwait`)
-            if c is None or not timedwait.sleep(seconds, sys._getframe(1)):
+            if not timedwait.sleep(seconds, sys._getframe(1)):
                 orig(seconds)
             return None
         c.sleeping += 1
@@ -155,7 +164,7 @@ def _patch_sleep() -> None:
         finally:
             c.sleeping -= 1
 
-    time.sleep = staticmethod(sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body)
+    time.sleep = simclock.unbound("sleep", sleep)  # (binds no instance, as the builtin: `wait = time.sleep` in a class body; pickles as it)
 
 
 def _after_fork_child() -> None:

@@ -158,10 +158,11 @@ class Client:
         n = sum(1 for _ in threads.running(lambda ident, _tid, _frame: ident in waits, own=in_job))
         return [n + int(queued), handled, timed]
 
-    def timed_wait(self, seconds: float, number: int) -> None:
+    def timed_wait(self, seconds: float, number: int, sleep: bool = False) -> None:
         """This thread begins a wait that its timer ends after `seconds` (`rank.timedwait`: its
-        `number` names it in the coordinator's wake)."""
-        self.send({"t": "twait", "s": seconds, "n": number, "cpu": time.thread_time()}, claim=True, timed=True)
+        `number` names it in the coordinator's wake; `sleep`: a `time.sleep`, which only its timer ends)."""
+        self.send({"t": "twait", "s": seconds, "n": number, "cpu": time.thread_time(), **({"sl": 1} if sleep else {})},
+                  claim=True, timed=True)
 
     def timed_woken(self, idents: list[int]) -> None:
         """Another thread notified these threads' waits (`rank.timedwait`): they run from now on."""

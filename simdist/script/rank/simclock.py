@@ -57,18 +57,20 @@ def advance_to(target: float) -> None:
         _offset = max(_offset, target - real_monotonic())
 
 
-def _unbound(name: str, fn: Any) -> Any:
+def unbound(name: str, fn: Any) -> Any:
     """`fn` as a replacement for `time.<name>` that, like the builtin, binds no instance
     (logging's `Formatter.converter = time.localtime`, a class body's `clock = time.perf_counter`:
     called through an instance, a function gets the instance as its first argument): a
     staticmethod, callable since Python 3.10, pickled as `time.<name>` (`_reduce_static`). Its
-    call adds no Python frame: `sys._getframe(1)` in `fn` is its caller's."""
+    call adds no Python frame: `sys._getframe(1)` in `fn` is its caller's. (Both sides: boot's
+    `time.sleep` is one, and `ProcessPoolExecutor.map(time.sleep, ...)` pickles it.)"""
+    copyreg.pickle(staticmethod, _reduce_static)
     fn.__module__, fn.__name__, fn.__qualname__ = "time", name, name
     return staticmethod(fn)
 
 
 def _reduce_static(obj: Any) -> str:
-    """Pickles (and copies) a replacement of `_unbound` by its name in `time`; any other
+    """Pickles (and copies) a replacement of `unbound` by its name in `time`; any other
     staticmethod cannot be pickled, as without this."""
     if getattr(time, getattr(obj, "__name__", ""), None) is obj:
         return str(obj.__name__)
@@ -88,7 +90,7 @@ def _shifted(name: str) -> tuple[object, object]:
             return real_ns() + int(_offset * 1e9)
         return real_ns()
 
-    return _unbound(name, clock), _unbound(f"{name}_ns", clock_ns)
+    return unbound(name, clock), unbound(f"{name}_ns", clock_ns)
 
 
 def _script_now(caller: Any) -> float | None:
@@ -118,7 +120,7 @@ def _calendar() -> None:
         return real["strftime"](format, real["localtime"](_script_now(sys._getframe(1))) if t is None else t)
 
     for name, fn in (*((n, at(n)) for n in ("localtime", "gmtime", "ctime")), ("asctime", asctime), ("strftime", strftime)):
-        setattr(time, name, _unbound(name, fn))
+        setattr(time, name, unbound(name, fn))
     try:
         slots = gc.get_referents(datetime.datetime.__dict__)[0]
         real_now, real_utcnow = slots["now"], slots["utcnow"]  # (descriptors: `cls` is the caller's, a subclass too)
@@ -143,7 +145,6 @@ def install() -> None:
     `from time import time` would keep the real clock; `timedwait.install` makes sure)."""
     if time.monotonic is not _REAL["monotonic"]:  # (installed already)
         return
-    copyreg.pickle(staticmethod, _reduce_static)
     for name in _REAL:
         clock, clock_ns = _shifted(name)
         setattr(time, name, clock)

@@ -41,6 +41,7 @@ from _thread import allocate_lock
 from dataclasses import dataclass
 from typing import Any
 
+from simdist import procs
 from simdist.frames import SIMDIST_DIR as _SIMDIST
 from simdist.script.rank import client, simclock
 from simdist.script.rank.threads import OWN_PREFIX, SITE_DIR, STDLIB_DIR
@@ -232,28 +233,16 @@ def sleep(seconds: float, caller: Any, main: dict[str, Any] | None = None) -> bo
     only the timer or the coordinator's wake ends it, which moves the script's clocks on to its
     end). `main`: the main thread's "sleep" message (simulated time passes on the rank's clock
     as the sleep says, `RankConn.sleep`), sent as the telling; told only while the process has
-    no child (`_childless`): a main thread that sleeps in a loop may be polling a subprocess or
+    no child (`procs.has_children`): a main thread that sleeps in a loop may be polling a subprocess or
     a worker, whose progress only the wall clock makes. False: not such a sleep (the caller
     sleeps as it would)."""
-    if not tells(seconds, caller) or (main is not None and not _childless()):
+    if not tells(seconds, caller) or (main is not None and procs.has_children()):
         return False
     c = client.CLIENT
     assert c is not None
-    _told_wait(threading.Condition(threading.Lock()), float(seconds), None if main is None else
-               lambda _s, number: c.send({**main, "n": number}, claim=True, timed=True), sleep=True)
-    return True
-
-
-def _childless() -> bool:
-    """This process has no child process (the children lists of its threads in /proc are
-    empty); False where /proc cannot tell."""
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
-                if f.read().strip():
-                    return False
-    except OSError:
-        return False
+    _told_wait(threading.Condition(threading.Lock()), float(seconds),
+               (lambda s, number: c.timed_wait(s, number, sleep=True)) if main is None else
+               (lambda _s, number: c.send({**main, "n": number}, claim=True, timed=True)), sleep=True)
     return True
 
 
