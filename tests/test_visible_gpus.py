@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from simdist.errors import ScriptError
+from simdist.script.api import run_script
 from simdist.script.rank import gpu_props, visible_gpus
 from tests.conftest import ROOT
 from tests.test_script_examples import _verdict, differences
@@ -54,6 +56,44 @@ def test_uuids_name_the_simulated_gpus_and_the_count_is_kept_once_cuda_is_initia
     assert visible_gpus.count() == 0
 
 
+@pytest.mark.parametrize("value,note", [
+    (None, None), ("0,1,2,3", None), ("3,2,1,0,7", None),  # unset, or every simulated GPU seen: nothing to say
+    ("0", "CUDA_VISIBLE_DEVICES='0' (the run's environment) leaves each process 1 of the simulated node's 4 GPUs "
+          "(torch.cuda.device_count() 1), as on a GPU node: unset it to see all 4"),
+    ("", "CUDA_VISIBLE_DEVICES='' (the run's environment) leaves each process 0 of the simulated node's 4 GPUs "
+         "(torch.cuda.device_count() 0), as on a GPU node: unset it to see all 4"),
+])
+def test_an_exported_variable_that_hides_simulated_gpus_is_said(value, note, monkeypatch):
+    """A `CUDA_VISIBLE_DEVICES` left exported in the user's shell (a GPU box's, a scheduler's
+    job's, or "" to hide GPUs) reaches every rank, and a script that sizes its world by
+    `device_count()` (mp.spawn) runs fewer ranks than the simulated node has GPUs, or none:
+    faithful to a GPU node, but the report said nothing of it (`simdist run vis.py
+    --gpus-per-node 4` with CUDA_VISIBLE_DEVICES=0 ran 1 rank; with "" it ended in "never
+    initialised a process group" and no reason). The run's report notes it (`api.execute`)."""
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert visible_gpus.hidden_note(4) == note
+    assert visible_gpus.hidden_note(0) is None  # a CPU-only node has nothing to hide
+
+
+def test_a_world_the_variable_sized_says_so(tmp_path, monkeypatch):
+    """A script that spawns one rank a GPU it sees (tests/scripts/spawn_per_gpu.py) on the
+    simulated 4-GPU node: 1 rank under an exported CUDA_VISIBLE_DEVICES=0, which its report
+    notes; none under "", and the one-line error says why."""
+    script = ROOT / "tests" / "scripts" / "spawn_per_gpu.py"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    report = run_script(script, gpus=4, timeout_s=120, measure_compute=False)
+    assert [r.output for r in report.ranks] == [["[0] of 1: count 1"]]
+    assert visible_gpus.hidden_note(4) in report.notes
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ScriptError) as e:
+        run_script(script, gpus=4, timeout_s=120, measure_compute=False)
+    assert str(e.value).endswith("; " + visible_gpus.hidden_note(4))
+
+
 @pytest.mark.real
 def test_two_visible_gpus_renumbered_from_zero_agree_with_real_gloo(script_zygote, tmp_path, monkeypatch):
     """`CUDA_VISIBLE_DEVICES=3,5`: each rank sees 2 GPUs, its `cuda:{local_rank}` is the node's
@@ -78,6 +118,7 @@ def test_a_rank_whose_gpu_is_not_visible_fails_in_set_device(script_zygote, tmp_
     assert differences(sim, real) == []
     err = sim.ranks[1].error
     assert err.type == "AcceleratorError" and err.message.startswith("CUDA error: invalid device ordinal\n")
+    assert [n for n in sim.notes if n.startswith("CUDA_VISIBLE_DEVICES='0'")] == [visible_gpus.hidden_note(8)]
 
 
 @pytest.mark.real

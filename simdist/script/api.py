@@ -27,6 +27,7 @@ from simdist.script.build import Groups, build_report, per_process
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
 from simdist.script.initwatch import InitWatch
+from simdist.script.rank import visible_gpus
 from simdist.script.rendezvous import ended_without_init, left_words
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside
@@ -203,12 +204,22 @@ def _wants_torchrun(x: dict[str, Any]) -> bool:
         "env:// rendezvous: environment variable" in message
 
 
-def never_initialised(script: Path, coord: Coordinator, codes: list[int | None], nproc_per_node: int | None) -> str:
+def _hidden_gpus(gpus: int) -> list[str]:
+    """The note of an exported CUDA_VISIBLE_DEVICES that hides some of the node's `gpus`
+    simulated GPUs from every rank (`visible_gpus.hidden_note`): it may size the world."""
+    note = visible_gpus.hidden_note(gpus)
+    return [] if note is None else [note]
+
+
+def never_initialised(script: Path, coord: Coordinator, codes: list[int | None], nproc_per_node: int | None,
+                      gpus: int = 0) -> str:
     """Why a run never had a process group, in one line: which process ended how and where
     (each process's report, `rank.exits`: the error's line and the user's file:line; an init
     that was called and raised says so), and the advice that fits. A script run as-is whose
     own process failed for want of torchrun's variables is told to give --nproc-per-node; one
-    that starts its own ranks (mp.spawn) is not: the fix is in the script."""
+    that starts its own ranks (mp.spawn) is not: the fix is in the script. An exported
+    CUDA_VISIBLE_DEVICES that hides the node's `gpus` simulated GPUs is said (a script that
+    spawns one rank a GPU it sees spawns none)."""
     said: dict[str, list[str]] = {}
     for r, x in sorted(coord.no_init.items()):
         said.setdefault(ended_without_init(x, at=True), []).append(str(r))
@@ -230,6 +241,7 @@ def never_initialised(script: Path, coord: Coordinator, codes: list[int | None],
         hint = "; the error is the script's own (its traceback is in the script's output above)"
     else:
         hint = ""
+    hint += "".join(f"; {note}" for note in _hidden_gpus(gpus))
     return f"script: {script} never initialised a process group: {what} (exit codes {codes}){hint}"
 
 
@@ -298,7 +310,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
         raise KeyboardInterrupt
     if not coord.gens:
         raise ScriptError(never_initialised(script, coord, run.returncodes() if run is not None else [],
-                                            nproc_per_node))
+                                            nproc_per_node, gpus))
     timings = {"wall_s": round(time.time() - t0, 4)}
     if agent is not None and agent.record_wait_s is not None:  # its SIGTERM's delay for the records
         timings["agent_record_wait_s"] = round(agent.record_wait_s, 4)
@@ -307,6 +319,7 @@ def execute(path: str | os.PathLike, args: Sequence[str] = (), *, nproc_per_node
     codes = run.returncodes() if run is not None and nproc_per_node is not None else []  # index = rank
     report = build_report(coord, ending, script.name, codes, timings, real=mode == env.GLOO)
     _refuse_unsupported(report, gpus > 0)
+    report.notes += _hidden_gpus(gpus)
     if ending.kind == "hang" and ending.last_blocked is not None:
         report.timings["hang_report_s"] = round(time.time() - ending.last_blocked, 4)
     members = [memberships(coord.gens, r) for r in range(coord.world_size)]

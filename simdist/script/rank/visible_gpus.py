@@ -21,6 +21,7 @@ from then on (`_cached_device_count`; CUDA itself read it when it initialised): 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from simdist.script.rank import gpu_props
 
@@ -54,20 +55,39 @@ def install(node_gpus: int) -> None:
 
 def _read() -> list[int]:
     """The node's GPU ordinals this process sees, in its own order, from the variable now."""
+    return seen_of(_STATE.node)
+
+
+def seen_of(node: int) -> list[int]:
+    """The ordinals of a node of `node` simulated GPUs that the variable, as it is now, leaves
+    visible, in the process's own order."""
     import torch.cuda as tc
 
     named = tc._parse_visible_devices()  # list(range(64)) when unset
     if named and isinstance(named[0], str):
         if named[0].startswith("MIG-"):
             return []
-        uuids = [f"GPU-{gpu_props.of(i).uuid}" for i in range(_STATE.node)]
+        uuids = [f"GPU-{gpu_props.of(i).uuid}" for i in range(node)]
         return tc._transform_uuid_to_ordinals(named, uuids)  # type: ignore[arg-type]
     seen: list[int] = []
     for ordinal in named:
-        if int(ordinal) >= _STATE.node:
+        if int(ordinal) >= node:
             break
         seen.append(int(ordinal))
     return seen
+
+
+def hidden_note(node: int) -> str | None:
+    """What the run's report says when `CUDA_VISIBLE_DEVICES` in the environment the ranks
+    inherit (this process's: the shell's, often exported on a GPU box, by a scheduler's job or
+    to hide GPUs) leaves fewer than the simulated node's `node`: the ranks see only those, as on a GPU
+    node, so a script that sizes its world by `torch.cuda.device_count()` runs fewer ranks,
+    or none, with nothing else in the report to say why. None when it hides none."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or node == 0 or (n := len(seen_of(node))) == node:
+        return None
+    return (f"CUDA_VISIBLE_DEVICES={value!r} (the run's environment) leaves each process {n} of the simulated "
+            f"node's {node} GPUs (torch.cuda.device_count() {n}), as on a GPU node: unset it to see all {node}")
 
 
 def ordinals() -> list[int]:
