@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from simdist.closure_races import TIE_RACE_S
 from simdist.compare import Comparison
 from simdist.race_walk import STOPPED_FIELDS, every_differing_rank, stopped_short
 from simdist.report import RankResult, Report
@@ -39,7 +40,7 @@ _NOTE = re.compile(r"^rank (\d+): agent race: its (next step|own end) came ([\d.
 
 
 def agent_race_note(rank: int, step: str, gap_s: float, failed: int, via: int | None = None,
-                    lost: int | None = None) -> str:
+                    lost: int | None = None, tied: bool = False) -> str:
     """The simulated report's note for a rank whose `step` ("next step": past the simulated
     agent's instant, "own end": before it) came `gap_s` after rank `failed`'s failure, inside
     the band of real torchrun's SIGTERM; or, `via`, a step that is the loss of rank `via`,
@@ -47,15 +48,29 @@ def agent_race_note(rank: int, step: str, gap_s: float, failed: int, via: int | 
     SIGTERM whatever `gap_s`; or, `lost`, a step that is the loss of rank `lost`'s end: on real
     Gloo it comes once the rank's own threads see the closure and raise, which under load can
     outlast the rest of the agent's poll after the first failed process's end (docs/script-backend.md,
-    "torchrun's agent", a loss at the failure's instant)."""
+    "torchrun's agent", a loss at the failure's instant); or, `tied`, a step that is the rank's own
+    Gloo timeout, tied with rank `failed`'s (`tied_timeout`)."""
     how = ("ended here by the agent; on real torchrun the SIGTERM may come later and the rank get there"
            if step == _NEXT else "the simulator's agent came later; on real torchrun the SIGTERM may come first")
-    why = (f", and on real Gloo only once rank {via}, which failed too, had torn down" if via is not None else
+    why = (f", its own Gloo timeout tied with rank {failed}'s, which on real Gloo fires later by as much as the load "
+           f"stretches each rank's way into its wait" if tied else
+           f", and on real Gloo only once rank {via}, which failed too, had torn down" if via is not None else
            f", the loss of rank {lost}'s end, on real Gloo once its own threads see the closure and raise"
            if lost is not None else "")
     return (f"rank {rank}: agent race: its {step} came {gap_s:.2f} s after rank {failed}'s failure on the "
             f"simulated clock{why}, inside the band of torchrun's SIGTERM (the failed process's end, after "
             f"its teardown if any, then a poll): {how}")
+
+
+def tied_timeout(first: RankResult, r: RankResult, gap_s: float) -> bool:
+    """Whether rank `r`'s failure, `gap_s` after the first failure (`first`'s), is its own Gloo
+    timeout tied with `first`'s (within `TIE_RACE_S`): on real Gloo each deadline is counted from
+    the rank's own entry into its wait, apart on the host by what each rank did before it, which
+    the load stretches, so the torchrun-style SIGTERM after `first`'s failure can come before
+    `r`'s own timeout fires (tests/scripts/pg_timeouts.py --case never: rank 1 SIGTERMed in
+    docs/script-backend.md, "Races of the real run"). Both ways: a race."""
+    return (0.0 <= gap_s <= TIE_RACE_S and r.error is not None and r.error.category == "timeout"
+            and first.error is not None and first.error.category == "timeout")
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ import json
 
 import pytest
 
-from simdist.agent_race import AgentRace, noted_agent_races
+from simdist.agent_race import AgentRace, noted_agent_races, tied_timeout
 from simdist.cli.console import ExitCode, worst
 from simdist.cli.reports import Compared
 from simdist.closure_races import TIE_RACE_S, ResetRace, noted_reset_races, noted_tie_races, tie_race_notes
 from simdist.compare import AGREE_UP_TO_A_RACE
 from simdist.races import TeardownRace
-from simdist.report import Report, TraceEntry
+from simdist.report import RankError, RankResult, Report, TraceEntry
 from simdist.script.deadlines import Expiry, message
 from simdist.script.workdir import SetAside
 from tests.conftest import ROOT
@@ -323,3 +323,40 @@ def test_a_noted_rank_whose_simulated_outcome_is_wrong_is_a_difference_not_a_rac
     for bad in (_sim_wrong(sim, 1, error=dataclasses.replace(err, category="timeout"), status="error"),
                 _sim_wrong(sim, 1, status="completed", error=None)):
         assert (Compared.of(bad, real).verdict, Compared.of(bad, real).races) == ("differ", [])
+
+
+def test_a_rank_sigtermed_before_its_own_tied_timeout_fired_is_an_agent_race_only_there():
+    """tests/scripts/pg_timeouts.py --case never (3 ranks; `python bench/race_tally.py
+    tests/scripts/pg_timeouts.py --nproc 3 --keep DIR -- --case never`): ranks 0 and 1 time out
+    together in their all_reduce at 2 s on the simulated clocks, and rank 2, in a subgroup
+    all_reduce with rank 1, loses it. On real Gloo each deadline counts from the rank's own entry
+    into its wait; under load rank 1's fired after the agent's SIGTERM that followed rank 0's
+    failure (simdist's real side beside CPU burners, load 11-16: 3 of 40 runs). The simulator
+    keeps rank 1's timeout and notes the agent race on it (`agent_race.tied_timeout`), not on
+    rank 0, the first failure; such a run is that race, exit code 4. Unnoted, or with a line
+    the simulator never printed, it stays a difference."""
+    sim, real = _saved("agent_tie_never")
+    assert noted_agent_races(sim) == {1: (False, 0.0, 0), 2: (False, 0.0, 0)}
+    assert "its own Gloo timeout tied with rank 0's" in next(n for n in sim.notes if n.startswith("rank 1: agent race"))
+    assert [r.error.category for r in real.ranks] == ["timeout", "killed", "killed"]
+    got = Compared.of(sim, real)
+    assert (got.verdict, got.code) == ("race", ExitCode.RACE)
+    assert got.races == [AgentRace(1, 0, 0.0, False), AgentRace(2, 0, 0.0, False)]
+    unnoted = dataclasses.replace(sim, notes=[n for n in sim.notes if not n.startswith("rank 1: agent race")])
+    assert Compared.of(unnoted, real).verdict == "differ"
+    real.ranks[1].output = ["rank 1: a line the simulator never printed"]
+    assert Compared.of(sim, real).verdict == "differ"
+
+
+def test_only_a_timeout_tied_with_a_timeout_first_failure_races_the_agent_so():
+    """`agent_race.tied_timeout`: a rank's own timeout within `TIE_RACE_S` of the first
+    failure, itself a timeout; not farther off, not a lost peer, not after a failure that is no
+    timeout (whose instant no deadline stretches)."""
+    def rank(r: int, category: str) -> RankResult:
+        return RankResult(rank=r, status="error", error=RankError("RuntimeError", "x", category))
+
+    first, tied = rank(0, "timeout"), rank(1, "timeout")
+    assert tied_timeout(first, tied, 0.0) and tied_timeout(first, tied, TIE_RACE_S)
+    assert not tied_timeout(first, tied, TIE_RACE_S + 0.001)
+    assert not tied_timeout(first, rank(1, "peer_lost"), 0.0)
+    assert not tied_timeout(rank(0, "other"), tied, 0.0)

@@ -36,7 +36,7 @@ from simdist.races import named_races
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants
-from tests.test_script_examples import RACE_TRIES, differences
+from tests.test_script_examples import RACE_TRIES, differences, differences_but_noted_races
 
 SCRIPT = ROOT / "tests" / "scripts" / "pg_timeouts.py"
 
@@ -99,6 +99,10 @@ RACY = {"mismatch", "recv"}
 # final CI run of 2026-11-24, 0 of 6 alone (`python bench/race_tally.py tests/scripts/pg_timeouts.py
 # --nproc 3 --n 25 -- --case monitored_sub`); the shape is tests/data/races/, named without luck
 # by test_script_sweep_regressions.py.
+# Seen in never: the agent's SIGTERM after rank 0's timeout came before rank 1's own, tied,
+# fired (3 of 40 beside six burners, load 11-13; `agent_race.tied_timeout`, docs "torchrun's
+# agent"), and with it rank 2's (its loss of rank 1): a race the simulated report notes on
+# both. Once every try raced, a run whose differences are all races noted on those ranks passes.
 
 
 @pytest.mark.real
@@ -112,6 +116,9 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
     assert _seen(sim) == CASES[case]
     assert [int(n.split(":")[0].removeprefix("rank ")) for n in sim.notes if ": agent race: its next step came 1.00 s" in n
             ] == AGENT_RACED.get(case, [])
+    if case not in RACY and _seen(real) != CASES[case]:  # each run showed a race: the report's notes must place it
+        assert differences_but_noted_races(sim, real) == [], real.ranks
+        return
     assert _seen(real) == CASES[case]
     assert differences(sim, real) == []
     if case == "wait_timeout":  # each side printed the wait's own timeout first

@@ -12,7 +12,7 @@ import linecache
 import signal
 from typing import Any
 
-from simdist.agent_race import agent_race_note
+from simdist.agent_race import agent_race_note, tied_timeout
 from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
@@ -311,11 +311,12 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
         via = _lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
         lost = lost_peer(r) if r.rank in failed else None  # its failure a loss: its reaction races the poll
+        tied = r.rank in failed and tied_timeout(first, r, failed[r.rank] - f0)  # its own timeout races the poll
         if r is not first and not returned and r.status != "hang" and step is not None and (
-                f0 + earliest <= step <= f0 + latest_s
+                f0 + earliest <= step <= f0 + latest_s or tied
                 or lost is not None and step + (TEARDOWN_MIN_S if via is not None else 0.0) <= f0 + latest_s):
             notes.append(agent_race_note(r.rank, "next step" if step > t else "own end", step - f0, first.rank,
-                                         via, lost))
+                                         via, lost, tied))
         if returned and r is not first:
             lo = exit_band(r.time)[0]  # type: ignore[arg-type]
             if exit_races_sigterm(r.time, f0, tore_down):  # type: ignore[arg-type]
