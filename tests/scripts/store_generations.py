@@ -94,6 +94,11 @@ def spawned(rank, world, spawn):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(PORT)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     own = dist.TCPStore("127.0.0.1", PORT, world, is_master=False, timeout=LONG)
+    _spawn_keys(rank, spawn, own)
+
+
+def _spawn_keys(rank, spawn, own):
+    """Rank 0 writes this spawn's key at the script's own store and lists what it sees there."""
     if rank == 0:
         own.set(f"spawn{spawn}", "rank 0's")
     dist.barrier()
@@ -108,14 +113,7 @@ def own_server(rank, world, spawn):
     """The script's own store at its port, made before init (rank 0 its server), given to init."""
     own = dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=LONG)
     dist.init_process_group("gloo", store=own, rank=rank, world_size=world)
-    if rank == 0:
-        own.set(f"spawn{spawn}", "rank 0's")
-    dist.barrier()
-    if rank == 0:
-        keys(f"spawn{spawn}", own)
-        print("spawn1's key", own.check(["spawn1"]), flush=True)
-    dist.barrier()  # rank 0 serves until every client is done
-    dist.destroy_process_group()
+    _spawn_keys(rank, spawn, own)
 
 
 def early(rank, world, spawn):
