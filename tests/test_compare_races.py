@@ -7,8 +7,10 @@ command through the API layer it calls (`simdist.script.api.compare_script`)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import types
 
 import pytest
 
@@ -19,6 +21,7 @@ from simdist.closure_races import TIE_RACE_S, ResetRace, noted_reset_races, note
 from simdist.compare import AGREE_UP_TO_A_RACE
 from simdist.races import TeardownRace
 from simdist.report import RankError, RankResult, Report, TraceEntry
+from simdist.script.build import _agent_on_clock
 from simdist.script.deadlines import Expiry, message
 from simdist.script.workdir import SetAside
 from tests.conftest import ROOT
@@ -360,3 +363,30 @@ def test_only_a_timeout_tied_with_a_timeout_first_failure_races_the_agent_so():
     assert not tied_timeout(first, tied, TIE_RACE_S + 0.001)
     assert not tied_timeout(first, rank(1, "peer_lost"), 0.0)
     assert not tied_timeout(rank(0, "other"), tied, 0.0)
+
+
+def test_a_timeout_tied_across_groups_excuses_no_wrong_timeout():
+    """`build._agent_on_clock` notes a tied timeout's agent race only for a rank whose timed-out
+    wait is in the first failure's group, the measured shape (pg_timeouts.py --case never: ranks
+    0 and 1 in WORLD's all_reduce). A simulator that wrongly gave rank 2's subgroup (torch's
+    default timeout: on real Gloo it waits until the agent's SIGTERM) the world's 2 s would time
+    it out tied with rank 0; noted, every real run's SIGTERM there would read as a race, never
+    as the model error it is. (The coordinator: only what the agent reads; rank 0 tore down.)"""
+    sim, real = _saved("agent_tie_never")
+    wrong = copy.deepcopy(sim.ranks)
+    wrong[2].error, wrong[2].output = RankError("RuntimeError", message("recv", 2.0), "timeout"), ["rank 2: timed out"]
+
+    def notes(groups: dict[int, str]) -> list[str]:
+        expired = [Expiry(r.rank, dataclasses.replace(r.trace[-1], group=groups[r.rank]), [], 2.0, 2.0, "")
+                   for r in wrong]
+        coord = types.SimpleNamespace(gens=[], no_init={0: {"how": "exception"}}, expired=expired)
+        agent = _agent_on_clock(coord, copy.deepcopy(wrong), [1, 1, 1])  # type: ignore[arg-type]
+        return [n for n in sim.notes if ": agent race:" not in n] + agent
+
+    across = dataclasses.replace(sim, ranks=wrong, notes=notes({0: "WORLD", 1: "WORLD", 2: "pg1"}))
+    assert sorted(noted_agent_races(across)) == [1]
+    assert [r.error.category for r in real.ranks] == ["timeout", "killed", "killed"]
+    assert Compared.of(across, real).verdict == "differ"
+    within = dataclasses.replace(across, notes=notes({0: "WORLD", 1: "WORLD", 2: "WORLD"}))  # one group: the race
+    assert sorted(noted_agent_races(within)) == [1, 2]
+    assert Compared.of(within, real).verdict == "race"

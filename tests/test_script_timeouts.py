@@ -36,7 +36,7 @@ from simdist.races import named_races
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from tests.conftest import ROOT, descendants
-from tests.test_script_examples import RACE_TRIES, differences, differences_but_noted_races
+from tests.test_script_examples import RACE_TRIES, differences
 
 SCRIPT = ROOT / "tests" / "scripts" / "pg_timeouts.py"
 
@@ -102,7 +102,8 @@ RACY = {"mismatch", "recv"}
 # Seen in never: the agent's SIGTERM after rank 0's timeout came before rank 1's own, tied,
 # fired (3 of 40 beside six burners, load 11-13; `agent_race.tied_timeout`, docs "torchrun's
 # agent"), and with it rank 2's (its loss of rank 1): a race the simulated report notes on
-# both. Once every try raced, a run whose differences are all races noted on those ranks passes.
+# both, so such a run is tried again; one of RACE_TRIES must show the simulator's outcome (accepting
+# a noted race on every try would pass a simulator whose noted outcome real Gloo never gives).
 
 
 @pytest.mark.real
@@ -116,9 +117,6 @@ def test_gloos_timeout_agrees_with_real_gloo(case, script_zygote):
     assert _seen(sim) == CASES[case]
     assert [int(n.split(":")[0].removeprefix("rank ")) for n in sim.notes if ": agent race: its next step came 1.00 s" in n
             ] == AGENT_RACED.get(case, [])
-    if case not in RACY and _seen(real) != CASES[case]:  # each run showed a race: the report's notes must place it
-        assert differences_but_noted_races(sim, real) == [], real.ranks
-        return
     assert _seen(real) == CASES[case]
     assert differences(sim, real) == []
     if case == "wait_timeout":  # each side printed the wait's own timeout first

@@ -303,6 +303,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     t = agent_instant(f0)
     tore_down = _tore_down(coord, first.rank)
     earliest, latest_s = sigterm_band(tore_down)
+    expired_in = {x.rank: x.entry.group for x in coord.expired}  # the group of each rank's last timed-out wait
     notes = []
     for i, r in enumerate(ranks):
         conn = latest(coord.gens, r.rank)
@@ -311,7 +312,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
         via = _lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
         lost = lost_peer(r) if r.rank in failed else None  # its failure a loss: its reaction races the poll
-        tied = r.rank in failed and tied_timeout(first, r, failed[r.rank] - f0)  # its own timeout races the poll
+        tied = (r.rank in failed and tied_timeout(first, r, failed[r.rank] - f0)  # in the first's group: measured
+                and expired_in.get(r.rank, "") == expired_in.get(first.rank))  # (across groups: docs, "torchrun's agent")
         if r is not first and not returned and r.status != "hang" and step is not None and (
                 f0 + earliest <= step <= f0 + latest_s or tied
                 or lost is not None and step + (TEARDOWN_MIN_S if via is not None else 0.0) <= f0 + latest_s):
