@@ -25,6 +25,7 @@ from simdist.races import named_races
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
+from simdist.spawn_race import SpawnRace
 from simdist.vocab import ERROR_CATEGORIES, STATUSES
 from tests.conftest import EXAMPLES, ROOT, descendants
 
@@ -55,12 +56,13 @@ def differences_but_noted_races(sim: Report, real: Report) -> list[str]:
     next step or its process's exit, `noted_agent_races`), a tie race (`TieRace`, a peer's
     timeout closing its pairs before a rank's near deadline) or a reset race (`ResetRace`, an
     abort's reset before a rank read the aborted rank's block; both `simdist.closure_races`,
-    which name only noted ranks): real Gloo goes either way there, so the real run may; any
-    other difference stands."""
+    which name only noted ranks), or a spawn race (`SpawnRace`, mp.spawn's SIGTERM against a
+    failed child's closure, `simdist.spawn_race`, noted ranks only): real Gloo goes either way
+    there, so the real run may; any other difference stands."""
     cmp = compare_reports(sim, real)
     races = named_races(sim, real, cmp)
     noted = noted_agent_races(sim)
-    if races and all(isinstance(r, TieRace | ResetRace) or isinstance(r, AgentRace) and r.rank in noted for r in races):
+    if races and all(isinstance(r, TieRace | ResetRace | SpawnRace) or isinstance(r, AgentRace) and r.rank in noted for r in races):
         return []
     return [d.detail for d in cmp.differences]
 
