@@ -2,7 +2,8 @@
 process ended (`tore_down`, `lost_after_teardown`: torchrun's agent race, `simdist.agent_race`),
 which ranks ended with an error as `mp.spawn`'s children (`spawned_failures`), and the notes
 of the races read from the ranks' results once built (`race_notes`: a reset race,
-`simdist.closure_races`; a spawn race, `simdist.spawn_race`).
+`simdist.closure_races`; a spawn race, `simdist.spawn_race`; the connect race in init,
+`simdist.init_race`).
 
 Why a module of its own: the report's build (`simdist.script.build`) is at the house limit on
 a module's size; these read the coordinator's generations and the race modules only.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simdist.closure_races import reset_race_notes
+from simdist.init_race import init_race_notes
 from simdist.race_walk import lost_peer
 from simdist.report import RankResult
 from simdist.script.coordinator import Coordinator
@@ -54,5 +56,6 @@ def spawned_failures(coord: Coordinator) -> frozenset[int]:
 
 def race_notes(coord: Coordinator, ranks: Sequence[RankResult]) -> list[str]:
     """The simulated report's notes of the races read from its ranks' results: reset races,
-    then spawn races."""
-    return reset_race_notes(ranks) + spawn_race_notes(ranks, spawned_failures(coord))
+    spawn races, then init connect races."""
+    return (reset_race_notes(ranks) + spawn_race_notes(ranks, spawned_failures(coord))
+            + init_race_notes(ranks, len(coord.gens)))
