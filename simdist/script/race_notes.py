@@ -3,7 +3,7 @@ process ended (`tore_down`, `lost_after_teardown`: torchrun's agent race, `simdi
 which ranks ended with an error as `mp.spawn`'s children (`spawned_failures`), and the notes
 of the races read from the ranks' results once built (`race_notes`: a reset race,
 `simdist.closure_races`; a spawn race, `simdist.spawn_race`; the connect race in init,
-`simdist.init_race`).
+`simdist.init_race`; torchrun's stale-address race, `simdist.script.stale_race`).
 
 Why a module of its own: the report's build (`simdist.script.build`) is at the house limit on
 a module's size; these read the coordinator's generations and the race modules only.
@@ -19,6 +19,7 @@ from simdist.race_walk import lost_peer
 from simdist.report import RankResult
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import latest
+from simdist.script.stale_race import stale_address_notes
 from simdist.spawn_race import spawn_race_notes
 
 
@@ -56,6 +57,7 @@ def spawned_failures(coord: Coordinator) -> frozenset[int]:
 
 def race_notes(coord: Coordinator, ranks: Sequence[RankResult]) -> list[str]:
     """The simulated report's notes of the races read from its ranks' results: reset races,
-    spawn races, then init connect races."""
+    spawn races, init connect races, then torchrun's stale-address race of a later generation
+    (`simdist.script.stale_race`: named, never accepted by `compare`)."""
     return (reset_race_notes(ranks) + spawn_race_notes(ranks, spawned_failures(coord))
-            + init_race_notes(ranks, len(coord.gens)))
+            + init_race_notes(ranks, len(coord.gens)) + stale_address_notes(coord.gens))
