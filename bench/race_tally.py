@@ -7,6 +7,7 @@ can be read; at the end, each real outcome (rank: status/error category) with it
 beside the simulated one. Run it beside other load (a test suite) to see what a loaded host does.
 
     python bench/race_tally.py tests/scripts/timed_out_root_fed.py --nproc 3 --n 60 [--keep DIR] [-- ARGS]
+    python bench/race_tally.py examples/spawn_init_methods.py --n 30 -- --fail 1   # starts its own ranks
 
 --keep DIR writes the simulated Report (sim.json) and each real run that does not agree
 (real-K.json) as JSON (`Report.from_dict` reads them back): a rare shape seen once becomes a
@@ -44,7 +45,8 @@ def outcome(report: Report) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("script", type=Path)
-    ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--nproc", type=int, default=None,
+                    help="torchrun-style ranks; left out: the script starts its own (mp.spawn)")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--keep", type=Path, default=None, help="write sim.json and each differing real-K.json here")
     argv = sys.argv[1:]

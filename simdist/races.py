@@ -104,7 +104,10 @@ the two posts on the simulated clocks (one that lived on read it), is named this
 A sixth race, of torchrun's agent (`AgentRace`), is `simdist.agent_race`'s; a seventh and an
 eighth, a peer's pair closure before a rank's own next event (a timeout's before a near
 deadline, `TieRace`; an abort's reset before the read of its block, `ResetRace`),
-`simdist.closure_races`'.
+`simdist.closure_races`'; a ninth, mp.spawn's SIGTERM against a failed child's closure
+(`SpawnRace`), `simdist.spawn_race`'s; a tenth, the group-connection race in init where the
+simulated report noted it, with a partner ended by torchrun's agent (`InitRace`),
+`simdist.init_race`'s.
 
 The per-rank walk the kinds share (which fields each rank differs in, whether a rank stopped
 short, when it failed on the simulated clocks) is `simdist.race_walk`.
@@ -119,6 +122,7 @@ from typing import Any, ClassVar
 from simdist.agent_race import AgentRace, agent_races
 from simdist.closure_races import ResetRace, TieRace, reset_races, tie_races
 from simdist.compare import Comparison
+from simdist.init_race import InitRace, init_races
 from simdist.race_walk import (
     CHAINED_FIELDS,
     GLOO_ERRORS,
@@ -132,6 +136,7 @@ from simdist.race_walk import (
 )
 from simdist.report import RankResult, Report, TraceEntry
 from simdist.socket_buffers import whole_write
+from simdist.spawn_race import SpawnRace, spawn_races
 from simdist.vocab import AGENT_TERMINATED, FULL_MESH, P2P_OPS, dtype_bytes
 
 EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margin for load spikes and chains
@@ -398,18 +403,19 @@ def _send_outlived(sims: dict[int, RankResult], reals: dict[int, RankResult], ra
     return SendBandRace(rank, peer, nbytes, whole) if soon else None
 
 
-Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace | TieRace | ResetRace
+Race = ExitRace | RendezvousRace | ConnectRace | TeardownRace | SendBandRace | AgentRace | TieRace | ResetRace | SpawnRace | InitRace
 
 
 def named_races(sim: Report, real: Report, cmp: Comparison) -> list[Race]:
     """The front door: the races of real processes that explain every difference of `cmp`
     (ranks' errors that are each an exit or a rendezvous race, a group-connection race, a
-    teardown race, a send-band race, agent races, tie races or reset races, the first kind that
-    explains them all); empty when the runs agree or something is left over: then all of it is
+    teardown race, a send-band race, agent races, tie races, reset races, spawn races or init
+    connect races, the first kind that explains them all); empty when the runs agree or something is left over: then all of it is
     a difference."""
     return (each_rank(sim, real, cmp, (exit_race, rendezvous_race)) or connect_races(sim, real, cmp)
             or teardown_races(sim, real, cmp) or send_band_races(sim, real, cmp) or agent_races(sim, real, cmp)
-            or tie_races(sim, real, cmp) or reset_races(sim, real, cmp))
+            or tie_races(sim, real, cmp) or reset_races(sim, real, cmp) or spawn_races(sim, real, cmp)
+            or init_races(sim, real, cmp))
 
 
 def race_jsonable(race: Race) -> dict[str, Any]:

@@ -191,7 +191,7 @@ def test_a_rank_sigtermed_before_it_lost_another_failed_rank_is_an_agent_race():
     in turn. On real Gloo that loss comes only once rank 0 has torn down, while the agent's
     SIGTERM comes a poll after rank 2's end: either first (real torchrun: rank 1 SIGTERMed in 5
     of 6 runs; simdist's real side: in 15 of 40 under load). The simulator keeps rank 1's own
-    end and notes the race (`build._lost_after_teardown`); a real run whose SIGTERM came first
+    end and notes the race (`race_notes.lost_after_teardown`); a real run whose SIGTERM came first
     is that race, exit code 4, not a difference."""
     sim, real = (Report.from_dict(json.loads((RACES / f"agent_chain_monitored_{n}.json").read_text()))
                  for n in ("sim", "real"))

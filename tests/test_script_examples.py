@@ -21,10 +21,12 @@ import tomllib
 from simdist.agent_race import AgentRace, noted_agent_races
 from simdist.closure_races import ResetRace, TieRace, noted_tie_races
 from simdist.compare import compare_reports
-from simdist.races import named_races
+from simdist.init_race import InitRace, noted_init_races
+from simdist.races import ConnectRace, named_races
 from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
+from simdist.spawn_race import SpawnRace
 from simdist.vocab import ERROR_CATEGORIES, STATUSES
 from tests.conftest import EXAMPLES, ROOT, descendants
 
@@ -55,14 +57,25 @@ def differences_but_noted_races(sim: Report, real: Report) -> list[str]:
     next step or its process's exit, `noted_agent_races`), a tie race (`TieRace`, a peer's
     timeout closing its pairs before a rank's near deadline) or a reset race (`ResetRace`, an
     abort's reset before a rank read the aborted rank's block; both `simdist.closure_races`,
-    which name only noted ranks): real Gloo goes either way there, so the real run may; any
+    which name only noted ranks), or a spawn race (`SpawnRace`, mp.spawn's SIGTERM against a
+    failed child's closure, `simdist.spawn_race`, noted ranks only), or the connect race in init
+    (`InitRace`, noted ranks only; a `ConnectRace` whose racing, losing and waiting ranks are all
+    noted so, `simdist.init_race`): real Gloo goes either way there, so the real run may; any
     other difference stands."""
     cmp = compare_reports(sim, real)
     races = named_races(sim, real, cmp)
-    noted = noted_agent_races(sim)
-    if races and all(isinstance(r, TieRace | ResetRace) or isinstance(r, AgentRace) and r.rank in noted for r in races):
+    if races and all(_noted(r, sim) for r in races):
         return []
     return [d.detail for d in cmp.differences]
+
+
+def _noted(race, sim: Report) -> bool:
+    """Whether `race` is one the simulated report noted on the ranks it names
+    (`differences_but_noted_races`)."""
+    if isinstance(race, ConnectRace):
+        return {race.rank, *race.lost, *race.waited} <= set(noted_init_races(sim))
+    return isinstance(race, TieRace | ResetRace | SpawnRace | InitRace) or (
+        isinstance(race, AgentRace) and race.rank in noted_agent_races(sim))
 
 
 # Tests whose real side races on timing that no kind of `simdist.races` names yet run it at most

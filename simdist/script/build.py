@@ -16,7 +16,7 @@ from simdist.agent_race import agent_race_note, tied_timeout
 from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
-from simdist.closure_races import reset_race_notes, tie_race_notes
+from simdist.closure_races import tie_race_notes
 from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
 from simdist.frames import Frame, phase_of, script_origin
 from simdist.race_walk import failed_at, lost_peer
@@ -47,6 +47,7 @@ from simdist.script.agent import failed as agent_failed
 from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
 from simdist.script.generations import latest, memberships, merged_groups, summary
+from simdist.script.race_notes import lost_after_teardown, race_notes, tore_down
 from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
 from simdist.script.rendezvous import INIT_WAIT, ended_without_init, entered_at
 from simdist.script.stalls import WATCHDOG
@@ -254,25 +255,6 @@ def _where_at(conn: RankConn, t: float) -> CodeLocation | None:
     return _user_location(last[1]) if last[1] is not None else _op_location(last[2].frames, last[2].user)
 
 
-def _tore_down(coord: Coordinator, rank: int) -> bool:
-    """Whether a failed rank's process tore its interpreter down before it ended (an exception,
-    `sys.exit`), by what it told (of its group, or before its init): not after `os._exit`, nor
-    when it told nothing (killed by a signal)."""
-    conn = latest(coord.gens, rank)
-    x = conn.exit if conn is not None else coord.no_init.get(rank)
-    return x is not None and x.get("how") != "os._exit"
-
-
-def _lost_after_teardown(coord: Coordinator, r: RankResult, first: int, failed: dict[int, float]) -> int | None:
-    """The rank whose process's end failed `r`, when it is a failed rank other than `first`
-    that tore its interpreter down: on real Gloo `r` lost it only after that teardown
-    (`TEARDOWN_MIN_S` to seconds), while the agent's SIGTERM comes a poll after `first`'s
-    end, so either may come first (examples/monitored_barrier_straggler.py: rank 1 lost rank 0
-    in 1 real torchrun run of 6, was SIGTERMed in 5). None: no such rank."""
-    peer = lost_peer(r)
-    return peer if peer is not None and peer != first and peer in failed and _tore_down(coord, peer) else None
-
-
 def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int | None]) -> list[str]:
     """Simulated, torchrun-style: torchrun's agent (`simdist.script.agent`) on the simulated
     clock. The first rank to fail (by its clock at its end; a failure as torchrun sees it: its
@@ -301,8 +283,8 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
     first = by_rank[min(failed, key=lambda rank: (failed[rank], lost_peer(by_rank[rank]) is not None, rank))]
     f0 = failed[first.rank]
     t = agent_instant(f0)
-    tore_down = _tore_down(coord, first.rank)
-    earliest, latest_s = sigterm_band(tore_down)
+    torn = tore_down(coord, first.rank)
+    earliest, latest_s = sigterm_band(torn)
     expired_in = {x.rank: x.entry.group for x in coord.expired}  # the group of each rank's last timed-out wait
     notes = []
     for i, r in enumerate(ranks):
@@ -310,7 +292,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         # its first step past the failure: its own end, or (`agent.ClockAgent` ended it past `t`) its next message
         step = failed.get(r.rank, r.time)
         returned = r.status == "completed" and r.time is not None  # its process ends later: `exit_band`
-        via = _lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
+        via = lost_after_teardown(coord, r, first.rank, failed)  # its loss's window meets the band's
         lost = lost_peer(r) if r.rank in failed else None  # its failure a loss: its reaction races the poll
         tied = (r.rank in failed and tied_timeout(first, r, failed[r.rank] - f0)  # in the first's group: measured
                 and expired_in.get(r.rank, "") == expired_in.get(first.rank))  # (across groups: docs, "torchrun's agent")
@@ -321,7 +303,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
                                          via, lost, tied))
         if returned and r is not first:
             lo = exit_band(r.time)[0]  # type: ignore[arg-type]
-            if exit_races_sigterm(r.time, f0, tore_down):  # type: ignore[arg-type]
+            if exit_races_sigterm(r.time, f0, torn):  # type: ignore[arg-type]
                 notes.append(agent_race_note(r.rank, "next step" if t < lo else "own end", max(lo - f0, 0.0),
                                              first.rank))
             if t >= lo or conn is None:  # the simulator's agent came once its process may have ended: it completed
@@ -437,7 +419,7 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
         if (f.kind, f.group, f.seq, tuple(f.ranks)) not in have:
             report.findings.append(f)
     report.findings.extend(Finding("rank_error", "WORLD", 0, [], e) for e in coord.protocol_errors)
-    report.notes = _notes(report, coord, ending) + agent + ([] if real else reset_race_notes(ranks))
+    report.notes = _notes(report, coord, ending) + agent + ([] if real else race_notes(coord, ranks))
     # why, read from the traces (the call sites that met at one sequence number, a rank that
     # finished while others wait): what a scenario's explanation says, for the user's script
     report.notes.extend(trace_hints(report, judge(report, list(report.findings))))

@@ -109,9 +109,8 @@ def summary(gens: list[Generation]) -> str | None:
         gap = f", ranks {missing} never joined" if missing else ""
         parts.append(f"{g.index}: {g.world_size} ranks{gap}")
     stale = ("; under torchrun a later generation meets at the agent's store, which still holds the earlier one's "
-             "Gloo addresses under the names it rewrites: a rank that reads a peer's before the peer rewrote it "
-             "connects to a listener that is gone (measured: examples/reinit_same_process.py 3 of 6 runs failed "
-             "or hung); simdist models each generation meeting its own"
+             "Gloo addresses under the names it rewrites: each rank and group at risk has its \"torchrun stale-address "
+             "race\" note (`simdist.script.stale_race`); simdist models each generation meeting its own"
              if any(g.index > 1 and not g.hosted for g in gens) else "")
     return (f"generations: the default process group was initialised {len(gens)} times ({'; '.join(parts)}); "
             f"the operations of generation k > 1 are in groups named gen<k>/... (gen2/WORLD){stale}")
