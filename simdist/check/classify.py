@@ -270,6 +270,17 @@ def check_run(report: Report, scenario: Scenario, *, invariants: bool = True) ->
     return judge(report, findings, wf)
 
 
+def passes(report: Report, scenario: Scenario, *, invariants: bool = True) -> bool:
+    """``not check_run(report, scenario, invariants=invariants).failed``, without building
+    what only a failure's verdict needs (the wait-for graph, the summary): the fuzzer asks
+    this of every compressed run. A completed run has every rank completed
+    (`overall_outcome`), so no rank is blocked or failed and `run_findings` finds nothing:
+    it fails only by the engine's own findings or a broken invariant."""
+    if report.outcome != "completed" or report.findings:
+        return False
+    return not (invariants and invariant_findings(report, scenario))
+
+
 def judge(report: Report, findings: list[Finding], wf: WaitFor | None = None) -> Verdict:
     """The verdict on a run given all its findings: a scenario's (`check_run`), or a script's,
     whose report carries its findings already (`simdist.script.build`)."""
