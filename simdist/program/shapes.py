@@ -27,15 +27,20 @@ class ShapeMemo:
     def __init__(self, keep: int = 256):
         self._keep = keep  # entries kept (cleared when full: a template has a handful of shapes)
         self._values: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+        # the last scenario asked about and its shape (asked once per rank of a run)
+        self._last: tuple[Scenario | None, tuple[Any, ...], tuple[Any, ...]] = (None, (), ())
 
     def get(self, s: Scenario, what: Hashable, make: Callable[[], T]) -> T:
-        fields = tuple(v for k, v in s.__dict__.items() if k != "inputs")
-        key = (what, type(s), *map(id, fields))
-        hit = self._values.get(key)
+        last, fields, ids = self._last
+        if s is not last:
+            fields = tuple(v for k, v in s.__dict__.items() if k != "inputs")
+            ids = (type(s), *map(id, fields))
+            self._last = (s, fields, ids)
+        hit = self._values.get((what, ids))
         if hit is not None:
             return hit[1]  # type: ignore[no-any-return]
         value = make()
         if len(self._values) >= self._keep:
             self._values.clear()
-        self._values[key] = (fields, value)
+        self._values[(what, ids)] = (fields, value)
         return value

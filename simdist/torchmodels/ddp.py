@@ -155,7 +155,7 @@ class DDPModel(Joinable):
         counts = yield from self._run("all_gather", Payload.full(1, "int64", len(self.numels)),
                                       origin="ddp.init.verify_params")
         arr = counts.array()
-        if arr is not None and any(int(v) != len(self.numels) for v in arr):
+        if arr is not None and any(int(v) != len(self.numels) for v in arr.tolist()):  # (not numpy's scalars, one by one)
             raise RankRaised(
                 "RuntimeError",
                 f"DDP expects same model across all ranks, but Rank {d.rank} has {len(self.numels)} params, "
@@ -332,7 +332,7 @@ class DDPModel(Joinable):
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for (b, w), sizes in zip(works, self._sizes, strict=True):
             # (a bucket that has completed, as most have by now, without a `wait` generator)
-            res = w.call.value if w.call.ok is True else (yield from w.wait())
+            res = w.value if w.ok is True else (yield from w.wait())
             runs = res.run_values()
             per_param = _split_runs(tuple(runs), sizes) if runs is not None else None
             for k, i in enumerate(b):
