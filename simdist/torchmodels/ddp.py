@@ -36,7 +36,7 @@ from simdist.torchmodels.buckets import (
     compute_bucket_assignment_by_size,
 )
 from simdist.torchmodels.dist import Dist
-from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.torchmodels.join import ONE_F32, ZERO_F32, Join, Joinable, JoinHook
 from simdist.vocab import WORLD
 
 INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
@@ -239,8 +239,8 @@ class DDPModel(Joinable):
         return int(v) if v is not None else None
 
     def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool, origin: str = "ddp.pre_forward.requires_grad_sync") -> Work:
-        value = 1.0 if (not is_joined_rank and self.require_backward_grad_sync) else 0.0
-        return self._issue("all_reduce", Payload.full(1, "float32", value), origin=origin, async_op=True)
+        value = ONE_F32 if (not is_joined_rank and self.require_backward_grad_sync) else ZERO_F32
+        return self._issue("all_reduce", value, origin=origin, async_op=True)
 
     # ------------------------------------------------------------------ reducer
     def _should_rebuild_buckets(self) -> bool:
