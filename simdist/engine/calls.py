@@ -42,7 +42,8 @@ class Call:
     root: int | None
     entry: TraceEntry
     env: simpy.Environment
-    state: RankState | None = None  # the issuing rank's: `wait` marks what it waits on there
+    # the issuing rank's: `wait` marks what it waits on there (not part of the call's value)
+    state: RankState | None = field(default=None, repr=False, compare=False)
     ok: bool | None = None  # None while pending; True: completed; False: failed
     value: Any = None  # the result Payload, or the exception it failed with
     # left waiting in a stuck collective: the peers whose exit fails it (Gloo: those it has an

@@ -76,7 +76,7 @@ class GlooP2P:
             t_issue=self.env.now,
         )
         rs.trace.append(entry)
-        call = Call(rank, op, payload, None, None, entry, self.env, self.ranks[rank])
+        call = Call(rank, op, payload, None, None, entry, self.env, rs)
         if peer is None:
             peer = self.any_sender(group, rank, tag, self._sends)
             if peer is None:
