@@ -37,6 +37,8 @@ and their combinations; and the hits of a verdict memo up to a relabelling of ra
 --pairs N (with --baseline) runs N pairs of --jobs 1 searches, this checkout's and the baseline's
 side by side, and prints each pair's CPU ratio and the median: the before/after figure that a
 loaded machine still resolves to a few percent.
+--instructions counts (valgrind) the instructions of judging a schedule, this checkout's and
+--baseline's: a before/after figure the load does not move (valgrind is slow: --budget 100).
 --floor measures, alternating with full searches, the same search with every schedule's judging
 (planning, simulating, checking) replaced by "passed": what hypothesis, instantiating and
 validating cost by themselves, hence how many milliseconds 500/s leaves for judging a schedule.
@@ -50,6 +52,7 @@ import io
 import json
 import os
 import pstats
+import re
 import resource
 import subprocess
 import sys
@@ -253,6 +256,33 @@ def floor(budget: int, seed: int, reps: int) -> None:
           f"({(f - s) / n * 1e3 / max(left, 1e-9):.1f}x less than now)")
 
 
+def _ir(budget: int, seed: int, code: str | None, *extra: str) -> int:
+    """valgrind's count of the instructions (Ir) of one `--one --jobs 1` process, start-up included."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if code is not None:
+        env["PYTHONPATH"] = str(Path(code).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
+    err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                          sys.executable, os.path.abspath(__file__), "--one", "--budget", str(budget), "--seed",
+                          str(seed), "--jobs", "1", *extra], env=env, check=True, capture_output=True, text=True).stderr
+    return int(re.findall(r"I\s+refs:\s+([\d,]+)", err)[-1].replace(",", ""))
+
+
+def instructions(budget: int, seed: int, baseline: str | None) -> None:
+    """Instructions a schedule's judging executes: the search's count less the same search's with
+    judging stubbed out (`--stub`; start-up and hypothesis cancel). Unlike CPU time the count does
+    not move with the load (within about 1%), so a change of a few per cent shows on a loaded
+    machine; but instructions are not time: the CPU-time figures are the target's."""
+    codes = {"this": None} | ({"baseline": baseline} if baseline else {})
+    judging = {}
+    for label, code in codes.items():
+        full, stub = _ir(budget, seed, code), _ir(budget, seed, code, "--stub")
+        judging[label] = (full - stub) / budget
+        print(f"instructions [{label}]: judging {judging[label] / 1e6:.2f} M a schedule ({budget} schedules, seed {seed}); "
+              f"the process without judging {stub / 1e9:.2f} G (start-up included)", flush=True)
+    if baseline:
+        print(f"instructions: this / baseline, judging: {judging['baseline'] / judging['this']:.3f}x fewer")
+
+
 def _stubbed_judge() -> None:
     """Every schedule passes without being planned, simulated or checked (--floor's other side)."""
     from simdist.fuzz import checker
@@ -359,6 +389,9 @@ def main() -> None:
                     help="only measure the search without judging schedules, against the full search")
     ap.add_argument("--pairs", type=int, metavar="N",
                     help="only run N pairs of --jobs 1 searches, this checkout and --baseline side by side")
+    ap.add_argument("--instructions", action="store_true",
+                    help="only count (valgrind) the instructions of judging a schedule, this checkout's and "
+                         "--baseline's: a figure the machine's load does not move")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a measurement process
     ap.add_argument("--stub", action="store_true", help=argparse.SUPPRESS)  # ... with judging stubbed out
     args = ap.parse_args()
@@ -372,6 +405,9 @@ def main() -> None:
         return
     if args.floor:
         floor(args.budget, args.seed, args.reps)
+        return
+    if args.instructions:
+        instructions(args.budget, args.seed, args.baseline)
         return
     if args.pairs:
         if not args.baseline:

@@ -21,10 +21,13 @@ shows:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 
 from simdist.check.waitfor import WaitFor, build_waitfor, collective_index, group_members
-from simdist.report import Finding, Report, TraceEntry
+from simdist.report import Finding, RankResult, Report, TraceEntry
 from simdist.scenario import Scenario, StopStep
 from simdist.vocab import MISMATCH_KINDS, P2P_OPS
 
@@ -163,22 +166,7 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
     recvs: dict[tuple[int, int], int] = {}
     finals: list[list[tuple[int, int | None]]] = []
     for r in report.ranks:
-        n: dict[str, int] = {}
-        fin: list[tuple[int, int | None]] = []
-        left = None
-        n_left = 0
-        for e in r.trace:
-            if not e.completed:
-                n_left += 1
-                left = left or e
-            if e.op == "send":
-                sends[(r.rank, e.peer)] = sends.get((r.rank, e.peer), 0) + 1  # type: ignore[index]
-            elif e.op == "recv":
-                recvs[(e.peer, r.rank)] = recvs.get((e.peer, r.rank), 0) + 1  # type: ignore[index]
-            else:
-                n[e.group] = n.get(e.group, 0) + 1
-                if e.origin == "ddp.post_hook.broadcast_final_model":
-                    fin.append((e.seq, e.root))
+        n, fin, left, n_left = _tally(r, sends, recvs)
         per_group.append(n)
         finals.append(fin)
         if left is not None:
@@ -202,6 +190,43 @@ def invariant_findings(report: Report, scenario: Scenario) -> list[Finding]:
         if len(vals) == w and len({repr(v) for v in vals}) > 1:
             out.append(Finding("invariant:joinable_sync", "WORLD", 0, list(range(w)), f"{key} differs across ranks: {vals}"))
     return out
+
+
+_FINAL = "ddp.post_hook.broadcast_final_model"
+_OP, _GROUP, _ORIGIN, _COMPLETED = (attrgetter(a) for a in ("op", "group", "origin", "completed"))
+
+
+def _tally(r: RankResult, sends: dict[tuple[int, int], int],
+           recvs: dict[tuple[int, int], int]) -> tuple[dict[str, int], list[tuple[int, int | None]], TraceEntry | None, int]:
+    """One rank's trace for `invariant_findings`: its collectives per group, its final-model
+    broadcasts (seq, root), its first op never completed and how many; its sends and receives
+    counted into `sends` and `recvs`. A trace without p2p ops, as nearly every one is, is
+    tallied with C-speed passes (the fuzzer checks every run's whole trace)."""
+    trace = r.trace
+    ops = set(map(_OP, trace))
+    if "send" not in ops and "recv" not in ops:
+        fin = [(e.seq, e.root) for e in compress(trace, map(_FINAL.__eq__, map(_ORIGIN, trace)))]
+        if all(map(_COMPLETED, trace)):
+            return Counter(map(_GROUP, trace)), fin, None, 0
+        pending = [e for e in trace if not e.completed]
+        return Counter(map(_GROUP, trace)), fin, pending[0], len(pending)
+    n: dict[str, int] = {}
+    fin = []
+    left = None
+    n_left = 0
+    for e in trace:
+        if not e.completed:
+            n_left += 1
+            left = left or e
+        if e.op == "send":
+            sends[(r.rank, e.peer)] = sends.get((r.rank, e.peer), 0) + 1  # type: ignore[index]
+        elif e.op == "recv":
+            recvs[(e.peer, r.rank)] = recvs.get((e.peer, r.rank), 0) + 1  # type: ignore[index]
+        else:
+            n[e.group] = n.get(e.group, 0) + 1
+            if e.origin == _FINAL:
+                fin.append((e.seq, e.root))
+    return n, fin, left, n_left
 
 
 def may_stop(scenario: Scenario, rank: int) -> bool:
@@ -268,6 +293,17 @@ def check_run(report: Report, scenario: Scenario, *, invariants: bool = True) ->
     if invariants:
         findings += invariant_findings(report, scenario)
     return judge(report, findings, wf)
+
+
+def passes(report: Report, scenario: Scenario, *, invariants: bool = True) -> bool:
+    """``not check_run(report, scenario, invariants=invariants).failed``, without building
+    what only a failure's verdict needs (the wait-for graph, the summary): the fuzzer asks
+    this of every compressed run. A completed run has every rank completed
+    (`overall_outcome`), so no rank is blocked or failed and `run_findings` finds nothing:
+    it fails only by the engine's own findings or a broken invariant."""
+    if report.outcome != "completed" or report.findings:
+        return False
+    return not (invariants and invariant_findings(report, scenario))
 
 
 def judge(report: Report, findings: list[Finding], wf: WaitFor | None = None) -> Verdict:

@@ -42,6 +42,8 @@ class Call:
     root: int | None
     entry: TraceEntry
     env: simpy.Environment
+    # the issuing rank's: `wait` marks what it waits on there (not part of the call's value)
+    state: RankState | None = field(default=None, repr=False, compare=False)
     ok: bool | None = None  # None while pending; True: completed; False: failed
     value: Any = None  # the result Payload, or the exception it failed with
     # left waiting in a stuck collective: the peers whose exit fails it (Gloo: those it has an
@@ -52,6 +54,28 @@ class Call:
     @property
     def done(self) -> bool:
         return self.ok is not None
+
+    # The handle the rank gets back is the call itself (torch's `Work`: `yield from work.wait()`):
+    # one object less per rank-collective than a separate handle. `work.call` is kept for the
+    # callers that read the call through the handle (the script coordinator).
+    @property
+    def call(self) -> Call:
+        return self
+
+    def wait(self) -> Generator[Any, Any, Payload]:
+        if self.ok is not None:
+            # already completed or failed: evaluate without blocking
+            if not self.ok:
+                raise self.value
+            return self.value  # type: ignore[no-any-return]
+        rs = self.state
+        assert rs is not None, "a call the engine handed out knows its rank"
+        rs.waiting_on = self.entry
+        try:
+            result = yield self.event
+        finally:
+            rs.waiting_on = None
+        return result  # type: ignore[no-any-return]
 
     @property
     def event(self) -> simpy.Event:
@@ -112,33 +136,7 @@ class Instance:
         return not self.mixed and not self.reduce_differs
 
 
-class Work:
-    """An issued operation's handle, like torch's `Work`: `yield from work.wait()`."""
-
-    __slots__ = ("_state", "call")  # one per rank-collective
-
-    def __init__(self, state: RankState, call: Call):
-        self._state = state  # the issuing rank's: `wait` marks what it waits on there
-        self.call = call
-
-    def wait(self) -> Generator[Any, Any, Payload]:
-        call = self.call
-        if call.ok is not None:
-            # already completed or failed: evaluate without blocking
-            if not call.ok:
-                raise call.value
-            return call.value
-        rs = self._state
-        rs.waiting_on = call.entry
-        try:
-            result = yield call.event
-        finally:
-            rs.waiting_on = None
-        return result
-
-    @property
-    def done(self) -> bool:
-        return self.call.ok is not None
+Work = Call  # what `Engine.issue` and `Engine.p2p` return: the rank's own call (see `Call.wait`)
 
 
 def wait_all(works: list[Work]) -> Generator[Any, Any, None]:
@@ -146,7 +144,7 @@ def wait_all(works: list[Work]) -> Generator[Any, Any, None]:
     w.wait()`): a work that has completed by then, as most async ones have, is passed without
     a `wait` generator of its own (one per rank-collective otherwise)."""
     for w in works:
-        if w.call.ok is not True:
+        if w.ok is not True:
             yield from w.wait()
 
 

@@ -138,8 +138,7 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
         rs = self.ranks[rank]
         members = self.groups[group]
         if not rs.alive:
-            return Work(self.ranks[rank], Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin),
-                                   self.env))
+            return Call(rank, op, payload, reduce_op, root, _ghost_entry(op, payload, group, origin), self.env, rs)
         seqs = self._next_seq[group]
         seq = seqs[rank] = seqs[rank] + 1
         self._entries_left -= 1  # `_record_one`, inline
@@ -150,7 +149,7 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
         entry = TraceEntry(seq, op, numel, dtype, group, len(members), origin, reduce_op, root,
                            None, async_op, rs.phase, rs.iteration, self.env._now)
         rs.trace.append(entry)
-        call = Call(rank, op, payload, reduce_op, root, entry, self.env)
+        call = Call(rank, op, payload, reduce_op, root, entry, self.env, rs)
         ikey = (group, seq)
         inst = self._instances.get(ikey)
         sig = (op, numel, dtype, root)  # what the messages depend on (`Instance.mixed`)
@@ -184,7 +183,7 @@ class Engine(GlooExits, GlooTimeouts, GlooP2P):
             self._match(inst)
         elif (self._dead or inst.mixed) and gloo:
             self._settle_gone(inst)
-        return Work(rs, call)
+        return call
 
     def _record_one(self) -> None:
         self._entries_left -= 1

@@ -76,25 +76,25 @@ class GlooP2P:
             t_issue=self.env.now,
         )
         rs.trace.append(entry)
-        call = Call(rank, op, payload, None, None, entry, self.env)
+        call = Call(rank, op, payload, None, None, entry, self.env, rs)
         if peer is None:
             peer = self.any_sender(group, rank, tag, self._sends)
             if peer is None:
                 self._any_recvs[(group, rank, tag)].append(call)
-                return Work(self.ranks[rank], call)
+                return call
             entry.peer = peer
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         k = (group, src, dst, tag)
         # (`closed_error` is `timeouts.GlooTimeouts`', which the engine mixes in too)
         if self._closed and (shut := self.closed_error(call, group, [peer])) is not None:  # type: ignore[attr-defined]
             self._fail(call, *shut)
-            return Work(self.ranks[rank], call)
+            return call
         mine, theirs = (self._sends, self._recvs) if op == "send" else (self._recvs, self._sends)
         posted = theirs[k] or (self._any_recvs[(group, dst, tag)] if op == "send" else theirs[k])
         if not self.ranks[peer].alive and not self._posted_before_gone(
                 posted, peer, self.env.now if t_issue is None else t_issue):
             self._fail_call(call, peer)
-            return Work(self.ranks[rank], call)
+            return call
         if not theirs[k] and op == "send" and self._any_recvs[(group, dst, tag)]:
             theirs[k].append(self._any_recvs[(group, dst, tag)].popleft())
             theirs[k][-1].entry.peer = rank
@@ -104,7 +104,7 @@ class GlooP2P:
             self._match_p2p(send, recv)
         else:
             mine[k].append(call)
-        return Work(self.ranks[rank], call)
+        return call
 
     def _posted_before_gone(self, theirs: deque[Call], peer: int, t_issue: float) -> bool:
         """Whether a call posted at `t_issue` to the gone `peer` meets the peer's own post

@@ -58,14 +58,19 @@ class Checker:
         self.reused = 0  # compressed schedules whose compressed run was already judged (`verdicts`)
         self.verdicts: dict[tuple[str, tuple[int, ...], tuple[int, ...]], bool] = {}  # verdict_key -> passes_compressed
         self._costs: dict[tuple[str, int], CostLike] = {}
+        self._cost_of: dict[tuple[int, int], tuple[Any, CostLike]] = {}  # by the topology's identity
 
     def cost(self, s: Scenario) -> CostLike:
         """The scenario's cost model, made once per (topology, world size) and kept: the same
         model `simulate` would build (`simdist.sim.default_cost`), with its per-call caches warm."""
+        seen = self._cost_of.get((id(s.topology), s.world_size))
+        if seen is not None and seen[0] is s.topology:  # this very topology object (a template's scenarios share it)
+            return seen[1]
         key = (s.topology.model_dump_json(), s.world_size)
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = default_cost(s)
+        self._cost_of[(id(s.topology), s.world_size)] = (s.topology, c)  # holds the topology: its id stays its own
         return c
 
     def _judge(self, s: Scenario) -> Outcome:

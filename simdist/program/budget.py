@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simdist.limits import OPS
+from simdist.program.shapes import ShapeMemo
 from simdist.scenario import Scenario
 from simdist.schema import (
     BackwardStep,
@@ -103,11 +104,14 @@ def _fixed_ops(s: Scenario) -> int:
     return ops
 
 
+_PER_SHAPE = ShapeMemo()  # (per iteration, fixed): neither reads the inputs
+
+
 def estimate(s: Scenario) -> Budget:
     """The upper bound on the operations of a run of `s`."""
     iterations = max(s.counts(), default=0)
-    per_iteration = 1 + max(sum(step_ops(s, st) for st in s.loop), _shadow_ops(s))
-    fixed = _fixed_ops(s)
+    per_iteration, fixed = _PER_SHAPE.get(s, "budget", lambda: (
+        1 + max(sum(step_ops(s, st) for st in s.loop), _shadow_ops(s)), _fixed_ops(s)))
     total = s.world_size * (iterations * per_iteration + fixed)
     return Budget(total, s.world_size, iterations, per_iteration, fixed)
 

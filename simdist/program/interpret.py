@@ -40,6 +40,7 @@ from simdist.program.actions import (
     WaitDeferred,
 )
 from simdist.program.conditions import Latest, always, fill_value, holds, no_results, varies
+from simdist.program.shapes import ShapeMemo
 from simdist.scenario import Model, Scenario
 from simdist.schema import (
     BackwardStep,
@@ -89,40 +90,79 @@ def _held(s: Scenario, rank: int) -> _Held:
 
 
 def _program(s: Scenario, rank: int, latest: Latest) -> Iterator[Action]:
-    held = _held(s, rank)
-    yield EnterPhase("init")
-    for m in s.all_models():
-        if m.name in held.names:
-            yield BuildModel(m, ddp_kwargs(m))
-    if s.optimizer is not None and held.optimizer:
-        mine = tuple(m.name for m in s.optimizer_models() if m.name in held.names)
-        yield BuildOptimizer(s.optimizer, mine, s.zero_group() if s.optimizer.zero else WORLD)
-    for decl in s.joinables:
-        if decl.name in held.names:
-            yield BuildJoinable(decl.name, decl.kind, decl.group)
-    yield SetupDone()
-    # a rank enters Join with the joinables it holds; holding none, it runs the loop without Join
-    joined = tuple(n for n in s.join.joinables if n in held.names) if s.join is not None else ()
-    if s.join is not None and joined:  # (joined is empty without [join])
-        yield EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs))
-    made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
-    loop = _entries(s, "loop")
+    st = _static(s, rank)
+    yield from st.setup
+    if st.enter_join is not None:  # (None without [join], or holding none of its joinables)
+        yield st.enter_join
+    loop = st.loop
     count = s.counts()[rank]
-    body = _same_every_iteration(s, rank, made, held, loop) if count else None
+    body = st.same_body(s, rank) if count else None
+    made: dict[int, Action | None] = {}  # a step's action, when the same in every iteration
     for i in range(count):
         yield _enter_loop(i)
         if body is not None:
             yield from body
         else:
-            stopped = yield from _section(s, rank, "loop", i, made, held, latest, loop)
+            stopped = yield from _section(s, rank, "loop", i, made, st.held, latest, loop)
             if stopped:
                 break
         yield _END_ITERATION
-    if joined:
+    if st.enter_join is not None:
         yield EnterPhase("join_exit")
         yield ExitJoin()
     yield EnterPhase("after")
-    yield from _section(s, rank, "after", None, {}, held, latest, _entries(s, "after"))
+    yield from _section(s, rank, "after", None, {}, st.held, latest, st.after)
+
+
+_UNKNOWN: Any = object()
+
+
+@dataclass(slots=True)
+class _Static:
+    """What one rank's program is apart from its input count and the results it observes:
+    worked out once per rank and scenario shape (`_static`), not once per run. The fuzzer
+    simulates thousands of scenarios that differ in their inputs only; working this out
+    again for every rank of every run was most of the interpreter's cost there."""
+
+    held: _Held
+    setup: tuple[Action, ...]  # EnterPhase("init") ... SetupDone
+    enter_join: EnterJoin | None  # None: the rank runs its loop without Join
+    loop: tuple[_Entry, ...]
+    after: tuple[_Entry, ...]
+    body: Any = _UNKNOWN  # `_same_every_iteration`'s answer, once asked
+
+    def same_body(self, s: Scenario, rank: int) -> tuple[Action, ...] | None:
+        if self.body is _UNKNOWN:
+            self.body = _same_every_iteration(s, rank, {}, self.held, self.loop)
+        return self.body
+
+
+def _make_static(s: Scenario, rank: int) -> _Static:
+    held = _held(s, rank)
+    setup: list[Action] = [EnterPhase("init")]
+    for m in s.all_models():
+        if m.name in held.names:
+            setup.append(BuildModel(m, ddp_kwargs(m)))
+    if s.optimizer is not None and held.optimizer:
+        mine = tuple(m.name for m in s.optimizer_models() if m.name in held.names)
+        setup.append(BuildOptimizer(s.optimizer, mine, s.zero_group() if s.optimizer.zero else WORLD))
+    for decl in s.joinables:
+        if decl.name in held.names:
+            setup.append(BuildJoinable(decl.name, decl.kind, decl.group))
+    setup.append(SetupDone())
+    # a rank enters Join with the joinables it holds; holding none, it runs the loop without Join
+    joined = tuple(n for n in s.join.joinables if n in held.names) if s.join is not None else ()
+    enter = EnterJoin(joined, s.join.enabled, s.join.throw_on_early_termination, dict(s.join.kwargs)) \
+        if s.join is not None and joined else None
+    return _Static(held, tuple(setup), enter, _entries(s, "loop"), _entries(s, "after"))
+
+
+_STATICS = ShapeMemo()
+
+
+def _static(s: Scenario, rank: int) -> _Static:
+    """`_make_static(s, rank)`, once per rank and scenario shape (`shapes.ShapeMemo`)."""
+    return _STATICS.get(s, rank, lambda: _make_static(s, rank))
 
 
 _END_ITERATION = EndIteration()

@@ -36,7 +36,7 @@ from simdist.torchmodels.buckets import (
     compute_bucket_assignment_by_size,
 )
 from simdist.torchmodels.dist import Dist
-from simdist.torchmodels.join import Join, Joinable, JoinHook
+from simdist.torchmodels.join import ONE_F32, ZERO_F32, Join, Joinable, JoinHook
 from simdist.vocab import WORLD
 
 INPUT_VALUE = 1.0  # every input x is torch.ones(1) on the real backend
@@ -155,7 +155,7 @@ class DDPModel(Joinable):
         counts = yield from self._run("all_gather", Payload.full(1, "int64", len(self.numels)),
                                       origin="ddp.init.verify_params")
         arr = counts.array()
-        if arr is not None and any(int(v) != len(self.numels) for v in arr):
+        if arr is not None and any(int(v) != len(self.numels) for v in arr.tolist()):  # (not numpy's scalars, one by one)
             raise RankRaised(
                 "RuntimeError",
                 f"DDP expects same model across all ranks, but Rank {d.rank} has {len(self.numels)} params, "
@@ -239,8 +239,8 @@ class DDPModel(Joinable):
         return int(v) if v is not None else None
 
     def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool, origin: str = "ddp.pre_forward.requires_grad_sync") -> Work:
-        value = 1.0 if (not is_joined_rank and self.require_backward_grad_sync) else 0.0
-        return self._issue("all_reduce", Payload.full(1, "float32", value), origin=origin, async_op=True)
+        value = ONE_F32 if (not is_joined_rank and self.require_backward_grad_sync) else ZERO_F32
+        return self._issue("all_reduce", value, origin=origin, async_op=True)
 
     # ------------------------------------------------------------------ reducer
     def _should_rebuild_buckets(self) -> bool:
@@ -332,7 +332,7 @@ class DDPModel(Joinable):
             unused_work = self._issue("all_reduce", used_map, origin="ddp.backward.unused_map_allreduce", async_op=True)
         for (b, w), sizes in zip(works, self._sizes, strict=True):
             # (a bucket that has completed, as most have by now, without a `wait` generator)
-            res = w.call.value if w.call.ok is True else (yield from w.wait())
+            res = w.value if w.ok is True else (yield from w.wait())
             runs = res.run_values()
             per_param = _split_runs(tuple(runs), sizes) if runs is not None else None
             for k, i in enumerate(b):

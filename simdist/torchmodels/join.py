@@ -18,6 +18,10 @@ from simdist.engine.values import Payload
 from simdist.torchmodels.dist import Dist
 
 WARN_THRESHOLD = 1000
+# The float32 scalars Join and DDP send every iteration (`torch.zeros(1)`, `torch.ones(1)`), made
+# once: payloads are never mutated, and making one is a cache lookup per rank-collective.
+ZERO_F32 = Payload.full(1, "float32", 0.0)
+ONE_F32 = Payload.full(1, "float32", 1.0)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class Join:
                     "This level of skew could lead to performance degradation during training."
                 )
             res = yield from self.dist.all_reduce(
-                Payload.full(1, "float32", 0.0), origin="join.exit.count_nonjoined", group=self._process_group
+                ZERO_F32, origin="join.exit.count_nonjoined", group=self._process_group
             )
             num_nonjoined = res.item()
             if num_nonjoined == 0:
@@ -114,7 +118,7 @@ class Join:
             else:
                 if self._throw_on_early_termination:
                     yield from self.dist.all_reduce(
-                        Payload.full(1, "float32", 1.0), origin="join.exit.notify_terminate", group=self._process_group
+                        ONE_F32, origin="join.exit.notify_terminate", group=self._process_group
                     )
                     raise RankRaised("RuntimeError", f"Rank {self.rank} exhausted all inputs.", "join_early_termination")
                 for hook in self._join_hooks:
@@ -132,10 +136,10 @@ class Join:
             return None
         d = joinable.join_dist
         group = joinable.join_process_group
-        work = d.issue("all_reduce", Payload.full(1, "float32", 1.0), origin="join.notify_join_context.heartbeat",
+        work = d.issue("all_reduce", ONE_F32, origin="join.notify_join_context.heartbeat",
                        group=group, async_op=True)
         if cfg.throw_on_early_termination:
-            res = yield from d.all_reduce(Payload.full(1, "float32", 0.0), origin="join.notify_join_context.throw_check",
+            res = yield from d.all_reduce(ZERO_F32, origin="join.notify_join_context.throw_check",
                                           group=group)
             if res.item():
                 raise RankRaised(

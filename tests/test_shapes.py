@@ -1,0 +1,111 @@
+"""What the fuzzer works out once per scenario shape (`simdist.program.shapes.ShapeMemo`: the rank
+programs' set-up and loop bodies, the operation budget, the compression plan's periodicity)
+and the fuzzer's cheaper pass test (`check.classify.passes`) give exactly what working it all
+out afresh gives.
+
+Each bundled template is instantiated at random, every instance through one `Validator` (as the
+fuzzer does: the instances share every field object but the inputs, so the memos hit) and
+through `parse_scenario` alone (no field shared with any other scenario: the memos miss); the
+two must give the same rank programs, budget, plan, report and verdict, and the compressed
+runs the same `passes_compressed` answer as `check_run`'s verdict. The memo must have been
+hit, so the test cannot pass vacuously.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from simdist.check.classify import check_run, passes
+from simdist.errors import ScenarioError
+from simdist.fuzz.compress import apply, passes_compressed, plan, untrusted
+from simdist.fuzz.strategies import Validator
+from simdist.fuzz.template import load_template
+from simdist.program import interpret
+from simdist.program.budget import estimate
+from simdist.program.shapes import ShapeMemo
+from simdist.scenario import Scenario, load_scenario, parse_scenario
+from simdist.sim import simulate
+from tests.conftest import ROOT
+from tests.test_fuzz_verdicts import TEMPLATES, RandomChooser, widened
+
+SCENARIOS = sorted(ROOT.glob("scenarios/*.toml"))
+FIELDS = tuple(Scenario.model_fields)
+
+
+def _programs(s) -> list[list]:
+    return [list(interpret.rank_actions(s, r)) for r in range(s.world_size)]
+
+
+def test_shape_memo_keys_on_the_fields_but_the_inputs() -> None:
+    d = load_template(ROOT / "scenarios/templates/ok_ddp_zero_join.toml").instantiate(RandomChooser(random.Random(1)))
+    validate = Validator("t")
+    shared = [validate(d | {"inputs": {"counts": [k + r for r in range(d["world_size"])]}}) for k in range(3)]
+    memo = ShapeMemo()
+    made: list[int] = []
+
+    def make() -> int:
+        made.append(1)
+        return len(made)
+
+    for s in shared:  # one shape (the inputs differ): worked out once
+        assert memo.get(s, "x", make) == 1
+    assert memo.get(shared[0], "y", make) == 2  # another question
+    assert memo.get(parse_scenario(d), "x", make) == 3  # equal fields, but not the same objects
+    assert memo.get(shared[0].model_copy(update={"name": "other"}), "x", make) == 4
+
+
+def _variants(d: dict, rng: random.Random) -> list[dict]:
+    """`d`, and `d` with other input counts (its other fields as they are: one shape)."""
+    n = d["world_size"]
+    return [d] + [d | {"inputs": {"counts": [rng.randint(0, 24) for _ in range(n)]}} for _ in range(2)]
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)
+def test_per_shape_work_equals_fresh_work(path: Path) -> None:
+    t = widened(path)
+    rng = random.Random(f"shapes/{path.stem}")
+    validate = Validator("t")
+    hits = done = 0
+    for _ in range(8):
+        first = None
+        for d in _variants(t.instantiate(RandomChooser(rng)), rng):
+            try:
+                fresh = parse_scenario(d, source="t")
+            except ScenarioError:
+                continue
+            s = validate(d)
+            first = first or s
+            hits += s is not first and all(getattr(s, k) is getattr(first, k) for k in FIELDS if k != "inputs")
+            done += 1
+            _same(t, d, s, fresh)
+    assert done >= 12 and hits >= 4, (done, hits)
+
+
+def _same(t, d: dict, s, fresh) -> None:
+    """`s` (through the memos) and `fresh` (parsed alone) give the same programs, budget, plan,
+    reports and verdicts."""
+    assert _programs(s) == _programs(fresh), d
+    assert estimate(s) == estimate(fresh), d
+    p = plan(s)
+    assert p == plan(fresh), d
+    pairs = [(s, fresh)] + ([(apply(s, p), apply(fresh, p))] if p.compressed else [])
+    for x, y in pairs:
+        report, again = simulate(x), simulate(y)
+        assert report.to_json() == again.to_json(), d
+        assert passes(report, x, invariants=t.invariants) == (not check_run(again, y, invariants=t.invariants).failed)
+    if p.compressed:
+        report = simulate(apply(fresh, p))
+        expected = not untrusted(p, report) and not check_run(report, apply(fresh, p), invariants=t.invariants).failed
+        assert passes_compressed(s, p, invariants=t.invariants) == expected, d
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_passes_is_check_runs_verdict(path: Path) -> None:
+    """Failing and passing runs alike: hangs, errors, aborts, findings, broken invariants."""
+    s = load_scenario(path)
+    report = simulate(s)
+    for invariants in (True, False):
+        assert passes(report, s, invariants=invariants) == (not check_run(report, s, invariants=invariants).failed)
