@@ -9,10 +9,15 @@ Started torchrun-style, world size >= 2. `--case`:
   of 2 values against 3, "Detected mismatch between collectives on ranks" on every rank;
 * op: the last rank broadcasts where the others all-reduce;
 * skip: uneven inputs without Join (rank 0 has one batch more), then every rank all-reduces
-  its loss: rank 0's extra batch meets the others' loss all_reduce, one sequence number behind;
+  its loss: rank 0's extra batch meets the others' loss all_reduce at the same sequence number,
+  caught by its shape (a loss of the gradient's shape would pass the check and mix them);
 * skip_exit: the same with nothing after the loop: the others leave, rank 0's extra batch
   finds them gone in the wrapper's monitored barrier;
-* ddp: DistributedDataParallel's constructor (torch 2.13 dies there by SIGSEGV under DETAIL).
+* ddp: DistributedDataParallel's constructor (torch 2.13 dies there by SIGSEGV under DETAIL);
+* p2p: rank 0 sends to rank 1, then every rank all-reduces: a send counts in Gloo's sequence
+  number, so with 3 ranks the third is one behind ("Sequence number: 1vs 2"); with 2 it passes;
+* keys: the default store's key count after a subgroup is made (each group's helper Gloo group
+  adds its members' rendezvous keys).
 """
 
 import argparse
@@ -74,9 +79,31 @@ def ddp(rank: int, world: int) -> None:
     print(f"rank {rank}: stepped", flush=True)
 
 
+def p2p(rank: int, world: int) -> None:
+    t = torch.ones(2)
+    if rank == 0:
+        dist.send(t, 1)
+    elif rank == 1:
+        dist.recv(t, 0)
+    dist.all_reduce(t)
+    print(f"rank {rank}: {t.tolist()}", flush=True)
+
+
+def keys(rank: int, world: int) -> None:
+    sub = dist.new_group(list(range(world - 1)))
+    dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
+    print(f"rank {rank}: {store.num_keys()} keys", flush=True)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+
+
+CASES = {"ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp, "p2p": p2p, "keys": keys}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", default="shape", choices=["ok", "shape", "op", "skip", "skip_exit", "ddp"])
+    parser.add_argument("--case", default="shape", choices=[*CASES, "skip_exit"])
     case = parser.parse_args().case
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -86,7 +113,7 @@ def main() -> None:
     if case == "skip_exit":
         skip(rank, world, final=False)
     else:
-        {"ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp}[case](rank, world)
+        CASES[case](rank, world)
     dist.destroy_process_group()
 
 

@@ -15,8 +15,9 @@ monitoredBarrier in 1800000 ms").
 The sequence number in a fingerprint is the Gloo group's own count of the operations this
 rank issued on it (`SimProcessGroup.gloo_seq`): every Gloo operation, p2p ones and a
 monitored barrier's messages included (measured: after a send from rank 0 to rank 1 in a
-group of 3, rank 2's next collective mismatched on "Sequence number: 2vs 3"; a
-monitored_barrier counts 2(n-1) on rank 0 and 2 elsewhere).
+group of 3, rank 2's next collective mismatched on "Sequence number: 1vs 2",
+tests/scripts/debug_detail.py --case p2p; a monitored_barrier counts 2(n-1) on rank 0 and 2
+elsewhere, read with `_get_sequence_number_for_group`).
 
 The helper's operations are real operations of the run (the engine pairs them; a rank that
 never comes leaves its peers in the helper's barrier); their Flight Recorder entries, like
