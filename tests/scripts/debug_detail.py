@@ -16,12 +16,16 @@ Started torchrun-style, world size >= 2. `--case`:
 * ddp: DistributedDataParallel's constructor (torch 2.13 dies there by SIGSEGV under DETAIL);
 * p2p: rank 0 sends to rank 1, then every rank all-reduces: a send counts in Gloo's sequence
   number, so with 3 ranks the third is one behind ("Sequence number: 1vs 2"); with 2 it passes;
+* stuck: the last rank waits in a recv that rank 0 never sends while the others all-reduce:
+  they wait in the wrapper's monitored barrier for it (a hang; with --timeout, the barrier's
+  error naming it);
 * keys: the default store's key count after a subgroup is made (each group's helper Gloo group
   adds its members' rendezvous keys).
 """
 
 import argparse
 import os
+from datetime import timedelta
 
 os.environ.setdefault("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
 
@@ -98,14 +102,25 @@ def keys(rank: int, world: int) -> None:
     dist.destroy_process_group(sub)
 
 
-CASES = {"ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp, "p2p": p2p, "keys": keys}
+def stuck(rank: int, world: int) -> None:
+    t = torch.ones(2)
+    if rank == world - 1:
+        dist.recv(t, 0)  # rank 0 never sends
+    else:
+        dist.all_reduce(t)  # the wrapper's barrier waits for the last rank
+    print(f"rank {rank}: {t.tolist()}", flush=True)
+
+
+CASES = {"stuck": stuck, "ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp, "p2p": p2p, "keys": keys}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", default="shape", choices=[*CASES, "skip_exit"])
+    parser.add_argument("--timeout", type=float, default=0.0, help="the group's timeout (s); 0: torch's default")
     case = parser.parse_args().case
-    dist.init_process_group("gloo")
+    timeout = parser.parse_args().timeout
+    dist.init_process_group("gloo", **({"timeout": timedelta(seconds=timeout)} if timeout else {}))
     rank, world = dist.get_rank(), dist.get_world_size()
     x = torch.arange(4.0)
     dist.all_reduce(x)
