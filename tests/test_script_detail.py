@@ -91,12 +91,17 @@ def _stuck(rep: Report, n: int) -> None:
     assert [r.location.line for r in rep.ranks] == [_line("waits for the last rank")] * (n - 1) + [_line("# rank 0 never sends")]
 
 
+def _ndim(rep: Report, n: int) -> None:
+    assert rep.ranks[0].error.message.startswith(MISMATCH)
+    assert all(r.error.message.endswith("please report a bug to PyTorch. Unknown op type!") for r in rep.ranks[1:])
+
+
 def _keys(rep: Report, n: int) -> None:
     assert [r.status for r in rep.ranks] == ["completed"] * n
 
 
 EXPECT = {"ok": _ok, "shape": _shape, "op": _op, "skip": _skip, "skip_exit": _skip_exit, "ddp": _ddp, "p2p": _p2p,
-          "keys": _keys, "stuck": _stuck}
+          "keys": _keys, "stuck": _stuck, "ndim": _ndim}
 
 
 @pytest.mark.parametrize("n", [2, 3])

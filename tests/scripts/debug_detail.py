@@ -19,6 +19,8 @@ Started torchrun-style, world size >= 2. `--case`:
 * stuck: the last rank waits in a recv that rank 0 never sends while the others all-reduce:
   they wait in the wrapper's monitored barrier for it (a hang; with --timeout, the barrier's
   error naming it);
+* ndim: rank 0 all-reduces a 14-dim tensor (a fingerprint of 20 values), the others a 1-D
+  one: they read its length as an op type, which none is (torch's internal assert);
 * keys: the default store's key count after a subgroup is made (each group's helper Gloo group
   adds its members' rendezvous keys).
 """
@@ -111,7 +113,11 @@ def stuck(rank: int, world: int) -> None:
     print(f"rank {rank}: {t.tolist()}", flush=True)
 
 
-CASES = {"stuck": stuck, "ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp, "p2p": p2p, "keys": keys}
+def ndim(rank: int, world: int) -> None:
+    dist.all_reduce(torch.ones((1,) * 14) if rank == 0 else torch.ones(2))
+
+
+CASES = {"ndim": ndim, "stuck": stuck, "ok": ok, "shape": shape, "op": op, "skip": skip, "ddp": ddp, "p2p": p2p, "keys": keys}
 
 
 def main() -> None:
