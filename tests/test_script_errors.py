@@ -221,23 +221,3 @@ def test_sigkill_of_simdist_ends_every_process(tmp_path):
         time.sleep(0.1)
     assert processes_with_env(TEST_TAG, tag) == []
 
-
-def test_detail_debug_is_named_as_not_modelled_where_gloo_checks_fingerprints():
-    """TORCH_DISTRIBUTED_DEBUG=DETAIL, set by the script before it imports torch: real Gloo
-    wraps the group and every rank raises "Detected mismatch between collectives" at the
-    metrics' all_reduce of 2 and 3 values (what the simulated group, which torch never wraps,
-    would not show: it ran the all_reduce as Gloo does without the wrapper); the simulator
-    names the setting as bad input at the init instead. Plain launch: a zygote's torch is
-    imported before the script sets the variable."""
-    p = ROOT / "tests" / "scripts" / "debug_detail.py"
-    real = run_script(p, nproc_per_node=2, backend="gloo", mode="gloo", timeout_s=120, measure_compute=False)
-    line = _line(p, "dist.all_reduce(t)")
-    assert [(r.status, r.location.line) for r in real.ranks] == [("error", line)] * 2
-    assert all(r.error.message.startswith("Detected mismatch between collectives on ranks. Rank ")
-               for r in real.ranks)
-    with pytest.raises(ScriptError) as e:
-        run_script(p, nproc_per_node=2, backend="gloo", mode="sim", timeout_s=120, measure_compute=False)
-    assert str(e.value) == ("script: TORCH_DISTRIBUTED_DEBUG=DETAIL (Gloo's ProcessGroupWrapper: fingerprint checks "
-                            "before each collective) is not supported by the simulated backend "
-                            f"(rank 0 at debug_detail.py:{_line(p, 'init_process_group')} in main: "
-                            'dist.init_process_group("gloo"))')

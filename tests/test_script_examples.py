@@ -279,7 +279,7 @@ def test_a_forked_rank_reads_the_runs_environment_as_a_launched_one(script_zygot
     thread count) is the run's in a rank forked by a zygote started before the run's
     environment was set, as in a launched rank (`forkserver.apply_torch_env`)."""
     z = script_zygote("sim")  # started (if not yet) in the environment without them
-    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "INFO")  # DETAIL is refused (not modelled)
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "INFO")  # (DETAIL: tests/test_script_detail.py)
     # 1, not more: above one thread torch takes MKL's count, which MKL_DYNAMIC lowers with the
     # machine's load (OMP_NUM_THREADS=3 gave a launched rank 2 threads on a quiet 2-core host
     # and 1 under the suite's load), so only 1 has one right answer

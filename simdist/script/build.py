@@ -17,8 +17,7 @@ from simdist.check.classify import judge, run_findings
 from simdist.check.trace_hints import trace_hints
 from simdist.check.waitfor import build_waitfor
 from simdist.closure_races import tie_race_notes
-from simdist.flightrec.format import fr_dtype, fr_numel, fr_op_name
-from simdist.frames import Frame, phase_of, script_origin
+from simdist.frames import Frame
 from simdist.race_walk import failed_at, lost_peer
 from simdist.report import (
     SHUTDOWN_ABORT,
@@ -46,9 +45,11 @@ from simdist.script.agent import (
 from simdist.script.agent import failed as agent_failed
 from simdist.script.barriers import STORE_BARRIER
 from simdist.script.coordinator import Coordinator, Ending
+from simdist.script.detail import relabel_unnamed
+from simdist.script.frtrace import fr_trace
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.race_notes import lost_after_teardown, race_notes, tore_down
-from simdist.script.ranks import RankConn, exit_words, first_user, raw_frames, waiting_in
+from simdist.script.ranks import RankConn, exit_words, first_user, waiting_in
 from simdist.script.rendezvous import INIT_WAIT, ended_without_init, entered_at
 from simdist.script.stalls import WATCHDOG
 
@@ -77,40 +78,6 @@ def _op_location(frames: list[Frame], user: list[bool]) -> CodeLocation | None:
         if u:
             return location(f.filename, f.line, f.name)
     return None
-
-
-def fr_trace(fr: dict[str, Any], p2p: list[dict[str, Any]] | None = None,
-             args: list[list[Any]] | None = None) -> list[TraceEntry]:
-    """A rank's operations on real Gloo in the simulator's terms, in the order it issued them:
-    its collectives from its Flight Recorder (see `rank.flight`), with the reduce op and root
-    of those called from Python, and its p2p operations (`rank.pylog`). Times are relative."""
-    entries = fr.get("entries") or []
-    groups = fr.get("groups") or {}
-    p2p = p2p or []
-    known = {(g, seq): (red, root) for g, seq, red, root in args or []}
-    t0 = min([e["t"] for e in entries] + [o["t"] for o in p2p], default=0)
-    out = []
-    for e in entries:
-        frames, user = raw_frames(e["frames"])
-        op, dtype, size = fr_op_name(e["op"]), fr_dtype(e["dtypes"]), len(groups.get(e["pg"], []))
-        if op == "barrier":  # no tensor: FR records none, both sides' traces give it the same dtype
-            numel, dtype = 0, env.BARRIER_DTYPE
-        else:
-            numel = fr_numel(e["sizes"])
-        if op == "scatter":  # a non-root has no input: the size is its output's, times the group's (as simulated)
-            numel, dtype = fr_numel(e.get("out_sizes") or []) * size, fr_dtype(e.get("out_dtypes") or [])
-        red, root = known.get((e["pg"], e["seq"]), (None, None))
-        out.append(TraceEntry(seq=e["seq"], op=op, numel=numel, dtype=dtype, group=e["pg"], group_size=size,
-                              origin=script_origin(frames, user, dtype), reduce_op=red, root=root, phase=phase_of(frames),
-                              t_issue=(e["t"] - t0) / 1e9, completed=e["retired"]))
-    for o in p2p:
-        frames, user = raw_frames(o["frames"])
-        out.append(TraceEntry(seq=o["seq"], op=o["op"], numel=o["n"], dtype=o["dt"], group=o["pg"],
-                              group_size=len(groups.get(o["pg"], [])), origin=script_origin(frames, user, o["dt"]),
-                              peer=o["peer"], async_op=False, phase=phase_of(frames), t_issue=(o["t"] - t0) / 1e9,
-                              completed=o["done"]))
-    out.sort(key=lambda e: e.t_issue)
-    return out
 
 
 def _terminated(conn: RankConn, returncode: int | None) -> str | None:
@@ -429,4 +396,5 @@ def build_report(coord: Coordinator, ending: Ending, name: str, returncodes: lis
         if conn is not None and shutdown_abort(rc, finished=conn.exit is not None):
             report.notes.append(f"rank {r}: ended by SIGABRT after it had reported its end "
                                 f"({report.ranks[r].exit}): {SHUTDOWN_ABORT}")
+    relabel_unnamed(report, coord)  # TORCH_DISTRIBUTED_DEBUG=DETAIL's groups, as Gloo's FR records them
     return report

@@ -93,6 +93,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         # process gives its own ProcessGroupGloo its timeout, so ranks of one group may differ
         self.timeouts: dict[tuple[str, int | None], float] = {}
         self.long_limits: set[tuple[str, int | None]] = set()  # ... of those, torch's default or longer (`OpRecord.long`)
+        self.unnamed: set[str] = set()  # groups FR records with no name (TORCH_DISTRIBUTED_DEBUG=DETAIL: `detail`)
+        self.rank_notes: list[tuple[int | None, str]] = []  # what a rank said of its end before it (`detail`)
         self.expired: list[deadlines.Expiry] = []  # the waits Gloo's timeout ended, in order
         self._timed: list[tuple[RankConn, OpRecord]] = []  # ops with a deadline, not known to be done
         self._creating: dict[str, dict[int, Creating]] = {}  # group name -> its members waiting in its creation
@@ -244,6 +246,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.exit = h
             conn.exit_at = time.time()
             self._overdue(conn)
+        elif kind == "note":  # why the rank is about to die (`rank.pgwrapper`'s SIGSEGV)
+            self.rank_notes.append((conn.rank, str(h["x"])))
         elif kind == "record":  # the answer to `collect_records`' request
             conn.record = h
         elif kind == "stall" and not self._judged:  # real Gloo: a stall in a torch.distributed wait began or ended (`rank.stall`)

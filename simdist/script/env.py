@@ -30,6 +30,9 @@ PORT_MAP = "SIMDIST_SCRIPT_PORT_MAP"  # torchrun-style: "29501:41234,...", MASTE
 # A barrier carries no tensor; both sides' traces give it this dtype (the engine needs one; real
 # Gloo's Flight Recorder records none), as a scenario's barrier keeps its step's dtype.
 BARRIER_DTYPE = "float32"
+# what a simulated rank tells before it dies by SIGSEGV in DDP's constructor under
+# TORCH_DISTRIBUTED_DEBUG=DETAIL (`rank.pgwrapper`); the report says why (`script.detail`)
+SEGV_DDP_DETAIL = "segv_ddp_detail"
 BATCHES = "SIMDIST_SCRIPT_BATCHES"  # per-rank DataLoader caps, "5,6" or "5" (rank.batches)
 
 # How a rank says it met an operation the simulated backend cannot model (`rank.pg`); the

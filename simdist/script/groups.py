@@ -97,6 +97,7 @@ class GroupsMixin:
     protocol_errors: list[str]
     timeouts: dict[tuple[str, int | None], float]
     long_limits: set[tuple[str, int | None]]
+    unnamed: set[str]
     _send: Any
     _skip: Any
 
@@ -113,6 +114,8 @@ class GroupsMixin:
             self.timeouts[h["g"], conn.rank] = float(h["lto"])
             self.long_limits.add((h["g"], conn.rank))
         have = conn.gen.engine.add_group(h["g"], ranks)
+        if h.get("unnamed"):
+            self.unnamed.add(h["g"])
         if sorted(have) != sorted(ranks):
             self.protocol_errors.append(f"group {h['g']} created with ranks {ranks} and {have}")
         if h.get("req") is None:

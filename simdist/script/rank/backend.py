@@ -19,12 +19,13 @@ import torch.distributed.distributed_c10d as c10d
 
 from simdist.script import env
 from simdist.script.rank import client, simstore, stack
-from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup, UnsupportedOperation
+from simdist.script.rank.pg import BACKEND_NAME, SimProcessGroup
+from simdist.script.rank.pgwrapper import HELPER_PREFIX, DetailGroup, crash_ddp_logger, helper_name
 
 
 def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     """The backend creator torch calls for WORLD and for each `new_group` (members only)."""
-    refuse_detail_debug()
+    detail = dist.get_debug_level() == dist.DebugLevel.DETAIL  # torch wraps a Gloo group then (`pgwrapper`)
     given = list(opts.global_ranks_in_group)
     ranks = given or list(range(opts.group_size))
     name = env.group_name(str(opts.group_id), not given, client.CLIENT.generation if client.CLIENT else 1)
@@ -36,36 +37,30 @@ def create(opts: Any, backend_options: Any = None) -> SimProcessGroup:
     long = None if limit is not None else opts.timeout.total_seconds()
     if client.CLIENT is not None:
         _post_address(opts, whole=not given)
+        if detail:  # the helper Gloo group's rendezvous key, under torch's "pg_wrapper:<name>" prefix
+            _post_address(opts, whole=not given, prefix=f"{HELPER_PREFIX}:{opts.group_id}/")
     if client.CLIENT is not None and given:
         # returns once every member has made the group of this name, as Gloo's does
         # (`Coordinator._group`)
         reply = client.CLIENT.request({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long,
-                                       "key": str(opts.group_id), "frames": stack.caller_stack(1),
+                                       "unnamed": detail, "key": str(opts.group_id), "frames": stack.caller_stack(1),
                                        "cpu": time.thread_time()},
                                       blocks=True)
         if reply.get("raise"):  # the store's error at the group's timeout (`simdist.script.groups`)
             kind, message = reply["raise"]
             raise getattr(dist, kind, RuntimeError)(message)
     elif client.CLIENT is not None:
-        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long})
-    return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
+        client.CLIENT.send({"t": "group", "g": name, "ranks": ranks, "to": limit, "lto": long, "unnamed": detail})
+    if not detail:
+        return SimProcessGroup(opts.group_rank, opts.group_size, name, ranks)
+    if client.CLIENT is not None:  # made once the group is (every member is past the group's rendezvous)
+        client.CLIENT.send({"t": "group", "g": helper_name(name), "ranks": ranks, "to": limit, "lto": long,
+                            "unnamed": True})
+    crash_ddp_logger()
+    return DetailGroup(opts.group_rank, opts.group_size, name, ranks, opts.timeout)
 
 
-def refuse_detail_debug() -> None:
-    """A group made under `TORCH_DISTRIBUTED_DEBUG=DETAIL` is not modelled: there torch wraps
-    a Gloo group in c10d's ProcessGroupWrapper, which before each collective (not p2p) runs a
-    monitored barrier and two all_gathers of the op's fingerprint on a helper Gloo group (both
-    in the Flight Recorder, under the group name "pg") and raises "Detected mismatch between
-    collectives on ranks" on every rank when the fingerprints differ; and DDP's constructor
-    dies by SIGSEGV in `set_construction_data_and_log` (its logger reads the wrapper as a
-    ProcessGroupGloo; torch 2.13, measured). A simulated group is its own backend, which
-    torch never wraps, so its run would show none of that: named instead of differing."""
-    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
-        raise UnsupportedOperation("TORCH_DISTRIBUTED_DEBUG=DETAIL (Gloo's ProcessGroupWrapper: fingerprint "
-                                   "checks before each collective)")
-
-
-def _post_address(opts: Any, whole: bool) -> None:
+def _post_address(opts: Any, whole: bool, prefix: str = "") -> None:
     """The key Gloo's rendezvous leaves in the store for this rank of the group (its address,
     under the group's and the device's prefixes: `default_pg/0//cpu//0/<group rank>` for WORLD
     under torchrun, measured with `list_keys` on torch 2.13), so a script's `num_keys` and a
@@ -78,7 +73,7 @@ def _post_address(opts: Any, whole: bool) -> None:
     (a raw `list_keys` right after init missed one, once in CI). A made subgroup needs no more:
     its reply comes once every member's request, each after its post, has arrived."""
     for group_rank in (range(opts.group_size) if whole else [opts.group_rank]):
-        simstore.post(opts.store, f"0/{group_rank}", b"simdist")
+        simstore.post(opts.store, f"{prefix}0/{group_rank}", b"simdist")
 
 
 def register() -> None:

@@ -108,6 +108,8 @@ class SimProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.sim_name = name
         self.global_ranks = global_ranks
+        # Gloo's sequence number of the group on this rank: every op it issued, p2p included (`pgwrapper`)
+        self.gloo_seq = 0
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         # C++ callers must not see "gloo": DDP's logger then casts the group's Gloo backend
@@ -164,6 +166,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if c is None:
             raise RuntimeError("simdist: this process is not a simulated rank (no coordinator connection)")
         work = SimWork(outputs, result, after)
+        self.gloo_seq += 1
         # what Gloo runs without the wire completes here at once, as Gloo's worker thread
         # does it (callbacks run where `then` is called), unless Gloo refuses its op or dtype first
         local = gloo_empty_is_local(op, numel) and self._gloo() and gloo_refusal(op, reduce_op, dtype) is None

@@ -72,6 +72,8 @@ OTHERS_CPU_SHARE = 0.05  # the other threads' CPU per poll, as a share of one co
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
 _C10D = os.path.abspath(dist.distributed_c10d.__file__)
+_PYLOG = os.path.abspath(pylog.__file__)  # its wrappers of the group's collectives call the backend
+_C10D = os.path.abspath(dist.distributed_c10d.__file__)
 # torch's functions (in `_C10D`) inside which a rank waits at the c10d store for its peers, each
 # with the `timeout` that ends that wait: init's rendezvous and full-mesh connect, a group's
 # connect (`new_group`, `new_subgroups`, a device mesh's groups), TORCH_DIST_INIT_BARRIER's barrier
@@ -258,6 +260,26 @@ def _timeout_of(names: set[str]) -> float | None:
     return min(limits, default=None)
 
 
+def wrapper_wait(frame: Any) -> float | None:
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL a collective first runs its ProcessGroupWrapper's
+    checks inside the issuing call (`rank.pgwrapper`): a monitored barrier on a helper group,
+    which the Flight Recorder does not record, so no counter shows it pending. The main thread
+    in c10d's collective on a group whose backend is a wrapper waits there: the group's timeout
+    (the helper's) may end it; None when it is not there."""
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == _PYLOG:
+        frame = frame.f_back
+    if frame is None or os.path.abspath(frame.f_code.co_filename) != _C10D:
+        return None
+    local = frame.f_locals
+    try:
+        backend = (local.get("group") or local.get("pg"))._get_backend(torch.device("cpu"))
+        if not isinstance(backend, torch._C._distributed_c10d._ProcessGroupWrapper):
+            return None
+        return float(backend.options._timeout.total_seconds())
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
 def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     cpu_clock = time.pthread_getcpuclockid(main.ident or 0)
     main_cpu = time.clock_gettime(cpu_clock)
@@ -267,14 +289,17 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     nr = syscall(tid)
     # a store wait may poll (rank 0's server waiting for clients: a sleep of 10 ms, then a look):
     # caught between two sleeps it runs, with next to no CPU (`_still`)
-    asleep = (nr == FUTEX_NR and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame))) or (
-        store is not None and nr is not None)
+    checks = wrapper_wait(frame) if nr == FUTEX_NR else None
+    asleep = (nr == FUTEX_NR and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)
+                                  or checks is not None)) or (store is not None and nr is not None)
     waiting = FUTEX_NR is not None and not c.sleeping and asleep and _others_waiting(main.ident)
     rows, pending_groups = _groups(c) if dist.is_initialized() else ([], set())
     issued, done, p2p_groups = pylog.progress(c.generation)
     timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
-    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed, store and store.limit_s) if x is not None]
-    return Observation(waiting, (tuple(rows), issued, done, store), bool(pending_groups or p2p_groups or store),
+    limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed, store and store.limit_s, checks)
+              if x is not None]
+    return Observation(waiting, (tuple(rows), issued, done, store),
+                       bool(pending_groups or p2p_groups or store or checks is not None),
                        min(limits, default=None), main_cpu, others_cpu, store, store is not None and nr in SLEEP_NRS,
                        voluntary_switches(tid) if store is not None else None)
 
