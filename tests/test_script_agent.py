@@ -159,3 +159,24 @@ def test_a_rank_that_lost_another_failed_rank_races_the_sigterm(tmp_path, monkey
     if not cmp.agree:
         assert [(r.kind, r.rank, r.sim_ended) for r in named_races(sim, real, cmp)] == [("agent", 1, False)], \
             format_comparison(cmp)
+
+
+def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tmp_path, monkeypatch, script_zygote):
+    """tests/scripts/compute_past_agent.py (3 ranks, `0.5 1.5 2`): ranks 1 and 2 time out at a
+    barrier 0.5 s in while rank 0 computes alone, 1.5 s of CPU a chunk, printing after each.
+    Real torchrun's agent SIGTERMs rank 0 in its first chunk: it printed nothing. The simulator
+    stamped a printed line at the rank's clock of its last message (the barrier before the
+    computation), so both lines stood in its report; a line now carries its thread's CPU time
+    and comes after the compute before it, past the agent's instant: dropped, as on real Gloo.
+    Left: where rank 0 ended (real: in its computation; the simulator: its last operation
+    before the instant, the first barrier), as the report knows no line between messages."""
+    monkeypatch.chdir(tmp_path)
+    script = ROOT / "tests" / "scripts" / "compute_past_agent.py"
+    both = compare_script(script, ["0.5", "1.5", "2"], nproc_per_node=3, timeout_s=120, stdout=subprocess.DEVNULL,
+                          zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [r.status for r in sim.ranks] == ["error"] * 3 and sim.ranks[0].error.type == "SIGTERM"
+    assert sim.ranks[0].output == real.ranks[0].output == []
+    left = [(d.field, d.rank) for d in compare_reports(sim, real).differences]
+    assert left in ([], [("location", 0)]), format_comparison(compare_reports(sim, real))
+    assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")

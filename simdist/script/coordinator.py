@@ -227,7 +227,7 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
             if h["s"] == "stdout":
-                conn.advance(None, self.measure_compute)  # a line after a failed wait comes after its failure
+                conn.advance(h, self.measure_compute)  # after a failed wait's failure, and the compute before it
                 conn.stdout_at.append(conn.clock)  # (`script.agent`: a line after the agent's SIGTERM never came)
         elif kind == "init":
             self._init(conn, h)
