@@ -180,3 +180,24 @@ def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tm
     left = [(d.field, d.rank) for d in compare_reports(sim, real).differences]
     assert left in ([], [("location", 0)]), format_comparison(compare_reports(sim, real))
     assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")
+
+
+@pytest.mark.parametrize("how", ["run", "check_output", "system"])
+def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, monkeypatch, script_zygote, how):
+    """tests/scripts/child_wait_timeout.py (3 ranks, `1 4 HOW`): rank 0 waits 4 s for a command
+    (subprocess.run, check_output, os.system) while the others wait at a barrier with a 1 s
+    timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
+    ending on the line of the command. The simulator counted none of the wait (it uses no CPU):
+    every rank completed. `rank.childwait` tells the wait's wall time as a sleep."""
+    monkeypatch.chdir(tmp_path)
+    script = ROOT / "tests" / "scripts" / "child_wait_timeout.py"
+    both = compare_script(script, ["1", "4", how], nproc_per_node=3, timeout_s=120, stdout=subprocess.DEVNULL,
+                          zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [(r.status, r.error.category) for r in sim.ranks] == [("error", "killed"), ("error", "timeout"),
+                                                                 ("error", "timeout")], sim.notes
+    assert sim.ranks[0].output == [] and sim.ranks[0].location.line == line_of(script, {
+        "run": "subprocess.run(", "check_output": "subprocess.check_output(", "system": "os.system("}[how])
+    cmp = compare_reports(sim, real)
+    if not cmp.agree:  # the two timeouts tie: a tie race, or torchrun's SIGTERM first (both named)
+        assert {r.kind for r in named_races(sim, real, cmp)} <= {"tie", "agent"}, format_comparison(cmp)

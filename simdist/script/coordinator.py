@@ -254,7 +254,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
-            conn.sleep(float(h["s"]))
+            if self.measure_compute or "w" not in h:  # "w": a measured wait for a child (`rank.childwait`)
+                conn.sleep(float(h["s"]))
             if "n" in h:  # told as a timed wait (`rank.timedwait.sleep`): it ends at the clock now
                 conn.timed_wait(h, self.measure_compute)
             self._overdue()
