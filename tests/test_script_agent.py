@@ -177,8 +177,10 @@ def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tm
     sim, real = both.sim.report, both.real.report
     assert [r.status for r in sim.ranks] == ["error"] * 3 and sim.ranks[0].error.type == "SIGTERM"
     assert sim.ranks[0].output == real.ranks[0].output == []
-    left = [(d.field, d.rank) for d in compare_reports(sim, real).differences]
-    assert left in ([], [("location", 0)]), format_comparison(compare_reports(sim, real))
+    cmp = compare_reports(sim, real)
+    if [d for d in cmp.differences if (d.field, d.rank) != ("location", 0)]:  # ranks 1 and 2's timeouts tie
+        races = named_races(sim, real, cmp)
+        assert races and {r.kind for r in races} <= {"tie", "agent"}, format_comparison(cmp)
     assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")
 
 
@@ -200,4 +202,5 @@ def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, mo
         "run": "subprocess.run(", "check_output": "subprocess.check_output(", "system": "os.system("}[how])
     cmp = compare_reports(sim, real)
     if not cmp.agree:  # the two timeouts tie: a tie race, or torchrun's SIGTERM first (both named)
-        assert {r.kind for r in named_races(sim, real, cmp)} <= {"tie", "agent"}, format_comparison(cmp)
+        races = named_races(sim, real, cmp)
+        assert races and {r.kind for r in races} <= {"tie", "agent"}, format_comparison(cmp)
