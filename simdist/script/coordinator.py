@@ -224,6 +224,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 conn.waited_on(rec)
         elif kind == "batches":
             conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
+            conn.advance(h, self.measure_compute)  # yielded after the compute (or wait) before it
+            conn.batches_at.append((conn.clock, conn.batches))
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
             if h["s"] == "stdout":

@@ -76,6 +76,8 @@ def _on_torch(_torch: Any) -> None:
 
         devices.install(gpus)
     batches.install()
+    if env.mode() == env.SIM:
+        childwait.install_loader(_torch)
     _after_import("torch._dynamo", _on_dynamo)
     _after_import("torch.serialization", writes.install_torch)
     _after_import("torch.jit._script", writes.install_jit)

@@ -11,12 +11,20 @@ the wait ends, as a sleep of that length that began where the wait began (`"w"`:
 `--zero-compute` leaves it out, keeping its times deterministic); how long a child runs cannot
 be known before. Only the main thread: another thread's wait delays no collective of the
 main thread's, as its sleeps do not (`RankConn.timed_wait`). Only the outermost of nested
-waits (`run` calls `communicate`, which calls `wait`) is counted.
+waits (`run` calls `communicate`, which calls `wait`) is counted, and only its wall time less
+the CPU its thread used meanwhile (which the next message's CPU time counts already).
+
+The same for the rank's other helper processes: a `multiprocessing.Pool`'s results
+(`ApplyResult.wait`, under `map`, `apply`, `starmap`; `imap`'s next) and a DataLoader's workers
+(the main thread's wait for the next batch, `_MultiProcessingDataLoaderIter._get_data`): a rank
+whose workers are slow (an expensive `__getitem__`) is late for every step on real Gloo, where
+its peers' short group timeout fires (`tests/scripts/slow_loader_workers.py`).
 """
 
 from __future__ import annotations
 
 import functools
+import multiprocessing.pool
 import os
 import subprocess
 import threading
@@ -36,13 +44,14 @@ def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
         if (c is None or c.rank is None or getattr(_inside, "yes", False)
                 or threading.current_thread() is not threading.main_thread()):
             return fn(*args, **kwargs)
-        said = {"t": "sleep", "cpu": time.thread_time(), "frames": stack.caller_stack(), "w": 1}
+        cpu = time.thread_time()
+        said = {"t": "sleep", "cpu": cpu, "frames": stack.caller_stack(), "w": 1}
         _inside.yes, began = True, simclock.real_monotonic()
         try:
             return fn(*args, **kwargs)
         finally:
             _inside.yes = False
-            said["s"] = max(simclock.real_monotonic() - began, 0.0)
+            said["s"] = max(simclock.real_monotonic() - began - (time.thread_time() - cpu), 0.0)
             c.send(said)
 
     return wait
@@ -52,3 +61,13 @@ def install() -> None:
     subprocess.Popen.wait = _counted(subprocess.Popen.wait)  # type: ignore[method-assign]
     subprocess.Popen.communicate = _counted(subprocess.Popen.communicate)  # type: ignore[method-assign]
     os.system = _counted(os.system)
+    multiprocessing.pool.ApplyResult.wait = _counted(multiprocessing.pool.ApplyResult.wait)  # type: ignore[method-assign]
+    multiprocessing.pool.IMapIterator.next = _counted(multiprocessing.pool.IMapIterator.next)  # type: ignore[method-assign]
+
+
+def install_loader(_torch: Any) -> None:
+    """Once torch is imported: the main thread's wait for a DataLoader worker's batch."""
+    from torch.utils.data import dataloader
+
+    it = dataloader._MultiProcessingDataLoaderIter
+    it._get_data = _counted(it._get_data)  # type: ignore[method-assign]
