@@ -159,3 +159,66 @@ def test_a_rank_that_lost_another_failed_rank_races_the_sigterm(tmp_path, monkey
     if not cmp.agree:
         assert [(r.kind, r.rank, r.sim_ended) for r in named_races(sim, real, cmp)] == [("agent", 1, False)], \
             format_comparison(cmp)
+
+
+def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tmp_path, monkeypatch, script_zygote):
+    """tests/scripts/compute_past_agent.py (3 ranks, `0.5 1.5 2`): ranks 1 and 2 time out at a
+    barrier 0.5 s in while rank 0 computes alone, 1.5 s of CPU a chunk, printing after each.
+    Real torchrun's agent SIGTERMs rank 0 in its first chunk: it printed nothing. The simulator
+    stamped a printed line at the rank's clock of its last message (the barrier before the
+    computation), so both lines stood in its report; a line now carries its thread's CPU time
+    and comes after the compute before it, past the agent's instant: dropped, as on real Gloo.
+    Left: where rank 0 ended (real: in its computation; the simulator: its last operation
+    before the instant, the first barrier), as the report knows no line between messages."""
+    monkeypatch.chdir(tmp_path)
+    script = ROOT / "tests" / "scripts" / "compute_past_agent.py"
+    both = compare_script(script, ["0.5", "1.5", "2"], nproc_per_node=3, timeout_s=120, stdout=subprocess.DEVNULL,
+                          zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [r.status for r in sim.ranks] == ["error"] * 3 and sim.ranks[0].error.type == "SIGTERM"
+    assert sim.ranks[0].output == real.ranks[0].output == []
+    cmp = compare_reports(sim, real)
+    if [d for d in cmp.differences if (d.field, d.rank) != ("location", 0)]:  # ranks 1 and 2's timeouts tie
+        races = named_races(sim, real, cmp)
+        assert races and {r.kind for r in races} <= {"tie", "agent"}, format_comparison(cmp)
+    assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")
+
+
+@pytest.mark.parametrize("how", ["run", "check_output", "system", "pool"])
+def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, monkeypatch, script_zygote, how):
+    """tests/scripts/child_wait_timeout.py (3 ranks, `1 4 HOW`): rank 0 waits 4 s for a command
+    (subprocess.run, check_output, os.system; a Pool.map) while the others wait at a barrier with a 1 s
+    timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
+    ending on the line of the command. The simulator counted none of the wait (it uses no CPU):
+    every rank completed. `rank.childwait` tells the wait's wall time as a sleep."""
+    monkeypatch.chdir(tmp_path)
+    script = ROOT / "tests" / "scripts" / "child_wait_timeout.py"
+    both = compare_script(script, ["1", "4", how], nproc_per_node=3, timeout_s=120, stdout=subprocess.DEVNULL,
+                          zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [(r.status, r.error.category) for r in sim.ranks] == [("error", "killed"), ("error", "timeout"),
+                                                                 ("error", "timeout")], sim.notes
+    assert sim.ranks[0].output == [] and sim.ranks[0].location.line == line_of(script, {
+        "run": "subprocess.run(", "check_output": "subprocess.check_output(", "system": "os.system(",
+        "pool": "pool.map("}[how])
+    cmp = compare_reports(sim, real)
+    if not cmp.agree:  # the two timeouts tie: a tie race, or torchrun's SIGTERM first (both named)
+        races = named_races(sim, real, cmp)
+        assert races and {r.kind for r in races} <= {"tie", "agent"}, format_comparison(cmp)
+
+
+def test_a_rank_waiting_for_slow_dataloader_workers_is_late_for_its_peers(tmp_path, monkeypatch, script_zygote):
+    """tests/scripts/slow_loader_workers.py (2 ranks, `1 1.5`): rank 0's two DataLoader workers
+    take 3 s of CPU for its first batch; rank 1 times out (1 s) in its first backward and
+    torchrun's agent SIGTERMs rank 0 still waiting for that batch, on both sides: no input
+    processed. The simulator counted none of the main thread's wait: both ranks completed.
+    Since `rank.childwait` counted it, a batch yielded after the agent's instant (stamped on the
+    rank's clock, `RankConn.batches_after`) is not counted either."""
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(ROOT / "tests" / "scripts" / "slow_loader_workers.py", ["1", "1.5"], nproc_per_node=2,
+                          timeout_s=120, stdout=subprocess.DEVNULL, zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [(r.status, r.error.category) for r in sim.ranks] == [("error", "killed"), ("error", "timeout")], sim.notes
+    assert [r.inputs_processed for r in sim.ranks] == [0, 1] and sim.ranks[0].output == []
+    cmp = compare_reports(sim, real)
+    assert cmp.agree or {r.kind for r in named_races(sim, real, cmp)} == {"agent"}, format_comparison(cmp)

@@ -23,11 +23,12 @@ from simdist.report import Report
 from simdist.scenario import Topology, load_topology, topology_problems
 from simdist.script import env, launch, workdir
 from simdist.script.agent import Agent, ClockAgent
-from simdist.script.build import Groups, build_report, per_process
+from simdist.script.build import Groups, build_report
 from simdist.script.coordinator import Coordinator
 from simdist.script.generations import memberships, merged_groups
 from simdist.script.initwatch import InitWatch
 from simdist.script.rank import visible_gpus
+from simdist.script.ranks import per_process
 from simdist.script.rendezvous import ended_without_init, left_words
 from simdist.script.stalls import HANG_AFTER_S, StallRule, check_hang_after
 from simdist.script.workdir import SetAside

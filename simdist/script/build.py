@@ -49,7 +49,7 @@ from simdist.script.detail import relabel_unnamed
 from simdist.script.frtrace import fr_trace
 from simdist.script.generations import latest, memberships, merged_groups, summary
 from simdist.script.race_notes import lost_after_teardown, race_notes, tore_down
-from simdist.script.ranks import RankConn, exit_words, first_user, waiting_in
+from simdist.script.ranks import RankConn, exit_words, first_user, per_process, waiting_in
 from simdist.script.rendezvous import INIT_WAIT, ended_without_init, entered_at
 from simdist.script.stalls import WATCHDOG
 
@@ -147,15 +147,6 @@ def _trace(members: list[RankConn], r: int, real: bool) -> list[TraceEntry]:
                 seen.add(id(x))
                 trace.extend(fr_trace(x.get("fr") or {}, x.get("p2p"), x.get("args")))
     return trace
-
-
-def per_process(members: list[RankConn], value: Any) -> int:
-    """A count the rank side keeps per process (`rank.batches`), summed over processes: a
-    process that initialised again reports its running total to its latest membership."""
-    best: dict[int, int] = {}
-    for m in members:
-        best[id(m.sock)] = max(best.get(id(m.sock), 0), int(value(m)))
-    return sum(best.values())
 
 
 def _never_initialised(r: int, returncode: int | None, x: dict[str, Any] | None,
@@ -284,6 +275,7 @@ def _agent_on_clock(coord: Coordinator, ranks: list[RankResult], codes: list[int
         ranks[i] = dataclasses.replace(
             r, status="error", error=sigterm_error(), exit=terminated_words(first.rank), time=t,
             trace=[e for e in r.trace if e.t_issue is None or e.t_issue <= t], output=out,
+            inputs_processed=r.inputs_processed - conn.batches_after(t),
             blocked_in=None, waiting_in=None,
             location=r.location if returned else _where_at(conn, t) or r.location)
         notes.append(f"rank {r.rank}: {terminated_words(first.rank)} at t={t:.3f} s (simulated: rank {first.rank} "

@@ -226,10 +226,12 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
                 conn.waited_on(rec)
         elif kind == "batches":
             conn.batches, conn.longest_epoch, conn.capped = int(h["n"]), int(h["longest"]), int(h["capped"])
+            conn.advance(h, self.measure_compute)  # yielded after the compute (or wait) before it
+            conn.batches_at.append((conn.clock, conn.batches))
         elif kind == "out":
             (conn.stdout if h["s"] == "stdout" else conn.stderr).append(h["x"])
             if h["s"] == "stdout":
-                conn.advance(None, self.measure_compute)  # a line after a failed wait comes after its failure
+                conn.advance(h, self.measure_compute)  # after a failed wait's failure, and the compute before it
                 conn.stdout_at.append(conn.clock)  # (`script.agent`: a line after the agent's SIGTERM never came)
         elif kind == "init":
             self._init(conn, h)
@@ -258,7 +260,8 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
             conn.sleeps.append((conn.clock, h.get("frames") or []))
-            conn.sleep(float(h["s"]))
+            if self.measure_compute or "w" not in h:  # "w": a measured wait for a child (`rank.childwait`)
+                conn.sleep(float(h["s"]))
             if "n" in h:  # told as a timed wait (`rank.timedwait.sleep`): it ends at the clock now
                 conn.timed_wait(h, self.measure_compute)
             self._overdue()

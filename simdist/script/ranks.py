@@ -160,6 +160,7 @@ class RankConn:
     sleeps: list[tuple[float, list[Any]]] = field(default_factory=list)  # simulated: (clock, raw frames) of each sleep
     abort_sent: bool = False
     batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
+    batches_at: list[tuple[float, int]] = field(default_factory=list)  # simulated: (clock, `batches` then)
     longest_epoch: int = 0  # the most batches one DataLoader iteration yielded
     capped: int = 0  # DataLoader iterations that a --batches cap ended early
     compute: list[Span] = field(default_factory=list)  # its measured compute on its simulated clock
@@ -264,6 +265,11 @@ class RankConn:
                 self.clock += cpu - mark
             self.cpu_marks[tid] = cpu
 
+    def batches_after(self, t: float) -> int:
+        """Of its batches, how many its DataLoaders yielded after clock `t` (a rank that
+        torchrun's agent ended at `t` never got them)."""
+        return self.batches - max((n for at, n in self.batches_at if at <= t), default=0)
+
     def sleep(self, seconds: float) -> None:
         """`time.sleep` on its main thread: simulated time passes as it does for the script
         (a sleeping rank is late for its peers as a computing one is), in either compute mode."""
@@ -337,3 +343,12 @@ class ZeroCost:
 
     def p2p_time(self, nbytes: int, src: int, dst: int) -> float:
         return 0.0
+
+
+def per_process(members: list[RankConn], value: Any) -> int:
+    """A count the rank side keeps per process (`rank.batches`), summed over processes: a
+    process that initialised again reports its running total to its latest membership."""
+    best: dict[int, int] = {}
+    for m in members:
+        best[id(m.sock)] = max(best.get(id(m.sock), 0), int(value(m)))
+    return sum(best.values())

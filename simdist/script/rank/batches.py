@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from typing import Any
 
 from simdist.script import env
@@ -68,7 +69,8 @@ def _send() -> None:
     """Tell the coordinator the rank's batch counts so far (once it is a rank)."""
     c = client.CLIENT
     if c is not None and c.rank is not None:
-        c.send({"t": "batches", "n": _state["yielded"], "longest": _state["longest"], "capped": _state["capped"]})
+        c.send({"t": "batches", "n": _state["yielded"], "longest": _state["longest"], "capped": _state["capped"],
+                "cpu": time.thread_time()})  # (stamped on the rank's clock: `RankConn.batches_after`)
 
 
 def _has_more(it: Any, orig_len: Any) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, client, exits, output, simclock, stack, timedwait, writes
+from simdist.script.rank import callbacks, childwait, client, exits, output, simclock, stack, timedwait, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -76,6 +76,8 @@ def _on_torch(_torch: Any) -> None:
 
         devices.install(gpus)
     batches.install()
+    if env.mode() == env.SIM:
+        childwait.install_loader(_torch)
     _after_import("torch._dynamo", _on_dynamo)
     _after_import("torch.serialization", writes.install_torch)
     _after_import("torch.jit._script", writes.install_jit)
@@ -185,4 +187,5 @@ def install() -> None:
     _patch_sleep()
     if env.mode() == env.SIM:  # before torch, which imports tqdm (`torch.hub`): its `from time import time`
         simclock.install()     # must get the clock that reads simulated time (`rank.simclock`)
+        childwait.install()
     _after_import("torch", _on_torch)

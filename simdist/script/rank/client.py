@@ -126,8 +126,11 @@ class Client:
         return registered
 
     def send_line(self, stream: str, line: str) -> None:
-        """One line the rank printed on `stream` ("stdout", "stderr"), for the report (`rank.output`)."""
-        self.send({"t": "out", "s": stream, "x": line})
+        """One line the rank printed on `stream` ("stdout", "stderr"), for the report (`rank.output`).
+        A stdout line carries its thread's CPU time: the coordinator stamps it on the rank's clock
+        after the compute that came before it (a line printed after a long computation comes
+        after torchrun's SIGTERM when that computation outlasts the agent's instant)."""
+        self.send({"t": "out", "s": stream, "x": line, **({"cpu": time.thread_time()} if stream == "stdout" else {})})
 
     # ------------------------------------------------------------------ threads that could post
     def waiting(self, ids: list[int] | frozenset[int], ident: int | None = None) -> frozenset[int] | None:
