@@ -223,7 +223,7 @@ def _factory(mode: str) -> type:
             if served == env.STORE:
                 _bind_ignored(int(port), args, kwargs)
             if served is not None and mode != env.GLOO:
-                return SimTCPStore(host_name, port, *args, **kwargs)
+                return simstore.routed("agent" if served == env.STORE else "hosted", host_name, port, *args, **kwargs)
             if served is not None and served in os.environ:  # (a server only ahead of init: `_ahead`)
                 server = served == env.HOST_PORT and "port" not in _HOSTED and kwargs.get(
                     "is_master", args[1] if len(args) > 1 else False)
@@ -261,9 +261,11 @@ simstore.named_as(PrefixStore, _TORCH_PREFIXSTORE)
 
 def install(mode: str) -> None:
     """Route a script's own clients of MASTER_PORT (`dist.TCPStore` as the script reaches it:
-    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this); in the
+    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this, and the
+    one torch's env:// rendezvous makes, `next(dist.rendezvous("env://"))`); in the
     simulator, `PrefixStore` over a simulated store (the script's, and torch's own over the
     default store: `c10d._get_default_store()` is one) is `simstore.SimPrefixStore`."""
-    dist.TCPStore = _factory(mode)  # type: ignore[misc]
+    # (`torch.distributed.rendezvous` the module: `dist.rendezvous` is its function of that name)
+    dist.TCPStore = sys.modules["torch.distributed.rendezvous"].TCPStore = _factory(mode)  # type: ignore[misc]
     if mode != env.GLOO:
         dist.PrefixStore = c10d.PrefixStore = PrefixStore  # type: ignore[misc]

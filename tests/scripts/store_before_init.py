@@ -1,0 +1,109 @@
+"""A store used before (or without) `init_process_group`: custom launchers and scripts that
+exchange a run id or a port through their own TCPStore first.
+
+    torchrun --standalone --nproc-per-node N store_before_init.py MODE   # N >= 2
+    python store_before_init.py spawn MODE N                               # mp.spawn, rank 0 serves the port
+
+torchrun-style MODEs: `exchange`: before init each rank makes its own client of MASTER_PORT
+(`is_master=rank == 0`, as custom launchers write it; torchrun's agent holds the port), rank 0
+sets a run id, every rank gets it, adds to a counter and waits for every rank's key.
+`rendezvous`: the same through the store torch's env:// rendezvous makes
+(`next(dist.rendezvous("env://"))`). `timeout`: the last rank gets a key nobody sets with the
+client's 1 s timeout, then waits for two with 0.5 s. Then each inits, and a barrier.
+spawn MODEs (`mp.spawn`, rank 0's own `TCPStore(..., is_master=True)` at the script's port,
+waiting for its workers): `server`: the workers come 0.5 s late; every rank exchanges a key
+before init, then init with the store; `missing`: the last worker never makes its client:
+rank 0's server times out waiting for clients (its timeout 1 s), then every rank inits at
+the next port."""
+import datetime
+import os
+import sys
+import time
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+PORT = 29516  # the spawn modes' own choice, as the tutorials' 12355
+LONG = datetime.timedelta(seconds=20)
+
+
+def say(rank, *words):
+    print(rank, *words, flush=True)
+
+
+def exchange(store, rank, world):
+    if rank == 0:
+        store.set("run_id", "run-42")
+    say(rank, "run id", store.get("run_id"))
+    store.add("arrived", 1)
+    store.set(f"r{rank}", str(rank))
+    store.wait([f"r{r}" for r in range(world)])
+    say(rank, "arrived", store.add("arrived", 0), "check", store.check(["run_id", "nope"]))
+
+
+def torchrun(mode):
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if mode == "rendezvous":
+        own, r, w = next(dist.rendezvous("env://"))
+        say(rank, "rendezvous", r, w, type(own).__name__)
+    else:
+        timeout = datetime.timedelta(seconds=1) if mode == "timeout" else LONG
+        own = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout)
+    if mode == "timeout" and rank == world - 1:
+        for call in (lambda: own.get("never"), lambda: own.wait(["never", "nor"], datetime.timedelta(seconds=0.5))):
+            t = time.monotonic()
+            try:
+                call()
+            except dist.DistError as e:
+                say(rank, type(e).__name__, str(e), round(time.monotonic() - t, 1))
+    elif mode != "timeout":
+        exchange(own, rank, world)
+    dist.init_process_group("gloo")
+    dist.barrier()
+    say(rank, "after init", own.check(["run_id"]), own.num_keys())
+    dist.destroy_process_group()
+
+
+def spawned(rank, world, mode):
+    if mode == "missing":
+        missing(rank, world)
+        return
+    if rank > 0:
+        time.sleep(0.5)
+    t = time.monotonic()
+    own = dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=LONG)
+    if rank == 0:
+        say(rank, "server waited for its workers", time.monotonic() - t >= 0.4)
+    exchange(own, rank, world)
+    dist.init_process_group("gloo", store=own, rank=rank, world_size=world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def missing(rank, world):
+    """The last worker never makes its client: rank 0's server gives up; then every rank meets
+    at an init of its own (tcp://, the next port) and a barrier."""
+    if rank == world - 1:
+        time.sleep(3)
+    else:
+        t = time.monotonic()
+        try:
+            dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=1))
+        except dist.DistError as e:
+            say(rank, type(e).__name__, str(e), round(time.monotonic() - t))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT + 1}", rank=rank, world_size=world)
+    dist.barrier()
+    dist.destroy_process_group()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "spawn":
+        try:
+            mp.spawn(spawned, args=(int(sys.argv[3]), sys.argv[2]), nprocs=int(sys.argv[3]))
+        except Exception as e:  # noqa: BLE001 - its first line, as a launcher would log it
+            print("spawn:", type(e).__name__, flush=True)
+    else:
+        torchrun(sys.argv[1])
