@@ -61,6 +61,8 @@ class KVState:
     internal: bool = False  # TCPStore's own key (its workers' count: `num_keys` counts it, `list_keys` hides it)
     workers: int = 0  # the stores made with a world size that counted themselves in there (`earlykeys`)
     serving: list[Any] = field(default_factory=list)  # rank 0's own servers waiting for them (`earlykeys.Serving`)
+    servers: set[int] = field(default_factory=set)  # the ports rank 0's own servers are up at (before init: `earlykeys`)
+    connecting: list[Any] = field(default_factory=list)  # clients made before it is (`earlykeys.Connecting`)
 
     def present(self, key: str) -> Entry | None:
         """What a get, wait or check of `key` finds: its value, or, where only a queue of that

@@ -11,13 +11,16 @@ sets a run id, every rank gets it, adds to a counter and waits for every rank's 
 (`next(dist.rendezvous("env://"))`). `timeout`: the last rank gets a key nobody sets with the
 client's 1 s timeout, then waits for two with 0.5 s. Then each inits, and a barrier.
 spawn MODEs (`mp.spawn`, rank 0's own `TCPStore(..., is_master=True)` at the script's port,
-waiting for its workers): `server`: the workers come 0.5 s late; every rank exchanges a key
+waiting for its workers): `server`: the workers come 1 s after rank 0 began serving; every rank exchanges a key
 before init, then init with the store; `missing`: the last worker never makes its client:
 rank 0's server times out waiting for clients (its timeout 1 s), then every rank inits at
-the next port."""
+the next port; `noserver`: rank 0 never makes its server, each worker's client gives up
+connecting."""
 import datetime
+import glob
 import os
 import sys
+import tempfile
 import time
 
 import torch.distributed as dist
@@ -56,7 +59,7 @@ def torchrun(mode):
             try:
                 call()
             except dist.DistError as e:
-                say(rank, type(e).__name__, str(e), round(time.monotonic() - t, 1))
+                say(rank, type(e).__name__, str(e), "in time", 0.45 <= time.monotonic() - t)
     elif mode != "timeout":
         exchange(own, rank, world)
     dist.init_process_group("gloo")
@@ -65,45 +68,80 @@ def torchrun(mode):
     dist.destroy_process_group()
 
 
-def spawned(rank, world, mode):
-    if mode == "missing":
-        missing(rank, world)
+def flag(run, name):
+    """A file the spawned ranks of run `run` tell each other a step by (beside the store under test)."""
+    return os.path.join(tempfile.gettempdir(), f"store_before_init.{run}.{name}")
+
+
+def await_flag(run, name):
+    while not os.path.exists(flag(run, name)):
+        time.sleep(0.01)
+
+
+def spawned(rank, world, mode, run):
+    if mode in ("missing", "noserver"):
+        missing(rank, world, run) if mode == "missing" else noserver(rank, world)
         return
-    if rank > 0:
-        time.sleep(0.5)
     t = time.monotonic()
+    if rank == 0:
+        open(flag(run, "serving"), "w").close()
+    else:  # the workers come 1 s after rank 0 began serving
+        await_flag(run, "serving")
+        time.sleep(1)
     own = dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=LONG)
     if rank == 0:
-        say(rank, "server waited for its workers", time.monotonic() - t >= 0.4)
+        say(rank, "server waited for its workers", time.monotonic() - t >= 0.9)
     exchange(own, rank, world)
     dist.init_process_group("gloo", store=own, rank=rank, world_size=world)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def missing(rank, world):
-    """The last worker never makes its client: rank 0's server gives up; then every rank meets
-    at an init of its own (tcp://, the next port) and a barrier."""
-    if rank == world - 1:
+def noserver(rank, world):
+    """Rank 0 never makes its server: each worker's client gives up connecting (its timeout 1 s;
+    torch's retries take about twice that); then every rank inits at the next port."""
+    if rank == 0:
         time.sleep(3)
     else:
         t = time.monotonic()
         try:
-            dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=1))
+            dist.TCPStore("127.0.0.1", PORT, world, is_master=False, timeout=datetime.timedelta(seconds=1))
         except dist.DistError as e:
-            say(rank, type(e).__name__, str(e), round(time.monotonic() - t))
+            say(rank, type(e).__name__, str(e), "after its timeout", 0.95 <= time.monotonic() - t)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT + 1}", rank=rank, world_size=world)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def missing(rank, world, run):
+    """The last worker never makes its client: rank 0's server gives up (after every other
+    worker is on its way to connect); then every rank meets at an init of its own (tcp://, the
+    next port) and a barrier."""
+    if rank == world - 1:
+        time.sleep(3)
+    else:
+        if rank == 0:
+            for r in range(1, world - 1):
+                await_flag(run, f"client{r}")
+        else:
+            open(flag(run, f"client{rank}"), "w").close()
+        t = time.monotonic()
+        try:
+            dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=1))
+        except dist.DistError as e:
+            say(rank, type(e).__name__, str(e), "after 2 s", 1.9 <= time.monotonic() - t)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT + 1}", rank=rank, world_size=world)
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "spawn":
+        run = f"{os.getpid()}-{time.time_ns()}"
         try:
-            mp.spawn(spawned, args=(int(sys.argv[3]), sys.argv[2]), nprocs=int(sys.argv[3]))
-        except Exception as e:  # noqa: BLE001 - its first line, as a launcher would log it
-            print("spawn:", type(e).__name__, flush=True)
+            mp.spawn(spawned, args=(int(sys.argv[3]), sys.argv[2], run), nprocs=int(sys.argv[3]))
+        finally:
+            for name in glob.glob(flag(run, "*")):
+                os.remove(name)
     else:
         torchrun(sys.argv[1])

@@ -17,21 +17,23 @@ wall clock (`keystore.KeyStoreMixin._kv_early`), as a real store's does.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import threading
 from typing import Any
 
 from simdist.script import env, wire
+from simdist.script.rank.client import EXIT_COORDINATOR_GONE
 
-_LOCK = threading.Lock()
+_LOCK = [threading.Lock()]
 _LINK: list[socket.socket] = []  # the process's link, once made
-_IDS = iter(range(1, 1 << 62))
+_IDS = itertools.count(1)
 
 
 def request(header: dict[str, Any]) -> dict[str, Any]:
     """Send a store call (`rank.simstore.SimStore._call`'s header) and block for its answer."""
-    with _LOCK:
+    with _LOCK[0]:
         if not _LINK:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(os.environ[env.SOCKET])
@@ -42,14 +44,16 @@ def request(header: dict[str, Any]) -> dict[str, Any]:
         while True:
             got = wire.recv(sock)
             if got is None:  # the coordinator is gone: the run is over
-                os._exit(70)
+                os._exit(EXIT_COORDINATOR_GONE)
             if got[0].get("req") == rid:
                 return got[0]
 
 
 def _forget() -> None:
-    """In a forked child (a DataLoader worker): the parent's link is not its to use."""
+    """In a forked child (a DataLoader worker): the parent's link is not its to use (nor its
+    lock, which another thread of the parent may have held at the fork)."""
     _LINK.clear()
+    _LOCK[0] = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget)

@@ -273,22 +273,29 @@ class SimTCPStore(SimStore):
     def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
                  timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
                  master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(timeout, counted=world_size is not None and wait_for_workers and not is_master)
+        counted = world_size is not None and wait_for_workers and not is_master
+        connects = client.CLIENT is None and self._space == "hosted" and not is_master  # (rank 0's server may not be up)
+        super().__init__(timeout, counted=counted and not connects)
         self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
         keep(self)
-        if is_master and world_size is not None and wait_for_workers:
-            self._serve(int(world_size), timeout)
+        if connects:  # made before init, a client of rank 0's own store: it connects once the server is up
+            _raised(earlystore.request({"t": "kv", "op": "join", "space": self._space, "count": counted,
+                                        "at": [str(host_name), int(port)], "limit": timeout.total_seconds()}))
+        if is_master:
+            self._serve(int(world_size) if world_size is not None and wait_for_workers else None, timeout)
 
-    def _serve(self, world_size: int, timeout: timedelta) -> None:
-        """Count in as a server: before init, one that is rank 0's own (`space` "hosted": the
-        agent's port is no server of a rank's, its bind fails) returns only once `world_size`
-        clients, itself one, have counted in, or raises TCPStore's "Timed out after <N> seconds
-        waiting for clients. <k>/<W> clients joined." (`stores.host_timeout`), as torch's
-        `waitForWorkers` does; else it counts in as a client."""
+    def _serve(self, world_size: int | None, timeout: timedelta) -> None:
+        """A server: before init, one that is rank 0's own (`space` "hosted": the agent's port
+        is no server of a rank's, its bind fails) is up from now on for the clients waiting to
+        connect, and, made with a world size (and `wait_for_workers`), counts itself in and returns
+        only once `world_size` clients, itself one, have, or raises TCPStore's "Timed out after
+        <N> seconds waiting for clients. <k>/<W> clients joined." (`stores.host_timeout`), as
+        torch's `waitForWorkers` does; else it counts in as a client would."""
         if client.CLIENT is None and self._space == "hosted":
-            _raised(earlystore.request({"t": "kv", "op": "serve", "space": self._space, "n": world_size,
+            _raised(earlystore.request({"t": "kv", "op": "serve", "space": self._space, "n": world_size or 0,
+                                        "count": world_size is not None, "at": [self._host, self._port],
                                         "limit": timeout.total_seconds()}))
-        else:
+        elif world_size is not None:
             self._counted = True
             self._count_in()
 
