@@ -13,8 +13,8 @@ client's 1 s timeout, then waits for two with 0.5 s. Then each inits, and a barr
 spawn MODEs (`mp.spawn`, rank 0's own `TCPStore(..., is_master=True)` at the script's port,
 waiting for its workers): `server`: the workers come 1 s after rank 0 began serving; every rank exchanges a key
 before init, then init with the store; `missing`: the last worker never makes its client:
-rank 0's server times out waiting for clients (its timeout 1 s), then every rank inits at
-the next port; `noserver`: rank 0 never makes its server, each worker's client gives up
+rank 0's server times out waiting for clients (its timeout 1 s), then every rank inits (at a
+file); `noserver`: rank 0 never makes its server, each worker's client gives up
 connecting."""
 import datetime
 import glob
@@ -79,8 +79,9 @@ def await_flag(run, name):
 
 
 def spawned(rank, world, mode, run):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(PORT)  # (as the tutorials set them)
     if mode in ("missing", "noserver"):
-        missing(rank, world, run) if mode == "missing" else noserver(rank, world)
+        missing(rank, world, run) if mode == "missing" else noserver(rank, world, run)
         return
     t = time.monotonic()
     if rank == 0:
@@ -97,9 +98,9 @@ def spawned(rank, world, mode, run):
     dist.destroy_process_group()
 
 
-def noserver(rank, world):
+def noserver(rank, world, run):
     """Rank 0 never makes its server: each worker's client gives up connecting (its timeout 1 s;
-    torch's retries take about twice that); then every rank inits at the next port."""
+    torch's retries take about twice that); then every rank inits at a file of its own."""
     if rank == 0:
         time.sleep(3)
     else:
@@ -108,15 +109,15 @@ def noserver(rank, world):
             dist.TCPStore("127.0.0.1", PORT, world, is_master=False, timeout=datetime.timedelta(seconds=1))
         except dist.DistError as e:
             say(rank, type(e).__name__, str(e), "after its timeout", 0.95 <= time.monotonic() - t)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT + 1}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{flag(run, 'init')}", rank=rank, world_size=world)
     dist.barrier()
     dist.destroy_process_group()
 
 
 def missing(rank, world, run):
     """The last worker never makes its client: rank 0's server gives up (after every other
-    worker is on its way to connect); then every rank meets at an init of its own (tcp://, the
-    next port) and a barrier."""
+    worker is on its way to connect); then every rank meets at an init of its own (file://: a
+    tcp:// one would be served where the failed server was on simdist's real side) and a barrier."""
     if rank == world - 1:
         time.sleep(3)
     else:
@@ -130,7 +131,7 @@ def missing(rank, world, run):
             dist.TCPStore("127.0.0.1", PORT, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=1))
         except dist.DistError as e:
             say(rank, type(e).__name__, str(e), "after 2 s", 1.9 <= time.monotonic() - t)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT + 1}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{flag(run, 'init')}", rank=rank, world_size=world)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -130,8 +130,11 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
     def __init__(self, at: tuple[str, int], client: bool, host_name: str, port: int, world_size: int | None = None,
                  is_master: bool = False, timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True,
                  multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
-                         master_listen_fd, use_libuv)
+        try:
+            super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
+                             master_listen_fd, use_libuv)
+        except dist.DistNetworkError as e:  # (a connect that gave up names the address the script gave, as on torch)
+            raise type(e)(str(e).replace(f"({at[0]}, {at[1]})", f"({host_name}, {port})")) from None
         self._at, self._shown = at, (host_name, int(port))
         simstore.keep(self)  # once only C++ holds it (a PrefixStore's), pybind would hand out a bare TCPStore
 
