@@ -9,7 +9,8 @@ torchrun-style MODEs: `exchange`: before init each rank makes its own client of 
 sets a run id, every rank gets it, adds to a counter and waits for every rank's key.
 `rendezvous`: the same through the store torch's env:// rendezvous makes
 (`next(dist.rendezvous("env://"))`). `timeout`: the last rank gets a key nobody sets with the
-client's 1 s timeout, then waits for two with 0.5 s. Then each inits, and a barrier.
+client's 1 s timeout, then waits for two with 0.5 s. Then each inits, and a barrier. `cost`:
+500 set + get of a rank's own keys before init: the time a call takes.
 spawn MODEs (`mp.spawn`, rank 0's own `TCPStore(..., is_master=True)` at the script's port,
 waiting for its workers): `server`: the workers come 1 s after rank 0 began serving; every rank exchanges a key
 before init, then init with the store; `missing`: the last worker never makes its client:
@@ -47,7 +48,14 @@ def exchange(store, rank, world):
 def torchrun(mode):
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if mode == "rendezvous":
+    if mode == "cost":  # what a call before init costs: 500 set + get of the rank's own keys
+        own = dist.TCPStore(addr, port, world, is_master=False, timeout=LONG)
+        t = time.perf_counter()
+        for i in range(500):
+            own.set(f"{rank}/{i}", "x")
+            own.get(f"{rank}/{i}")
+        say(rank, "ms a call", round((time.perf_counter() - t) / 1000 * 1000, 3))
+    elif mode == "rendezvous":
         own, r, w = next(dist.rendezvous("env://"))
         say(rank, "rendezvous", r, w, type(own).__name__)
     else:
@@ -60,7 +68,7 @@ def torchrun(mode):
                 call()
             except dist.DistError as e:
                 say(rank, type(e).__name__, str(e), "in time", 0.45 <= time.monotonic() - t)
-    elif mode != "timeout":
+    elif mode not in ("timeout", "cost"):
         exchange(own, rank, world)
     dist.init_process_group("gloo")
     dist.barrier()
