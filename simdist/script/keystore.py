@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from simdist.script.deadlines import Deadline
+from simdist.script.earlykeys import EarlyKeysMixin
+from simdist.script.kvstate import Entry, KVCall, KVState, KVWait
 from simdist.script.ranks import Block, RankConn, waiting_in
 from simdist.script.stores import SERVER_GONE
 
@@ -84,72 +85,14 @@ def _reaches(conn: RankConn) -> bool:
     return conn.connected
 
 
-@dataclass
-class Entry:
-    value: bytes
-    at: float  # simulated time at which it was written
-
-
-@dataclass
-class KVWait:
-    """A rank parked in a store wait: its request, the keys, its clock at the call, its
-    timeout (None: torch's default or longer, a hang when nothing sets the keys)."""
-
-    conn: RankConn
-    req: int
-    op: str
-    keys: list[str]
-    clock: float
-    limit_s: float | None
-    frames: list[Any] = field(default_factory=list)
-    full_s: float = 0.0  # its store's timeout, however long (real torch ends the wait then)
-    since: float = field(default_factory=time.time)
-
-    def due(self) -> float | None:
-        return None if self.limit_s is None else self.clock + self.limit_s
-
-
-@dataclass
-class KVCall:
-    """A store call as it came (`rank.simstore`), at its rank's clock then."""
-
-    conn: RankConn
-    h: dict[str, Any]
-    clock: float
-    held: bool = False  # its rank waits in it (`RankConn.wait_in_request`) until it is done
-
-    def order(self) -> tuple[float, int]:
-        return self.clock, int(self.conn.rank)  # type: ignore[arg-type]
-
-
-@dataclass
-class KVState:
-    """One key space (`KeyStoreMixin._kv_state`): its keys, its parked waits, the clients whose connection it closed."""
-
-    keys: dict[str, Entry] = field(default_factory=dict)
-    waits: list[KVWait] = field(default_factory=list)
-    held: list[KVCall] = field(default_factory=list)  # calls a peer may still precede (`_kv_ready`)
-    broken: dict[tuple[int, int], int] = field(default_factory=dict)  # `client_of` -> its calls since the server closed it
-    queues: dict[str, list[Entry]] = field(default_factory=dict)  # `queue_push`ed values, apart from the keys
-    internal: bool = False  # TCPStore's own key (its workers' count: `num_keys` counts it, `list_keys` hides it)
-
-    def present(self, key: str) -> Entry | None:
-        """What a get, wait or check of `key` finds: its value, or, where only a queue of that
-        name holds values, an empty one (measured: `get` of such a name returns b"")."""
-        if key in self.keys:
-            return self.keys[key]
-        q = self.queues.get(key)
-        return Entry(b"", q[0].at) if q else None
-
-
 def client_of(conn: RankConn, h: dict[str, Any]) -> tuple[int, int]:
-    """Which connection a call came on: its rank's and its client's (`rank.simstore`: each
+    """Which connection a call came on: its process's (pid) and its client's (`rank.simstore`: each
     client of a rank, the default store and a script's own, is a connection of its own, so a
     server that closes one leaves the rank's others working; measured on torch 2.13)."""
-    return int(conn.rank), int(h.get("client") or 0)  # type: ignore[arg-type]
+    return int(conn.pid or 0), int(h.get("client") or 0)
 
 
-class KeyStoreMixin:
+class KeyStoreMixin(EarlyKeysMixin):
     """The coordinator's side of the shared store. Needs `gens`, `measure_compute` and `_send`."""
 
     gens: list[Any]
@@ -162,20 +105,28 @@ class KeyStoreMixin:
         where rank 0's init hosts a store (`Generation.hosted`: env:// or tcp:// without the
         agent, a second `mp.spawn`) a new one each init, the generation's own."""
         states: dict[tuple[int, ...], KVState] = self.__dict__.setdefault("_kv_states", {})
-        return states.setdefault((gen.index,) if gen.hosted else (), KVState())
+        key = (gen.index,) if gen is not None and gen.hosted else ()  # (None: the agent's, before any init)
+        if key not in states:  # a hosted one meets the keys written before its generation was made (`earlykeys`)
+            states[key] = (self._kv_adopt() if key else None) or KVState()
+        return states[key]
 
     def _kv_spaces(self) -> list[KVState]:
-        """Every key space, once (generations may share one)."""
-        return list({id(st): st for st in map(self._kv_state, self.gens)}.values())
+        """Every key space, once (generations may share one; one made before init, `earlykeys`)."""
+        states = [*map(self._kv_state, self.gens), *self.__dict__.get("_kv_states", {}).values(), self._kv_pending(False)]
+        return list({id(st): st for st in states if st is not None}.values())
 
     def _kv(self, conn: RankConn, h: dict[str, Any]) -> None:
         """One store operation of `conn`'s (`rank.simstore`): answered at its caller's simulated
         time, once no peer can still act at the store before it (`_kv_ready`), else held till then."""
+        if h.get("early"):  # a call before the process's first init (`earlykeys`)
+            return self._kv_early(conn, h)
         conn.advance(h, self.measure_compute)
         if h.get("post"):  # Gloo's key for a group the rank made (`rank.backend`): no reply, no turn
             if conn.gen is not None:
                 st = self._kv_state(conn.gen)
-                st.internal = st.internal or bool(h.get("init"))  # a client made with a world size counted itself in
+                if h.get("init"):  # a client made with a world size counted itself in
+                    st.internal, st.workers = True, st.workers + 1
+                    self._kv_served(st)
                 st.keys.update((str(k), Entry(str(v).encode("latin-1"), conn.clock)) for k, v in zip(h["keys"], h["vals"], strict=True))
                 self._kv_wake(st)
             return
@@ -210,7 +161,9 @@ class KeyStoreMixin:
                        if id(d.conn) in ids)
 
     def _kv_release(self) -> None:
-        """Do the held store calls that nothing can precede any more, earliest first."""
+        """Do the held store calls that nothing can precede any more, earliest first; end the
+        waits before init whose timeout ran out on the wall clock (`earlykeys`)."""
+        self._kv_early_expired(self._kv_spaces())
         for st in self._kv_spaces():
             st.held = [c for c in st.held if c.conn.connected]
             while ready := [c for c in sorted(st.held, key=KVCall.order) if self._kv_ready(c)][:1]:
@@ -232,9 +185,11 @@ class KeyStoreMixin:
         if op in WAITS:
             w = KVWait(conn, req, op, keys, call.clock, None if h.get("to") is None else float(h["to"]),
                        list(h.get("frames") or []), float(h.get("limit") or 0.0))
+            w.wall = None if h.get("wall") is None else w.since + float(h["wall"])
             if not self._kv_answer(st, w, call.clock):
                 st.waits.append(w)
-                conn.wait_in_request(Block([], time.time(), w.frames, waiting_in(f"store.{op}")))
+                if w.wall is None:  # (one before init is no rank's: nothing is simulated yet)
+                    conn.wait_in_request(Block([], time.time(), w.frames, waiting_in(f"store.{op}")))
             return
         reply = self._kv_apply(st, conn, op, keys, vals)
         if reply.get("raise") == SERVER_GONE:  # the server closed this client's connection, not the rank's others
@@ -326,7 +281,7 @@ class KeyStoreMixin:
     def _kv_timed_out(self, w: KVWait) -> None:
         w.conn.clock = max(w.conn.clock, w.due() or w.clock)
         w.conn.answered()
-        self._send(w.conn, {"t": "reply", "req": w.req, "raise": wait_timeout(w.limit_s or 0.0, w.keys)})
+        self._send(w.conn, {"t": "reply", "req": w.req, "raise": wait_timeout(w.full_s, w.keys)})
 
     def _kv_wake(self, st: KVState) -> None:
         """A write may end parked waits: each whose keys are all there now."""
@@ -336,7 +291,7 @@ class KeyStoreMixin:
         """The parked store waits with a timeout: each raises at its call + its timeout."""
         return [Deadline(due, int(w.conn.rank), STORE_KIND, w.conn, (st, w), self._fire_store_waits)  # type: ignore[arg-type]
                 for st in self._kv_spaces() for w in st.waits
-                if (due := w.due()) is not None and w.conn.connected] + self._held_deadlines()
+                if (due := w.due()) is not None and w.conn.connected and w.wall is None] + self._held_deadlines()
 
     def _held_deadlines(self) -> list[Deadline]:
         """The held store calls: each is due at its own time (nothing then can come before it)."""
@@ -363,5 +318,5 @@ class KeyStoreMixin:
         the store's own timeout (init's, torch's default 30 min where the script gives none)."""
         return [f"store.{w.op}: on real torch rank {w.conn.rank}'s wait ends after its store's timeout "
                 f"({w.full_s:g} s): {': '.join(wait_timeout(w.full_s, w.keys))}"
-                for st in self._kv_spaces() for w in sorted(st.waits, key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
+                for st in self._kv_spaces() for w in sorted((w for w in st.waits if w.wall is None), key=lambda w: int(w.conn.rank))  # type: ignore[arg-type]
                 if w.limit_s is None and w.conn.active()]

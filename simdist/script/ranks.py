@@ -250,12 +250,23 @@ class RankConn:
     def advance(self, h: dict[str, Any] | None, measure: bool) -> None:
         """At a message `h` (None: none, the connection closed): catch up with completed waits,
         then add the compute its sending thread (`tid`) did since that thread's last message (a
-        thread's first message only sets its mark, as the process's first, init's, does)."""
+        thread's first message only sets its mark, as the process's first, init's, does).
+        An operation a thread posts after a timed wait its timer ended (`timed_wait`: a side
+        thread's `time.sleep`, `Event.wait(t)`) is posted at that wait's end at the earliest:
+        the rank's one clock moves on to it, as its peers see the post on real Gloo (a thread
+        that sleeps 2 s, then joins an all_reduce, makes its rank 2 s late for it; before, it
+        posted at the rank's clock, and a peer's 1 s timeout never ran out). The end is on the
+        simulated clock (from the rank's clock when the wait began), so `--zero-compute` stays
+        deterministic. Other messages (a side thread's store call, a printed line) leave the
+        clock: a heartbeat thread that sleeps and writes to the store must not make its rank's
+        collectives late."""
         for rec in [r for r in self.to_sync if r.done]:
             end = rec.entry.t_done if rec.entry.t_done is not None else rec.ended_at
             if end is not None:
                 self.clock = max(self.clock, end)
             self.to_sync.remove(rec)
+        if h is not None and h.get("t") == "op":  # a thread posts at its own time: not before its timer's end
+            self.clock = max(self.clock, self.timers_at.get(h.get("tid"), self.clock))
         cpu = None if h is None else h.get("cpu")
         if cpu is not None:
             tid = h.get("tid")  # type: ignore[union-attr]

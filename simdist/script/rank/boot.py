@@ -32,7 +32,7 @@ from typing import Any
 
 from simdist import procs
 from simdist.script import env
-from simdist.script.rank import callbacks, childwait, client, exits, output, simclock, stack, timedwait, writes
+from simdist.script.rank import alarms, callbacks, childwait, client, exits, output, simclock, stack, timedwait, writes
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -154,13 +154,21 @@ def _patch_sleep() -> None:
             if not timedwait.sleep(seconds, sys._getframe(1)):
                 orig(seconds)
             return None
+        if env.mode() == env.SIM and (due := alarms.due_within(seconds)) is not None:  # a signal may cut it
+            start = simclock.now()
+            main_sleep(c, due)
+            alarms.land(orig)  # (its handler runs here: one that raises ends the sleep at the signal)
+            return main_sleep(c, max(seconds - (simclock.now() - start), 0.0))
+        return main_sleep(c, seconds)
+
+    def main_sleep(c: client.Client, seconds: float) -> None:
         c.sleeping += 1
         # simulated time passes as the sleep says (`RankConn.sleep`): said first, so that the
         # waits of peers that time out meanwhile end before this rank posts again
         said = {"t": "sleep", "s": max(float(seconds), 0.0), "cpu": time.thread_time(),
-                "frames": stack.caller_stack()}  # (where it stood while asleep: `script.agent`)
+                "frames": stack.caller_stack(2)}  # (where it stood while asleep: `script.agent`)
         try:
-            if not timedwait.sleep(seconds, sys._getframe(1), said):  # (told, it is a timed wait too)
+            if not timedwait.sleep(seconds, sys._getframe(2), said):  # (told, it is a timed wait too)
                 c.send(said)
                 orig(seconds)
         finally:

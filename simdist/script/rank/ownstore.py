@@ -130,8 +130,11 @@ class _Shown(_TORCH_TCPSTORE):  # type: ignore[misc,valid-type]
     def __init__(self, at: tuple[str, int], client: bool, host_name: str, port: int, world_size: int | None = None,
                  is_master: bool = False, timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True,
                  multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
-                         master_listen_fd, use_libuv)
+        try:
+            super().__init__(at[0], at[1], world_size, is_master and not client, timeout, wait_for_workers, multi_tenant,
+                             master_listen_fd, use_libuv)
+        except dist.DistNetworkError as e:  # (a connect that gave up names the address the script gave, as on torch)
+            raise type(e)(str(e).replace(f"({at[0]}, {at[1]})", f"({host_name}, {port})")) from None
         self._at, self._shown = at, (host_name, int(port))
         simstore.keep(self)  # once only C++ holds it (a PrefixStore's), pybind would hand out a bare TCPStore
 
@@ -223,7 +226,7 @@ def _factory(mode: str) -> type:
             if served == env.STORE:
                 _bind_ignored(int(port), args, kwargs)
             if served is not None and mode != env.GLOO:
-                return SimTCPStore(host_name, port, *args, **kwargs)
+                return simstore.routed("agent" if served == env.STORE else "hosted", host_name, port, *args, **kwargs)
             if served is not None and served in os.environ:  # (a server only ahead of init: `_ahead`)
                 server = served == env.HOST_PORT and "port" not in _HOSTED and kwargs.get(
                     "is_master", args[1] if len(args) > 1 else False)
@@ -261,9 +264,11 @@ simstore.named_as(PrefixStore, _TORCH_PREFIXSTORE)
 
 def install(mode: str) -> None:
     """Route a script's own clients of MASTER_PORT (`dist.TCPStore` as the script reaches it:
-    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this); in the
+    `torch.distributed.TCPStore`, `from torch.distributed import TCPStore` after this, and the
+    one torch's env:// rendezvous makes, `next(dist.rendezvous("env://"))`); in the
     simulator, `PrefixStore` over a simulated store (the script's, and torch's own over the
     default store: `c10d._get_default_store()` is one) is `simstore.SimPrefixStore`."""
-    dist.TCPStore = _factory(mode)  # type: ignore[misc]
+    # (`torch.distributed.rendezvous` the module: `dist.rendezvous` is its function of that name)
+    dist.TCPStore = sys.modules["torch.distributed.rendezvous"].TCPStore = _factory(mode)  # type: ignore[misc]
     if mode != env.GLOO:
         dist.PrefixStore = c10d.PrefixStore = PrefixStore  # type: ignore[misc]

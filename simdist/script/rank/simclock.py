@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from simdist.frames import SIMDIST_DIR
+from simdist.script.rank import alarms
 
 _offset = 0.0  # seconds of simulated time skipped so far in this process
 _lock = threading.Lock()
@@ -54,7 +55,9 @@ def advance_to(target: float) -> None:
     ended at its simulated end, `now()`'s basis); never back."""
     global _offset
     with _lock:
-        _offset = max(_offset, target - real_monotonic())
+        new = max(_offset, target - real_monotonic())
+        skipped, _offset = new - _offset, new
+    alarms.shift(skipped)  # a `signal.alarm` runs on the script's clock too
 
 
 def unbound(name: str, fn: Any) -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from simdist.script.rank import client, stack
+from simdist.script.rank import client, earlystore, stack
 
 TCP_TIMEOUT = timedelta(seconds=300)  # TCPStore's default timeout (torch 2.13's signature)
 _KEPT: list[SimStore] = []  # every SimStore made (`default_store`)
@@ -42,9 +42,19 @@ def _text(value: Any) -> str:
     return _bytes(value).decode("latin-1")
 
 
+def _raised(reply: dict[str, Any]) -> dict[str, Any]:
+    """The coordinator's reply, or the error it names raised as torch's class of it."""
+    if reply.get("raise"):
+        kind, message = reply["raise"]
+        raise getattr(dist, kind, RuntimeError)(message)
+    return reply
+
+
 class SimStore(dist.Store):
     """The default store of a simulated rank (under torch's `PrefixStore("default_pg", ...)`,
     as torchrun's agent store is)."""
+
+    _space = "agent"  # which store a call before init reaches (`rank.earlystore`; `routed`)
 
     def __init__(self, timeout: timedelta, counted: bool = True) -> None:
         super().__init__()
@@ -60,28 +70,29 @@ class SimStore(dist.Store):
 
     def _count_in(self) -> None:
         c = client.CLIENT
-        if self._counted and c is not None:
+        if self._counted and c is None:  # made before init: it counts in as it is made, as TCPStore's client does
+            _raised(earlystore.request({"t": "kv", "op": "join", "space": self._space}))
+        elif self._counted:
             c.send({"t": "kv", "op": "set", "post": True, "keys": [], "vals": [], "init": True})
-            self._counted = False
+        self._counted = False
 
     def _call(self, op: str, keys: list[str], vals: list[Any] | tuple = (), limit: timedelta | None = None) -> dict[str, Any]:
         c = client.CLIENT
-        if c is None:  # (a client made before init: its rank is not known to the coordinator yet)
-            raise RuntimeError(f"simdist: a store call ({op}) before the rank's init_process_group is not modelled")
-        self._count_in()
         header: dict[str, Any] = {"t": "kv", "op": op, "keys": [str(k) for k in keys], "client": self._client,
-                                  "vals": [_text(v) for v in vals], "cpu": time.thread_time()}
+                                  "vals": [_text(v) for v in vals]}
+        if c is None:  # before the process's first init: answered as it comes, its wait on the wall clock
+            if limit is not None:
+                header.update(to=0.0 if not limit else None, wall=limit.total_seconds(), limit=limit.total_seconds())
+            return _raised(earlystore.request({**header, "space": self._space}))
+        self._count_in()
+        header["cpu"] = time.thread_time()
         if limit is not None:  # a timeout as long as torch's default or longer: no deadline (a hang, `deadlines`)
             header["to"] = limit.total_seconds() if limit < c10d.default_pg_timeout else None
             header["limit"] = limit.total_seconds()  # (for the hang's note: when real torch would end it)
             header["frames"] = stack.caller_stack(2)
         # every call may wait (a wait for its keys, any call for its turn on the simulated clock:
         # `keystore.KeyStoreMixin._kv_ready`): its thread counts as blocked until the reply
-        reply = c.request(header, blocks=True)  # type: ignore[union-attr]
-        if reply.get("raise"):
-            kind, message = reply["raise"]
-            raise getattr(dist, kind, RuntimeError)(message)
-        return reply
+        return _raised(c.request(header, blocks=True))
 
     def set(self, key: str, value: Any) -> None:
         self._call("set", [key], [value])
@@ -262,9 +273,31 @@ class SimTCPStore(SimStore):
     def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
                  timeout: timedelta = TCP_TIMEOUT, wait_for_workers: bool = True, multi_tenant: bool = False,
                  master_listen_fd: int | None = None, use_libuv: bool = True) -> None:
-        super().__init__(timeout, counted=world_size is not None and wait_for_workers)
+        counted = world_size is not None and wait_for_workers and not is_master
+        connects = client.CLIENT is None and self._space == "hosted" and not is_master  # (rank 0's server may not be up)
+        super().__init__(timeout, counted=counted and not connects)
         self._host, self._port, self._uv = host_name, int(port), bool(use_libuv)
         keep(self)
+        if connects:  # made before init, a client of rank 0's own store: it connects once the server is up
+            _raised(earlystore.request({"t": "kv", "op": "join", "space": self._space, "count": counted,
+                                        "at": [str(host_name), int(port)], "limit": timeout.total_seconds()}))
+        if is_master:
+            self._serve(int(world_size) if world_size is not None and wait_for_workers else None, timeout)
+
+    def _serve(self, world_size: int | None, timeout: timedelta) -> None:
+        """A server: before init, one that is rank 0's own (`space` "hosted": the agent's port
+        is no server of a rank's, its bind fails) is up from now on for the clients waiting to
+        connect, and, made with a world size (and `wait_for_workers`), counts itself in and returns
+        only once `world_size` clients, itself one, have, or raises TCPStore's "Timed out after
+        <N> seconds waiting for clients. <k>/<W> clients joined." (`stores.host_timeout`), as
+        torch's `waitForWorkers` does; else it counts in as a client would."""
+        if client.CLIENT is None and self._space == "hosted":
+            _raised(earlystore.request({"t": "kv", "op": "serve", "space": self._space, "n": world_size or 0,
+                                        "count": world_size is not None, "at": [self._host, self._port],
+                                        "limit": timeout.total_seconds()}))
+        elif world_size is not None:
+            self._counted = True
+            self._count_in()
 
     def _twin(self) -> SimTCPStore:
         return SimTCPStore(self._host, self._port, None, timeout=self.timeout, use_libuv=self._uv)
@@ -283,6 +316,16 @@ class SimTCPStore(SimStore):
 
 
 named_as(SimTCPStore, dist.TCPStore)
+
+
+def routed(space: str, host_name: Any, port: Any, *args: Any, **kwargs: Any) -> SimTCPStore:
+    """A script's own `TCPStore` the simulator serves (`rank.ownstore`), with the arguments the
+    script gave; `space`: the store it reaches before init, "agent" (torchrun's agent store) or
+    "hosted" (the store rank 0 serves at the script's port, `ownstore._ahead`)."""
+    store = SimTCPStore.__new__(SimTCPStore)
+    store._space = space
+    store.__init__(host_name, port, *args, **kwargs)  # type: ignore[misc]
+    return store
 
 
 def default_store(timeout: timedelta | None, at: tuple[str, int] | None, world_size: int) -> dist.Store:
