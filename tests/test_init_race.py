@@ -59,6 +59,11 @@ def test_without_the_note_or_with_anything_else_it_is_a_difference():
     timed_out = copy.deepcopy(real)  # the racer timed out in init: not this race's end
     timed_out.ranks[1].error = RankError("RuntimeError", "Timed out waiting 1800000ms", "timeout")
     assert _races(sim, timed_out) == []
+    for refused in ("Connection refused", "Broken pipe"):  # a connect failure that is no peer's closure
+        other = copy.deepcopy(real)  # (a listener gone or never there: no rank that connected its side makes it)
+        other.ranks[1].error = RankError("RuntimeError", f"Gloo connectFullMesh failed with [pair.cc:144] {refused}",
+                                         "peer_lost")
+        assert _races(sim, other) == [] and differences_but_noted_races(sim, other) != [], refused
     no_racer = copy.deepcopy(real)  # both ended by the agent: no rank failed connecting
     no_racer.ranks[1] = copy.deepcopy(no_racer.ranks[2])
     no_racer.ranks[1].rank = 1
