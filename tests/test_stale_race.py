@@ -13,7 +13,7 @@ from simdist.report import RankError
 from simdist.script import env
 from simdist.script.generations import Generation
 from simdist.script.ranks import Timeline, ZeroCost
-from simdist.script.stale_race import noted_stale_address_races, stale_address_notes
+from simdist.script.stale_race import noted_stale_address_races, stale_address_note, stale_address_notes
 from tests.test_script_examples import _run
 
 
@@ -27,13 +27,19 @@ def _gen(index: int, groups: dict[str, list[int]], hosted: bool = False) -> Gene
 def test_only_groups_an_earlier_generation_named_alike_at_the_agents_store_are_noted():
     """Generation 1: the world and group "1" of ranks [0, 1]; generation 2: the world, group
     "1" of ranks [0, 2] (its group ranks 0 and 1 had addresses in generation 1's "1") and a
-    group "2" that generation 1 never made. A generation with its own store: none."""
+    group "2" that generation 1 never made. A generation with its own store, or after one: none;
+    a group grown past its earlier namesake: only the peers that had an address there."""
     first = _gen(1, {"0": [0, 1, 2], "1": [0, 1]})
     second = _gen(2, {"0": [0, 1, 2], "1": [0, 2], "2": [1, 2]})
     report = type("R", (), {"notes": stale_address_notes([first, second])})()
     assert noted_stale_address_races(report) == {0: [(2, "gen2/WORLD"), (2, "gen2/pg1")], 1: [(2, "gen2/WORLD")],
                                                  2: [(2, "gen2/WORLD"), (2, "gen2/pg1")]}
     assert stale_address_notes([first, _gen(2, {"0": [0, 1, 2]}, hosted=True)]) == []
+    assert stale_address_notes([_gen(1, {"0": [0, 1, 2]}, hosted=True), _gen(2, {"0": [0, 1, 2]})]) == []
+    grown = stale_address_notes([_gen(1, {"0": [0, 1, 2], "1": [0, 1]}), _gen(2, {"0": [0, 1, 2], "1": [2, 1, 0]})])
+    assert [n for n in grown if "gen2/pg1" in n] == [  # group rank 2 (rank 0) posted nothing in generation 1's "1"
+        stale_address_note(2, 2, "gen2/pg1", 1, [1]), stale_address_note(1, 2, "gen2/pg1", 1, [2]),
+        stale_address_note(0, 2, "gen2/pg1", 1, [2, 1])]
     assert stale_address_notes([first]) == []
 
 
