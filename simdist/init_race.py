@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from simdist.compare import Comparison
-from simdist.race_walk import STOPPED_FIELDS, every_differing_rank, stopped_short
+from simdist.race_walk import CONNECT_CLOSED, STOPPED_FIELDS, every_differing_rank, stopped_short
 from simdist.report import RankResult, Report
-from simdist.vocab import AGENT_TERMINATED, FULL_MESH
+from simdist.vocab import AGENT_TERMINATED
 
 INIT_RACE_S = 1.5  # a peer descheduled this long inside init: the worst teardown measured (`races.EXIT_RACE_S`)
 _NOTE = re.compile(r"^rank (\d+): init connect race: rank (\d+) ended ([\d.]+) s")
@@ -120,7 +120,7 @@ def init_races(sim: Report, real: Report, cmp: Comparison) -> list[InitRace]:
         if rank not in noted or r is None or not differ <= STOPPED_FIELDS or not stopped_short(s, r):
             return None
         lost = r.error is not None and r.error.category == "peer_lost"
-        if lost and r.error.message.startswith(FULL_MESH) and not r.trace:  # type: ignore[union-attr]
+        if lost and CONNECT_CLOSED.search(r.error.message) and not r.trace:  # type: ignore[union-attr]
             return InitRace(rank, noted[rank], "connect")
         if lost:
             return InitRace(rank, noted[rank], "lost")

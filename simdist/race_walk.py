@@ -25,6 +25,9 @@ PEER_GONE = re.compile(r"by peer \(rank (\d+) (?:has exited|timed out)\)")  # th
 CHAINED_FIELDS = frozenset({"status", "error", "output"})
 # what a partner that waited for a racer outside any operation may show apart from the simulator
 STOPPED_FIELDS = CHAINED_FIELDS | {"location", "trace", "blocked_in", "inputs_processed"}
+# a racer of the group-connection race (`races.ConnectRace`, `init_race.InitRace`): Gloo's connectFullMesh
+# failed with a peer's closure (measured: closed or reset; not a refusal, which no peer that connected its side makes)
+CONNECT_CLOSED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
 GLOO_ERRORS = frozenset({"timeout", "peer_lost"})  # how a Gloo wait itself fails: its timeout or a peer's closure
 _R = TypeVar("_R")
 

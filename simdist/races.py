@@ -125,6 +125,7 @@ from simdist.compare import Comparison
 from simdist.init_race import InitRace, init_races
 from simdist.race_walk import (
     CHAINED_FIELDS,
+    CONNECT_CLOSED,
     GLOO_ERRORS,
     STOPPED_FIELDS,
     each_rank,
@@ -144,7 +145,6 @@ EXIT_RACE_S = 1.5  # the worst exit measured (1.51 s, before the fixes): a margi
 _PEER_EXITED = re.compile(r"Connection (?:closed|reset) by peer \(rank (\d+) has exited\)")
 _TIMED_OUT_IN = re.compile(r"timed out in (\w+)\)$")  # the simulator's refused connect names its peers' call
 _TIMED_OUT = re.compile(r"Timed out waiting (\d+)ms")
-_CONNECT_FAILED = re.compile(r"connectFullMesh failed with .*Connection (?:closed|reset) by peer")
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def connect_races(sim: Report, real: Report, cmp: Comparison) -> list[ConnectRac
     is something else: then all of it counts as a difference."""
     sims, reals = {r.rank: r for r in sim.ranks}, {r.rank: r for r in real.ranks}
     racers = [r.rank for r in real.ranks if r.error is not None and r.error.category == "peer_lost"
-              and _CONNECT_FAILED.search(r.error.message) and r.rank in sims and stopped_short(sims[r.rank], r)]
+              and CONNECT_CLOSED.search(r.error.message) and r.rank in sims and stopped_short(sims[r.rank], r)]
     if cmp.agree or not racers:
         return []
     if (fields := fields_by_rank(real, cmp)) is None:

@@ -59,6 +59,21 @@ def test_without_the_note_or_with_anything_else_it_is_a_difference():
     timed_out = copy.deepcopy(real)  # the racer timed out in init: not this race's end
     timed_out.ranks[1].error = RankError("RuntimeError", "Timed out waiting 1800000ms", "timeout")
     assert _races(sim, timed_out) == []
+    for refused in ("Connection refused", "Broken pipe"):  # a connect failure that is no peer's closure
+        other = copy.deepcopy(real)  # (a listener gone or never there: no rank that connected its side makes it)
+        other.ranks[1].error = RankError("RuntimeError", f"Gloo connectFullMesh failed with [pair.cc:144] {refused}",
+                                         "peer_lost")
+        assert _races(sim, other) == [] and differences_but_noted_races(sim, other) != [], refused
+    partner_timed_out = copy.deepcopy(real)  # the partner neither lost a peer nor was ended by the agent
+    partner_timed_out.ranks[2].exit = "raised RuntimeError"  # (`ConnectRace` names it: it waited for the racer)
+    partner_timed_out.ranks[2].error = RankError("RuntimeError", "Timed out waiting 1800000ms", "timeout")
+    assert init_races(sim, partner_timed_out, compare_reports(sim, partner_timed_out)) == []
+    later = copy.deepcopy(real)  # the racer failed connecting after an operation: a later group's, not init's
+    later.ranks[1].trace = copy.deepcopy(sim.ranks[1].trace)
+    assert _races(sim, later) == []
+    observed = copy.deepcopy(real)  # a value the simulator did not observe: no field of a stopped rank
+    observed.ranks[1].observed = {"loss": 1.0}
+    assert _races(sim, observed) == []
     no_racer = copy.deepcopy(real)  # both ended by the agent: no rank failed connecting
     no_racer.ranks[1] = copy.deepcopy(no_racer.ranks[2])
     no_racer.ranks[1].rank = 1
@@ -86,6 +101,9 @@ def test_only_ranks_that_had_completed_nothing_when_an_early_leaver_ended_are_no
     assert init_race_notes(ranks(ops0=[_op(True, 0.05)]), 1) == []
     assert init_race_notes(ranks(exit0=f"{AGENT_TERMINATED} after rank 1 failed"), 1) == []
     assert init_race_notes(ranks(), 2) == []
+    later = ranks()  # rank 2's barrier done after rank 0 ended: it may still have been in init then
+    later[2].trace = [_op(True, 0.3), _op(False)]
+    assert [n.split(":")[0] for n in init_race_notes(later, 1)] == ["rank 1", "rank 2"]
 
 
 @pytest.mark.real

@@ -67,9 +67,25 @@ def test_a_rank_not_noted_or_another_difference_or_another_operation_is_a_differ
     timed_out = copy.deepcopy(real)  # another end than the two of the race
     timed_out.ranks[0].error = RankError("RuntimeError", "Timed out waiting 1800000ms", "timeout")
     assert _races(sim, timed_out) == []
-    failed_killed = copy.deepcopy(real)  # the failed child did not fail its own way on real Gloo
+    failed_killed = copy.deepcopy(real)  # the failed child did not fail its own way on real Gloo (it differs and
+    # no note names it, so the walk leaves it a difference before `spawn_races`' own check of it, a second guard)
     failed_killed.ranks[1].error = RankError("Killed", "the process ended without reporting how", "killed")
     assert spawn_races(sim, failed_killed, compare_reports(sim, failed_killed)) == []
+    observed = copy.deepcopy(real)  # a value the simulator did not observe: no field of a stopped rank
+    observed.ranks[0].observed = {"loss": 1.0}
+    assert _races(sim, observed) == []
+
+
+def test_a_real_rank_killed_that_did_or_printed_more_than_the_simulated_loser_is_a_difference():
+    """The other way round (rank 0 lost the peer in the simulator, killed on real Gloo): a real
+    rank 0 that printed a line, or did an operation, the simulated one did not is a difference."""
+    sim, real = _saved("sim_peer_lost"), _saved("real_killed")
+    printed = copy.deepcopy(real)
+    printed.ranks[0].output = ["a line the simulator did not print"]
+    assert _races(sim, printed) == []
+    further = copy.deepcopy(real)
+    further.ranks[0].trace = [*sim.ranks[0].trace, _op(9, True)]
+    assert _races(sim, further) == []
 
 
 def _op(seq: int, done: bool, group: str = "WORLD", op: str = "all_reduce", peer: int | None = None) -> TraceEntry:
@@ -79,18 +95,25 @@ def _op(seq: int, done: bool, group: str = "WORLD", op: str = "all_reduce", peer
 def test_only_ranks_waiting_on_the_first_spawned_failure_are_noted():
     """Rank 1, an mp.spawn child, fails first; rank 0 killed while its all_reduce with it was
     pending, rank 2 lost it in its recv, rank 3 killed with nothing pending (it computed), rank
-    4 killed in a recv from rank 3: only 0 and 2. A failure that was no mp.spawn child's: none."""
+    4 killed in a recv from rank 3, rank 5 killed in a collective of a group rank 1 never used,
+    rank 6 lost rank 3: only 0 and 2. A failure that was no mp.spawn child's: none."""
     boom = RankError("ValueError", "boom", "other")
     killed = RankError("Killed", "the process ended without reporting how (killed by a signal?)", "killed")
     lost = RankError("RuntimeError", "Connection closed by peer (rank 1 has exited)", "peer_lost")
+    lost3 = RankError("RuntimeError", "Connection closed by peer (rank 3 has exited)", "peer_lost")
     ranks = [RankResult(0, "error", error=killed, trace=[_op(1, True), _op(2, False)], time=1.0),
              RankResult(1, "error", error=boom, trace=[_op(1, True)], time=0.9),
              RankResult(2, "error", error=lost, trace=[_op(1, True, "WORLD", "recv", 1)], time=1.0),
              RankResult(3, "error", error=killed, trace=[_op(1, True)], time=1.0),
-             RankResult(4, "error", error=killed, trace=[_op(1, True), _op(1, False, "WORLD", "recv", 3)], time=1.0)]
+             RankResult(4, "error", error=killed, trace=[_op(1, True), _op(1, False, "WORLD", "recv", 3)], time=1.0),
+             RankResult(5, "error", error=killed, trace=[_op(1, True), _op(1, False, "pg1")], time=1.0),
+             RankResult(6, "error", error=lost3, trace=[_op(1, True), _op(2, True)], time=1.0)]
     notes = spawn_race_notes(ranks, frozenset({1}))
     assert notes == [spawn_race_note(0, 1, _op(2, False)), spawn_race_note(2, 1, _op(1, True, "WORLD", "recv", 1))]
     assert spawn_race_notes(ranks, frozenset()) == []
+    # rank 2, a spawned child too, lost rank 1 at an earlier last issue: it failed when rank 1 ended, after rank 1
+    early = [*ranks[:2], RankResult(2, "error", error=lost, trace=ranks[2].trace, time=0.5), *ranks[3:]]
+    assert spawn_race_notes(early, frozenset({1, 2})) == notes
 
 
 @pytest.mark.real
