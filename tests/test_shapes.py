@@ -21,6 +21,7 @@ import pytest
 
 from simdist.check.classify import check_run, passes
 from simdist.errors import ScenarioError
+from simdist.fuzz.checker import Checker
 from simdist.fuzz.compress import apply, passes_compressed, plan, untrusted
 from simdist.fuzz.strategies import Validator
 from simdist.fuzz.template import load_template
@@ -150,3 +151,18 @@ def test_passes_on_completed_runs_that_fail(name: str) -> None:
     assert (name == "engine_finding") == bool(report.findings)
     for invariants in (True, False):
         assert passes(report, s, invariants=invariants) == (not check_run(report, s, invariants=invariants).failed)
+
+
+def test_checker_cost_models_by_identity_stay_bounded() -> None:
+    """The checker finds a scenario's cost model by its topology object's identity, holding
+    the object; the shrinker parses every candidate afresh (a topology object each), so the
+    entries must be bounded, not one kept per schedule checked."""
+    path = ROOT / "scenarios/templates/ok_ddp_zero_join.toml"
+    checker = Checker(load_template(path))
+    d = checker.template.instantiate(RandomChooser(random.Random(1)))
+    n = checker.COST_OF_KEEP + 50
+    scenarios = [parse_scenario(d) for _ in range(n)]
+    assert len({id(s.topology) for s in scenarios}) == n  # no two share a topology object
+    costs = {id(checker.cost(s)) for s in scenarios}
+    assert len(costs) == 1 and len(checker._cost_of) <= checker.COST_OF_KEEP
+    assert checker.cost(scenarios[-1]) is checker.cost(scenarios[-1])
