@@ -13,6 +13,7 @@ hit, so the test cannot pass vacuously.
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from simdist.check.classify import check_run, passes
 from simdist.errors import ScenarioError
+from simdist.fuzz.checker import Checker
 from simdist.fuzz.compress import apply, passes_compressed, plan, untrusted
 from simdist.fuzz.strategies import Validator
 from simdist.fuzz.template import load_template
@@ -109,3 +111,58 @@ def test_passes_is_check_runs_verdict(path: Path) -> None:
     report = simulate(s)
     for invariants in (True, False):
         assert passes(report, s, invariants=invariants) == (not check_run(report, s, invariants=invariants).failed)
+
+
+def test_shape_memo_misses_when_any_field_but_the_inputs_is_another_object() -> None:
+    """A scenario sharing every field object but one with a memoised scenario is another shape
+    (`model_copy(update=...)` shares the fields it does not replace): a key that left a field
+    out would hand it the other scenario's rank programs or budget."""
+    d = load_template(ROOT / "scenarios/templates/ok_ddp_zero_join.toml").instantiate(RandomChooser(random.Random(1)))
+    s = Validator("t")(d)
+    memo = ShapeMemo()
+    memo.get(s, "x", lambda: "s")
+    replaced = []
+    for name in FIELDS:
+        value = copy.deepcopy(getattr(s, name))
+        if name == "inputs" or value is getattr(s, name):  # (None, small ints: the same object, the same shape)
+            continue
+        assert memo.get(s.model_copy(update={name: value}), "x", lambda name=name: name) == name, name
+        replaced.append(name)
+    assert {"loop", "after", "topology", "model", "models", "optimizer", "joinables", "groups", "join"} <= set(replaced)
+    assert memo.get(s.model_copy(update={"inputs": copy.deepcopy(s.inputs)}), "x", lambda: "miss") == "s"
+
+
+# Runs that complete yet fail: by an engine finding (mixed reduce ops: Gloo completes them), by a
+# broken invariant (an async all-reduce never waited on). `passes` must not take them for passes.
+COMPLETED_BUT_FAILED = {
+    "engine_finding": {"world_size": 2, "inputs": {"counts": [1, 1]}, "loop": [
+        {"kind": "collective", "op": "all_reduce", "reduce_op": "sum", "ranks": [0]},
+        {"kind": "collective", "op": "all_reduce", "reduce_op": "max", "ranks": [1]}]},
+    "broken_invariant": {"world_size": 2, "on_finish": "stay", "inputs": {"counts": [1, 1]}, "loop": [
+        {"kind": "collective", "op": "all_reduce", "async": True, "wait": "never", "ranks": [0]}]},
+}
+
+
+@pytest.mark.parametrize("name", COMPLETED_BUT_FAILED)
+def test_passes_on_completed_runs_that_fail(name: str) -> None:
+    s = parse_scenario(COMPLETED_BUT_FAILED[name])
+    report = simulate(s)
+    assert report.outcome == "completed" and check_run(report, s).failed
+    assert (name == "engine_finding") == bool(report.findings)
+    for invariants in (True, False):
+        assert passes(report, s, invariants=invariants) == (not check_run(report, s, invariants=invariants).failed)
+
+
+def test_checker_cost_models_by_identity_stay_bounded() -> None:
+    """The checker finds a scenario's cost model by its topology object's identity, holding
+    the object; the shrinker parses every candidate afresh (a topology object each), so the
+    entries must be bounded, not one kept per schedule checked."""
+    path = ROOT / "scenarios/templates/ok_ddp_zero_join.toml"
+    checker = Checker(load_template(path))
+    d = checker.template.instantiate(RandomChooser(random.Random(1)))
+    n = checker.COST_OF_KEEP + 50
+    scenarios = [parse_scenario(d) for _ in range(n)]
+    assert len({id(s.topology) for s in scenarios}) == n  # no two share a topology object
+    costs = {id(checker.cost(s)) for s in scenarios}
+    assert len(costs) == 1 and len(checker._cost_of) <= checker.COST_OF_KEEP
+    assert checker.cost(scenarios[-1]) is checker.cost(scenarios[-1])

@@ -46,6 +46,8 @@ class Checker:
     shared; a failure is still judged on its own full schedule.
     """
 
+    COST_OF_KEEP = 256  # topology objects whose cost model is found by identity (`cost`)
+
     def __init__(self, template: Template, compress: bool = True):
         self.template = template
         self.compress = compress
@@ -58,7 +60,9 @@ class Checker:
         self.reused = 0  # compressed schedules whose compressed run was already judged (`verdicts`)
         self.verdicts: dict[tuple[str, tuple[int, ...], tuple[int, ...]], bool] = {}  # verdict_key -> passes_compressed
         self._costs: dict[tuple[str, int], CostLike] = {}
-        self._cost_of: dict[tuple[int, int], tuple[Any, CostLike]] = {}  # by the topology's identity
+        # by the topology's identity; at most COST_OF_KEEP (each scenario the shrinker parses has a
+        # topology object of its own: unbounded, this held one per schedule checked)
+        self._cost_of: dict[tuple[int, int], tuple[Any, CostLike]] = {}
 
     def cost(self, s: Scenario) -> CostLike:
         """The scenario's cost model, made once per (topology, world size) and kept: the same
@@ -70,6 +74,8 @@ class Checker:
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = default_cost(s)
+        if len(self._cost_of) >= self.COST_OF_KEEP:
+            self._cost_of.clear()
         self._cost_of[(id(s.topology), s.world_size)] = (s.topology, c)  # holds the topology: its id stays its own
         return c
 
