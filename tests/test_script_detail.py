@@ -13,6 +13,7 @@ from simdist.report import Report
 from simdist.script import run_script
 from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.rank.fingerprint import MISMATCH
+from simdist.script.stalls import EARLY
 from tests.conftest import ROOT, descendants
 from tests.test_script_examples import differences, differences_but_noted_races
 
@@ -89,6 +90,8 @@ def _stuck(rep: Report, n: int) -> None:
     # Recorder entry shows (real Gloo's early hang verdict reads that wait: `rank.stall.wrapper_wait`)
     assert rep.outcome == "hang"
     assert [r.location.line for r in rep.ranks] == [_line("waits for the last rank")] * (n - 1) + [_line("# rank 0 never sends")]
+    if rep.source == "real":  # found by the stall check, not the run's watchdog long after
+        assert any(note.startswith(EARLY) for note in rep.notes), rep.notes
 
 
 def _ndim(rep: Report, n: int) -> None:

@@ -30,6 +30,8 @@ def relabel_unnamed(report: Report, coord: Coordinator) -> None:
         for e in [*r.trace, r.blocked_in, r.waiting_in]:
             if e is not None and e.group in coord.unnamed and (e.op not in P2P_OPS or e.within):
                 e.group, e.group_size = UNNAMED, 0
+                if e.op == "scatter":  # its output's size times the group's, which FR's unnamed entry lacks (`fr_trace`)
+                    e.numel = 0
     for rank, what in sorted(coord.rank_notes, key=lambda n: -1 if n[0] is None else n[0]):  # not arrival order
         if what == env.SEGV_DDP_DETAIL:
             report.notes.append(

@@ -3,7 +3,7 @@ find a collective bug: on Gloo torch wraps each group in c10d's ProcessGroupWrap
 checks every collective's fingerprint across ranks first (`simdist.script.rank.pgwrapper`).
 Started torchrun-style, world size >= 2. `--case`:
 
-* ok: a correct loop (all_reduce, broadcast, barrier): completes, with the wrapper's
+* ok: a correct loop (all_reduce, broadcast, scatter, barrier): completes, with the wrapper's
   all_gathers in each rank's Flight Recorder;
 * shape: eval metrics whose keys differ per rank (the last rank logs one more): an all_reduce
   of 2 values against 3, "Detected mismatch between collectives on ranks" on every rank;
@@ -41,7 +41,9 @@ def ok(rank: int, world: int) -> None:
         dist.all_reduce(x)
         w = torch.full((2, 3), float(rank))
         dist.broadcast(w, src=world - 1)
-        print(f"rank {rank}: step {step} {x.tolist()} {w[0].tolist()}", flush=True)
+        part = torch.zeros(2)  # a scatter's size in FR is its output's times the group's, unknown there
+        dist.scatter(part, [torch.full((2,), float(i)) for i in range(world)] if rank == 0 else None, src=0)
+        print(f"rank {rank}: step {step} {x.tolist()} {w[0].tolist()} {part.tolist()}", flush=True)
     dist.barrier()
 
 

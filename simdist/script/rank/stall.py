@@ -73,7 +73,6 @@ _TORCH_DIR = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 _HERE = os.path.abspath(__file__)
 _C10D = os.path.abspath(dist.distributed_c10d.__file__)
 _PYLOG = os.path.abspath(pylog.__file__)  # its wrappers of the group's collectives call the backend
-_C10D = os.path.abspath(dist.distributed_c10d.__file__)
 # torch's functions (in `_C10D`) inside which a rank waits at the c10d store for its peers, each
 # with the `timeout` that ends that wait: init's rendezvous and full-mesh connect, a group's
 # connect (`new_group`, `new_subgroups`, a device mesh's groups), TORCH_DIST_INIT_BARRIER's barrier
