@@ -44,15 +44,15 @@ def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
         if (c is None or c.rank is None or getattr(_inside, "yes", False)
                 or threading.current_thread() is not threading.main_thread()):
             return fn(*args, **kwargs)
-        cpu = time.thread_time()
-        said = {"t": "sleep", "cpu": cpu, "frames": stack.caller_stack(), "w": 1}
+        cpu = time.thread_time()  # (its start told first: the wait ends its length after it, `RankConn.child_wait`)
+        c.send({"t": "sleep", "cpu": cpu, "frames": stack.caller_stack(), "w": 1, "b": 1})
         _inside.yes, began = True, simclock.real_monotonic()
         try:
             return fn(*args, **kwargs)
         finally:
             _inside.yes = False
-            said["s"] = max(simclock.real_monotonic() - began - (time.thread_time() - cpu), 0.0)
-            c.send(said)
+            c.send({"t": "sleep", "cpu": cpu, "w": 1,
+                    "s": max(simclock.real_monotonic() - began - (time.thread_time() - cpu), 0.0)})
 
     return wait
 
