@@ -184,11 +184,11 @@ def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tm
     assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")
 
 
-@pytest.mark.parametrize("how", ["run", "check_output", "system", "pool"])
+@pytest.mark.parametrize("how", ["run", "check_output", "system", "pool", "imap"])
 def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, monkeypatch, script_zygote, how):
     """tests/scripts/child_wait_timeout.py (3 ranks, `1 4 HOW`): rank 0 waits 4 s for a command
-    (subprocess.run, check_output, os.system; a Pool.map) while the others wait at a barrier with a 1 s
-    timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
+    (subprocess.run, check_output, os.system; a Pool.map, a for loop over Pool.imap: its
+    `__next__`, once left uncounted) while the others wait at a barrier with a 1 s timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
     ending on the line of the command. The simulator counted none of the wait (it uses no CPU):
     every rank completed. `rank.childwait` tells the wait's wall time as a sleep."""
     monkeypatch.chdir(tmp_path)
@@ -200,7 +200,7 @@ def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, mo
                                                                  ("error", "timeout")], sim.notes
     assert sim.ranks[0].output == [] and sim.ranks[0].location.line == line_of(script, {
         "run": "subprocess.run(", "check_output": "subprocess.check_output(", "system": "os.system(",
-        "pool": "pool.map("}[how])
+        "pool": "pool.map(", "imap": "for _ in pool.imap("}[how])
     cmp = compare_reports(sim, real)
     if not cmp.agree:  # the two timeouts tie: a tie race, or torchrun's SIGTERM first (both named)
         races = named_races(sim, real, cmp)

@@ -15,7 +15,7 @@ waits (`run` calls `communicate`, which calls `wait`) is counted, and only its w
 the CPU its thread used meanwhile (which the next message's CPU time counts already).
 
 The same for the rank's other helper processes: a `multiprocessing.Pool`'s results
-(`ApplyResult.wait`, under `map`, `apply`, `starmap`; `imap`'s next) and a DataLoader's workers
+(`ApplyResult.wait`, under `map`, `apply`, `starmap`; `imap`'s next and `__next__`) and a DataLoader's workers
 (the main thread's wait for the next batch, `_MultiProcessingDataLoaderIter._get_data`): a rank
 whose workers are slow (an expensive `__getitem__`) is late for every step on real Gloo, where
 its peers' short group timeout fires (`tests/scripts/slow_loader_workers.py`).
@@ -62,7 +62,10 @@ def install() -> None:
     subprocess.Popen.communicate = _counted(subprocess.Popen.communicate)  # type: ignore[method-assign]
     os.system = _counted(os.system)
     multiprocessing.pool.ApplyResult.wait = _counted(multiprocessing.pool.ApplyResult.wait)  # type: ignore[method-assign]
-    multiprocessing.pool.IMapIterator.next = _counted(multiprocessing.pool.IMapIterator.next)  # type: ignore[method-assign]
+    # (`__next__` is the class's alias of `next`, bound at its definition: a for loop over
+    # `imap` calls it, and patching `next` alone left that wait uncounted)
+    it = multiprocessing.pool.IMapIterator
+    it.next = it.__next__ = _counted(it.next)  # type: ignore[method-assign]
 
 
 def install_loader(_torch: Any) -> None:
