@@ -1,5 +1,5 @@
 """Rank 0's main thread waits CHILD s for a child process (subprocess.run) while a side thread
-of it sleeps SIDE s, then all-reduces on a side group; then the main thread joins a barrier of
+of it sleeps SIDE s (rank 1's SIDE / 2 s), then all-reduces on a side group; then the main thread joins a barrier of
 the default group (timeout LIMIT s) that rank 1 entered at once. Real Gloo: rank 0 reaches the
 barrier at max(CHILD, SIDE) s; with LIMIT past that, every rank completes. The simulator
 added the child wait (told at its end) to the clock the side thread's post had moved on already:
@@ -24,8 +24,7 @@ dist.barrier()
 
 
 def later():
-    if rank == 0:
-        time.sleep(side)
+    time.sleep(side if rank == 0 else side / 2)  # (rank 1's: its barrier is posted first, not in a race with it)
     t = torch.ones(1)
     dist.all_reduce(t, group=group)
     print(rank, "side all_reduce", t.item(), flush=True)
