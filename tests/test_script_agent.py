@@ -184,11 +184,11 @@ def test_lines_printed_after_a_computation_that_outlasts_the_agent_never_came(tm
     assert sim.ranks[0].location.line == line_of(script, "dist.barrier()  # every rank")
 
 
-@pytest.mark.parametrize("how", ["run", "check_output", "system", "pool"])
+@pytest.mark.parametrize("how", ["run", "check_output", "system", "pool", "imap"])
 def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, monkeypatch, script_zygote, how):
     """tests/scripts/child_wait_timeout.py (3 ranks, `1 4 HOW`): rank 0 waits 4 s for a command
-    (subprocess.run, check_output, os.system; a Pool.map) while the others wait at a barrier with a 1 s
-    timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
+    (subprocess.run, check_output, os.system; a Pool.map, a for loop over Pool.imap: its
+    `__next__`, once left uncounted) while the others wait at a barrier with a 1 s timeout: they time out, torchrun's agent SIGTERMs rank 0 in its wait, on both sides, rank 0
     ending on the line of the command. The simulator counted none of the wait (it uses no CPU):
     every rank completed. `rank.childwait` tells the wait's wall time as a sleep."""
     monkeypatch.chdir(tmp_path)
@@ -200,7 +200,7 @@ def test_a_rank_waiting_for_its_child_process_is_late_for_its_peers(tmp_path, mo
                                                                  ("error", "timeout")], sim.notes
     assert sim.ranks[0].output == [] and sim.ranks[0].location.line == line_of(script, {
         "run": "subprocess.run(", "check_output": "subprocess.check_output(", "system": "os.system(",
-        "pool": "pool.map("}[how])
+        "pool": "pool.map(", "imap": "for _ in pool.imap("}[how])
     cmp = compare_reports(sim, real)
     if not cmp.agree:  # the two timeouts tie: a tie race, or torchrun's SIGTERM first (both named)
         races = named_races(sim, real, cmp)
@@ -222,3 +222,19 @@ def test_a_rank_waiting_for_slow_dataloader_workers_is_late_for_its_peers(tmp_pa
     assert [r.inputs_processed for r in sim.ranks] == [0, 1] and sim.ranks[0].output == []
     cmp = compare_reports(sim, real)
     assert cmp.agree or {r.kind for r in named_races(sim, real, cmp)} == {"agent"}, format_comparison(cmp)
+
+
+def test_a_child_wait_overlapping_a_side_threads_late_post_is_counted_once(tmp_path, monkeypatch, script_zygote):
+    """tests/scripts/side_post_child_wait.py (2 ranks, `3 2 4.5`): rank 0's main thread waits 3 s
+    for a child while its side thread sleeps 2 s and posts; rank 0 reaches the barrier (4.5 s
+    timeout) 3 s in and both ranks complete on real Gloo. The simulator had the side post move
+    the rank's clock to 2 s, then added the whole 3 s wait (told at its end) to that: 5 s, and
+    rank 1's barrier timed out. The wait now ends 3 s after where it began."""
+    monkeypatch.chdir(tmp_path)
+    both = compare_script(ROOT / "tests" / "scripts" / "side_post_child_wait.py", ["3", "2", "4.5"], nproc_per_node=2,
+                          timeout_s=120, stdout=subprocess.DEVNULL, zygotes=script_zygote)
+    sim, real = both.sim.report, both.real.report
+    assert [r.status for r in sim.ranks] == ["completed"] * 2, sim.notes
+    assert 2.5 < sim.ranks[0].time < 4.5  # (the wait less the CPU its thread used meanwhile: under 3 s)
+    cmp = compare_reports(sim, real)
+    assert cmp.agree, format_comparison(cmp)

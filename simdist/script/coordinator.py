@@ -259,8 +259,11 @@ class Coordinator(GlooTimeoutsMixin, GenerationsMixin, GroupsMixin, RendezvousMi
             conn.timed_wait(h, self.measure_compute)
         elif kind == "sleep":
             conn.advance(h, self.measure_compute)
-            conn.sleeps.append((conn.clock, h.get("frames") or []))
-            if self.measure_compute or "w" not in h:  # "w": a measured wait for a child (`rank.childwait`)
+            if "w" not in h or "b" in h:  # "w": a wait for a child, "b" as it begins (`rank.childwait`)
+                conn.sleeps.append((conn.clock, h.get("frames") or []))
+            if "w" in h:
+                conn.child_wait(h, self.measure_compute)
+            else:
                 conn.sleep(float(h["s"]))
             if "n" in h:  # told as a timed wait (`rank.timedwait.sleep`): it ends at the clock now
                 conn.timed_wait(h, self.measure_compute)

@@ -158,6 +158,7 @@ class RankConn:
     terminated: str | None = None  # torchrun's agent ended it, in words (`simdist.script.agent`)
     stdout_at: list[float] = field(default_factory=list)  # simulated: the clock at each stdout line
     sleeps: list[tuple[float, list[Any]]] = field(default_factory=list)  # simulated: (clock, raw frames) of each sleep
+    child_wait_from: float | None = None  # simulated: the clock where its main thread's child wait began
     abort_sent: bool = False
     batches: int = 0  # batches its DataLoaders yielded, all loaders and epochs (rank.batches)
     batches_at: list[tuple[float, int]] = field(default_factory=list)  # simulated: (clock, `batches` then)
@@ -287,6 +288,22 @@ class RankConn:
         if seconds > 0:
             self.compute.append(Span(self.clock, self.clock + seconds))
             self.clock += seconds
+
+    def child_wait(self, h: dict[str, Any], measure: bool) -> None:
+        """Its main thread's wait for a child process (`rank.childwait`): told as it begins
+        ("b": the clock now is its start), then at its end with its length `s` (measured: left
+        out under `--zero-compute`). It ends `s` after its start, not after the clock at its
+        end: a side thread's post meanwhile may have moved the clock on already
+        (`advance`), and adding `s` to that counted the overlap twice (a side thread sleeping
+        2 s while the main thread waited 3 s for a child made the rank 5 s late, not 3)."""
+        if h.get("b"):
+            self.child_wait_from = self.clock
+            return
+        start, self.child_wait_from = self.child_wait_from, None
+        end = (self.clock if start is None else start) + max(float(h["s"]), 0.0)
+        if measure and end > self.clock:
+            self.compute.append(Span(self.clock, end))
+            self.clock = end
 
     def waited_on(self, rec: OpRecord) -> None:
         """The rank waits for `rec` now. A p2p's group timeout starts here (its deadline is

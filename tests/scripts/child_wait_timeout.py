@@ -1,6 +1,7 @@
 """Rank 0 runs a command (a child process: `sleep SECONDS`, standing for a download) while the
 others wait at a barrier of a group with a TIMEOUT s timeout (argv: TIMEOUT SECONDS HOW, HOW
-one of run, check_output, system; or pool: two multiprocessing.Pool workers that sleep). On real Gloo, with SECONDS well past TIMEOUT, ranks 1 and 2
+one of run, check_output, system; pool or imap: two multiprocessing.Pool workers that sleep,
+their results by `map`, or by `imap` in a for loop). On real Gloo, with SECONDS well past TIMEOUT, ranks 1 and 2
 time out and torchrun's agent SIGTERMs rank 0 in its wait: it never prints. The simulator
 counted only the CPU of rank 0's thread, which the wait does not use: rank 0 reached the
 barrier at once and every rank completed."""
@@ -32,6 +33,10 @@ def main():
             subprocess.check_output(["sh", "-c", f"sleep {seconds}; echo fetched"])
         elif how == "system":
             os.system(f"sleep {seconds}")
+        elif how == "imap":  # (a for loop calls the iterator's `__next__`, not its `next`)
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                for _ in pool.imap(_preprocess, [seconds, seconds]):
+                    pass
         else:
             with multiprocessing.get_context("fork").Pool(2) as pool:
                 pool.map(_preprocess, [seconds, seconds])

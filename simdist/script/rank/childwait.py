@@ -15,7 +15,7 @@ waits (`run` calls `communicate`, which calls `wait`) is counted, and only its w
 the CPU its thread used meanwhile (which the next message's CPU time counts already).
 
 The same for the rank's other helper processes: a `multiprocessing.Pool`'s results
-(`ApplyResult.wait`, under `map`, `apply`, `starmap`; `imap`'s next) and a DataLoader's workers
+(`ApplyResult.wait`, under `map`, `apply`, `starmap`; `imap`'s next and `__next__`) and a DataLoader's workers
 (the main thread's wait for the next batch, `_MultiProcessingDataLoaderIter._get_data`): a rank
 whose workers are slow (an expensive `__getitem__`) is late for every step on real Gloo, where
 its peers' short group timeout fires (`tests/scripts/slow_loader_workers.py`).
@@ -44,15 +44,15 @@ def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
         if (c is None or c.rank is None or getattr(_inside, "yes", False)
                 or threading.current_thread() is not threading.main_thread()):
             return fn(*args, **kwargs)
-        cpu = time.thread_time()
-        said = {"t": "sleep", "cpu": cpu, "frames": stack.caller_stack(), "w": 1}
+        cpu = time.thread_time()  # (its start told first: the wait ends its length after it, `RankConn.child_wait`)
+        c.send({"t": "sleep", "cpu": cpu, "frames": stack.caller_stack(), "w": 1, "b": 1})
         _inside.yes, began = True, simclock.real_monotonic()
         try:
             return fn(*args, **kwargs)
         finally:
             _inside.yes = False
-            said["s"] = max(simclock.real_monotonic() - began - (time.thread_time() - cpu), 0.0)
-            c.send(said)
+            c.send({"t": "sleep", "cpu": cpu, "w": 1,
+                    "s": max(simclock.real_monotonic() - began - (time.thread_time() - cpu), 0.0)})
 
     return wait
 
@@ -62,7 +62,10 @@ def install() -> None:
     subprocess.Popen.communicate = _counted(subprocess.Popen.communicate)  # type: ignore[method-assign]
     os.system = _counted(os.system)
     multiprocessing.pool.ApplyResult.wait = _counted(multiprocessing.pool.ApplyResult.wait)  # type: ignore[method-assign]
-    multiprocessing.pool.IMapIterator.next = _counted(multiprocessing.pool.IMapIterator.next)  # type: ignore[method-assign]
+    # (`__next__` is the class's alias of `next`, bound at its definition: a for loop over
+    # `imap` calls it, and patching `next` alone left that wait uncounted)
+    it = multiprocessing.pool.IMapIterator
+    it.next = it.__next__ = _counted(it.next)  # type: ignore[method-assign]
 
 
 def install_loader(_torch: Any) -> None:
