@@ -119,9 +119,10 @@ def spawn_races(sim: Report, real: Report, cmp: Comparison) -> list[SpawnRace]:
         if rank not in noted or r is None or not differ <= STOPPED_FIELDS or s.error is None or r.error is None:
             return None
         failed, seq, op, group = noted[rank]
-        gone = reals.get(failed)
-        if gone is None or gone.status != "error" or gone.error is None or gone.error.category == KILLED:
-            return None  # the failed child failed its own way on real Gloo too
+        gone, own = reals.get(failed), sims.get(failed)
+        if gone is None or gone.status != "error" or gone.error is None or own is None or own.error is None or \
+                (gone.error.category == KILLED) != (own.error.category == KILLED):
+            return None  # the failed child failed its own way on real Gloo too (killed: by its own signal on both)
         if (s.error.category, r.error.category) == (KILLED, LOST):
             killed, lost = s, r
         elif (s.error.category, r.error.category) == (LOST, KILLED):

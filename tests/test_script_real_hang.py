@@ -21,11 +21,11 @@ pytestmark = pytest.mark.real
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-def _compare(script_zygote, name: str, args: list[str], hang_after_s: float):
+def _compare(script_zygote, name: str, args: list[str], hang_after_s: float, nproc: int = 2):
     """Both sides, with a 300 s watchdog (the default), forked by the session's fork servers;
     no process of either run survives it."""
     run_id = new_run_id()
-    both = compare_script(SCRIPTS / name, args, nproc_per_node=2, backend="gloo", timeout_s=300,
+    both = compare_script(SCRIPTS / name, args, nproc_per_node=nproc, backend="gloo", timeout_s=300,
                           hang_after_s=hang_after_s, run_id=run_id, measure_compute=False, zygotes=script_zygote)
     assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
     return both.sim.report, both.real.report
@@ -54,6 +54,23 @@ def test_a_real_hang_is_found_in_seconds_and_compare_agrees(script_zygote, name,
             (op, line_of(SCRIPTS / name, text)) for op, text in blocked], rep.source
     c = compare_reports(sim, real)
     assert c.agree and not any(rc.unrecorded for rc in c.ranks), format_comparison(c)
+
+
+@pytest.mark.parametrize("how", ["reverse", "collect"])
+def test_an_async_mismatch_hang_is_found_in_seconds(script_zygote, how):
+    """Rank 1 of 4 issues its two async all_reduces in the other order, of other sizes; every
+    rank then waits its works (in reverse order, or through `torch.futures.collect_all`). Gloo
+    completed a rank's later op while its earlier one never did, so the Flight Recorder's
+    counters read level (2 enqueued, 2 completed) on a rank blocked in `wait`: the real side
+    ran until the watchdog. Now a rank in a wait reads its unfinished entries (`rank.stall`)."""
+    sim, real = _compare(script_zygote, "async_mismatch_hang.py", [how], hang_after_s=1.0, nproc=4)
+    assert real.timings["wall_s"] < 60, real.timings
+    assert 1.0 <= real.timings["hang_detect_s"] < 30, real.timings
+    assert any(n.startswith("hang found early (--hang-after 1 s, not the 300 s watchdog): ") for n in real.notes)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang"] * 4, rep.source
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
 
 
 @pytest.mark.parametrize("how", ["sleep", "compute"])

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from simdist.compare import compare_reports
 from simdist.races import named_races
 from simdist.report import RankError, RankResult, Report, TraceEntry
+from simdist.script.race_notes import spawned_failures
 from simdist.spawn_race import SpawnRace, noted_spawn_races, spawn_race_note, spawn_race_notes, spawn_races
 from tests.conftest import EXAMPLES, ROOT
 from tests.test_script_examples import _run, differences_but_noted_races
@@ -127,3 +129,23 @@ def test_spawn_init_methods_fail_1_notes_the_race_and_real_gloo_agrees_up_to_it(
     assert sim.ranks[1].error.category == "other" and sim.ranks[0].error.category in ("killed", "peer_lost")
     assert (EXAMPLES / entry["script"]).is_file()
     assert differences_but_noted_races(sim, real) == []
+
+
+def _conn(exit: dict | None = None, exit_at: float | None = None, spawn: int | None = None,
+          ended_at: float | None = None) -> SimpleNamespace:
+    return SimpleNamespace(exit=exit, exit_at=exit_at, spawn=spawn, ended_at=ended_at)
+
+
+def test_a_spawned_child_killed_by_a_signal_counts_only_when_it_ended_first():
+    """`spawned_failures`: a child that told an error counts; a silent one (killed by a signal,
+    said at init it is mp.spawn's) counts when it was the first silent one to end and ended
+    before every told failure: the later silent ones are mp.spawn's SIGTERM's victims. A silent
+    process that is no mp.spawn child (torchrun's rank) never counts."""
+    def coord(**by_rank):
+        return SimpleNamespace(gens=[SimpleNamespace(by_rank={int(k[1:]): c for k, c in by_rank.items()})])
+    told = _conn({"spawn": 2, "error": {"type": "ValueError"}}, exit_at=5.0, spawn=2, ended_at=5.1)
+    assert spawned_failures(coord(r1=_conn(spawn=1, ended_at=1.0), r0=_conn(spawn=0, ended_at=1.2))) == {1}
+    assert spawned_failures(coord(r1=_conn(spawn=1, ended_at=1.0), r2=told)) == {1, 2}
+    assert spawned_failures(coord(r1=_conn(spawn=1, ended_at=6.0), r2=told)) == {2}
+    assert spawned_failures(coord(r1=_conn(ended_at=1.0), r0=_conn(ended_at=1.2))) == set()
+    assert spawned_failures(coord(r1=_conn(spawn=1))) == set()  # still running at the end: no end seen

@@ -161,6 +161,7 @@ class GenerationsMixin:
                 conn.clock = max([c.clock for g in self.gens[:gen.index - 1] for c in g.by_rank.values()  # type: ignore[union-attr]
                                   if not c.active() or c.exit is not None], default=0.0)
             conn.rank, conn.pid, conn.gen = rank, h.get("pid"), gen
+            conn.spawn = h.get("spawn")
             gen.hosted = gen.hosted if gen.by_rank else h.get("host") is not None or bool(h.get("own"))  # type: ignore[union-attr]
             gen.by_rank[rank] = conn  # type: ignore[union-attr]
             self.requested.append(str(h.get("backend")))

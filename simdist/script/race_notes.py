@@ -45,13 +45,23 @@ def lost_after_teardown(coord: Coordinator, r: RankResult, first: int, failed: d
 def spawned_failures(coord: Coordinator) -> frozenset[int]:
     """The ranks whose process told it ended with an error (an exception, a non-zero exit) as a
     child of `torch.multiprocessing.spawn` (its `_wrap`: `rank.exits` notes the child's index):
-    its parent then SIGTERMs the others (`simdist.spawn_race`)."""
-    out = set()
+    its parent then SIGTERMs the others (`simdist.spawn_race`). And a child killed by a signal
+    (SIGKILL, SIGSEGV: no exit told; it said at init it is mp.spawn's), when its process was
+    the first of such silent ones to end and ended before any told failure: its parent sees the
+    signal's exit code and SIGTERMs the others just the same. The later silent ones are those
+    SIGTERMs' victims (tests/scripts/selfkill_spawn.py)."""
+    out, told, silent = set(), [], []
     for g in coord.gens:
         for rank, conn in g.by_rank.items():
             x = conn.exit or {}
             if x.get("spawn") is not None and (x.get("error") or x.get("code")):
                 out.add(rank)
+                told.append(conn.exit_at if conn.exit_at is not None else float("inf"))
+            elif conn.exit is None and conn.spawn is not None and conn.ended_at is not None:
+                silent.append((conn.ended_at, rank))
+    first = min(silent, default=None)
+    if first is not None and first[0] < min(told, default=float("inf")):
+        out.add(first[1])
     return frozenset(out)
 
 

@@ -154,6 +154,7 @@ class RankConn:
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     exit: dict[str, Any] | None = None
+    spawn: int | None = None  # its process is this child of `torch.multiprocessing.spawn` (told at init)
     record: dict[str, Any] | None = None  # real Gloo, a hung run: what it answered before it was killed
     terminated: str | None = None  # torchrun's agent ended it, in words (`simdist.script.agent`)
     stdout_at: list[float] = field(default_factory=list)  # simulated: the clock at each stdout line

@@ -79,6 +79,13 @@ def record(how: str, code: Any = None, exc: BaseException | None = None, where: 
         _info["code"] = _exit_code(code)
 
 
+def spawn_index() -> int | None:
+    """Which child of `torch.multiprocessing.spawn` this process is (None: none): told with its
+    init, so that a child killed by a signal, which tells no exit, is still known as one
+    (`simdist.script.race_notes.spawned_failures`)."""
+    return _info.get("spawn")
+
+
 def _exit_code(code: Any) -> int:
     if code is None:
         return 0

@@ -124,7 +124,7 @@ def _patch_init(backend: str) -> None:
                            "backend": str(a.get("backend")), "cpu": time.thread_time(),
                            "to": limit.total_seconds() if limit is not None else None,
                            "at": at, "frames": stack.caller_stack(1), "host": host,
-                           "own": ownstore.hosts_own(a.get("store"))})  # (rank 0's own server: the generation's keys)
+                           "own": ownstore.hosts_own(a.get("store")), "spawn": exits.spawn_index()})  # (rank 0's own server: the generation's keys)
         if reply.get("error"):
             raise RuntimeError(f"simdist: {reply['error']}")
         c.rank = rank

@@ -191,6 +191,16 @@ class SimProcessGroup(dist.ProcessGroup):
             work.complete(bytearray(), None)
         return work
 
+    def _get_sequence_number_for_group(self) -> int:
+        """ProcessGroupGloo's count of the operations this rank issued on the group (the
+        group's and its backend's answer alike; measured on real Gloo, world sizes 2 and 3,
+        tests/scripts/sequence_numbers.py): every op the rank runs on Gloo, each part of one Gloo
+        runs as several. Under NCCL's semantics the simulated group keeps torch's refusal:
+        NCCL's numbering is not measured here."""
+        if not self._gloo():
+            return super()._get_sequence_number_for_group()
+        return self.gloo_seq
+
     @staticmethod
     def _gloo() -> bool:
         """Whether the run models Gloo, which runs some ops as others (reduce_scatter)."""

@@ -31,7 +31,8 @@ all of these hold:
   monitor, a TensorBoard writer) is left to the watchdog;
 * the rank has an unfinished Gloo operation (or waits at the store): its Flight Recorder's
   per-group counters (`pg_status`: last enqueued > last completed; Gloo's FR records no
-  start, only completion) or a p2p operation `rank.pylog` noted whose work has not completed;
+  start, only completion), or, with a thread in a `Work.wait`/`Future.wait`, its unfinished
+  entries (a later async op may complete before an earlier one: `_groups`), or a p2p operation `rank.pylog` noted whose work has not completed;
 * since the last poll its main thread used no CPU (in a store wait: at most the others'
   share) and its other threads (Gloo's I/O and worker threads, the script's own; not this
   watcher) at most `OTHERS_CPU_SHARE` of a core: bytes arriving for a Gloo operation, or a
@@ -227,10 +228,16 @@ def _others_waiting(main_ident: int | None) -> bool:
     return next(threads.running(_in_torch_futex, skip=() if main_ident is None else (main_ident,)), None) is None
 
 
-def _groups(c: client.Client) -> tuple[list[tuple[str, int, int]], set[str]]:
+def _groups(c: client.Client, in_wait: bool = False) -> tuple[list[tuple[str, int, int]], set[str]]:
     """Per group: (id, last enqueued, last completed) from the Flight Recorder's counters
     (no entries: microseconds), and torch's names of the groups of this generation with an
-    unfinished collective. The counters are keyed by the backend's process-wide id, not by
+    unfinished collective. "Last completed" is the latest op that completed, not a count:
+    Gloo runs async ops on several worker threads, so a later op may complete while an
+    earlier one never does (measured: async all_reduces of other sizes issued in the other
+    order on one rank of 4, tests/scripts/async_mismatch_hang.py, left a rank with counters
+    2/2 blocked in the first one's `wait`). So with a thread `in_wait` on a work or a future
+    the unfinished entries are read even when the counters are level. The counters are keyed
+    by the backend's process-wide id, not by
     torch's group name: the two part once a rank is left out of a group (no backend is made
     for it) or the process initialises again (names restart, ids go on), and the counters
     of an earlier generation's groups stay, never to finish. So the unfinished collectives'
@@ -239,7 +246,7 @@ def _groups(c: client.Client) -> tuple[list[tuple[str, int, int]], set[str]]:
     status = pickle.loads(dump(includeCollectives=False)).get("pg_status") or {}
     rows = sorted((str(g), int(s.get("last_enqueued_collective", -1)), int(s.get("last_completed_collective", -1)))
                   for g, s in status.items())
-    if not any(enq > done for _g, enq, done in rows):
+    if not in_wait and not any(enq > done for _g, enq, done in rows):
         return rows, set()
     active = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=True)).get("entries") or []
     return rows, {str((e.get("process_group") or (e.get("pg_id"),))[0]) for e in active
@@ -292,9 +299,9 @@ def observe(main: threading.Thread, tid: int, c: client.Client) -> Observation:
     asleep = (nr == FUTEX_NR and (bool(_wait_limits.get(main.ident or 0)) or _in_torch_wait(frame)
                                   or checks is not None)) or (store is not None and nr is not None)
     waiting = FUTEX_NR is not None and not c.sleeping and asleep and _others_waiting(main.ident)
-    rows, pending_groups = _groups(c) if dist.is_initialized() else ([], set())
-    issued, done, p2p_groups = pylog.progress(c.generation)
     timed = [x for waits in list(_wait_limits.values()) for x in list(waits)]
+    rows, pending_groups = _groups(c, bool(timed)) if dist.is_initialized() else ([], set())
+    issued, done, p2p_groups = pylog.progress(c.generation)
     limits = [x for x in (_timeout_of(pending_groups | p2p_groups), *timed, store and store.limit_s, checks)
               if x is not None]
     return Observation(waiting, (tuple(rows), issued, done, store),
