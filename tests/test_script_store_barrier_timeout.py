@@ -19,6 +19,7 @@ from simdist.script.launch import new_run_id, tagged_processes
 from simdist.script.ranks import RankConn, Timeline, ZeroCost
 from simdist.script.stores import BARRIER_CALL
 from tests.conftest import ROOT, line_of
+from tests.test_script_examples import differences_but_noted_races
 
 SCRIPT = ROOT / "tests" / "scripts" / "store_barrier_timeout.py"
 JOINED = ROOT / "tests" / "scripts" / "store_barrier_joined.py"
@@ -42,8 +43,9 @@ def _compare(zygote, monkeypatch, args: list[str], script=SCRIPT, nproc: int = 3
 def test_a_store_barrier_s_timeout_raises_torchs_error_at_a_whole_turn_on_both_sides(
         script_zygote, monkeypatch, args, turns, last):
     sim, real = _compare(script_zygote, monkeypatch, args)
-    c = compare_reports(sim, real)
-    assert c.agree, format_comparison(c)
+    # the last rank's end after ranks 0 and 1 failed is torchrun's agent race (the simulated
+    # report notes it: real rank 2 may be SIGTERMed before it reads the closure; CI, load 15)
+    assert differences_but_noted_races(sim, real) == [], format_comparison(compare_reports(sim, real))
     at = line_of(SCRIPT, "dist.new_group(")
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["error", "error", last], rep.source
