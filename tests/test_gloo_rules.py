@@ -217,6 +217,30 @@ def test_scatter_and_gather_fail_exactly_the_ranks_with_a_message_pending_with_a
         mixed_result([GA(0), GA(1)], 2, {0: [1.0, 2.0], 1: [3.0, 4.0]})
 
 
+
+def test_a_scatter_root_waits_on_each_block_alone():
+    """gloo/scatter.cc: the root's input i is its own buffer, waited for in rank order, so a
+    root blocked on a live rank's block times out, whoever else left (tests/scripts/
+    scatter_roots.py: rank 2 naming itself root, the others rank 0; real Gloo times out ranks
+    0 and 2 and completes rank 1; the simulator had one buffer for all blocks and failed rank
+    2 with rank 1's exit)."""
+    SC = lambda r, root: CollectiveCall(r, "scatter", 6, "float32", root=root)  # noqa: E731
+    v = classify_mismatch([SC(0, 0), SC(1, 0), SC(2, 2)], 3)
+    assert v.rank_outcomes == {0: "hang", 1: "ok", 2: "hang"}
+    assert v.waits_on == {0: frozenset({2}), 2: frozenset({0})}
+    assert v.blocked_on[0].startswith("send") and v.blocked_on[2].startswith("send")
+    # rank 2's wait on block 0 comes first: rank 1 gone leaves it waiting (rank 0, whose
+    # first block is rank 1's, fails) ...
+    v = classify_mismatch([SC(0, 0), SC(2, 2)], 3, exited={1}, unaware={2: frozenset({1})})
+    assert v.rank_outcomes == {0: "peer_error", 2: "hang"} and v.waits_on[2] == frozenset({0})
+    # ... while a root whose first block's rank is gone fails at once
+    v = classify_mismatch([SC(1, 0), SC(2, 2)], 3, exited={0}, unaware={2: frozenset({0})})
+    assert v.rank_outcomes[2] == "peer_error"
+    # every rank its own root, any world size: every root waits on its first peer
+    for w in (2, 3, 4):
+        v = classify_mismatch([SC(r, r) for r in range(w)], w)
+        assert v.waits_on == {r: frozenset({0 if r else 1}) for r in range(w)}, w
+
 def test_entries_must_cover_live_ranks():
     with pytest.raises(ValueError):
         classify_mismatch([AR(0)], 2)

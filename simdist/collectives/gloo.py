@@ -18,7 +18,7 @@ A message program is one rank's list of steps, executed in order:
   ``("wait_send", buf)`` / ``("wait_recv", buf)``  block until one more completion on buf
   ``("reduce", dst_offset, src_buf, src_offset, nbytes)``  out[dst] = op(out[dst], src[...])
 Buffers: ``"out"`` (the tensor), ``"tmp"`` (all_reduce/reduce scratch, uninitialised), ``"zero"``,
-``"in"`` (all_to_all's input, the scatter root's p blocks).
+``"in"`` (all_to_all's input), ``"in<i>"`` (the scatter root's block i, one buffer each).
 The slot is the op's name: gloo derives every collective's message slot from a per-op
 prefix and the call's tag, so different ops never exchange a byte; p2p uses ``"p2p"``.
 """
@@ -305,13 +305,21 @@ def alltoallv(rank: int, p: int, send: tuple[int, ...], recv: tuple[int, ...]) -
 def scatter(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:
     """gloo/scatter.cc: the root posts a send of block i to each rank i (ascending), copies
     its own block, then waits for the sends in turn; any other rank receives its block from
-    the root and waits. `nbytes`: the whole input, p blocks (the root's ``"in"``)."""
+    the root and waits. `nbytes`: the whole input, p blocks. Each block is its own Gloo buffer
+    (ProcessGroupGloo gives `in[i]` one UnboundBuffer per input tensor), ``"in<i>"`` here: the
+    root's wait on block i fails only when rank i goes, so a root stuck on a live rank's block
+    times out whatever happened to a later one (`scatter_block_buffer`)."""
     blk = nbytes // p if p else 0
     if rank != root:
         return MessageProgram([("recv", "out", root, "scatter", 0, blk), ("wait_recv", "out")], blk)
     others = [i for i in range(p) if i != root]
-    return MessageProgram([("send", "in", i, "scatter", i * blk, blk) for i in others]
-                          + [("wait_send", "in")] * len(others), blk)
+    return MessageProgram([("send", scatter_block_buffer(i), i, "scatter", i * blk, blk) for i in others]
+                          + [("wait_send", scatter_block_buffer(i)) for i in others], blk)
+
+
+def scatter_block_buffer(i: int) -> str:
+    """The name of the scatter root's buffer holding block i (sent to rank i)."""
+    return f"in{i}"
 
 
 def gather(rank: int, p: int, nbytes: int, root: int) -> MessageProgram:

@@ -51,8 +51,9 @@ reduce_scatter as all_reduces (`simdist.script.rank.pg`), so the engine brings i
 
 gather and scatter are gloo/gather.cc and scatter.cc: the root posts one receive (send) per
 other rank and waits for them in turn, the others send to (receive from) the root, so a rank
-that exited fails exactly the ranks with a message pending with it (the values of mismatched
-ones are not modelled byte by byte: `mixed_result` refuses them).
+that exited fails exactly the ranks with a message pending with it on the buffer they wait on
+(a scatter root's blocks are one buffer each; the values of mismatched ones are not modelled
+byte by byte: `mixed_result` refuses them).
 
 all_to_all with split sizes is gloo/alltoallv.cc (`ALLTOALLV`): alltoall's program with each
 pair's own byte count, its messages only (the bytes of mismatched ones are not modelled).
