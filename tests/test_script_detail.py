@@ -70,7 +70,11 @@ def _skip_exit(rep: Report, n: int) -> None:
     # the others left: the wrapper's monitored barrier names every one (wait_all_ranks)
     missing = ", ".join(str(r) for r in range(1, n))
     assert rep.ranks[0].error.message == f"[Rank 0]: Ranks {missing} failed to pass monitoredBarrier in 1800000 ms"
-    assert [r.status for r in rep.ranks[1:]] == ["completed"] * (n - 1)
+    # ... and return; on real torchrun the agent's SIGTERM for rank 0's failure may come first
+    # (the simulated report notes that race on them: checked by the caller)
+    assert all(r.status == "completed" or (rep.source == "real" and r.error.category == "killed")
+               for r in rep.ranks[1:]), [r.status for r in rep.ranks]
+    assert rep.source == "real" or [r.status for r in rep.ranks[1:]] == ["completed"] * (n - 1)
 
 
 def _ddp(rep: Report, n: int) -> None:
@@ -116,7 +120,7 @@ def test_detail_case_agrees_with_real_gloo(case, n, script_zygote, monkeypatch):
     sim, real = _run(case, n, "sim", script_zygote), _run(case, n, "gloo", script_zygote)
     for rep in (sim, real):
         EXPECT[case](rep, n)
-    assert _ends(sim) == _ends(real)
+    assert _ends(sim) == _ends(real) or case == "skip_exit"
     # (skip_exit: the others return as rank 0 fails; torchrun's SIGTERM may come first, a noted race)
     assert differences_but_noted_races(sim, real) == []
     assert [r.output for r in sim.ranks] == [r.output for r in real.ranks] or case == "skip_exit"
