@@ -21,11 +21,12 @@ pytestmark = pytest.mark.real
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-def _compare(script_zygote, name: str, args: list[str], hang_after_s: float, nproc: int = 2):
-    """Both sides, with a 300 s watchdog (the default), forked by the session's fork servers;
+def _compare(script_zygote, name: str, args: list[str], hang_after_s: float, nproc: int = 2,
+             watchdog_s: float = 300):
+    """Both sides, with a 300 s watchdog (the default) unless told, forked by the session's fork servers;
     no process of either run survives it."""
     run_id = new_run_id()
-    both = compare_script(SCRIPTS / name, args, nproc_per_node=nproc, backend="gloo", timeout_s=300,
+    both = compare_script(SCRIPTS / name, args, nproc_per_node=nproc, backend="gloo", timeout_s=watchdog_s,
                           hang_after_s=hang_after_s, run_id=run_id, measure_compute=False, zygotes=script_zygote)
     assert tagged_processes(run_id) == [] and all(descendants(script_zygote(m).pid) == [] for m in ("sim", "gloo"))
     return both.sim.report, both.real.report
@@ -67,6 +68,21 @@ def test_an_async_mismatch_hang_is_found_in_seconds(script_zygote, how):
     assert real.timings["wall_s"] < 60, real.timings
     assert 1.0 <= real.timings["hang_detect_s"] < 30, real.timings
     assert any(n.startswith("hang found early (--hang-after 1 s, not the 300 s watchdog): ") for n in real.notes)
+    for rep in (sim, real):
+        assert [r.status for r in rep.ranks] == ["hang"] * 4, rep.source
+    c = compare_reports(sim, real)
+    assert c.agree, format_comparison(c)
+
+
+def test_a_finished_groups_short_timeout_does_not_hold_back_an_async_mismatch_hang(script_zygote):
+    """As above, after an all_reduce on a group with a 30 s timeout, which completed. Gloo's
+    Flight Recorder entries never read completed, only retired: read as unfinished, that group
+    counted as pending, its 30 s (under the 60 s watchdog) said torch might end the wait first,
+    and the real side ran to the watchdog. Only unretired entries count (`rank.stall._groups`)."""
+    sim, real = _compare(script_zygote, "async_mismatch_hang.py", ["reverse", "30"], hang_after_s=1.0, nproc=4,
+                         watchdog_s=60)
+    assert 1.0 <= real.timings["hang_detect_s"] < 25, real.timings
+    assert any(n.startswith("hang found early (--hang-after 1 s, not the 60 s watchdog): ") for n in real.notes)
     for rep in (sim, real):
         assert [r.status for r in rep.ranks] == ["hang"] * 4, rep.source
     c = compare_reports(sim, real)

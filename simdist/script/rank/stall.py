@@ -241,7 +241,12 @@ def _groups(c: client.Client, in_wait: bool = False) -> tuple[list[tuple[str, in
     torch's group name: the two part once a rank is left out of a group (no backend is made
     for it) or the process initialises again (names restart, ids go on), and the counters
     of an earlier generation's groups stay, never to finish. So the unfinished collectives'
-    own entries (no stacks: cheap) name their groups, those of this generation only."""
+    own entries (no stacks: cheap) name their groups, those of this generation only. Gloo's
+    entries never read completed (no end event: `onlyActive` keeps them all, measured in torch
+    2.13), so an entry counts as unfinished until it is `retired` (what moves the counters):
+    else every group used so far in the generation would read pending, and the shortest of
+    their timeouts would bound the stall (a finished group's 20 s timeout held an async
+    mismatch hang on the default group back to the watchdog)."""
     dump = torch._C._distributed_c10d._dump_fr_trace
     status = pickle.loads(dump(includeCollectives=False)).get("pg_status") or {}
     rows = sorted((str(g), int(s.get("last_enqueued_collective", -1)), int(s.get("last_completed_collective", -1)))
@@ -250,7 +255,8 @@ def _groups(c: client.Client, in_wait: bool = False) -> tuple[list[tuple[str, in
         return rows, set()
     active = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=True)).get("entries") or []
     return rows, {str((e.get("process_group") or (e.get("pg_id"),))[0]) for e in active
-                  if not e.get("is_p2p") and c.generation_at(int(e.get("time_created_ns") or 0)) == c.generation}
+                  if not e.get("is_p2p") and not e.get("retired")
+                  and c.generation_at(int(e.get("time_created_ns") or 0)) == c.generation}
 
 
 def _timeout_of(names: set[str]) -> float | None:
