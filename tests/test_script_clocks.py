@@ -15,6 +15,7 @@ polls in a `time.sleep` loop while the others' recvs from it time out."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -83,6 +84,27 @@ def test_a_main_thread_sleeping_is_a_timed_wait_as_the_wall_clock_reads_it(scrip
     assert tagged_processes(run_id) == []
     assert [r.output for r in rep.ranks] == _main_sleeps_said(3, 1810, 1800), rep.notes
     assert rep.timings["wall_s"] < 60, rep.timings  # (measured 23 s: the last 10 s sleep runs in wall time)
+
+
+def test_a_rank_computing_between_operations_moves_no_blocked_peers_clock(script_zygote):
+    """Rank 1 computes 0.6 s of CPU between reading its clocks and its recv (SPIN), under
+    --zero-compute: on real Gloo rank 2's recv still times out 3 s after its own post, and it
+    reads 3 s; so must the simulated rank 2. Before, the stand-still's skips moved every rank's
+    script clock by the same amount, and the wall time rank 1 ran (0 s of simulated time)
+    stayed on rank 2's: it read [4, 4, 4, 4] (`ScriptClocksMixin._anchored`; CI at load 15 hit
+    the same with no SPIN, rank 0's poll turns adding up to 0.5 s). Rank 1 itself reads its
+    own compute, as on real Gloo (whole seconds, how many depends on the host's load)."""
+    run_id = new_run_id()
+    both = compare_script(MAIN_SLEEPS, ["2", "0.5", "3", "0.6"], nproc_per_node=3, backend="gloo", timeout_s=120,
+                          hang_after_s=3.0, run_id=run_id, measure_compute=False, zygotes=script_zygote)
+    assert tagged_processes(run_id) == []
+    said = _main_sleeps_said(3, 4, 3)
+    for rep in (both.sim.report, both.real.report):
+        out = [r.output for r in rep.ranks]
+        assert [out[0], out[2]] == [said[0], said[2]], (rep.source, out, rep.notes)
+        # (rank 1's recv times out, or on real Gloo meets rank 0's exit where its spin took 1 s or more of wall time)
+        line = re.match(r"1 raised after \[(\d+), (\d+), (\d+), (\d+)\] ", out[1][1])
+        assert line is not None and min(int(n) for n in line.groups()) >= 4, (rep.source, out[1])
 
 
 STORE_WAITS = ROOT / "tests" / "scripts" / "store_wait_clocks.py"

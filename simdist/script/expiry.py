@@ -200,7 +200,7 @@ class GlooTimeoutsMixin:
         conn.wait_until = None
         conn.unblock()
         conn.clock = max(conn.clock, until)
-        self._skip(conn, script_at(rec, until))
+        self._skip(conn, script_at(rec, until), at=until)
         if rec in conn.to_sync:  # it did not wait for the op after all
             conn.to_sync.remove(rec)
             rec.waited = False
@@ -229,6 +229,6 @@ class GlooTimeoutsMixin:
             expired.setdefault(conn.gen, []).append((rec.call, msg))
             if blocked:
                 conn.clock = max(conn.clock, rec.deadline)
-                self._skip(conn, script_at(rec, rec.deadline))  # sent before the op's end
+                self._skip(conn, script_at(rec, rec.deadline), at=rec.deadline)  # sent before the op's end
         for gen, calls in expired.items():
             gen.engine.time_out(calls)

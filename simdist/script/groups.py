@@ -146,7 +146,7 @@ class GroupsMixin:
         missing = unregistered(waiting, len(w.ranks))[0]
         w.failed, w.conn.clock = True, w.clock + (w.limit_s or 0.0)
         w.conn.answered()
-        self._skip(w.conn, waited_to(w.proc, w.clock, w.conn.clock))  # (its clocks read the wait, as on Gloo; before the reply)
+        self._skip(w.conn, waited_to(w.proc, w.clock, w.conn.clock), at=w.conn.clock)  # (its clocks read the wait, as on Gloo; before the reply)
         self._send(w.conn, {"t": "reply", "req": w.req, "raise": group_timeout(w.limit_s or 0.0, w.key, missing)})
 
     def _group_deadlines(self) -> list[Deadline]:

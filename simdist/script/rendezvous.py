@@ -285,7 +285,7 @@ class RendezvousMixin:
         w = conn.init_wait
         assert w is not None
         conn.clock = w.clock + f.after
-        self._skip(conn, waited_to(w.proc, w.clock, conn.clock))  # (its clocks read the wait, as on Gloo; before the answer)
+        self._skip(conn, waited_to(w.proc, w.clock, conn.clock), at=conn.clock)  # (its clocks read the wait, as on Gloo; before the answer)
         f.rank, f.frames = int(conn.rank), w.frames  # type: ignore[arg-type]
         gen.failed.append(f)
         self._answer(conn, gen, f.error)

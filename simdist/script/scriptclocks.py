@@ -56,14 +56,37 @@ class ScriptClocksMixin:
         """The rank's script clock has got to `target` (None: unknown, taken as got to)."""
         return target is None or time.monotonic() + self._offset(conn) >= target
 
-    def _skip(self, conn: RankConn, target: float | None, *, told: bool = False) -> None:
+    def _skip(self, conn: RankConn, target: float | None, *, told: bool = False, at: float | None = None) -> None:
         """`conn`'s script clock reads at least `target` from now on; in a stand-still (or
-        `told`: a wake, which ends one) every live rank's moves on by as much. `told`: the rank
-        moves its own clocks (`rank.timedwait._wake`), only the others are sent theirs."""
+        `told`: a wake, which ends one) every live rank's moves on by as much, but a rank blocked
+        in an op no further than that op's post plus the simulated time from it to `at` (the
+        skip's simulated time; `_anchored`). `told`: the rank moves its own clocks
+        (`rank.timedwait._wake`), only the others are sent theirs."""
         if target is None or (skip := target - (time.monotonic() + self._offset(conn))) <= 0:
             return
         offsets = self.__dict__.setdefault("_offsets", {})
         for c in self._live() if self._standstill or told else [conn]:
-            offsets[id(c)] = self._offset(c) + skip
+            end = None if c is conn else self._anchored(c, at)
+            step = skip if end is None else min(skip, end - (time.monotonic() + self._offset(c)))
+            if step <= 0:
+                continue
+            offsets[id(c)] = self._offset(c) + step
             if not (told and c is conn):
                 self._send(c, {"t": "clock", "p": time.monotonic() + offsets[id(c)]})
+
+    def _anchored(self, c: RankConn, at: float | None) -> float | None:
+        """A rank blocked in an op: its script clock at simulated time `at`, its post's clock
+        ("p") plus the simulated time since (`script_at`); None: not so blocked, or not known.
+        The script clocks read the real clock, so the wall time any rank runs between its
+        operations (a poll loop's turns between told sleeps, a process descheduled on a loaded
+        host) passes on every rank's, while the simulated clocks, on which deadlines and wakes
+        are ordered, count none of it under `--zero-compute` (only measured CPU otherwise). A
+        stand-still's skip by the same amount for every rank counted that wall time for the
+        blocked ones: a peer's 3 s timeout read 4 s once a sleeper's turns added up to 0.5 s
+        (tests/scripts/main_sleeps_timeout.py, CI at load 15); now a blocked rank moves no further
+        than this (never back)."""
+        if at is None or c.block is None:
+            return None
+        ends = [e for i in c.block.ids if (rec := c.ops.get(i)) is not None and not rec.done
+                and (e := script_at(rec, at)) is not None]
+        return max(ends, default=None)

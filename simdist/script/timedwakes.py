@@ -77,7 +77,7 @@ class TimedWakesMixin:
         self.wakes_made += 1
         self._waking = (conn, key, conn.wait_numbers.get(key, 0))
         self._send(conn, {"t": "wake", "tid": key, "n": self._waking[2]})
-        self._skip(conn, conn.wait_ends.get(key), told=True)  # every live rank's clocks move on with it (`scriptclocks`)
+        self._skip(conn, conn.wait_ends.get(key), told=True, at=at)  # every live rank's clocks move on with it (`scriptclocks`)
 
     def wake_notes(self) -> list[str]:
         """The report's word on the wakes: how many, and where the cap stopped them."""

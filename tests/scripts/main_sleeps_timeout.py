@@ -8,8 +8,11 @@ with Gloo's timeout error after TIMEOUT s (init's and the group's `timeout=`; 0:
 default, 30 min). Each rank prints how long its wait lasted, by time.monotonic, time.time,
 time.perf_counter and datetime.now (whole seconds), and whether its calendar clocks
 (`datetime.now`, `time.localtime`, `time.strftime`, ...: read in C) agree with time.time.
+With SPIN > 0, rank 1 computes SPIN s of CPU time between reading its clocks and its recv: the
+wall time of a rank running between operations (as a process descheduled on a loaded host),
+which its blocked peers' clocks must not count (rank 2's recv still times out after TIMEOUT s).
 
-Args: STRAGGLE INTERVAL TIMEOUT.
+Args: STRAGGLE INTERVAL TIMEOUT [SPIN].
 """
 import calendar
 import datetime
@@ -20,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 straggle, interval, timeout = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+spin = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout > 0 else {}
 dist.init_process_group("gloo", **kwargs)
 rank = dist.get_rank()
@@ -61,6 +65,9 @@ if rank == 0:
         time.sleep(interval)
     print(0, "stopped polling after", took(start), flush=True)
 else:
+    cpu = time.thread_time()
+    while rank == 1 and time.thread_time() - cpu < spin:  # compute: none under --zero-compute
+        pass
     try:
         dist.recv(t, src=0, group=side)
     except RuntimeError as e:
