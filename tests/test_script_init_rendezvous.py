@@ -38,7 +38,7 @@ class _Rendezvous(RendezvousMixin):
     def _send(self, conn, h):
         self.answers[conn.rank] = h
 
-    def _skip(self, conn, target):  # (the script's clocks: `scriptclocks`, no process here)
+    def _skip(self, conn, target, *, told=False, at=None):  # (the script's clocks: `scriptclocks`, no process here)
         pass
 
     def arrive(self, rank: int, at: float = 0.0, to: float | None = None, clock: float = 0.0,
